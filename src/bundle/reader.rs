@@ -1,0 +1,515 @@
+//! Reading a bundle in place, in one streaming pass: the head (checksum file, signature,
+//! bundle manifest) for `inspect`, and the full check for `verify`. Unsafe tar entries (absolute
+//! paths, `..`, links, devices, duplicates) and files the checksum file does not list are refused.
+
+use super::checksums::Checksums;
+use super::sign::{self, SignatureInfo};
+use super::{BundleManifest, CHECKSUMS_FILE, MANIFEST_FILE, SIGNATURE_FILE};
+use crate::oci::{Digest, Manifest};
+use minisign::PublicKey;
+use sha2::Digest as _;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// Largest small file (checksum file, manifests, chart) read into memory.
+const MAX_SMALL: u64 = 64 * 1024 * 1024;
+
+/// A relative path with no `..`, no empty or `.` components and no backslash.
+pub fn safe_path(p: &str) -> bool {
+    !p.is_empty()
+        && !p.starts_with('/')
+        && !p.contains('\\')
+        && !p.contains('\0')
+        && p.trim_end_matches('/')
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// Why a bundle is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Cannot read the file.
+    #[error("cannot read bundle {path}: {source}")]
+    Io {
+        /// The bundle.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The tar is damaged or truncated.
+    #[error("bundle {path} is not a readable tar (truncated or damaged?): {reason}")]
+    Tar {
+        /// The bundle.
+        path: PathBuf,
+        /// Details.
+        reason: String,
+    },
+    /// The bundle does not start with the checksum file.
+    #[error("bundle {0} does not start with SHA256SUMS: not a koord-bundle bundle, or damaged")]
+    NoChecksums(PathBuf),
+    /// The checksum file is malformed.
+    #[error(transparent)]
+    Checksums(#[from] super::checksums::ChecksumsError),
+    /// No signature, and one is required.
+    #[error("bundle {0} is not signed: refusing it (pass --insecure-skip-signature to accept an unsigned bundle)")]
+    Unsigned(PathBuf),
+    /// The signature does not verify.
+    #[error("bundle {path}: {source}")]
+    Signature {
+        /// The bundle.
+        path: PathBuf,
+        /// The failure.
+        source: sign::SignError,
+    },
+    /// An unsafe or unexpected tar entry.
+    #[error("bundle {path}: entry {entry:?} refused: {reason}")]
+    Entry {
+        /// The bundle.
+        path: PathBuf,
+        /// The entry.
+        entry: String,
+        /// Why.
+        reason: String,
+    },
+    /// A file does not match its checksum.
+    #[error("bundle {path}: {entry} has sha256 {actual}, SHA256SUMS says {expected}")]
+    Mismatch {
+        /// The bundle.
+        path: PathBuf,
+        /// The entry.
+        entry: String,
+        /// Expected.
+        expected: Digest,
+        /// Actual.
+        actual: Digest,
+    },
+    /// Files listed but absent.
+    #[error("bundle {path}: listed in SHA256SUMS but missing: {}", missing.join(", "))]
+    Missing {
+        /// The bundle.
+        path: PathBuf,
+        /// The files.
+        missing: Vec<String>,
+    },
+    /// The content is inconsistent (manifest, layout).
+    #[error("bundle {path}: {reason}")]
+    Content {
+        /// The bundle.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Open a bundle, transparently un-gzipping.
+pub fn open(path: &Path) -> Result<Box<dyn Read>, VerifyError> {
+    let ioe = |source| VerifyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = BufReader::with_capacity(1 << 20, File::open(path).map_err(ioe)?);
+    let head = io::BufRead::fill_buf(&mut f).map_err(ioe)?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(flate2::read::GzDecoder::new(f)))
+    } else {
+        Ok(Box::new(f))
+    }
+}
+
+fn is_gzip(path: &Path) -> Result<bool, VerifyError> {
+    let mut magic = [0u8; 2];
+    let mut f = File::open(path).map_err(|source| VerifyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let n = f.read(&mut magic).map_err(|source| VerifyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(n == 2 && magic == [0x1f, 0x8b])
+}
+
+/// The first entries of a bundle.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// SHA256SUMS bytes.
+    pub checksums: Vec<u8>,
+    /// The signature, if signed.
+    pub signature: Option<Vec<u8>>,
+    /// koord-bundle.json bytes.
+    pub manifest: Vec<u8>,
+}
+
+fn read_small(path: &Path, name: &str, r: impl Read, size: u64) -> Result<Vec<u8>, VerifyError> {
+    if size > MAX_SMALL {
+        return Err(VerifyError::Entry {
+            path: path.to_path_buf(),
+            entry: name.into(),
+            reason: format!("{size} bytes is too large"),
+        });
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    r.take(size)
+        .read_to_end(&mut buf)
+        .map_err(|e| VerifyError::Tar {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    Ok(buf)
+}
+
+/// Read only the head: checksum file, signature and bundle manifest (the first entries).
+pub fn read_head(path: &Path) -> Result<Head, VerifyError> {
+    let mut ar = tar::Archive::new(open(path)?);
+    let terr = |e: io::Error| VerifyError::Tar {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let mut checksums = None;
+    let mut signature = None;
+    for entry in ar.entries().map_err(terr)? {
+        let entry = entry.map_err(terr)?;
+        let name = entry.path().map_err(terr)?.to_string_lossy().to_string();
+        let size = entry.size();
+        match name.as_str() {
+            CHECKSUMS_FILE if checksums.is_none() => {
+                checksums = Some(read_small(path, &name, entry, size)?)
+            }
+            SIGNATURE_FILE if checksums.is_some() => {
+                signature = Some(read_small(path, &name, entry, size)?)
+            }
+            MANIFEST_FILE if checksums.is_some() => {
+                let manifest = read_small(path, &name, entry, size)?;
+                return Ok(Head {
+                    checksums: checksums.unwrap_or_default(),
+                    signature,
+                    manifest,
+                });
+            }
+            _ => return Err(VerifyError::NoChecksums(path.to_path_buf())),
+        }
+    }
+    Err(VerifyError::NoChecksums(path.to_path_buf()))
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// The bundle.
+    pub bundle: PathBuf,
+    /// Files checked against SHA256SUMS.
+    pub files: usize,
+    /// Of which blobs.
+    pub blobs: usize,
+    /// Bytes hashed.
+    pub bytes: u64,
+    /// The signature, when checked.
+    pub signature: Option<SignatureInfo>,
+    /// Whether the signature was verified with a key.
+    pub signature_verified: bool,
+    /// Manifests walked in the layout.
+    pub manifests: usize,
+    /// The bundle manifest.
+    #[serde(skip)]
+    pub manifest: Option<BundleManifest>,
+    /// Where each blob's bytes sit in the bundle file (plain tar only): digest → (offset, size).
+    #[serde(skip)]
+    pub blob_locations: BTreeMap<Digest, (u64, u64)>,
+    /// Small JSON blobs (manifests, configs) held in memory.
+    #[serde(skip)]
+    pub small_blobs: BTreeMap<Digest, Vec<u8>>,
+    /// Whether the bundle is gzip-compressed (then blobs cannot be read in place).
+    pub compressed: bool,
+}
+
+/// How to treat the signature.
+pub enum SignaturePolicy<'a> {
+    /// Verify with this key; unsigned is an error.
+    Require(&'a PublicKey),
+    /// Do not check it (`--insecure-skip-signature`).
+    Skip,
+}
+
+/// Check everything: signature first, then every entry against the checksum file, then that the
+/// layout is complete (every manifest and blob it references is present with the right size).
+pub fn verify(
+    path: &Path,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &dyn Fn(u64),
+) -> Result<VerifyReport, VerifyError> {
+    let terr = |e: io::Error| VerifyError::Tar {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let entry_err = |entry: &str, reason: &str| VerifyError::Entry {
+        path: path.to_path_buf(),
+        entry: entry.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut ar = tar::Archive::new(open(path)?);
+    let mut entries = ar.entries().map_err(terr)?;
+
+    // 1. The checksum file, then the signature, checked before anything else is read.
+    let first = entries
+        .next()
+        .ok_or_else(|| VerifyError::NoChecksums(path.to_path_buf()))?
+        .map_err(terr)?;
+    if first.path().map_err(terr)?.to_string_lossy() != CHECKSUMS_FILE
+        || first.header().entry_type() != tar::EntryType::Regular
+    {
+        return Err(VerifyError::NoChecksums(path.to_path_buf()));
+    }
+    let size = first.size();
+    let sums_bytes = read_small(path, CHECKSUMS_FILE, first, size)?;
+    let sums = Checksums::parse(&sums_bytes)?;
+    let mut report = VerifyReport {
+        bundle: path.to_path_buf(),
+        files: 0,
+        blobs: 0,
+        bytes: 0,
+        signature: None,
+        signature_verified: false,
+        manifests: 0,
+        manifest: None,
+        blob_locations: BTreeMap::new(),
+        small_blobs: BTreeMap::new(),
+        compressed: is_gzip(path)?,
+    };
+    let mut pending = None;
+    match entries.next() {
+        Some(e) => {
+            let e = e.map_err(terr)?;
+            let name = e.path().map_err(terr)?.to_string_lossy().to_string();
+            if name == SIGNATURE_FILE {
+                let size = e.size();
+                let sig = read_small(path, SIGNATURE_FILE, e, size)?;
+                match &policy {
+                    SignaturePolicy::Require(pk) => {
+                        let info = sign::verify(pk, &sig, &sums_bytes).map_err(|source| {
+                            VerifyError::Signature {
+                                path: path.to_path_buf(),
+                                source,
+                            }
+                        })?;
+                        report.signature = Some(info);
+                        report.signature_verified = true;
+                    }
+                    SignaturePolicy::Skip => report.signature = sign::signature_info(&sig).ok(),
+                }
+            } else {
+                if let SignaturePolicy::Require(_) = policy {
+                    return Err(VerifyError::Unsigned(path.to_path_buf()));
+                }
+                pending = Some(e);
+            }
+        }
+        None => {
+            return Err(VerifyError::Missing {
+                path: path.to_path_buf(),
+                missing: sums.0.keys().cloned().collect(),
+            })
+        }
+    }
+
+    // 2. Every other entry, hashed as it streams by.
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut small: BTreeMap<Digest, Vec<u8>> = BTreeMap::new();
+    let mut blob_sizes: BTreeMap<Digest, u64> = BTreeMap::new();
+    let mut manifest_bytes = None;
+    let mut index_bytes = None;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut handle = |mut e: tar::Entry<'_, Box<dyn Read>>| -> Result<(), VerifyError> {
+        let name = e.path().map_err(terr)?.to_string_lossy().to_string();
+        let raw_name = String::from_utf8_lossy(&e.path_bytes()).to_string();
+        if !safe_path(&raw_name) {
+            return Err(entry_err(
+                &raw_name,
+                "unsafe path (absolute, `..` or empty component)",
+            ));
+        }
+        match e.header().entry_type() {
+            tar::EntryType::Directory => {
+                let prefix = name.trim_end_matches('/').to_string() + "/";
+                if !sums.0.keys().any(|k| k.starts_with(&prefix)) {
+                    return Err(entry_err(&name, "directory not holding any listed file"));
+                }
+                return Ok(());
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {}
+            other => {
+                return Err(entry_err(
+                    &name,
+                    &format!("entry type {other:?} is not allowed (only files and directories)"),
+                ))
+            }
+        }
+        if name == CHECKSUMS_FILE || name == SIGNATURE_FILE || !seen.insert(name.clone()) {
+            return Err(entry_err(&name, "duplicate entry"));
+        }
+        let Some(expected) = sums.0.get(&name) else {
+            return Err(entry_err(&name, "not listed in SHA256SUMS"));
+        };
+        let size = e.size();
+        let position = e.raw_file_position();
+        let blob = name.strip_prefix("blobs/sha256/").map(Digest::from_hex);
+        let keep = blob.is_none() || size <= 4 * 1024 * 1024;
+        let mut hasher = sha2::Sha256::new();
+        let mut kept = Vec::new();
+        let mut n_total = 0u64;
+        loop {
+            let n = e.read(&mut buf).map_err(terr)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            if keep && (blob.is_none() || kept.len() < 4 * 1024 * 1024) {
+                kept.extend_from_slice(&buf[..n]);
+            }
+            n_total += n as u64;
+            on_bytes(n as u64);
+        }
+        if n_total != size {
+            return Err(VerifyError::Tar {
+                path: path.to_path_buf(),
+                reason: format!("{name} is truncated ({n_total} of {size} bytes)"),
+            });
+        }
+        let actual = Digest::from_hasher(hasher);
+        if &actual != expected {
+            return Err(VerifyError::Mismatch {
+                path: path.to_path_buf(),
+                entry: name,
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        report.files += 1;
+        report.bytes += size;
+        match blob {
+            Some(Ok(d)) => {
+                if &d != expected {
+                    return Err(entry_err(&name, "blob file name is not its digest"));
+                }
+                report.blobs += 1;
+                blob_sizes.insert(d.clone(), size);
+                report.blob_locations.insert(d.clone(), (position, size));
+                if keep && kept.first() == Some(&b'{') {
+                    small.insert(d, kept);
+                }
+            }
+            Some(Err(_)) => return Err(entry_err(&name, "blob file name is not a sha256 digest")),
+            None if name == MANIFEST_FILE => manifest_bytes = Some(kept),
+            None if name == "index.json" => index_bytes = Some(kept),
+            None => {}
+        }
+        Ok(())
+    };
+    if let Some(e) = pending.take() {
+        handle(e)?;
+    }
+    for e in entries {
+        handle(e.map_err(terr)?)?;
+    }
+    let missing: Vec<String> = sums
+        .0
+        .keys()
+        .filter(|k| !seen.contains(*k))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(VerifyError::Missing {
+            path: path.to_path_buf(),
+            missing,
+        });
+    }
+
+    // 3. The layout is complete.
+    let content = |reason: String| VerifyError::Content {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let manifest: BundleManifest =
+        serde_json::from_slice(manifest_bytes.as_deref().unwrap_or_default()).map_err(|e| {
+            content(format!(
+                "{MANIFEST_FILE} is not a valid bundle manifest: {e}"
+            ))
+        })?;
+    if manifest.format_version != super::FORMAT_VERSION {
+        return Err(content(format!(
+            "format {:?} is not {} (a newer koord-bundle wrote it?)",
+            manifest.format_version,
+            super::FORMAT_VERSION
+        )));
+    }
+    let index = Manifest::parse(index_bytes.as_deref().unwrap_or_default(), None)
+        .map_err(|e| content(format!("index.json: {e}")))?;
+    let Manifest::Index {
+        manifests: roots, ..
+    } = index
+    else {
+        return Err(content("index.json is not an image index".into()));
+    };
+    let mut stack: Vec<crate::oci::Descriptor> = roots;
+    let mut walked = BTreeSet::new();
+    while let Some(desc) = stack.pop() {
+        match blob_sizes.get(&desc.digest) {
+            None => {
+                return Err(content(format!(
+                    "{} ({}) is referenced but not in the bundle",
+                    desc.digest, desc.media_type
+                )))
+            }
+            Some(&s) if s != desc.size => {
+                return Err(content(format!(
+                    "{} is {s} bytes, its descriptor says {}",
+                    desc.digest, desc.size
+                )))
+            }
+            _ => {}
+        }
+        if !walked.insert(desc.digest.clone()) {
+            continue;
+        }
+        let is_manifest = crate::oci::media::ALL_MANIFESTS.contains(&desc.media_type.as_str());
+        if is_manifest {
+            let bytes = small
+                .get(&desc.digest)
+                .ok_or_else(|| content(format!("manifest {} is not readable", desc.digest)))?;
+            report.manifests += 1;
+            match Manifest::parse(bytes, Some(&desc.media_type))
+                .map_err(|e| content(e.to_string()))?
+            {
+                Manifest::Index { manifests, .. } => stack.extend(manifests),
+                m @ Manifest::Image { .. } => stack.extend(m.blobs().into_iter().cloned()),
+            }
+        }
+    }
+    for img in &manifest.images {
+        if !walked.contains(&img.digest) {
+            return Err(content(format!(
+                "image {} ({}) is not in index.json",
+                img.ref_name, img.digest
+            )));
+        }
+    }
+    report.manifest = Some(manifest);
+    report.small_blobs = small;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn safe_paths() {
+        for ok in ["a", "blobs/sha256/ab", "crds/x.yaml", "dir/"] {
+            assert!(safe_path(ok), "{ok}");
+        }
+        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a\\b"] {
+            assert!(!safe_path(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! minisign keys and signatures, compatible with the `minisign` command
+//! (`minisign -Vm SHA256SUMS -p koord-bundle.pub`).
+
+use minisign::{KeyPair, PublicKey, PublicKeyBox, SecretKey, SecretKeyBox, SignatureBox};
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+/// File name of the secret key.
+pub const SECRET_KEY_FILE: &str = "koord-bundle.key";
+/// File name of the public key.
+pub const PUBLIC_KEY_FILE: &str = "koord-bundle.pub";
+
+/// Signing and verification failures.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// A key file cannot be read or parsed.
+    #[error("cannot use key {path}: {reason}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The key files already exist.
+    #[error("{0} already exists: koord-bundle will not overwrite a key (move it away first)")]
+    Exists(PathBuf),
+    /// Writing keys failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The signature does not verify.
+    #[error("signature check failed: {0}")]
+    Bad(String),
+    /// Signing failed.
+    #[error("signing failed: {0}")]
+    Sign(String),
+}
+
+/// Write a new key pair into `dir`. Returns (secret, public) paths.
+pub fn keygen(dir: &Path, password: Option<String>) -> Result<(PathBuf, PathBuf), SignError> {
+    let sk_path = dir.join(SECRET_KEY_FILE);
+    let pk_path = dir.join(PUBLIC_KEY_FILE);
+    for p in [&sk_path, &pk_path] {
+        if p.exists() {
+            return Err(SignError::Exists(p.clone()));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|source| SignError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let kp = match password {
+        Some(pw) => KeyPair::generate_encrypted_keypair(Some(pw)),
+        None => KeyPair::generate_unencrypted_keypair(),
+    }
+    .map_err(|e| SignError::Sign(e.to_string()))?;
+    let sk_box = kp
+        .sk
+        .to_box(Some("koord-bundle secret key"))
+        .map_err(|e| SignError::Sign(e.to_string()))?;
+    let pk_box = kp.pk.to_box().map_err(|e| SignError::Sign(e.to_string()))?;
+    write_new(&sk_path, &sk_box.to_bytes(), 0o600)?;
+    write_new(&pk_path, &pk_box.to_bytes(), 0o644)?;
+    Ok((sk_path, pk_path))
+}
+
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SignError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| SignError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// Is the secret key at `path` protected by a password? (Its KDF algorithm is scrypt, `Sc`.)
+pub fn secret_key_is_encrypted(path: &Path) -> Result<bool, SignError> {
+    use base64::Engine as _;
+    let text = read_key(path)?;
+    let bad = |reason: &str| SignError::Key {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let line = text
+        .lines()
+        .nth(1)
+        .ok_or_else(|| bad("not a minisign secret key (no key line)"))?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(line.trim())
+        .map_err(|_| bad("not a minisign secret key (bad base64)"))?;
+    if raw.len() < 4 || &raw[..2] != b"Ed" {
+        return Err(bad("not a minisign Ed25519 secret key"));
+    }
+    Ok(&raw[2..4] == b"Sc")
+}
+
+fn read_key(path: &Path) -> Result<String, SignError> {
+    std::fs::read_to_string(path).map_err(|e| SignError::Key {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Load a secret key (decrypting it with `password` when it is encrypted).
+pub fn load_secret_key(path: &Path, password: Option<String>) -> Result<SecretKey, SignError> {
+    let text = read_key(path)?;
+    let key_err = |e: minisign::PError| SignError::Key {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let sk_box = SecretKeyBox::from_string(&text).map_err(key_err)?;
+    if secret_key_is_encrypted(path)? {
+        let Some(pw) = password else {
+            return Err(SignError::Key {
+                path: path.to_path_buf(),
+                reason: "the key is encrypted: set KOORD_BUNDLE_KEY_PASSWORD or run on a terminal to be asked".into(),
+            });
+        };
+        let sk = sk_box.into_secret_key(Some(pw)).map_err(key_err)?;
+        if sk.is_encrypted() {
+            return Err(SignError::Key {
+                path: path.to_path_buf(),
+                reason: "wrong password".into(),
+            });
+        }
+        Ok(sk)
+    } else {
+        sk_box.into_unencrypted_secret_key().map_err(key_err)
+    }
+}
+
+/// Load a public key file (the minisign `.pub` format).
+pub fn load_public_key(path: &Path) -> Result<PublicKey, SignError> {
+    let text = read_key(path)?;
+    PublicKeyBox::from_string(&text)
+        .and_then(|b| b.into_public_key())
+        .map_err(|e| SignError::Key {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+/// Key id as minisign prints it (16 upper-case hex digits).
+pub fn key_id(keynum: &[u8]) -> String {
+    let mut n = [0u8; 8];
+    let len = keynum.len().min(8);
+    n[..len].copy_from_slice(&keynum[..len]);
+    format!("{:016X}", u64::from_le_bytes(n))
+}
+
+/// Sign `data`; returns the `.minisig` file content.
+pub fn sign(sk: &SecretKey, data: &[u8], trusted_comment: &str) -> Result<String, SignError> {
+    let pk = PublicKey::from_secret_key(sk).ok();
+    let sig = minisign::sign(
+        pk.as_ref(),
+        sk,
+        Cursor::new(data),
+        Some(trusted_comment),
+        Some("signature from koord-bundle"),
+    )
+    .map_err(|e| SignError::Sign(e.to_string()))?;
+    Ok(sig.into_string())
+}
+
+/// What a signature file says about itself (without a key).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureInfo {
+    /// Key id of the signer.
+    pub key_id: String,
+    /// The trusted comment (signed).
+    pub trusted_comment: String,
+}
+
+/// Parse a `.minisig` file.
+pub fn signature_info(sig: &[u8]) -> Result<SignatureInfo, SignError> {
+    let text = std::str::from_utf8(sig)
+        .map_err(|_| SignError::Bad("signature file is not UTF-8".into()))?;
+    let sb = SignatureBox::from_string(text).map_err(|e| SignError::Bad(e.to_string()))?;
+    Ok(SignatureInfo {
+        key_id: key_id(sb.keynum()),
+        trusted_comment: sb
+            .trusted_comment()
+            .map_err(|e| SignError::Bad(e.to_string()))?,
+    })
+}
+
+/// Verify `sig` over `data` with `pk`.
+pub fn verify(pk: &PublicKey, sig: &[u8], data: &[u8]) -> Result<SignatureInfo, SignError> {
+    let info = signature_info(sig)?;
+    let text = std::str::from_utf8(sig)
+        .map_err(|_| SignError::Bad("signature file is not UTF-8".into()))?;
+    let sb = SignatureBox::from_string(text).map_err(|e| SignError::Bad(e.to_string()))?;
+    if sb.keynum() != pk.keynum() {
+        return Err(SignError::Bad(format!(
+            "the bundle was signed by key {} but the public key given is {}",
+            info.key_id,
+            key_id(pk.keynum())
+        )));
+    }
+    minisign::verify(pk, &sb, Cursor::new(data), true, false, false)
+        .map_err(|e| SignError::Bad(e.to_string()))?;
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn keygen_sign_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let (skp, pkp) = keygen(dir.path(), Some("pw".into())).unwrap();
+        assert!(secret_key_is_encrypted(&skp).unwrap());
+        assert!(load_secret_key(&skp, None).is_err());
+        let sk = load_secret_key(&skp, Some("pw".into())).unwrap();
+        let pk = load_public_key(&pkp).unwrap();
+        let sig = sign(&sk, b"data", "koord-bundle test").unwrap();
+        let info = verify(&pk, sig.as_bytes(), b"data").unwrap();
+        assert_eq!(info.trusted_comment, "koord-bundle test");
+        assert!(verify(&pk, sig.as_bytes(), b"datA").is_err());
+        assert!(keygen(dir.path(), None).is_err());
+        let d2 = tempfile::tempdir().unwrap();
+        let (sk2, pk2) = keygen(d2.path(), None).unwrap();
+        assert!(!secret_key_is_encrypted(&sk2).unwrap());
+        let other = load_public_key(&pk2).unwrap();
+        let e = verify(&other, sig.as_bytes(), b"data")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("signed by key"), "{e}");
+        load_secret_key(&sk2, None).unwrap();
+    }
+}

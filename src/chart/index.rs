@@ -1,0 +1,882 @@
+//! Helm repository index (`index.yaml`): parsing, version resolution and chart URLs.
+//!
+//! # Version semantics
+//!
+//! [`VersionSpec::parse`] follows Helm 3, which uses Masterminds/semver v3:
+//!
+//! * `latest` (or an empty string): the highest version **without** a prerelease part
+//!   (Helm's default, which is the constraint `*`).
+//! * A complete version, with or without `v` or `=` (`1.8.0`, `v1.8.0`, `=1.8.0`,
+//!   `1.8.0-rc.1`): exactly that version ([`VersionSpec::Exact`]). This is the only way to get
+//!   a prerelease through [`VersionSpec::Exact`]; build metadata is ignored when comparing.
+//! * A partial version without operator (`1.7`, `1`, `1.7.x`): Masterminds treats it as
+//!   `=1.7`, which for a partial version means "any 1.7.x" (same as `~1.7`), **not** the caret
+//!   range Cargo would use. `1` means any `1.x.y`.
+//! * Operators `=`, `>`, `>=`, `<`, `<=` (and Masterminds' `=>`, `=<`), `~`, `~>`, `^`,
+//!   wildcards `x`/`X`/`*`, comparators separated by spaces and/or commas (all must hold),
+//!   and hyphen ranges `1.2 - 1.4` (= `>=1.2, <=1.4`). `^0.2` is `>=0.2.0, <0.3.0` in both
+//!   Masterminds v3 and Cargo.
+//! * Not supported (clear error): `||` alternatives and `!=`, which `semver::VersionReq` cannot
+//!   express.
+//!
+//! Prereleases in ranges follow the `semver` crate: a prerelease matches only if a comparator
+//! names a prerelease of the same `major.minor.patch` (Masterminds is slightly looser: any
+//! comparator with a prerelease admits prereleases). Ranges never match a prerelease
+//! otherwise.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde_yaml_ng::Value;
+
+use super::{scalar_to_string, ChartError};
+
+/// One version of one chart in a repository index.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChartEntry {
+    /// Chart name (the entry's `name`, or its key in `entries` when absent).
+    pub name: String,
+    /// Chart version exactly as written in the index.
+    pub version: String,
+    /// `appVersion`, if any (numbers are rendered as text).
+    pub app_version: Option<String>,
+    /// `digest`: sha256 hex of the archive, as the index claims it.
+    pub digest: Option<String>,
+    /// Download URLs, as written (absolute, or relative to the repository URL: see
+    /// [`resolve_chart_url`]).
+    pub urls: Vec<String>,
+    /// `created` timestamp, as written.
+    pub created: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Indexed {
+    semver: semver::Version,
+    entry: ChartEntry,
+}
+
+/// A parsed Helm repository index.
+#[derive(Debug, Clone)]
+pub struct RepoIndex {
+    /// chart name -> versions, newest first.
+    entries: BTreeMap<String, Vec<Indexed>>,
+    skipped: Vec<String>,
+}
+
+/// Which version of a chart to take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionSpec {
+    /// The highest version that is not a prerelease.
+    Latest,
+    /// Exactly this version (build metadata ignored); may be a prerelease.
+    Exact(semver::Version),
+    /// The highest version matching this requirement (already translated from Helm syntax).
+    Range(semver::VersionReq),
+}
+
+impl fmt::Display for VersionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VersionSpec::Latest => f.write_str("latest"),
+            VersionSpec::Exact(v) => write!(f, "{v}"),
+            VersionSpec::Range(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
+    cell.get_or_init(|| Regex::new(pattern).expect("valid regex literal"))
+}
+
+const VER: &str =
+    r"v?(?:[0-9]+|[xX*])(?:\.(?:[0-9]+|[xX*])){0,2}(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?";
+
+fn hyphen_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    re(&R, &format!(r"({VER})\s+-\s+({VER})"))
+}
+
+fn comparator_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    re(&R, &format!(r"(>=|=>|<=|=<|!=|~>|>|<|=|~|\^)?\s*({VER})"))
+}
+
+impl VersionSpec {
+    /// Parse a version or constraint given by the user, with Helm's semantics (see the module
+    /// documentation).
+    pub fn parse(s: &str) -> Result<Self, ChartError> {
+        let spec = s.trim();
+        let invalid = |reason: String| ChartError::InvalidVersionSpec {
+            spec: s.to_string(),
+            reason,
+        };
+        if spec.is_empty() || spec.eq_ignore_ascii_case("latest") {
+            return Ok(VersionSpec::Latest);
+        }
+        if spec.contains("||") {
+            return Err(invalid(
+                "alternatives with `||` are not supported; give a single range".into(),
+            ));
+        }
+        // An exact, complete version (optionally `=` and/or `v` prefixed).
+        let bare = spec.strip_prefix('=').map(str::trim_start).unwrap_or(spec);
+        let bare = bare.strip_prefix(['v', 'V']).unwrap_or(bare);
+        if let Ok(v) = semver::Version::parse(bare) {
+            return Ok(VersionSpec::Exact(v));
+        }
+
+        // Hyphen ranges first: "a - b" => ">=a <=b".
+        let rewritten = hyphen_re().replace_all(spec, ">=$1 <=$2").into_owned();
+        let mut comparators = Vec::new();
+        let mut last_end = 0;
+        for caps in comparator_re().captures_iter(&rewritten) {
+            let Some(m) = caps.get(0) else { continue };
+            let between = &rewritten[last_end..m.start()];
+            if !between.chars().all(|c| c.is_whitespace() || c == ',') {
+                return Err(invalid(format!("unexpected text {:?}", between.trim())));
+            }
+            last_end = m.end();
+            let op = caps.get(1).map(|m| m.as_str()).unwrap_or("");
+            let ver = caps.get(2).map(|m| m.as_str()).unwrap_or("");
+            comparators.push(translate_comparator(op, ver).map_err(&invalid)?);
+        }
+        let rest = &rewritten[last_end..];
+        if !rest.chars().all(|c| c.is_whitespace() || c == ',') {
+            return Err(invalid(format!("unexpected text {:?}", rest.trim())));
+        }
+        if comparators.is_empty() {
+            return Err(invalid("not a version or version constraint".into()));
+        }
+        let joined = comparators.join(", ");
+        semver::VersionReq::parse(&joined)
+            .map(VersionSpec::Range)
+            .map_err(|e| invalid(format!("{e} (as {joined:?})")))
+    }
+}
+
+/// Translate one Masterminds comparator into the `semver` crate's syntax.
+fn translate_comparator(op: &str, ver: &str) -> Result<String, String> {
+    let ver = ver.strip_prefix(['v', 'V']).unwrap_or(ver);
+    // Split off prerelease/build, then truncate the numeric core at the first wildcard.
+    let core_end = ver.find(['-', '+']).unwrap_or(ver.len());
+    let (core, suffix) = ver.split_at(core_end);
+    let mut parts = Vec::new();
+    let mut wildcard = false;
+    for p in core.split('.') {
+        if p == "x" || p == "X" || p == "*" {
+            wildcard = true;
+            break;
+        }
+        parts.push(p);
+    }
+    if wildcard && !suffix.is_empty() {
+        return Err(format!(
+            "a wildcard version cannot have a prerelease or build part: {ver:?}"
+        ));
+    }
+    let v = if parts.is_empty() {
+        None
+    } else {
+        Some(format!("{}{}", parts.join("."), suffix))
+    };
+    let out = match (op, v) {
+        ("!=", _) => return Err("`!=` is not supported; use a range instead".into()),
+        (_, None) => "*".to_string(),
+        // Masterminds: "=1.7" / "1.7" (partial) means any 1.7.x; the semver crate's "=1.7"
+        // means the same. A complete version means exactly that version in both.
+        ("" | "=", Some(v)) => format!("={v}"),
+        ("~" | "~>", Some(v)) => format!("~{v}"),
+        ("^", Some(v)) => format!("^{v}"),
+        ("=>", Some(v)) => format!(">={v}"),
+        ("=<", Some(v)) => format!("<={v}"),
+        (op, Some(v)) => format!("{op}{v}"),
+    };
+    Ok(out)
+}
+
+/// Lenient version parsing as Masterminds' `NewVersion`: optional `v`, missing minor/patch
+/// default to 0.
+fn parse_lenient(s: &str) -> Option<semver::Version> {
+    let s = s.trim();
+    let s = s.strip_prefix(['v', 'V']).unwrap_or(s);
+    if let Ok(v) = semver::Version::parse(s) {
+        return Some(v);
+    }
+    let core_end = s.find(['-', '+']).unwrap_or(s.len());
+    let (core, suffix) = s.split_at(core_end);
+    let parts: Vec<&str> = core.split('.').collect();
+    if parts.is_empty()
+        || parts.len() > 3
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return None;
+    }
+    let mut full: Vec<&str> = parts.clone();
+    while full.len() < 3 {
+        full.push("0");
+    }
+    semver::Version::parse(&format!("{}{}", full.join("."), suffix)).ok()
+}
+
+fn opt_string(v: Option<&Value>) -> Option<String> {
+    v.and_then(scalar_to_string)
+}
+
+impl RepoIndex {
+    /// Parse a Helm repository index (`apiVersion: v1`, YAML or JSON). Unknown fields are
+    /// ignored; entries that are not mappings, have no string `version` or a version that is
+    /// not SemVer (after Helm's leniency: `v` prefix, missing minor/patch) are skipped (see
+    /// [`RepoIndex::skipped`]).
+    pub fn parse(bytes: &[u8]) -> Result<Self, ChartError> {
+        let invalid = |reason: String| ChartError::InvalidIndex { reason };
+        let doc: Value = serde_yaml_ng::from_slice(bytes)
+            .map_err(|e| invalid(format!("not valid YAML: {e}")))?;
+        let Value::Mapping(root) = doc else {
+            return Err(invalid("not a mapping".into()));
+        };
+        match root.get("apiVersion").and_then(Value::as_str) {
+            Some("v1") => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "unsupported apiVersion {other:?} (expected v1)"
+                )))
+            }
+            None => {
+                return Err(invalid(
+                    "no apiVersion (not a Helm repository index?)".into(),
+                ))
+            }
+        }
+        let mut entries: BTreeMap<String, Vec<Indexed>> = BTreeMap::new();
+        let mut skipped = Vec::new();
+        match root.get("entries") {
+            None | Some(Value::Null) => {}
+            Some(Value::Mapping(map)) => {
+                for (key, list) in map {
+                    let Some(chart) = scalar_to_string(key) else {
+                        skipped.push(format!("entry with a non-scalar chart name {key:?}"));
+                        continue;
+                    };
+                    let Value::Sequence(list) = list else {
+                        skipped.push(format!("{chart}: entries are not a list"));
+                        continue;
+                    };
+                    let mut versions = Vec::new();
+                    for item in list {
+                        match parse_entry(&chart, item) {
+                            Ok(ix) => versions.push(ix),
+                            Err(why) => skipped.push(format!("{chart}: {why}")),
+                        }
+                    }
+                    // Newest first; equal precedence keeps index order (stable sort).
+                    versions.sort_by(|a: &Indexed, b: &Indexed| b.semver.cmp_precedence(&a.semver));
+                    entries.entry(chart).or_default().extend(versions);
+                }
+            }
+            Some(_) => return Err(invalid("`entries` is not a mapping".into())),
+        }
+        Ok(RepoIndex { entries, skipped })
+    }
+
+    /// Names of the charts in the index, sorted.
+    pub fn charts(&self) -> Vec<&str> {
+        self.entries.keys().map(String::as_str).collect()
+    }
+
+    /// Human-readable notes about index entries that were skipped while parsing.
+    pub fn skipped(&self) -> &[String] {
+        &self.skipped
+    }
+
+    /// All usable versions of `chart`, newest first (empty if the chart is unknown).
+    pub fn versions(&self, chart: &str) -> Vec<&ChartEntry> {
+        self.entries
+            .get(chart)
+            .map(|v| v.iter().map(|ix| &ix.entry).collect())
+            .unwrap_or_default()
+    }
+
+    /// The highest version of `chart` matching `spec`. Prereleases are only returned for
+    /// [`VersionSpec::Exact`] (or a range that names a prerelease of the same version).
+    pub fn resolve(&self, chart: &str, spec: &VersionSpec) -> Result<&ChartEntry, ChartError> {
+        let Some(list) = self.entries.get(chart) else {
+            return Err(ChartError::UnknownChart {
+                chart: chart.to_string(),
+                available: self.entries.keys().cloned().collect(),
+            });
+        };
+        let found = match spec {
+            VersionSpec::Latest => list.iter().find(|ix| ix.semver.pre.is_empty()),
+            VersionSpec::Exact(v) => list
+                .iter()
+                .find(|ix| ix.semver == *v)
+                .or_else(|| list.iter().find(|ix| ix.semver.cmp_precedence(v).is_eq())),
+            VersionSpec::Range(req) => list.iter().find(|ix| req.matches(&ix.semver)),
+        };
+        found
+            .map(|ix| &ix.entry)
+            .ok_or_else(|| ChartError::UnknownVersion {
+                chart: chart.to_string(),
+                requested: spec.to_string(),
+                nearest: nearest(list, spec),
+            })
+    }
+}
+
+fn parse_entry(chart: &str, item: &Value) -> Result<Indexed, String> {
+    let Value::Mapping(m) = item else {
+        return Err("an entry is not a mapping".into());
+    };
+    let version = match m.get("version") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(format!("version {other:?} is not a string")),
+        None => return Err("an entry has no version".into()),
+    };
+    let semver =
+        parse_lenient(&version).ok_or_else(|| format!("version {version:?} is not SemVer"))?;
+    let name = m
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(chart)
+        .to_string();
+    let urls = match m.get("urls") {
+        Some(Value::Sequence(seq)) => seq.iter().filter_map(scalar_to_string).collect(),
+        Some(Value::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    Ok(Indexed {
+        semver,
+        entry: ChartEntry {
+            name,
+            version,
+            app_version: opt_string(m.get("appVersion")),
+            digest: opt_string(m.get("digest")),
+            urls,
+            created: opt_string(m.get("created")),
+        },
+    })
+}
+
+/// Up to 5 versions closest to what was asked, closest first: walk outwards from where the
+/// target would sit in the sorted list, taking the closer neighbour by (major, minor, patch)
+/// distance each time (ties prefer the newer version).
+fn nearest(list: &[Indexed], spec: &VersionSpec) -> Vec<String> {
+    let target = match spec {
+        VersionSpec::Latest => None,
+        VersionSpec::Exact(v) => Some(v.clone()),
+        VersionSpec::Range(req) => req.comparators.first().map(|c| semver::Version {
+            major: c.major,
+            minor: c.minor.unwrap_or(0),
+            patch: c.patch.unwrap_or(0),
+            pre: c.pre.clone(),
+            build: semver::BuildMetadata::EMPTY,
+        }),
+    };
+    let ordered: Vec<&Indexed> = match target {
+        None => list.iter().collect(),
+        Some(t) => {
+            let dist = |v: &semver::Version| {
+                (
+                    v.major.abs_diff(t.major),
+                    v.minor.abs_diff(t.minor),
+                    v.patch.abs_diff(t.patch),
+                )
+            };
+            // `list` is newest first: `split` entries are newer than the target.
+            let split = list
+                .iter()
+                .take_while(|ix| ix.semver.cmp_precedence(&t).is_gt())
+                .count();
+            let mut upper = list[..split].iter().rev().peekable();
+            let mut lower = list[split..].iter().peekable();
+            let mut out = Vec::with_capacity(list.len());
+            loop {
+                let take_upper = match (upper.peek(), lower.peek()) {
+                    (Some(u), Some(l)) => dist(&u.semver) <= dist(&l.semver),
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (None, None) => break,
+                };
+                let next = if take_upper {
+                    upper.next()
+                } else {
+                    lower.next()
+                };
+                if let Some(ix) = next {
+                    out.push(ix);
+                }
+            }
+            out
+        }
+    };
+    let mut out: Vec<String> = Vec::new();
+    for ix in ordered {
+        if !out.contains(&ix.entry.version) {
+            out.push(ix.entry.version.clone());
+        }
+        if out.len() == 5 {
+            break;
+        }
+    }
+    out
+}
+
+/// Split `url` into (before query/fragment, query including `?` or "").
+fn split_query(url: &str) -> (&str, &str) {
+    let no_frag = url.split('#').next().unwrap_or(url);
+    match no_frag.find('?') {
+        Some(i) => (&no_frag[..i], &no_frag[i..]),
+        None => (no_frag, ""),
+    }
+}
+
+/// Split into (scheme + "//" + authority, path). Either may be empty.
+fn split_authority(url: &str) -> (&str, &str) {
+    static R: OnceLock<Regex> = OnceLock::new();
+    let r = re(&R, r"^(?:[A-Za-z][A-Za-z0-9+.\-]*:)?(?://[^/]*)?");
+    let end = r.find(url).map(|m| m.end()).unwrap_or(0);
+    url.split_at(end)
+}
+
+fn has_scheme(url: &str) -> bool {
+    static R: OnceLock<Regex> = OnceLock::new();
+    re(&R, r"^[A-Za-z][A-Za-z0-9+.\-]*:").is_match(url)
+}
+
+/// RFC 3986 `remove_dot_segments` for a path. For a relative path (a local repository
+/// directory), `..` that cannot be resolved are kept.
+fn remove_dot_segments(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut out: Vec<&str> = Vec::new();
+    let segs: Vec<&str> = path.split('/').collect();
+    let n = segs.len();
+    let mut trailing_slash = false;
+    for (i, seg) in segs.iter().enumerate() {
+        let last = i + 1 == n;
+        match *seg {
+            "." => trailing_slash = last,
+            ".." => {
+                if out.last().is_some_and(|l| *l != "..") {
+                    out.pop();
+                } else if !absolute {
+                    out.push("..");
+                }
+                trailing_slash = last;
+            }
+            s => {
+                if !(s.is_empty() && i == 0 && absolute) {
+                    out.push(s);
+                }
+                trailing_slash = false;
+            }
+        }
+    }
+    let mut joined = out.join("/");
+    if absolute {
+        joined.insert(0, '/');
+    }
+    if trailing_slash && !joined.ends_with('/') {
+        joined.push('/');
+    }
+    joined
+}
+
+/// The URL to download a chart from, given the URL the index was fetched from (or the
+/// repository URL) and one of the entry's `urls`.
+///
+/// Absolute entry URLs are returned unchanged. Relative ones are resolved like Helm's
+/// `ResolveReferenceURL`: against the repository URL with a trailing slash. `index_url` may be
+/// the repository URL with or without trailing slash, or the index file itself
+/// (`.../index.yaml`, or any last segment ending in `.yaml`/`.yml`/`.json`), which is dropped.
+/// Like Helm, the query of the repository URL (e.g. an access token) is carried over; if it
+/// has none, the entry URL's own query is kept (Helm would drop it).
+pub fn resolve_chart_url(index_url: &str, entry_url: &str) -> String {
+    let entry_url = entry_url.trim();
+    if has_scheme(entry_url) {
+        return entry_url.to_string();
+    }
+    let (base, base_query) = split_query(index_url.trim());
+    let (authority, base_path) = split_authority(base);
+    // Directory of the repository, with a trailing slash.
+    let mut dir = base_path.to_string();
+    if let Some(last) = dir.rsplit('/').next() {
+        let lower = last.to_ascii_lowercase();
+        if lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json") {
+            let cut = dir.len() - last.len();
+            dir.truncate(cut);
+        }
+    }
+    if !dir.ends_with('/') {
+        dir.push('/');
+    }
+    let (ref_path, ref_query) = split_query(entry_url);
+    let query = if base_query.is_empty() {
+        ref_query
+    } else {
+        base_query
+    };
+    if let Some(rest) = ref_path.strip_prefix("//") {
+        // Network-path reference: keep only the scheme.
+        let scheme = authority.split("//").next().unwrap_or("");
+        return format!("{scheme}//{rest}{query}");
+    }
+    let path = if ref_path.starts_with('/') {
+        remove_dot_segments(ref_path)
+    } else if authority.is_empty() && !dir.starts_with('/') {
+        // A relative base (a local directory): keep it relative.
+        remove_dot_segments(&format!("{dir}{ref_path}"))
+    } else {
+        let dir = if dir.starts_with('/') {
+            dir
+        } else {
+            format!("/{dir}")
+        };
+        remove_dot_segments(&format!("{dir}{ref_path}"))
+    };
+    format!("{authority}{path}{query}")
+}
+
+/// The URL of a repository's index file: `https://koordinator-sh.github.io/charts/` ->
+/// `https://koordinator-sh.github.io/charts/index.yaml`. A URL that already names
+/// `index.yaml` is returned unchanged; a query string is kept at the end.
+pub fn index_url(repo_url: &str) -> String {
+    let (base, query) = split_query(repo_url.trim());
+    if base.ends_with("/index.yaml") {
+        return format!("{base}{query}");
+    }
+    format!("{}/index.yaml{query}", base.trim_end_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOCAL: &[u8] = include_bytes!("../../tests/fixtures/charts/index.yaml");
+    const UPSTREAM: &[u8] = include_bytes!("../../tests/fixtures/charts/index.upstream.yaml");
+
+    fn v(s: &str) -> semver::Version {
+        semver::Version::parse(s).expect("test version")
+    }
+
+    fn range(spec: &str) -> semver::VersionReq {
+        match VersionSpec::parse(spec).expect("spec parses") {
+            VersionSpec::Range(r) => r,
+            other => panic!("{spec}: expected a range, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parse_local_index() {
+        let ix = RepoIndex::parse(LOCAL).expect("parse");
+        assert_eq!(ix.charts(), vec!["koordinator"]);
+        let versions: Vec<&str> = ix
+            .versions("koordinator")
+            .iter()
+            .map(|e| e.version.as_str())
+            .collect();
+        assert_eq!(versions, ["1.8.0", "1.6.0", "1.4.1", "1.1.1", "0.4.1"]);
+        let e = ix
+            .resolve("koordinator", &VersionSpec::Latest)
+            .expect("latest");
+        assert_eq!(e.version, "1.8.0");
+        assert_eq!(e.urls, ["koordinator-1.8.0.tgz"]);
+        assert_eq!(e.app_version.as_deref(), Some("1.8.0"));
+        assert_eq!(
+            e.digest.as_deref(),
+            Some("f4b5be3927fd6b1f4fd42fb50675f2e1feed98eb0a939d78ffb89daf51691f88")
+        );
+        assert_eq!(e.created.as_deref(), Some("2026-04-16T08:27:29.710956047Z"));
+        assert!(ix.skipped().is_empty());
+    }
+
+    #[test]
+    fn parse_upstream_index() {
+        let ix = RepoIndex::parse(UPSTREAM).expect("parse");
+        assert_eq!(
+            ix.charts(),
+            vec![
+                "hadoop-yarn",
+                "hami-daemon",
+                "koord-queue",
+                "koordinator",
+                "koordinator-yarn-copilot",
+                "koordinator-yarn-operator"
+            ]
+        );
+        let k = ix.versions("koordinator");
+        assert_eq!(k.len(), 21);
+        assert_eq!(k[0].version, "1.8.0");
+        assert_eq!(k[20].version, "0.1.0");
+        // newest first, strictly
+        for w in k.windows(2) {
+            assert!(v(&w[0].version) > v(&w[1].version));
+        }
+        let e = ix
+            .resolve("koordinator", &VersionSpec::parse("~1.7").expect("spec"))
+            .expect("resolve");
+        assert_eq!(e.version, "1.7.0");
+        assert_eq!(
+            e.urls,
+            ["https://github.com/koordinator-sh/charts/releases/download/koordinator-1.7.0/koordinator-1.7.0.tgz"]
+        );
+        // hadoop-yarn has a prerelease-looking version 3.3.2-1.0: latest is 3.3.3.
+        let h = ix
+            .resolve("hadoop-yarn", &VersionSpec::Latest)
+            .expect("latest");
+        assert_eq!(h.version, "3.3.3");
+    }
+
+    #[test]
+    fn version_spec_parse() {
+        assert_eq!(
+            VersionSpec::parse("latest").expect("p"),
+            VersionSpec::Latest
+        );
+        assert_eq!(VersionSpec::parse("").expect("p"), VersionSpec::Latest);
+        assert_eq!(
+            VersionSpec::parse("1.8.0").expect("p"),
+            VersionSpec::Exact(v("1.8.0"))
+        );
+        assert_eq!(
+            VersionSpec::parse("v1.8.0").expect("p"),
+            VersionSpec::Exact(v("1.8.0"))
+        );
+        assert_eq!(
+            VersionSpec::parse("=1.8.0").expect("p"),
+            VersionSpec::Exact(v("1.8.0"))
+        );
+        assert_eq!(
+            VersionSpec::parse("1.8.0-rc.1").expect("p"),
+            VersionSpec::Exact(v("1.8.0-rc.1"))
+        );
+
+        let r = range("~1.7");
+        assert!(r.matches(&v("1.7.0")) && r.matches(&v("1.7.9")) && !r.matches(&v("1.8.0")));
+        let r = range(">=1.6 <1.8");
+        assert!(r.matches(&v("1.6.0")) && r.matches(&v("1.7.3")) && !r.matches(&v("1.8.0")));
+        assert!(!r.matches(&v("1.5.9")));
+        let r = range(">= 1.6, < 1.8");
+        assert!(r.matches(&v("1.7.0")) && !r.matches(&v("1.8.0")));
+        // Masterminds: a bare partial version means that minor (not caret).
+        let r = range("1.7");
+        assert!(r.matches(&v("1.7.0")) && r.matches(&v("1.7.5")) && !r.matches(&v("1.8.0")));
+        let r = range("1");
+        assert!(r.matches(&v("1.8.0")) && !r.matches(&v("2.0.0")) && !r.matches(&v("0.9.0")));
+        let r = range("1.7.x");
+        assert!(r.matches(&v("1.7.2")) && !r.matches(&v("1.8.0")));
+        let r = range("^1.4");
+        assert!(r.matches(&v("1.8.0")) && !r.matches(&v("2.0.0")) && !r.matches(&v("1.3.0")));
+        let r = range("^0.4");
+        assert!(r.matches(&v("0.4.1")) && !r.matches(&v("0.5.0")));
+        let r = range("1.4 - 1.6");
+        assert!(r.matches(&v("1.4.0")) && r.matches(&v("1.6.9")) && !r.matches(&v("1.7.0")));
+        let r = range("*");
+        assert!(r.matches(&v("1.8.0")) && !r.matches(&v("1.9.0-rc.1")));
+        let r = range("=> 1.6");
+        assert!(r.matches(&v("1.6.0")));
+        let r = range("~> 1.6");
+        assert!(r.matches(&v("1.6.5")) && !r.matches(&v("1.7.0")));
+
+        for bad in ["1.6 || 1.8", "!=1.7.0", "foo", ">=1.6 bar", "1.8.0.1"] {
+            let err = VersionSpec::parse(bad).expect_err(bad);
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn resolve_versions() {
+        let ix = RepoIndex::parse(UPSTREAM).expect("parse");
+        let get = |s: &str| {
+            ix.resolve("koordinator", &VersionSpec::parse(s).expect("spec"))
+                .map(|e| e.version.clone())
+        };
+        assert_eq!(get("1.8.0").expect("r"), "1.8.0");
+        assert_eq!(get("v1.4.1").expect("r"), "1.4.1");
+        assert_eq!(get("1.4").expect("r"), "1.4.1");
+        assert_eq!(get(">=1.6 <1.8").expect("r"), "1.7.0");
+        assert_eq!(get("^0.6").expect("r"), "0.6.2");
+        assert_eq!(get("<1").expect("r"), "0.7.0");
+        let err = get("1.7.5").expect_err("unknown");
+        match &err {
+            ChartError::UnknownVersion {
+                chart,
+                requested,
+                nearest,
+            } => {
+                assert_eq!(chart, "koordinator");
+                assert_eq!(requested, "1.7.5");
+                assert_eq!(nearest, &["1.7.0", "1.8.0", "1.6.0", "1.5.0", "1.4.1"]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("1.7.5") && msg.contains("nearest existing versions: 1.7.0, 1.8.0"),
+            "{msg}"
+        );
+        match get("~2.1").expect_err("unknown") {
+            ChartError::UnknownVersion { nearest, .. } => {
+                assert_eq!(nearest, ["1.8.0", "1.7.0", "1.6.0", "1.5.0", "1.4.1"])
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match get("0.0.1").expect_err("unknown") {
+            ChartError::UnknownVersion { nearest, .. } => {
+                assert_eq!(nearest, ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0"])
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+
+        let err = ix
+            .resolve("koordinatorr", &VersionSpec::Latest)
+            .expect_err("unknown chart");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("koordinatorr")
+                && msg.contains("koord-queue")
+                && msg.contains("koordinator,"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn prereleases_only_when_exact() {
+        let idx = b"apiVersion: v1\nentries:\n  c:\n  - {name: c, version: 1.9.0-rc.1, urls: [c-1.9.0-rc.1.tgz], futureField: {x: 1}}\n  - {name: c, version: 1.8.0, urls: [c-1.8.0.tgz]}\n  - {name: c, version: not-a-version}\n  - {name: c, version: v1.7}\n  - {name: c}\n  - 42\n";
+        let ix = RepoIndex::parse(idx).expect("parse");
+        let versions: Vec<&str> = ix
+            .versions("c")
+            .iter()
+            .map(|e| e.version.as_str())
+            .collect();
+        assert_eq!(versions, ["1.9.0-rc.1", "1.8.0", "v1.7"]);
+        assert_eq!(ix.skipped().len(), 3, "{:?}", ix.skipped());
+        let r = |s: &str| {
+            ix.resolve("c", &VersionSpec::parse(s).expect("spec"))
+                .map(|e| e.version.as_str())
+        };
+        assert_eq!(r("latest").expect("r"), "1.8.0");
+        assert_eq!(r(">=1.0").expect("r"), "1.8.0");
+        assert_eq!(r("1.9.0-rc.1").expect("r"), "1.9.0-rc.1");
+        assert_eq!(r("1.7").expect("r"), "v1.7");
+        assert_eq!(r("1.7.0").expect("r"), "v1.7");
+        assert!(r("1.9.0").is_err());
+    }
+
+    #[test]
+    fn bad_indexes() {
+        assert!(matches!(
+            RepoIndex::parse(b"{{{"),
+            Err(ChartError::InvalidIndex { .. })
+        ));
+        assert!(matches!(
+            RepoIndex::parse(b"entries: {}"),
+            Err(ChartError::InvalidIndex { .. })
+        ));
+        assert!(matches!(
+            RepoIndex::parse(b"apiVersion: v2\nentries: {}"),
+            Err(ChartError::InvalidIndex { .. })
+        ));
+        assert!(matches!(
+            RepoIndex::parse(b"- a"),
+            Err(ChartError::InvalidIndex { .. })
+        ));
+        let ix = RepoIndex::parse(b"apiVersion: v1\n").expect("empty index");
+        assert!(ix.charts().is_empty());
+        let err = ix
+            .resolve("koordinator", &VersionSpec::Latest)
+            .expect_err("unknown");
+        assert!(err.to_string().contains("(none)"), "{err}");
+        // JSON is YAML.
+        let ix = RepoIndex::parse(
+            br#"{"apiVersion":"v1","entries":{"a":[{"version":"1.0.0","urls":["a.tgz"]}]}}"#,
+        )
+        .expect("json index");
+        assert_eq!(ix.versions("a")[0].name, "a");
+    }
+
+    #[test]
+    fn chart_urls() {
+        let abs = "https://github.com/koordinator-sh/charts/releases/download/koordinator-1.8.0/koordinator-1.8.0.tgz";
+        assert_eq!(
+            resolve_chart_url("https://koordinator-sh.github.io/charts/", abs),
+            abs
+        );
+        for base in [
+            "http://h/charts",
+            "http://h/charts/",
+            "http://h/charts/index.yaml",
+        ] {
+            assert_eq!(
+                resolve_chart_url(base, "koordinator-1.8.0.tgz"),
+                "http://h/charts/koordinator-1.8.0.tgz",
+                "{base}"
+            );
+            assert_eq!(
+                resolve_chart_url(base, "./sub/c.tgz"),
+                "http://h/charts/sub/c.tgz"
+            );
+            assert_eq!(
+                resolve_chart_url(base, "../other/c.tgz"),
+                "http://h/other/c.tgz"
+            );
+            assert_eq!(
+                resolve_chart_url(base, "/root/c.tgz"),
+                "http://h/root/c.tgz"
+            );
+            assert_eq!(
+                resolve_chart_url(base, "//cdn.example/c.tgz"),
+                "http://cdn.example/c.tgz"
+            );
+        }
+        assert_eq!(
+            resolve_chart_url("http://h:8080", "c.tgz"),
+            "http://h:8080/c.tgz"
+        );
+        assert_eq!(resolve_chart_url("http://h/", "c.tgz"), "http://h/c.tgz");
+        assert_eq!(
+            resolve_chart_url("https://h/charts?token=abc", "c.tgz"),
+            "https://h/charts/c.tgz?token=abc"
+        );
+        assert_eq!(
+            resolve_chart_url("https://h/charts/", "c.tgz?x=1"),
+            "https://h/charts/c.tgz?x=1"
+        );
+        assert_eq!(
+            resolve_chart_url("file:///srv/charts/index.yaml", "c.tgz"),
+            "file:///srv/charts/c.tgz"
+        );
+        assert_eq!(
+            resolve_chart_url("/srv/charts", "c.tgz"),
+            "/srv/charts/c.tgz"
+        );
+        assert_eq!(
+            resolve_chart_url("charts/index.yaml", "c.tgz"),
+            "charts/c.tgz"
+        );
+        assert_eq!(resolve_chart_url("oci://x/y", "oci://z/c"), "oci://z/c");
+    }
+
+    #[test]
+    fn index_urls() {
+        assert_eq!(
+            index_url("https://koordinator-sh.github.io/charts/"),
+            "https://koordinator-sh.github.io/charts/index.yaml"
+        );
+        assert_eq!(
+            index_url("https://koordinator-sh.github.io/charts"),
+            "https://koordinator-sh.github.io/charts/index.yaml"
+        );
+        assert_eq!(
+            index_url("http://h/charts/index.yaml"),
+            "http://h/charts/index.yaml"
+        );
+        assert_eq!(
+            index_url("http://h/charts?t=1"),
+            "http://h/charts/index.yaml?t=1"
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Command-line definitions. The doc comments are the `--help` text.
+
+use crate::bundle::pack::Compression;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Carry Koordinator into an air-gapped cluster: one signed bundle with the Helm chart, every
+/// image it deploys (multi-arch) and its CRDs.
+#[derive(Debug, Parser)]
+#[command(name = "koord-bundle", version, about, long_about = None)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a minisign key pair (koord-bundle.key, koord-bundle.pub) for signing bundles.
+    Keygen(KeygenArgs),
+    /// Resolve a chart version, pull every image it deploys and write one signed bundle.
+    Build(Box<BuildArgs>),
+    /// Show what a bundle holds (reads only its head; no verification).
+    Inspect(InspectArgs),
+    /// Check a bundle's signature and every byte, with no network.
+    Verify(VerifyArgs),
+}
+
+/// `keygen`.
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Where to write the key pair [default: the user's config directory, ~/.config/koord-bundle].
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Do not protect the secret key with a password (otherwise the password comes from
+    /// KOORD_BUNDLE_KEY_PASSWORD or a prompt on a terminal).
+    #[arg(long)]
+    pub unencrypted: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Chart version: `1.8.0`, `v1.8.0`, `latest`, or a range (`~1.7`, `>=1.6 <1.8`).
+    #[arg(default_value = "latest")]
+    pub version: String,
+    /// Helm chart repository (URL or local directory holding index.yaml).
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "https://koordinator-sh.github.io/charts/"
+    )]
+    pub repo: String,
+    /// Use this chart archive (downloaded by hand) instead of the repository.
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<PathBuf>,
+    /// Go on when the chart archive does not match the index digest (recorded in the bundle).
+    #[arg(long)]
+    pub allow_chart_digest_mismatch: bool,
+    /// Image source, in order of preference, falling back per image: aliyun, aliyun-hangzhou,
+    /// ghcr, dockerhub, chart (the chart's imageRepositoryHost) or HOST[:PORT][/PATH]
+    /// [default: chart, ghcr, aliyun-hangzhou].
+    #[arg(long = "source", value_name = "SRC")]
+    pub sources: Vec<String>,
+    /// Keep only these platforms (e.g. linux/amd64,linux/arm64) [default: all].
+    #[arg(long, value_name = "P,...", value_delimiter = ',')]
+    pub platform: Vec<String>,
+    /// Add an image by hand (full reference).
+    #[arg(long = "image", value_name = "REF")]
+    pub images: Vec<String>,
+    /// Values file fed to image discovery, as helm would.
+    #[arg(long = "values", short = 'f', value_name = "FILE")]
+    pub values: Vec<PathBuf>,
+    /// Value fed to image discovery, as helm's --set.
+    #[arg(long = "set", value_name = "K=V")]
+    pub set: Vec<String>,
+    /// Output file [default: koordinator-<version>.tar].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Signing key [default: koord-bundle.key in the user's config directory].
+    #[arg(long, value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
+    /// Write an unsigned bundle (loading it then needs --insecure-skip-signature).
+    #[arg(long, conflicts_with = "sign_key")]
+    pub unsigned: bool,
+    /// Content-addressed blob cache [default: the user's cache directory].
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Parallel downloads.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 4)]
+    pub jobs: usize,
+    /// Speak plain HTTP to custom (HOST[:PORT]) sources and --image registries.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// Extra CA certificate (PEM) to trust for registries and the chart repository.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Vec<PathBuf>,
+    /// Resolve and discover, fetch manifests only, print the plan; download no layer.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Compress the whole bundle (layers are already compressed; plain tar is the default).
+    #[arg(long, value_enum, default_value = "none")]
+    pub compress: Compression,
+    /// Print the result as JSON on stdout (progress is silent).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The bundle.
+    pub bundle: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The bundle.
+    pub bundle: PathBuf,
+    /// Public key [default: koord-bundle.pub in the user's config directory].
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Check everything but the signature (for unsigned bundles).
+    #[arg(long)]
+    pub insecure_skip_signature: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+        let c = Cli::try_parse_from([
+            "koord-bundle",
+            "build",
+            "1.8.0",
+            "--platform",
+            "linux/amd64,linux/arm64",
+            "--source",
+            "ghcr",
+            "--source",
+            "aliyun",
+        ])
+        .unwrap();
+        let Command::Build(b) = c.command else {
+            panic!("expected build")
+        };
+        assert_eq!(b.platform, ["linux/amd64", "linux/arm64"]);
+        assert_eq!(b.sources, ["ghcr", "aliyun"]);
+        let c = Cli::try_parse_from(["koord-bundle", "build"]).unwrap();
+        let Command::Build(b) = c.command else {
+            panic!("expected build")
+        };
+        assert_eq!(b.version, "latest");
+    }
+}

@@ -1,0 +1,83 @@
+//! `koord-bundle inspect`: the head of a bundle, no verification.
+
+use crate::bundle::{reader, sign, BundleManifest};
+use crate::cli::InspectArgs;
+use anyhow::Context as _;
+
+/// Show what a bundle holds.
+pub fn run(args: InspectArgs) -> anyhow::Result<()> {
+    let head = reader::read_head(&args.bundle)?;
+    let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
+        format!(
+            "{}: the bundle manifest is not readable",
+            args.bundle.display()
+        )
+    })?;
+    let signature = match &head.signature {
+        Some(s) => Some(sign::signature_info(s)?),
+        None => None,
+    };
+    if args.json {
+        let images: Vec<_> = m
+            .images
+            .iter()
+            .map(|i| {
+                serde_json::json!({
+                    "ref": i.ref_name, "digest": i.digest, "upstreamDigest": i.upstream_digest,
+                    "platforms": i.platforms, "source": i.source, "sourceRef": i.source_ref,
+                    "original": i.original, "size": i.total_size,
+                })
+            })
+            .collect();
+        return super::print_json(&serde_json::json!({
+            "formatVersion": m.format_version,
+            "created": m.created,
+            "tool": m.tool,
+            "chart": {"name": m.chart.name, "version": m.chart.version, "appVersion": m.chart.app_version,
+                      "digest": m.chart.digest, "file": m.chart.file, "url": m.chart.url,
+                      "digestMismatchAllowed": m.chart.digest_mismatch_allowed, "oci": m.chart.oci},
+            "images": images,
+            "crds": m.crds,
+            "platformFilter": m.platform_filter,
+            "blobs": m.blobs,
+            "signature": signature.as_ref().map(|s| serde_json::json!({"signed": true, "keyId": s.key_id, "trustedComment": s.trusted_comment, "verified": false}))
+                .unwrap_or(serde_json::json!({"signed": false})),
+        }));
+    }
+    println!("bundle   {}", args.bundle.display());
+    println!(
+        "format   {} (koord-bundle {}), created {}",
+        m.format_version, m.tool.version, m.created
+    );
+    println!(
+        "chart    {} {} ({})",
+        m.chart.name, m.chart.version, m.chart.digest
+    );
+    match &signature {
+        Some(s) => println!(
+            "signed   by key {} (not verified here: run `koord-bundle verify`)",
+            s.key_id
+        ),
+        None => println!("signed   NO"),
+    }
+    println!(
+        "images   {} ({} unique blobs, {})",
+        m.images.len(),
+        m.blobs.count,
+        crate::copy::human_bytes(m.blobs.bytes)
+    );
+    for i in &m.images {
+        println!(
+            "  {:44} {}  [{}]  from {}",
+            i.ref_name,
+            &i.digest.as_str()[..19],
+            i.platforms.join(", "),
+            i.source
+        );
+    }
+    println!("crds     {}", m.crds.len());
+    for c in &m.crds {
+        println!("  {}", c.name);
+    }
+    Ok(())
+}

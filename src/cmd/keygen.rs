@@ -1,0 +1,35 @@
+//! `koord-bundle keygen`.
+
+use crate::bundle::sign;
+use crate::cli::KeygenArgs;
+use anyhow::Context as _;
+
+/// Write a key pair.
+pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
+    let dir = match args.output_dir {
+        Some(d) => d,
+        None => super::config_dir()?,
+    };
+    let password = if args.unencrypted {
+        None
+    } else {
+        Some(super::key_password(true)?.context(
+            "the secret key needs a password: set KOORD_BUNDLE_KEY_PASSWORD, run on a terminal, or pass --unencrypted",
+        )?)
+    };
+    let (sk, pk) = sign::keygen(&dir, password.clone())?;
+    let id = sign::key_id(sign::load_public_key(&pk)?.keynum());
+    if args.json {
+        super::print_json(
+            &serde_json::json!({"secretKey": sk, "publicKey": pk, "keyId": id, "encrypted": password.is_some()}),
+        )?;
+    } else {
+        println!(
+            "secret key: {} (keep it on the build machine)",
+            sk.display()
+        );
+        println!("public key: {} (copy it to the loading site)", pk.display());
+        println!("key id:     {id}");
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! `koord-bundle verify`: signature first, then every byte; no network.
+
+use crate::bundle::{reader, sign};
+use crate::cli::VerifyArgs;
+use crate::progress::{Mode, Progress};
+use anyhow::Context as _;
+
+/// Find the public key: `--key`, else the one in the config directory.
+pub fn public_key(key: Option<&std::path::Path>) -> anyhow::Result<minisign::PublicKey> {
+    let path = match key {
+        Some(k) => k.to_path_buf(),
+        None => super::config_dir()?.join(sign::PUBLIC_KEY_FILE),
+    };
+    if !path.exists() {
+        anyhow::bail!(
+            "no public key at {}: pass --key PUB (the koord-bundle.pub of the build site), or --insecure-skip-signature to check everything but the signature",
+            path.display()
+        );
+    }
+    Ok(sign::load_public_key(&path)?)
+}
+
+/// Verify a bundle.
+pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
+    let progress = Progress::new(Mode::detect(args.json));
+    let pk = if args.insecure_skip_signature {
+        progress.warn("--insecure-skip-signature: the signature is NOT checked; only integrity is");
+        None
+    } else {
+        Some(public_key(args.key.as_deref())?)
+    };
+    let total = std::fs::metadata(&args.bundle)
+        .with_context(|| format!("cannot read {}", args.bundle.display()))?
+        .len();
+    let bar = progress.bytes("verifying", total);
+    let policy = match &pk {
+        Some(k) => reader::SignaturePolicy::Require(k),
+        None => reader::SignaturePolicy::Skip,
+    };
+    let report = reader::verify(&args.bundle, policy, &|n| bar.inc(n))?;
+    bar.finish("done");
+    if args.json {
+        let m = report.manifest.as_ref();
+        return super::print_json(&serde_json::json!({
+            "ok": true, "bundle": report.bundle, "files": report.files, "blobs": report.blobs,
+            "bytes": report.bytes, "manifests": report.manifests,
+            "signature": {"verified": report.signature_verified, "keyId": report.signature.as_ref().map(|s| &s.key_id),
+                          "trustedComment": report.signature.as_ref().map(|s| &s.trusted_comment)},
+            "chart": m.map(|m| serde_json::json!({"name": m.chart.name, "version": m.chart.version})),
+            "images": m.map(|m| m.images.len()),
+        }));
+    }
+    match (&report.signature, report.signature_verified) {
+        (Some(s), true) => println!("signature  OK (key {}; {})", s.key_id, s.trusted_comment),
+        _ => println!("signature  NOT CHECKED"),
+    }
+    println!(
+        "files      {} OK ({} blobs, {} bytes)",
+        report.files, report.blobs, report.bytes
+    );
+    println!(
+        "layout     {} manifests, every referenced blob present",
+        report.manifests
+    );
+    if let Some(m) = &report.manifest {
+        println!(
+            "chart      {} {}, {} images, {} CRDs",
+            m.chart.name,
+            m.chart.version,
+            m.images.len(),
+            m.crds.len()
+        );
+    }
+    println!("bundle {} verified", args.bundle.display());
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! One printer for long work: progress bars on a TTY (indicatif), plain lines otherwise, and
+//! nothing but the final JSON document with `--json`. Messages go to stderr; results to stdout.
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+/// How to show progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Bars on a terminal.
+    Tty,
+    /// A line per step.
+    Plain,
+    /// Silent: the command prints one JSON document at the end.
+    Json,
+}
+
+impl Mode {
+    /// Bars when stderr is a terminal, else plain lines; JSON when asked.
+    pub fn detect(json: bool) -> Self {
+        if json {
+            Mode::Json
+        } else if std::io::stderr().is_terminal() {
+            Mode::Tty
+        } else {
+            Mode::Plain
+        }
+    }
+}
+
+/// The printer.
+#[derive(Clone)]
+pub struct Progress {
+    mode: Mode,
+    multi: Arc<MultiProgress>,
+}
+
+/// A byte counter for one piece of work.
+#[derive(Clone)]
+pub struct Bar {
+    bar: Option<ProgressBar>,
+    label: String,
+    mode: Mode,
+}
+
+impl Progress {
+    /// A printer in `mode`.
+    pub fn new(mode: Mode) -> Self {
+        let target = if mode == Mode::Tty {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        Progress {
+            mode,
+            multi: Arc::new(MultiProgress::with_draw_target(target)),
+        }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Say something (not in JSON mode).
+    pub fn say(&self, msg: impl AsRef<str>) {
+        match self.mode {
+            Mode::Tty => {
+                let _ = self.multi.println(msg.as_ref());
+            }
+            Mode::Plain => eprintln!("{}", msg.as_ref()),
+            Mode::Json => {}
+        }
+    }
+
+    /// A warning: always shown on stderr, JSON mode included.
+    pub fn warn(&self, msg: impl AsRef<str>) {
+        match self.mode {
+            Mode::Tty => {
+                let _ = self.multi.println(format!("warning: {}", msg.as_ref()));
+            }
+            _ => eprintln!("warning: {}", msg.as_ref()),
+        }
+    }
+
+    /// A byte bar of `total` bytes.
+    pub fn bytes(&self, label: &str, total: u64) -> Bar {
+        let bar = (self.mode == Mode::Tty).then(|| {
+            let b = self.multi.add(ProgressBar::new(total));
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{msg:32!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            b.set_message(label.to_string());
+            b
+        });
+        Bar {
+            bar,
+            label: label.to_string(),
+            mode: self.mode,
+        }
+    }
+}
+
+impl Bar {
+    /// Count `n` more bytes.
+    pub fn inc(&self, n: u64) {
+        if let Some(b) = &self.bar {
+            b.inc(n);
+        }
+    }
+    /// Done, with a closing word.
+    pub fn finish(&self, msg: &str) {
+        match (&self.bar, self.mode) {
+            (Some(b), _) => b.finish_with_message(format!("{} {msg}", self.label)),
+            (None, Mode::Plain) => eprintln!("{}: {msg}", self.label),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Image sources: where each image the chart names can be pulled from, in order of preference.
+//! The named sources are data (`bundle-spec/sources.json`), compiled in.
+
+use crate::oci::{ImageRef, RefError};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+const SOURCES_JSON: &str = include_str!("../bundle-spec/sources.json");
+
+/// The source map as data.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceMap {
+    /// Namespaces the chart's repositories start with; stripped to get the image name.
+    pub chart_namespaces: Vec<String>,
+    /// Default order (`@chart` is the chart's own `imageRepositoryHost`).
+    pub default: Vec<String>,
+    /// Named sources.
+    pub sources: BTreeMap<String, NamedSource>,
+}
+
+/// A named source: a registry and the namespace under which Koordinator's images live.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NamedSource {
+    /// Registry host.
+    pub registry: String,
+    /// Repository namespace (`koordinator-sh` or `koordinatorsh`).
+    pub namespace: String,
+    /// What it is.
+    pub description: String,
+}
+
+/// One source a user can pick with `--source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The chart's own `imageRepositoryHost` (DockerHub when empty).
+    Chart,
+    /// A named source of the map.
+    Named(String),
+    /// `HOST[:PORT][/PATH]`: replaces the chart's `imageRepositoryHost`.
+    Custom(String),
+}
+
+/// A source that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Neither a known name nor a registry host.
+    #[error("unknown source {0:?}: use one of {1}, or a registry HOST[:PORT][/PATH]")]
+    Unknown(String, String),
+    /// The mapped reference is not valid.
+    #[error(transparent)]
+    Ref(#[from] RefError),
+}
+
+impl SourceMap {
+    /// The compiled-in map.
+    pub fn builtin() -> Self {
+        // The file is part of this crate and checked by a unit test: a parse failure is a bug.
+        serde_json::from_str(SOURCES_JSON).expect("bundle-spec/sources.json is valid")
+    }
+
+    /// Parse a `--source` value.
+    pub fn parse_source(&self, s: &str) -> Result<Source, SourceError> {
+        if s == "@chart" || s == "chart" {
+            return Ok(Source::Chart);
+        }
+        if self.sources.contains_key(s) {
+            return Ok(Source::Named(s.to_string()));
+        }
+        let host = s.split('/').next().unwrap_or("");
+        if host.contains('.') || host.contains(':') || host == "localhost" {
+            return Ok(Source::Custom(s.trim_end_matches('/').to_string()));
+        }
+        let names: Vec<_> = self.sources.keys().map(String::as_str).collect();
+        Err(SourceError::Unknown(s.to_string(), names.join(", ")))
+    }
+
+    /// The default order.
+    pub fn default_sources(&self) -> Vec<Source> {
+        self.default
+            .iter()
+            .filter_map(|s| self.parse_source(s).ok())
+            .collect()
+    }
+
+    /// The image name: the chart repository without a known namespace, or `None` when the
+    /// repository is not under one (then named sources use the whole path).
+    fn image_name<'a>(&self, repository: &'a str) -> &'a str {
+        for ns in &self.chart_namespaces {
+            if let Some(rest) = repository
+                .strip_prefix(ns.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                return rest;
+            }
+        }
+        repository
+    }
+
+    /// Where `source` publishes the chart image `host/repository:tag`.
+    pub fn map(
+        &self,
+        source: &Source,
+        host: &str,
+        repository: &str,
+        tag: &str,
+    ) -> Result<ImageRef, SourceError> {
+        let text = match source {
+            Source::Chart if host.is_empty() => format!("docker.io/{repository}:{tag}"),
+            Source::Chart => format!("{host}/{repository}:{tag}"),
+            Source::Custom(prefix) => format!("{prefix}/{repository}:{tag}"),
+            Source::Named(name) => {
+                let s = &self.sources[name];
+                format!(
+                    "{}/{}/{}:{tag}",
+                    s.registry,
+                    s.namespace,
+                    self.image_name(repository)
+                )
+            }
+        };
+        Ok(ImageRef::parse(&text)?)
+    }
+
+    /// A name for the record: the named source whose mapping equals `r`, else the source's text.
+    pub fn label(&self, source: &Source, r: &ImageRef, repository: &str) -> String {
+        match source {
+            Source::Named(n) => n.clone(),
+            Source::Custom(c) => c.clone(),
+            Source::Chart => self
+                .sources
+                .iter()
+                .find(|(_, s)| {
+                    s.registry == r.registry
+                        && r.repository
+                            == format!("{}/{}", s.namespace, self.image_name(repository))
+                })
+                .map(|(n, _)| n.clone())
+                .unwrap_or_else(|| format!("chart ({})", r.registry)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn maps_sources() {
+        let m = SourceMap::builtin();
+        let gh = m.parse_source("ghcr").unwrap();
+        let r = m
+            .map(
+                &gh,
+                "registry.cn-beijing.aliyuncs.com",
+                "koordinator-sh/koordlet",
+                "v1.8.0",
+            )
+            .unwrap();
+        assert_eq!(r.to_string(), "ghcr.io/koordinator-sh/koordlet:v1.8.0");
+        let dh = m.parse_source("dockerhub").unwrap();
+        let r = m.map(&dh, "", "koordinator-sh/koordlet", "v1.8.0").unwrap();
+        assert_eq!(r.to_string(), "docker.io/koordinatorsh/koordlet:v1.8.0");
+        let r = m
+            .map(&Source::Chart, "", "koordinatorsh/koordlet", "v0.4.1")
+            .unwrap();
+        assert_eq!(r.to_string(), "docker.io/koordinatorsh/koordlet:v0.4.1");
+        let c = m.parse_source("127.0.0.1:5000/mirror").unwrap();
+        let r = m
+            .map(
+                &c,
+                "registry.cn-beijing.aliyuncs.com",
+                "koordinator-sh/koordlet",
+                "v1",
+            )
+            .unwrap();
+        assert_eq!(
+            r.to_string(),
+            "127.0.0.1:5000/mirror/koordinator-sh/koordlet:v1"
+        );
+        let r = m
+            .map(
+                &Source::Chart,
+                "registry.cn-beijing.aliyuncs.com",
+                "koordinator-sh/koordlet",
+                "v1",
+            )
+            .unwrap();
+        assert_eq!(
+            m.label(&Source::Chart, &r, "koordinator-sh/koordlet"),
+            "aliyun"
+        );
+        assert!(m.parse_source("nosuch").is_err());
+        assert_eq!(m.default_sources().len(), 3);
+    }
+}

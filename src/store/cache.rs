@@ -1,0 +1,255 @@
+//! The content-addressed blob cache: `ROOT/blobs/sha256/<hex>` holds only verified blobs;
+//! `ROOT/partial/<hex>` holds downloads in progress, resumed on the next run. A blob is written
+//! to its partial file, checked for size and digest, fsynced and renamed; a mismatch deletes the
+//! partial file and is an error, so nothing unverified ever reaches `blobs/`.
+
+use crate::oci::Digest;
+use sha2::{Digest as _, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The cache directory.
+#[derive(Debug, Clone)]
+pub struct BlobCache {
+    root: PathBuf,
+}
+
+/// Failures of the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// File system error on a path.
+    #[error("cache I/O on {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// Content does not match its digest; it was not kept.
+    #[error("blob {expected} has digest {actual} (received {size} bytes): refused, not written to the cache")]
+    DigestMismatch {
+        /// Digest the descriptor names.
+        expected: Digest,
+        /// Digest of what arrived.
+        actual: Digest,
+        /// Bytes received.
+        size: u64,
+    },
+    /// More or fewer bytes than the descriptor says.
+    #[error("blob {digest} should be {expected} bytes but {actual} arrived: refused, not written to the cache")]
+    SizeMismatch {
+        /// The blob.
+        digest: Digest,
+        /// Size the descriptor names.
+        expected: u64,
+        /// Bytes that arrived (so far).
+        actual: u64,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
+    move |source| CacheError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl BlobCache {
+    /// Open (creating) the cache at `root`.
+    pub fn open(root: &Path) -> Result<Self, CacheError> {
+        for sub in ["blobs/sha256", "partial"] {
+            let p = root.join(sub);
+            fs::create_dir_all(&p).map_err(io_err(&p))?;
+        }
+        Ok(BlobCache {
+            root: root.to_path_buf(),
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Path of a verified blob.
+    pub fn path(&self, d: &Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(d.hex())
+    }
+
+    /// Is the blob present with this size?
+    pub fn has(&self, d: &Digest, size: u64) -> bool {
+        fs::metadata(self.path(d))
+            .map(|m| m.is_file() && m.len() == size)
+            .unwrap_or(false)
+    }
+
+    /// Store small content held in memory (manifests, configs), after checking its digest.
+    pub fn put_bytes(&self, d: &Digest, bytes: &[u8]) -> Result<(), CacheError> {
+        if self.has(d, bytes.len() as u64) {
+            return Ok(());
+        }
+        let mut p = self.begin(d, bytes.len() as u64)?;
+        p.restart()?;
+        p.write(bytes)?;
+        p.commit()
+    }
+
+    /// Read a small verified blob (a manifest or config) back, re-checking its digest.
+    pub fn read_small(&self, d: &Digest, max: u64) -> Result<Vec<u8>, CacheError> {
+        let path = self.path(d);
+        let mut buf = Vec::new();
+        File::open(&path)
+            .map_err(io_err(&path))?
+            .take(max + 1)
+            .read_to_end(&mut buf)
+            .map_err(io_err(&path))?;
+        let actual = Digest::of(&buf);
+        if &actual != d {
+            let _ = fs::remove_file(&path);
+            return Err(CacheError::DigestMismatch {
+                expected: d.clone(),
+                actual,
+                size: buf.len() as u64,
+            });
+        }
+        Ok(buf)
+    }
+
+    /// Start or resume writing a blob: the partial file is opened and what it already holds is
+    /// hashed, so the download can continue at [`PartialBlob::offset`].
+    pub fn begin(&self, d: &Digest, size: u64) -> Result<PartialBlob, CacheError> {
+        let path = self.root.join("partial").join(d.hex());
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let mut hasher = Sha256::new();
+        let mut written = 0u64;
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = file.read(&mut buf).map_err(io_err(&path))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            written += n as u64;
+        }
+        let mut p = PartialBlob {
+            file,
+            hasher,
+            written,
+            digest: d.clone(),
+            size,
+            path,
+            final_path: self.path(d),
+        };
+        if written > size {
+            p.restart()?;
+        }
+        Ok(p)
+    }
+}
+
+/// A blob being written to the cache.
+pub struct PartialBlob {
+    file: File,
+    hasher: Sha256,
+    written: u64,
+    digest: Digest,
+    size: u64,
+    path: PathBuf,
+    final_path: PathBuf,
+}
+
+impl PartialBlob {
+    /// Bytes already held (resume offset).
+    pub fn offset(&self) -> u64 {
+        self.written
+    }
+
+    /// Throw away what is held and start at zero.
+    pub fn restart(&mut self) -> Result<(), CacheError> {
+        self.file.set_len(0).map_err(io_err(&self.path))?;
+        self.hasher = Sha256::new();
+        self.written = 0;
+        Ok(())
+    }
+
+    /// Append a chunk; more bytes than the descriptor's size is an error (and the partial file
+    /// is discarded).
+    pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
+        if self.written + chunk.len() as u64 > self.size {
+            let actual = self.written + chunk.len() as u64;
+            let _ = fs::remove_file(&self.path);
+            return Err(CacheError::SizeMismatch {
+                digest: self.digest.clone(),
+                expected: self.size,
+                actual,
+            });
+        }
+        self.file.write_all(chunk).map_err(io_err(&self.path))?;
+        self.hasher.update(chunk);
+        self.written += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// Check size and digest, fsync and move into `blobs/`. On mismatch the partial file is
+    /// deleted and nothing is kept.
+    pub fn commit(self) -> Result<(), CacheError> {
+        if self.written != self.size {
+            let _ = fs::remove_file(&self.path);
+            return Err(CacheError::SizeMismatch {
+                digest: self.digest,
+                expected: self.size,
+                actual: self.written,
+            });
+        }
+        let actual = Digest::from_hasher(self.hasher);
+        if actual != self.digest {
+            let _ = fs::remove_file(&self.path);
+            return Err(CacheError::DigestMismatch {
+                expected: self.digest,
+                actual,
+                size: self.written,
+            });
+        }
+        self.file.sync_all().map_err(io_err(&self.path))?;
+        fs::rename(&self.path, &self.final_path).map_err(io_err(&self.final_path))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn verifies_resumes_and_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = BlobCache::open(dir.path()).unwrap();
+        let data = b"hello world, a blob";
+        let d = Digest::of(data);
+        let mut p = c.begin(&d, data.len() as u64).unwrap();
+        p.write(&data[..5]).unwrap();
+        drop(p);
+        let mut p = c.begin(&d, data.len() as u64).unwrap();
+        assert_eq!(p.offset(), 5);
+        p.write(&data[5..]).unwrap();
+        p.commit().unwrap();
+        assert!(c.has(&d, data.len() as u64));
+        assert_eq!(c.read_small(&d, 100).unwrap(), data);
+
+        let bad = Digest::of(b"other");
+        let mut p = c.begin(&bad, data.len() as u64).unwrap();
+        p.write(data).unwrap();
+        assert!(matches!(p.commit(), Err(CacheError::DigestMismatch { .. })));
+        assert!(!c.path(&bad).exists());
+        let mut p = c.begin(&bad, 3).unwrap();
+        assert!(matches!(
+            p.write(data),
+            Err(CacheError::SizeMismatch { .. })
+        ));
+    }
+}

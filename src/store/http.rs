@@ -1,0 +1,111 @@
+//! Plain HTTP(S) fetches for the Helm repository (index and chart archive), with the same retry
+//! policy as registry calls. A repository may also be a local directory.
+
+use super::retry::RetryPolicy;
+use std::path::PathBuf;
+
+/// A fetch failure, naming the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// Transport or status failure.
+    #[error("GET {url}: {message}")]
+    Get {
+        /// The URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Client setup failure.
+    #[error("HTTP client setup: {0}")]
+    Setup(String),
+}
+
+/// A small HTTP client for Helm repositories.
+pub struct HttpFetcher {
+    client: reqwest::Client,
+    retry: RetryPolicy,
+}
+
+/// Largest document fetched (an index or a chart archive).
+const MAX_BODY: usize = 256 * 1024 * 1024;
+
+impl HttpFetcher {
+    /// A client trusting the system roots plus `ca_files`.
+    pub fn new(ca_files: &[PathBuf], retry: RetryPolicy) -> Result<Self, HttpError> {
+        let mut b = reqwest::Client::builder()
+            .user_agent(concat!("koord-bundle/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(std::time::Duration::from_secs(15))
+            .read_timeout(std::time::Duration::from_secs(60));
+        for f in ca_files {
+            let pem = std::fs::read(f).map_err(|e| {
+                HttpError::Setup(format!("cannot read CA file {}: {e}", f.display()))
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| HttpError::Setup(format!("CA file {}: {e}", f.display())))?;
+            for c in certs {
+                b = b.add_root_certificate(c);
+            }
+        }
+        Ok(HttpFetcher {
+            client: b.build().map_err(|e| HttpError::Setup(e.to_string()))?,
+            retry,
+        })
+    }
+
+    /// GET `url` (or read it, for a local path) into memory.
+    pub async fn get(&self, url: &str) -> Result<Vec<u8>, HttpError> {
+        let err = |message: String| HttpError::Get {
+            url: url.to_string(),
+            message,
+        };
+        if let Some(path) = url
+            .strip_prefix("file://")
+            .or_else(|| (!url.contains("://")).then_some(url))
+        {
+            return std::fs::read(path).map_err(|e| err(e.to_string()));
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let res = async {
+                let resp = self
+                    .client
+                    .get(url)
+                    .send()
+                    .await
+                    .map_err(|e| (true, chain(&e)))?;
+                let status = resp.status();
+                if !status.is_success() {
+                    let transient = status.is_server_error()
+                        || status.as_u16() == 429
+                        || status.as_u16() == 408;
+                    return Err((transient, format!("HTTP {status}")));
+                }
+                if resp.content_length().is_some_and(|l| l as usize > MAX_BODY) {
+                    return Err((false, format!("larger than {MAX_BODY} bytes")));
+                }
+                let body = resp.bytes().await.map_err(|e| (true, chain(&e)))?;
+                Ok(body.to_vec())
+            }
+            .await;
+            match res {
+                Ok(b) => return Ok(b),
+                Err((true, _)) if attempt < self.retry.tries => {
+                    tokio::time::sleep(self.retry.backoff(attempt)).await
+                }
+                Err((_, m)) => return Err(err(m)),
+            }
+        }
+    }
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,7 @@
+//! Integration tests: the real binary against the real peers of the test environment
+//! (CNCF distribution 2.8 over plain HTTP and over TLS with basic auth, skopeo, minisign,
+//! sha256sum, helm). Start them with scripts/test.sh.
+
+mod build;
+mod common;
+mod fake_registry;
