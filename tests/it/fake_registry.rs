@@ -82,7 +82,6 @@ pub fn start(repo: &str, tag: &str, layer: Vec<u8>, mode: BlobMode) -> FakeRegis
         mode,
         ranges,
         layer_gets,
-        layer,
         layer_digest,
     }
 }
