@@ -10,8 +10,10 @@
 pub mod bundle;
 pub mod chart;
 pub mod cli;
+pub mod cluster;
 pub mod cmd;
 pub mod copy;
+pub mod helm;
 pub mod oci;
 pub mod progress;
 pub mod sources;

@@ -22,6 +22,7 @@ fn main() {
             Command::Build(a) => cmd::build::run(*a).await,
             Command::Inspect(a) => cmd::inspect::run(a),
             Command::Verify(a) => tokio::task::block_in_place(|| cmd::verify::run(a)),
+            Command::Load(a) => cmd::load::run(*a).await,
         }
     });
     if let Err(e) = result {

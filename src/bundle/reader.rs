@@ -264,7 +264,6 @@ pub fn verify(
     }
     let size = first.size();
     let sums_bytes = read_small(path, CHECKSUMS_FILE, first, size)?;
-    let sums = Checksums::parse(&sums_bytes)?;
     let mut report = VerifyReport {
         bundle: path.to_path_buf(),
         files: 0,
@@ -309,10 +308,15 @@ pub fn verify(
         None => {
             return Err(VerifyError::Missing {
                 path: path.to_path_buf(),
-                missing: sums.0.keys().cloned().collect(),
+                missing: Checksums::parse(&sums_bytes)
+                    .map(|s| s.0.into_keys().collect())
+                    .unwrap_or_default(),
             })
         }
     }
+
+    // Parsed only now: a signed checksum file is trusted before its content is interpreted.
+    let sums = Checksums::parse(&sums_bytes)?;
 
     // 2. Every other entry, hashed as it streams by.
     let mut seen: BTreeSet<String> = BTreeSet::new();

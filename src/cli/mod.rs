@@ -25,6 +25,9 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Check a bundle's signature and every byte, with no network.
     Verify(VerifyArgs),
+    /// Verify a bundle, push it into a private registry (digests unchanged), then install or
+    /// upgrade Koordinator with helm from there.
+    Load(Box<LoadArgs>),
 }
 
 /// `keygen`.
@@ -134,6 +137,92 @@ pub struct VerifyArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The bundle [default: the single koordinator-* bundle in the current directory].
+    pub bundle: Option<PathBuf>,
+    /// Target registry: HOST[:PORT][/PREFIX].
+    #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]
+    pub registry: String,
+    /// Public key [default: koord-bundle.pub in the user's config directory].
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Accept an unsigned or wrongly signed bundle (integrity is still checked).
+    #[arg(long)]
+    pub insecure_skip_signature: bool,
+    /// Registry user (with --password-stdin).
+    #[arg(long, value_name = "U", requires = "password_stdin")]
+    pub username: Option<String>,
+    /// Read the registry password from standard input.
+    #[arg(long, requires = "username")]
+    pub password_stdin: bool,
+    /// Extra CA certificate (PEM) for the registry.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Vec<PathBuf>,
+    /// Speak plain HTTP to the registry.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// Do not verify the registry's TLS certificate (a warning is printed).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Parallel uploads.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 4)]
+    pub jobs: usize,
+    /// Push only; do not run helm.
+    #[arg(long)]
+    pub no_install: bool,
+    /// Push and install nothing: verify, pre-flight, print the push plan and the helm command,
+    /// and render the chart with helm to check every image is in the bundle.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The helm binary [default: helm on PATH].
+    #[arg(long, value_name = "PATH")]
+    pub helm: Option<PathBuf>,
+    /// Release name.
+    #[arg(long, default_value = "koordinator")]
+    pub release: String,
+    /// Release namespace.
+    #[arg(long, default_value = "koordinator-system")]
+    pub namespace: String,
+    /// Values file passed to helm (after the generated values).
+    #[arg(long = "values", short = 'f', value_name = "FILE")]
+    pub values: Vec<PathBuf>,
+    /// Value passed to helm (last).
+    #[arg(long = "set", value_name = "K=V")]
+    pub set: Vec<String>,
+    /// Koordinator feature gates (chart value featureGates).
+    #[arg(long, value_name = "GATES")]
+    pub feature_gates: Option<String>,
+    /// CRDs the chart must not manage (crds.<plural>=false), e.g. for ones installed by ACK.
+    #[arg(long, value_name = "PLURAL,...", value_delimiter = ',')]
+    pub skip_crds: Vec<String>,
+    /// Run koord-manager on the host network (EKS with a custom CNI).
+    #[arg(long)]
+    pub host_network: bool,
+    /// Image pull secret for the workloads (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub image_pull_secret: Vec<String>,
+    /// Kubeconfig [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership).
+    #[arg(long)]
+    pub strict: bool,
+    /// On upgrade, reuse the release's values (passed to helm).
+    #[arg(long, conflicts_with = "reset_values")]
+    pub reuse_values: bool,
+    /// On upgrade, reset the release's values (passed to helm).
+    #[arg(long)]
+    pub reset_values: bool,
 }
 
 #[cfg(test)]

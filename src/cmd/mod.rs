@@ -3,6 +3,7 @@
 pub mod build;
 pub mod inspect;
 pub mod keygen;
+pub mod load;
 pub mod verify;
 
 use anyhow::Context as _;
@@ -130,8 +131,14 @@ pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     use crate::store::RegistryError;
     for cause in e.chain() {
-        if let Some(r) = cause.downcast_ref::<RegistryError>() {
-            return if matches!(r, RegistryError::Transport { .. }) {
+        let registry = cause.downcast_ref::<RegistryError>().or_else(|| match cause
+            .downcast_ref::<crate::copy::CopyError>(
+        ) {
+            Some(crate::copy::CopyError::Registry(r)) => Some(r),
+            _ => None,
+        });
+        if let Some(r) = registry {
+            return if r.is_transient() {
                 EXIT_INTERNAL
             } else {
                 EXIT_USER

@@ -5,3 +5,8 @@
 mod build;
 mod common;
 mod fake_registry;
+mod helm;
+mod kube_stub;
+mod load;
+mod preflight;
+mod proxy;

@@ -1,0 +1,379 @@
+//! `koord-bundle load`: verify, pre-flight, push (digests unchanged), install with helm.
+//! Nothing is pushed before verification (and, when installing, helm and the pre-flight)
+//! passed; nothing is installed after a failed push.
+
+use crate::bundle::{reader, BundleManifest};
+use crate::cli::LoadArgs;
+use crate::cluster;
+use crate::copy::{self, human_bytes, PushItem, Target};
+use crate::helm::{self, ChartSource, Helm, InstallPlan, RegistryAccess};
+use crate::progress::{Mode, Progress};
+use crate::store::auth::Login;
+use crate::store::{Credentials, Registry, RegistryOptions, Secret};
+use anyhow::{bail, Context as _};
+use serde_json::json;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+/// The single `koordinator-*` bundle in the current directory.
+fn find_bundle() -> anyhow::Result<PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(".").context("cannot list the current directory")? {
+        let p = e?.path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if name.starts_with("koordinator-")
+            && (name.ends_with(".tar") || name.ends_with(".tar.gz"))
+            && p.is_file()
+        {
+            found.push(p);
+        }
+    }
+    found.sort();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => bail!("no koordinator-*.tar bundle in the current directory: name the bundle (koord-bundle load BUNDLE --registry ...)"),
+        _ => bail!(
+            "several bundles in the current directory ({}): name the one to load",
+            found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Extract the chart archive from the bundle into `dir` (it is small).
+fn extract_chart(bundle: &Path, file: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let mut ar = tar::Archive::new(reader::open(bundle)?);
+    for e in ar.entries()? {
+        let mut e = e?;
+        if e.path()?.to_string_lossy() == file {
+            let mut buf = Vec::new();
+            e.read_to_end(&mut buf)?;
+            let out = dir.join(Path::new(file).file_name().context("chart file name")?);
+            std::fs::write(&out, buf)?;
+            return Ok(out);
+        }
+    }
+    bail!("{file} is not in {}", bundle.display())
+}
+
+/// Run the load.
+pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
+    let progress = Progress::new(Mode::detect(args.json));
+    let bundle = match &args.bundle {
+        Some(b) => b.clone(),
+        None => find_bundle()?,
+    };
+    let target = Target::parse(&args.registry)?;
+
+    // 1. Verify everything before anything else.
+    let pk = if args.insecure_skip_signature {
+        progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
+        None
+    } else {
+        Some(super::verify::public_key(args.key.as_deref())?)
+    };
+    let total = std::fs::metadata(&bundle)
+        .with_context(|| format!("cannot read {}", bundle.display()))?
+        .len();
+    let bar = progress.bytes("verifying", total);
+    let policy = match &pk {
+        Some(k) => reader::SignaturePolicy::Require(k),
+        None => reader::SignaturePolicy::Skip,
+    };
+    let report = tokio::task::block_in_place(|| reader::verify(&bundle, policy, &|n| bar.inc(n)))
+        .context("the bundle did not verify: nothing was pushed")?;
+    bar.finish("verified");
+    let manifest: BundleManifest = report.manifest.clone().context("bundle manifest missing")?;
+    if report.compressed {
+        bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {})", bundle.display(), bundle.display());
+    }
+    progress.say(format!(
+        "verified {} files, {} blobs{}",
+        report.files,
+        report.blobs,
+        match &report.signature {
+            Some(s) if report.signature_verified => format!(", signed by key {}", s.key_id),
+            _ => ", signature not checked".into(),
+        }
+    ));
+
+    // 2. Credentials (never echoed) and the registry client.
+    let mut credentials = Credentials::from_files(&super::auth_files())?;
+    if let Some(user) = &args.username {
+        let mut pw = String::new();
+        std::io::stdin()
+            .read_to_string(&mut pw)
+            .context("reading the password from standard input")?;
+        let pw = pw.trim_end_matches(['\r', '\n']).to_string();
+        if pw.is_empty() {
+            bail!("--password-stdin: standard input held no password");
+        }
+        credentials.insert(
+            &target.registry,
+            Login {
+                username: user.clone(),
+                password: Secret::new(pw),
+            },
+        );
+    }
+    if args.insecure_skip_tls_verify {
+        progress.warn(format!(
+            "--insecure-skip-tls-verify: the certificate of {} is NOT checked",
+            target.registry
+        ));
+    }
+    let login = credentials.get(&target.registry).cloned();
+    let reg = Registry::new(RegistryOptions {
+        plain_http_hosts: if args.plain_http {
+            vec![target.registry.clone()]
+        } else {
+            vec![]
+        },
+        ca_files: args.ca_file.clone(),
+        insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+        credentials,
+        ..Default::default()
+    })?;
+
+    // 3. Helm and the cluster, before any push.
+    let install = !args.no_install;
+    let helm = if install || args.dry_run {
+        match Helm::find(args.helm.as_deref()) {
+            Ok(h) => Some(h),
+            Err(e) if !install => {
+                progress.warn(format!("{e}: the chart will not be rendered"));
+                None
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(
+                    "helm is needed to install (or pass --no-install): nothing was pushed",
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    let platforms: Vec<String> = {
+        let mut p: Vec<String> = manifest
+            .images
+            .iter()
+            .flat_map(|i| i.platforms.clone())
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    };
+    let crds: Vec<cluster::ChartCrd> = manifest
+        .crds
+        .iter()
+        .map(|c| cluster::ChartCrd {
+            name: c.name.clone(),
+            plural: c.plural.clone(),
+            values_key: c.values_key.clone(),
+        })
+        .collect();
+    let mut preflight = None;
+    if install || args.dry_run {
+        let client = cluster::kubeconfig::locate(
+            args.kubeconfig.as_deref(),
+            std::env::var_os("KUBECONFIG").as_deref(),
+            dirs::home_dir().as_deref(),
+        )
+        .and_then(|path| cluster::kubeconfig::load(&path, args.context.as_deref()))
+        .and_then(|kc| cluster::KubeClient::new(&kc))
+        .map_err(anyhow::Error::new);
+        let input = cluster::PreflightInput {
+            bundle_platforms: &platforms,
+            crds: &crds,
+            namespace: &args.namespace,
+            release: &args.release,
+            strict: args.strict,
+        };
+        let outcome = match client {
+            Ok(c) => cluster::preflight(&c, &input)
+                .await
+                .map_err(anyhow::Error::new),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(r) => {
+                for f in &r.findings {
+                    let line = format!(
+                        "pre-flight {:?} [{}] {}{}",
+                        f.level,
+                        f.check,
+                        f.message,
+                        f.fix
+                            .as_ref()
+                            .map(|x| format!(" — fix: {x}"))
+                            .unwrap_or_default()
+                    );
+                    match f.level {
+                        cluster::Level::Info => progress.say(line),
+                        _ => progress.warn(line),
+                    }
+                }
+                if r.failed() && !args.dry_run {
+                    bail!("the pre-flight found problems the install would hit (above): nothing was pushed");
+                }
+                preflight = Some(r);
+            }
+            Err(e) if install && !args.dry_run => {
+                return Err(e.context("no cluster reachable for the pre-flight: nothing was pushed (pass --no-install to push only)"));
+            }
+            Err(e) => progress.warn(format!("no cluster reachable, pre-flight skipped: {e:#}")),
+        }
+    }
+
+    // 4. Push (or plan): images, then the chart as a Helm OCI artifact.
+    let mut items = Vec::new();
+    for i in &manifest.images {
+        items.push(PushItem {
+            target: target.image(&i.repository, &i.tag)?,
+            digest: i.digest.clone(),
+            media_type: i.media_type.clone(),
+        });
+    }
+    let chart_repo = format!("charts/{}", manifest.chart.name);
+    let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
+    items.push(PushItem {
+        target: chart_target.clone(),
+        digest: manifest.chart.oci.digest.clone(),
+        media_type: manifest.chart.oci.media_type.clone(),
+    });
+    let stats = copy::push_bundle(&reg, &bundle, &report.blob_locations, &report.small_blobs, &items, args.jobs, args.dry_run, &progress)
+        .await
+        .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
+
+    // 5. Helm.
+    let mut crds_off: Vec<String> = args.skip_crds.clone();
+    if let Some(r) = &preflight {
+        for k in &r.crd_values_off {
+            let k = k.trim_start_matches("crds.").to_string();
+            if !crds_off.contains(&k) {
+                crds_off.push(k);
+            }
+        }
+    }
+    let values = helm::generated_values(
+        &target.host_and_prefix(),
+        args.feature_gates.as_deref(),
+        &crds_off,
+        args.host_network,
+        &args.image_pull_secret,
+    );
+    let tmp = tempfile::tempdir()?;
+    let chart_source = match &helm {
+        Some(h) if h.supports_oci() && !args.dry_run => ChartSource::Oci {
+            reference: format!("oci://{}/{chart_repo}", target.host_and_prefix()),
+            version: manifest.chart.version.clone(),
+        },
+        _ => ChartSource::Archive(extract_chart(&bundle, &manifest.chart.file, tmp.path())?),
+    };
+    let plan = InstallPlan {
+        release: args.release.clone(),
+        namespace: args.namespace.clone(),
+        chart: chart_source,
+        generated_values: values,
+        user_values: args.values.clone(),
+        user_sets: args.set.clone(),
+        reuse_values: args.reuse_values,
+        reset_values: args.reset_values,
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        registry: Some(RegistryAccess {
+            host: target.registry.clone(),
+            username: login.as_ref().map(|l| l.username.clone()),
+            password: login.as_ref().map(|l| l.password.clone()),
+            ca_file: args.ca_file.first().cloned(),
+            plain_http: args.plain_http,
+            insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+        }),
+        wait: false,
+        timeout: None,
+    };
+    let values_file = tmp.path().join("koord-bundle-values.yaml");
+    let mut rendered_ok = None;
+    let mut command = None;
+    if let Some(h) = &helm {
+        command = Some(plan.command_line(h, &values_file, false));
+        if args.dry_run {
+            let rendered = h
+                .template(&plan)
+                .context("helm template of the bundle's chart")?;
+            let images = helm::rendered_images(&rendered);
+            let bundled: Vec<String> = manifest
+                .images
+                .iter()
+                .map(|i| format!("{}/{}", target.host_and_prefix(), i.ref_name))
+                .collect();
+            let foreign: Vec<&String> = images.iter().filter(|i| !bundled.contains(i)).collect();
+            if !foreign.is_empty() {
+                bail!(
+                    "the rendered chart uses images the bundle does not hold under {}: {}",
+                    target.host_and_prefix(),
+                    foreign
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            rendered_ok = Some(images);
+        }
+    }
+    let mut installed = false;
+    if install && !args.dry_run {
+        if let Some(h) = &helm {
+            tokio::task::block_in_place(|| h.upgrade_install(&plan, false)).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
+            installed = true;
+        }
+    }
+
+    if args.json {
+        return super::print_json(&json!({
+            "bundle": bundle, "registry": target.host_and_prefix(), "dryRun": args.dry_run,
+            "verified": {"files": report.files, "blobs": report.blobs, "bytes": report.bytes, "signature": report.signature_verified},
+            "push": stats,
+            "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
+            "preflight": preflight,
+            "helm": {"command": command, "renderedImages": rendered_ok, "installed": installed},
+        }));
+    }
+    let verb = if args.dry_run { "would push" } else { "pushed" };
+    println!(
+        "registry {}: {verb} {} blobs ({}), mounted {}, {} already there ({}); manifests {verb} {}, present {}",
+        target.host_and_prefix(),
+        stats.uploaded,
+        human_bytes(stats.uploaded_bytes),
+        stats.mounted,
+        stats.skipped,
+        human_bytes(stats.skipped_bytes),
+        stats.manifests_pushed,
+        stats.manifests_skipped
+    );
+    println!(
+        "chart    oci://{}/{chart_repo} --version {}",
+        target.host_and_prefix(),
+        manifest.chart.version
+    );
+    if let Some(c) = &command {
+        println!("helm     {c}");
+    }
+    if let Some(imgs) = &rendered_ok {
+        println!(
+            "rendered {} images, all in the bundle under {}",
+            imgs.len(),
+            target.host_and_prefix()
+        );
+    }
+    if installed {
+        println!(
+            "installed release {} in namespace {}",
+            args.release, args.namespace
+        );
+    }
+    Ok(())
+}

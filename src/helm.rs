@@ -1,0 +1,1705 @@
+//! Running the `helm` binary: finding it, installing the chart from the private OCI registry
+//! (or from the chart archive), rendering it, pulling it back.
+//!
+//! This is the only module of the crate that spawns `helm`.
+//!
+//! # Passwords
+//!
+//! A registry password is never put in helm's argv (visible in the process list), in output,
+//! logs or errors: when [`RegistryAccess`] carries credentials, the module logs in first with
+//! `helm registry login HOST --username U --password-stdin` into a throw-away registry config
+//! (`--registry-config`, in a private temporary directory removed afterwards), the password
+//! written to helm's stdin, and then runs the real command with the same `--registry-config`.
+//! Everything captured from helm is additionally scrubbed of the password before it is shown
+//! or stored in an error.
+//!
+//! # Flags per helm version (checked against helm 3.17.3 and 4.1.4)
+//!
+//! | flag                                     | helm 3                 | helm 4 |
+//! |------------------------------------------|------------------------|--------|
+//! | `--plain-http` (upgrade, template, pull) | 3.13+                  | yes    |
+//! | `--ca-file`, `--insecure-skip-tls-verify` honoured for OCI | 3.12+ | yes    |
+//! | `registry login --ca-file`               | 3.12+                  | yes    |
+//! | `registry login --insecure`              | yes                    | yes    |
+//! | `registry login --plain-http`            | not in 3.17 (probed)   | yes    |
+//! | `--dry-run=client`                       | 3.13+ (`--dry-run` before) | yes |
+//! | `--wait` (bare)                          | boolean                | `=watcher` strategy |
+//!
+//! Helm 3 (at least up to 3.17) always talks plain HTTP to OCI registries whose host is
+//! `localhost` or a loopback address (127.0.0.0/8, `::1`), whatever the TLS flags; errors of
+//! that case carry a hint.
+//!
+//! Gates marked 3.12+/3.13+ come from helm's release history (helm 3.12 "OCI transport
+//! refinement", 3.13 `--plain-http` and `--dry-run=client|server`); only 3.17.3 and 4.1.4 were
+//! run.
+//!
+//! # A client-side dry run still needs a cluster
+//!
+//! `helm upgrade --install --dry-run=client` changes nothing in the cluster, but helm 3 and
+//! helm 4 still read the release history from it first (and helm 3 its version and API groups),
+//! so without a reachable Kubernetes API server it fails with "Kubernetes cluster unreachable".
+//! Only `helm template` ([`Helm::template`]) renders without any cluster.
+
+use crate::store::Secret;
+use regex::Regex;
+use semver::Version;
+use serde_yaml_ng::{Mapping, Value};
+use std::collections::{BTreeSet, HashSet};
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+
+/// The oldest helm koord-bundle works with.
+pub const MIN_HELM: Version = Version::new(3, 5, 0);
+/// OCI support is generally available (no `HELM_EXPERIMENTAL_OCI`) from this helm on.
+const OCI_GA: Version = Version::new(3, 8, 0);
+/// `--ca-file`/`--insecure-skip-tls-verify` apply to OCI registries, `registry login --ca-file`.
+const OCI_TLS_FLAGS: Version = Version::new(3, 12, 0);
+/// `--plain-http` exists; `--dry-run` takes a value (`client`/`server`).
+const PLAIN_HTTP_AND_DRY_RUN_MODE: Version = Version::new(3, 13, 0);
+/// The file name of the throw-away registry config, next to the generated values file.
+const REGISTRY_CONFIG_NAME: &str = "registry-config.json";
+/// The file name of the generated values file in the private temporary directory.
+const VALUES_NAME: &str = "koord-bundle-values.yaml";
+/// Lines of helm's stderr kept in errors.
+const TAIL_LINES: usize = 20;
+
+/// Errors of running helm. Every message names its subject (the helm binary, registry host,
+/// chart, release or file).
+#[derive(Debug, thiserror::Error)]
+pub enum HelmError {
+    /// No helm binary.
+    #[error("helm not found {looked}: install helm 3.5 or newer (https://helm.sh/docs/intro/install/), or pass --helm PATH")]
+    NotFound {
+        /// Where it was looked for ("on PATH", "at /x/helm").
+        looked: String,
+    },
+
+    /// The helm binary is older than [`MIN_HELM`].
+    #[error("helm {version} at {} is too old: koord-bundle needs helm 3.5 or newer (3.8 or newer to install from an OCI registry); install a newer helm or pass --helm PATH", path.display())]
+    TooOld {
+        /// The binary.
+        path: PathBuf,
+        /// Its version.
+        version: Version,
+    },
+
+    /// `helm version` printed nothing that looks like a version.
+    #[error("cannot tell the version of helm at {}: `helm version` printed {output:?}", path.display())]
+    VersionUnknown {
+        /// The binary.
+        path: PathBuf,
+        /// What it printed (shortened).
+        output: String,
+    },
+
+    /// The helm binary could not be started.
+    #[error("cannot run helm at {}: {source}", path.display())]
+    Spawn {
+        /// The binary.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
+    /// OCI chart references need helm 3.8 or newer.
+    #[error("helm {version} cannot use the OCI chart {reference}: OCI registries need helm 3.8 or newer; install from the chart archive instead, or use a newer helm")]
+    OciUnsupported {
+        /// The helm version.
+        version: String,
+        /// The chart reference.
+        reference: String,
+    },
+
+    /// A registry setting that this helm version cannot honour.
+    #[error("helm {version} cannot {what} for registry {host}: that needs helm {needs} or newer")]
+    Unsupported {
+        /// The helm version.
+        version: String,
+        /// The registry host.
+        host: String,
+        /// What was asked ("use a custom CA file").
+        what: &'static str,
+        /// The helm version needed.
+        needs: &'static str,
+    },
+
+    /// Only one of user name and password was given.
+    #[error("registry {host}: a {missing} is needed too (user name and password go together)")]
+    IncompleteCredentials {
+        /// The registry host.
+        host: String,
+        /// "user name" or "password".
+        missing: &'static str,
+    },
+
+    /// `helm registry login` failed.
+    #[error(
+        "helm registry login to {host} as {username} failed ({status}){}:\n{stderr_tail}",
+        hint_suffix(hint)
+    )]
+    LoginFailed {
+        /// The registry host.
+        host: String,
+        /// The user name.
+        username: String,
+        /// helm's exit status.
+        status: String,
+        /// The last lines of helm's output (password scrubbed).
+        stderr_tail: String,
+        /// What probably went wrong, if known.
+        hint: Option<String>,
+    },
+
+    /// A helm command failed.
+    #[error("{command} failed ({status}){}:\n{stderr_tail}", hint_suffix(hint))]
+    Failed {
+        /// The command and its subject, e.g. `helm upgrade --install koordinator (chart …)`.
+        command: String,
+        /// helm's exit status.
+        status: String,
+        /// The last lines of helm's stderr (password scrubbed).
+        stderr_tail: String,
+        /// What probably went wrong, if known.
+        hint: Option<String>,
+    },
+
+    /// `helm pull` succeeded but the archive is not where it should be.
+    #[error("helm pull {reference} --version {version} succeeded but wrote no chart archive into {}", dest.display())]
+    PulledArchiveMissing {
+        /// The chart reference.
+        reference: String,
+        /// The chart version.
+        version: String,
+        /// The destination directory.
+        dest: PathBuf,
+    },
+
+    /// A file or directory of ours could not be written or read.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What it is ("cannot write the generated values file").
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
+    /// The generated values could not be serialised.
+    #[error("cannot serialise the generated helm values: {source}")]
+    Values {
+        /// The serialiser's error.
+        source: serde_yaml_ng::Error,
+    },
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    match hint {
+        Some(h) => format!(" [hint: {h}]"),
+        None => String::new(),
+    }
+}
+
+/// A helm binary and its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Helm {
+    /// The binary.
+    pub path: PathBuf,
+    /// Its version (`helm version`).
+    pub version: Version,
+}
+
+/// Access to the private OCI registry the chart is pulled from.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryAccess {
+    /// `host[:port]`, e.g. `127.0.0.1:15001`.
+    pub host: String,
+    /// User name for `helm registry login` (together with `password`).
+    pub username: Option<String>,
+    /// Password or token; only ever written to helm's stdin.
+    pub password: Option<Secret>,
+    /// CA bundle to verify the registry's certificate (`--ca-file`).
+    pub ca_file: Option<PathBuf>,
+    /// The registry speaks plain HTTP (`--plain-http`).
+    pub plain_http: bool,
+    /// Do not verify the registry's certificate (`--insecure-skip-tls-verify`).
+    pub insecure_skip_tls_verify: bool,
+}
+
+impl RegistryAccess {
+    /// User name and password, if both are given; an error if only one is.
+    pub fn credentials(&self) -> Result<Option<(&str, &Secret)>, HelmError> {
+        match (&self.username, &self.password) {
+            (Some(u), Some(p)) => Ok(Some((u.as_str(), p))),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(HelmError::IncompleteCredentials {
+                host: self.host.clone(),
+                missing: "password",
+            }),
+            (None, Some(_)) => Err(HelmError::IncompleteCredentials {
+                host: self.host.clone(),
+                missing: "user name",
+            }),
+        }
+    }
+
+    fn has_credentials(&self) -> bool {
+        self.username.is_some() && self.password.is_some()
+    }
+
+    fn password(&self) -> Option<&Secret> {
+        self.password.as_ref()
+    }
+
+    /// Helm 3 speaks plain HTTP to OCI registries on loopback hosts whatever the TLS flags.
+    fn loopback_tls_hint(&self, helm: &Helm) -> Option<String> {
+        if helm.major() == 3 && !self.plain_http && is_loopback_host(&self.host) {
+            Some(format!(
+                "helm 3 always uses plain HTTP for OCI registries on localhost or a loopback address, so it cannot reach the TLS registry {}; use helm 4, a non-loopback host name for the registry, or a plain-HTTP registry",
+                self.host
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// `host[:port]` is `localhost` or a loopback address (127.0.0.0/8, ::1): containerd's
+/// `MatchLocalhost`, which makes helm 3 use plain HTTP for OCI registries.
+fn is_loopback_host(host: &str) -> bool {
+    let h = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if host.matches(':').count() == 1 {
+        host.split(':').next().unwrap_or(host)
+    } else {
+        host
+    };
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Where the chart comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChartSource {
+    /// A chart in an OCI registry (helm 3.8+).
+    Oci {
+        /// `oci://HOST[/PREFIX]/charts/koordinator`.
+        reference: String,
+        /// The chart version (the tag).
+        version: String,
+    },
+    /// A chart archive on disk (any helm 3.5+).
+    Archive(PathBuf),
+}
+
+impl ChartSource {
+    fn describe(&self) -> String {
+        match self {
+            ChartSource::Oci { reference, version } => format!("chart {reference} {version}"),
+            ChartSource::Archive(p) => format!("chart archive {}", p.display()),
+        }
+    }
+
+    /// CHART [--version V] as helm's arguments.
+    fn args(&self, out: &mut Vec<String>) {
+        match self {
+            ChartSource::Oci { reference, version } => {
+                out.push(reference.clone());
+                out.push("--version".into());
+                out.push(version.clone());
+            }
+            ChartSource::Archive(p) => {
+                let s = p.to_string_lossy().into_owned();
+                // A path starting with '-' would read as a flag.
+                out.push(if s.starts_with('-') {
+                    format!("./{s}")
+                } else {
+                    s
+                });
+            }
+        }
+    }
+}
+
+/// Everything `helm upgrade --install` of Koordinator needs.
+#[derive(Debug, Clone)]
+pub struct InstallPlan {
+    /// Release name.
+    pub release: String,
+    /// Release namespace (`--namespace`). The Koordinator chart renders its Namespace object
+    /// itself, so `--create-namespace` is never passed (helm would create it first and the
+    /// chart's Namespace would then conflict with it: "already exists").
+    pub namespace: String,
+    /// The chart.
+    pub chart: ChartSource,
+    /// The values koord-bundle decides (see [`generated_values`]); written to a private
+    /// temporary file and passed first.
+    pub generated_values: Value,
+    /// The user's values files (`--values`), passed after the generated ones, in order.
+    pub user_values: Vec<PathBuf>,
+    /// The user's `--set` expressions, passed last, in order.
+    pub user_sets: Vec<String>,
+    /// `--reuse-values`.
+    pub reuse_values: bool,
+    /// `--reset-values`.
+    pub reset_values: bool,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--kube-context`.
+    pub context: Option<String>,
+    /// Access to the registry of an OCI chart (ignored for chart archives).
+    pub registry: Option<RegistryAccess>,
+    /// `--wait`.
+    pub wait: bool,
+    /// `--timeout` (a Go duration, e.g. `10m`).
+    pub timeout: Option<String>,
+}
+
+/// The values koord-bundle sets for the Koordinator chart:
+///
+/// * `imageRepositoryHost` (the chart prefixes every image with it),
+/// * `featureGates` when given,
+/// * `crds.<key>: false` for each CRD switched off (values keys such as `reservations`),
+/// * `manager.hostNetwork: true` when asked (only then: `false` is the chart's default, and
+///   leaving it out keeps a value reused with `--reuse-values`),
+/// * `imagePullSecrets` as a list of `{name: …}` when any.
+pub fn generated_values(
+    image_repository_host: &str,
+    feature_gates: Option<&str>,
+    crds_off: &[String],
+    host_network: bool,
+    image_pull_secrets: &[String],
+) -> Value {
+    let mut root = Mapping::new();
+    root.insert("imageRepositoryHost".into(), image_repository_host.into());
+    if let Some(fg) = feature_gates {
+        root.insert("featureGates".into(), fg.into());
+    }
+    if !crds_off.is_empty() {
+        let mut crds = Mapping::new();
+        for k in crds_off {
+            crds.insert(k.as_str().into(), Value::Bool(false));
+        }
+        root.insert("crds".into(), Value::Mapping(crds));
+    }
+    if host_network {
+        let mut manager = Mapping::new();
+        manager.insert("hostNetwork".into(), Value::Bool(true));
+        root.insert("manager".into(), Value::Mapping(manager));
+    }
+    if !image_pull_secrets.is_empty() {
+        let list = image_pull_secrets
+            .iter()
+            .map(|s| {
+                let mut m = Mapping::new();
+                m.insert("name".into(), s.as_str().into());
+                Value::Mapping(m)
+            })
+            .collect();
+        root.insert("imagePullSecrets".into(), Value::Sequence(list));
+    }
+    Value::Mapping(root)
+}
+
+/// What a successful helm command printed (password scrubbed).
+#[derive(Debug, Clone, Default)]
+pub struct HelmOutput {
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl HelmOutput {
+    /// The rendered objects of a `--dry-run` release report (the `HOOKS:` and `MANIFEST:`
+    /// sections, without `NOTES:`), or all of stdout if it has no such sections.
+    pub fn manifest(&self) -> String {
+        let s = self.stdout.as_str();
+        let start = ["\nHOOKS:\n", "\nMANIFEST:\n"]
+            .iter()
+            .filter_map(|m| s.find(m).map(|i| i + m.len()))
+            .min();
+        let Some(start) = start else {
+            return s.to_string();
+        };
+        let body = &s[start..];
+        let body = match body.find("\nNOTES:\n") {
+            Some(end) => &body[..end + 1],
+            None => body,
+        };
+        body.lines()
+            .filter(|l| *l != "MANIFEST:")
+            .fold(String::new(), |mut acc, l| {
+                acc.push_str(l);
+                acc.push('\n');
+                acc
+            })
+    }
+}
+
+/// Every container image (`image:` of `containers`, `initContainers` and
+/// `ephemeralContainers`, at any depth) in rendered YAML documents, deduplicated and sorted.
+/// Documents that are not YAML are skipped.
+pub fn rendered_images(manifests: &str) -> Vec<String> {
+    let mut images = BTreeSet::new();
+    for doc in split_documents(manifests) {
+        if let Ok(v) = serde_yaml_ng::from_str::<Value>(&doc) {
+            collect_images(&v, &mut images);
+        }
+    }
+    images.into_iter().collect()
+}
+
+/// Split a YAML stream at `---` lines, each part parsed on its own so that one bad document
+/// does not hide the others.
+fn split_documents(text: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        if line == "---" || line.starts_with("--- ") || line == "..." {
+            docs.push(String::new());
+        } else if let Some(d) = docs.last_mut() {
+            d.push_str(line);
+            d.push('\n');
+        }
+    }
+    docs.retain(|d| !d.trim().is_empty());
+    docs
+}
+
+fn collect_images(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Mapping(m) => {
+            for (k, val) in m {
+                let is_containers = matches!(
+                    k.as_str(),
+                    Some("containers" | "initContainers" | "ephemeralContainers")
+                );
+                if is_containers {
+                    if let Value::Sequence(list) = val {
+                        for c in list {
+                            if let Some(img) = c.get("image").and_then(Value::as_str) {
+                                let img = img.trim();
+                                if !img.is_empty() {
+                                    out.insert(img.to_string());
+                                }
+                            }
+                        }
+                    }
+                }
+                collect_images(val, out);
+            }
+        }
+        Value::Sequence(list) => list.iter().for_each(|x| collect_images(x, out)),
+        Value::Tagged(t) => collect_images(&t.value, out),
+        _ => {}
+    }
+}
+
+/// Version-dependent flag choices. `None` means the newest helm (3.13+ and 4).
+fn at_least(v: Option<&Version>, min: &Version) -> bool {
+    v.is_none_or(|v| v >= min)
+}
+
+impl InstallPlan {
+    /// A plan with the defaults: no user values, no `--reuse-values`/`--reset-values`, the
+    /// current kubeconfig and context, no registry access, no `--wait`.
+    pub fn new(
+        release: impl Into<String>,
+        namespace: impl Into<String>,
+        chart: ChartSource,
+        generated_values: Value,
+    ) -> Self {
+        InstallPlan {
+            release: release.into(),
+            namespace: namespace.into(),
+            chart,
+            generated_values,
+            user_values: Vec::new(),
+            user_sets: Vec::new(),
+            reuse_values: false,
+            reset_values: false,
+            kubeconfig: None,
+            context: None,
+            registry: None,
+            wait: false,
+            timeout: None,
+        }
+    }
+
+    /// The helm arguments of `helm upgrade --install` (without the binary), with the values file
+    /// path given; for display (`--dry-run` prints "the exact helm command"), and for running.
+    ///
+    /// These are the arguments for helm 3.13+ and helm 4; [`InstallPlan::command_line`] and
+    /// [`Helm::upgrade_install`] adapt them to older helm (no `--plain-http`, bare `--dry-run`).
+    /// When the plan has registry credentials for an OCI chart, the arguments include
+    /// `--registry-config` naming `registry-config.json` next to `values_file`: the throw-away
+    /// registry config that [`Helm::upgrade_install`] fills with `helm registry login
+    /// --password-stdin` first. The password itself is never among the arguments.
+    pub fn upgrade_install_args(&self, values_file: &Path, client_dry_run: bool) -> Vec<String> {
+        self.upgrade_args_for(None, values_file, client_dry_run)
+    }
+
+    /// Display form: the command line, shell-quoted, with secrets impossible to appear (they
+    /// never are in args). With registry credentials, a first line shows the `helm registry
+    /// login … --password-stdin` that precedes the install (the password goes to its stdin).
+    pub fn command_line(&self, helm: &Helm, values_file: &Path, client_dry_run: bool) -> String {
+        let bin = shell_quote(&helm.path.to_string_lossy());
+        let mut out = String::new();
+        if let Some(reg) = self.oci_registry().filter(|r| r.has_credentials()) {
+            let cfg = registry_config_path(values_file);
+            let login = login_args(reg, &helm.version, &cfg, helm.major() >= 4);
+            let _ = writeln!(out, "{bin} {}", join_quoted(&login));
+        }
+        let args = self.upgrade_args_for(Some(&helm.version), values_file, client_dry_run);
+        let _ = write!(out, "{bin} {}", join_quoted(&args));
+        out
+    }
+
+    /// The registry access, when the chart is in an OCI registry.
+    fn oci_registry(&self) -> Option<&RegistryAccess> {
+        match self.chart {
+            ChartSource::Oci { .. } => self.registry.as_ref(),
+            ChartSource::Archive(_) => None,
+        }
+    }
+
+    fn upgrade_args_for(
+        &self,
+        v: Option<&Version>,
+        values_file: &Path,
+        client_dry_run: bool,
+    ) -> Vec<String> {
+        let mut a: Vec<String> = vec!["upgrade".into(), "--install".into(), self.release.clone()];
+        self.chart.args(&mut a);
+        a.push("--namespace".into());
+        a.push(self.namespace.clone());
+        // No --create-namespace: the chart renders the Namespace itself (see `namespace`).
+        if let Some(k) = &self.kubeconfig {
+            a.push("--kubeconfig".into());
+            a.push(k.to_string_lossy().into_owned());
+        }
+        if let Some(c) = &self.context {
+            a.push("--kube-context".into());
+            a.push(c.clone());
+        }
+        self.registry_and_values_args(v, values_file, &mut a);
+        if self.reuse_values {
+            a.push("--reuse-values".into());
+        }
+        if self.reset_values {
+            a.push("--reset-values".into());
+        }
+        if self.wait {
+            // helm 3: a boolean; helm 4: bare --wait means the "watcher" strategy.
+            a.push("--wait".into());
+        }
+        if let Some(t) = &self.timeout {
+            a.push("--timeout".into());
+            a.push(t.clone());
+        }
+        if client_dry_run {
+            if at_least(v, &PLAIN_HTTP_AND_DRY_RUN_MODE) {
+                a.push("--dry-run=client".into());
+            } else {
+                a.push("--dry-run".into());
+            }
+        }
+        a
+    }
+
+    fn template_args_for(&self, v: Option<&Version>, values_file: &Path) -> Vec<String> {
+        let mut a: Vec<String> = vec!["template".into(), self.release.clone()];
+        self.chart.args(&mut a);
+        a.push("--namespace".into());
+        a.push(self.namespace.clone());
+        self.registry_and_values_args(v, values_file, &mut a);
+        a
+    }
+
+    /// Registry flags (OCI charts only), then the values: generated first, then the user's
+    /// files and `--set`s in order (later ones win, `--set` over files).
+    fn registry_and_values_args(
+        &self,
+        v: Option<&Version>,
+        values_file: &Path,
+        a: &mut Vec<String>,
+    ) {
+        if let Some(reg) = self.oci_registry() {
+            let cfg = reg
+                .has_credentials()
+                .then(|| registry_config_path(values_file));
+            registry_flags(reg, v, cfg.as_deref(), a);
+        }
+        a.push("--values".into());
+        a.push(values_file.to_string_lossy().into_owned());
+        for f in &self.user_values {
+            a.push("--values".into());
+            a.push(f.to_string_lossy().into_owned());
+        }
+        for s in &self.user_sets {
+            a.push("--set".into());
+            a.push(s.clone());
+        }
+    }
+}
+
+fn registry_config_path(values_file: &Path) -> PathBuf {
+    values_file.with_file_name(REGISTRY_CONFIG_NAME)
+}
+
+/// The TLS/plain-HTTP/login flags of `upgrade`, `template` and `pull` for an OCI chart.
+fn registry_flags(
+    reg: &RegistryAccess,
+    v: Option<&Version>,
+    registry_config: Option<&Path>,
+    a: &mut Vec<String>,
+) {
+    // Before 3.13 there is no --plain-http: helm 3.8–3.12 fall back to HTTP by themselves.
+    if reg.plain_http && at_least(v, &PLAIN_HTTP_AND_DRY_RUN_MODE) {
+        a.push("--plain-http".into());
+    }
+    if let Some(ca) = &reg.ca_file {
+        a.push("--ca-file".into());
+        a.push(ca.to_string_lossy().into_owned());
+    }
+    if reg.insecure_skip_tls_verify {
+        a.push("--insecure-skip-tls-verify".into());
+    }
+    if let Some(cfg) = registry_config {
+        a.push("--registry-config".into());
+        a.push(cfg.to_string_lossy().into_owned());
+    }
+}
+
+/// `registry login HOST --username U --password-stdin --registry-config CFG [TLS flags]`.
+fn login_args(
+    reg: &RegistryAccess,
+    v: &Version,
+    registry_config: &Path,
+    plain_http_flag: bool,
+) -> Vec<String> {
+    let mut a: Vec<String> = vec!["registry".into(), "login".into(), reg.host.clone()];
+    a.push("--username".into());
+    a.push(reg.username.clone().unwrap_or_default());
+    a.push("--password-stdin".into());
+    a.push("--registry-config".into());
+    a.push(registry_config.to_string_lossy().into_owned());
+    if let Some(ca) = &reg.ca_file {
+        if v >= &OCI_TLS_FLAGS {
+            a.push("--ca-file".into());
+            a.push(ca.to_string_lossy().into_owned());
+        }
+    }
+    if reg.insecure_skip_tls_verify {
+        a.push("--insecure".into());
+    }
+    // helm 3.17 has no `registry login --plain-http` and falls back from HTTPS to HTTP itself;
+    // helm 4 has the flag (and newer oras-go no longer sends credentials over a fallback).
+    if reg.plain_http && plain_http_flag {
+        a.push("--plain-http".into());
+    }
+    a
+}
+
+/// Quote one argument for a POSIX shell.
+pub(crate) fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, '_' | '-' | '.' | '/' | ':' | '=' | '@' | '%' | '+' | ',')
+        });
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn join_quoted(args: &[String]) -> String {
+    args.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Replace every occurrence of the secret in `text`.
+fn redact(text: &str, secret: Option<&Secret>) -> String {
+    match secret.map(Secret::expose) {
+        Some(s) if !s.is_empty() => text.replace(s, "<redacted>"),
+        _ => text.to_string(),
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].join("\n")
+}
+
+/// A version in `helm version` output: `v3.17.3`, `v3.17.3+ge4da497`, `Client: v2.16.1+g…`.
+fn parse_version(text: &str) -> Option<Version> {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    let re = RE
+        .get_or_init(|| Regex::new(r"v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z][0-9A-Za-z.-]*))?").ok())
+        .as_ref()?;
+    let c = re.captures(text)?;
+    let num = |i: usize| c.get(i).and_then(|m| m.as_str().parse::<u64>().ok());
+    let mut v = Version::new(num(1)?, num(2)?, num(3)?);
+    if let Some(pre) = c.get(4) {
+        v.pre = semver::Prerelease::new(pre.as_str()).unwrap_or(semver::Prerelease::EMPTY);
+    }
+    Some(v)
+}
+
+/// The first executable `helm` in a PATH-like list.
+fn find_on_path(path_var: Option<&OsStr>) -> Option<PathBuf> {
+    let name = if cfg!(windows) { "helm.exe" } else { "helm" };
+    std::env::split_paths(path_var?)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    }
+    #[cfg(not(unix))]
+    {
+        p.is_file()
+    }
+}
+
+/// Write a file only we can read (0600 on Unix).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn private_tempdir() -> Result<tempfile::TempDir, HelmError> {
+    // tempfile creates the directory 0700.
+    tempfile::Builder::new()
+        .prefix("koord-bundle-helm-")
+        .tempdir()
+        .map_err(|source| HelmError::Io {
+            what: "cannot create a private temporary directory in",
+            path: std::env::temp_dir(),
+            source,
+        })
+}
+
+fn status_text(s: &ExitStatus) -> String {
+    s.to_string()
+}
+
+/// Read a child's pipe line by line: copy each line (scrubbed) to our stderr if `echo`, and
+/// keep it.
+fn pump<R: Read + Send + 'static>(
+    r: R,
+    echo: bool,
+    secret: Option<Secret>,
+) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(r);
+        let mut all = String::new();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = redact(&String::from_utf8_lossy(&buf), secret.as_ref());
+                    if echo {
+                        // eprint! (not a raw stderr handle) so that test harnesses capture it.
+                        eprint!("{line}");
+                    }
+                    all.push_str(&line);
+                }
+            }
+        }
+        all
+    })
+}
+
+impl Helm {
+    /// Find helm: `explicit` (`--helm PATH`), else `helm` on `PATH`. Reads its version with
+    /// `helm version --template '{{.Version}}'` (helm 3 and 4 print e.g. `v3.17.3`/`v4.1.4`),
+    /// falling back to `helm version --short`.
+    ///
+    /// Errors: [`HelmError::NotFound`] (install helm 3.5+ or pass `--helm`),
+    /// [`HelmError::TooOld`] below helm 3.5, [`HelmError::VersionUnknown`].
+    pub fn find(explicit: Option<&Path>) -> Result<Helm, HelmError> {
+        let path = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => find_on_path(std::env::var_os("PATH").as_deref()).ok_or_else(|| {
+                HelmError::NotFound {
+                    looked: "on PATH".into(),
+                }
+            })?,
+        };
+        let not_found = |path: &Path| HelmError::NotFound {
+            looked: format!("at {}", path.display()),
+        };
+        if explicit.is_some() && !path.exists() {
+            return Err(not_found(&path));
+        }
+        let probe = |args: &[&str]| -> Result<(bool, String), HelmError> {
+            let mut cmd = Command::new(&path);
+            cmd.args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let child = spawn_retrying(&mut cmd).map_err(|source| match source.kind() {
+                std::io::ErrorKind::NotFound => not_found(&path),
+                _ => HelmError::Spawn {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+            let out = child
+                .wait_with_output()
+                .map_err(|source| HelmError::Spawn {
+                    path: path.clone(),
+                    source,
+                })?;
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok((out.status.success(), text))
+        };
+        let (ok, text) = probe(&["version", "--template", "{{.Version}}"])?;
+        let version = match (ok, parse_version(text.trim())) {
+            (true, Some(v)) => v,
+            _ => {
+                let (_, short) = probe(&["version", "--short"])?;
+                match parse_version(&short) {
+                    Some(v) => v,
+                    None => {
+                        let mut output: String = format!("{} / {}", text.trim(), short.trim())
+                            .chars()
+                            .take(200)
+                            .collect();
+                        if output.len() >= 200 {
+                            output.push('…');
+                        }
+                        return Err(HelmError::VersionUnknown { path, output });
+                    }
+                }
+            }
+        };
+        if version < MIN_HELM {
+            return Err(HelmError::TooOld { path, version });
+        }
+        Ok(Helm { path, version })
+    }
+
+    /// helm can pull charts from OCI registries without `HELM_EXPERIMENTAL_OCI` (3.8.0+).
+    pub fn supports_oci(&self) -> bool {
+        self.version >= OCI_GA
+    }
+
+    /// The major version (3 or 4).
+    pub fn major(&self) -> u64 {
+        self.version.major
+    }
+
+    /// Write generated values to a temp file (0600), log in to the registry if credentials are
+    /// given using a throw-away registry config (`--registry-config` in a temp dir, password via
+    /// `--password-stdin`, never argv), then run `helm upgrade --install ...`
+    /// ([`InstallPlan::upgrade_install_args`], adapted to this helm). Streams helm's output to
+    /// our stderr; returns [`HelmError::Failed`] with the tail of helm's stderr on failure.
+    ///
+    /// `client_dry_run` adds `--dry-run=client` (`--dry-run` before helm 3.13). Note that even
+    /// then helm reads the release history from the cluster: without a reachable Kubernetes API
+    /// server it fails with "Kubernetes cluster unreachable"; use [`Helm::template`] to render
+    /// without a cluster.
+    pub fn upgrade_install(
+        &self,
+        plan: &InstallPlan,
+        client_dry_run: bool,
+    ) -> Result<HelmOutput, HelmError> {
+        self.check_chart(plan)?;
+        let dir = private_tempdir()?;
+        let values_file = self.prepare(plan, dir.path())?;
+        let args = plan.upgrade_args_for(Some(&self.version), &values_file, client_dry_run);
+        let command = format!(
+            "helm upgrade --install {} ({}, namespace {})",
+            plan.release,
+            plan.chart.describe(),
+            plan.namespace
+        );
+        let reg = plan.oci_registry();
+        let secret = reg.and_then(RegistryAccess::password);
+        let result = self.run_streaming(
+            &args,
+            secret,
+            command,
+            reg.and_then(|r| r.loopback_tls_hint(self)),
+        );
+        drop(dir);
+        result
+    }
+
+    /// `helm template` of the plan's chart with the same values (generated, then the user's)
+    /// and, for OCI charts, the same registry login/TLS flags → the rendered manifests. Needs no
+    /// cluster.
+    pub fn template(&self, plan: &InstallPlan) -> Result<String, HelmError> {
+        self.check_chart(plan)?;
+        let dir = private_tempdir()?;
+        let values_file = self.prepare(plan, dir.path())?;
+        let args = plan.template_args_for(Some(&self.version), &values_file);
+        let reg = plan.oci_registry();
+        let secret = reg.and_then(RegistryAccess::password);
+        let (status, stdout, stderr) = self.run_captured(&args, None, secret)?;
+        drop(dir);
+        if !status.success() {
+            return Err(HelmError::Failed {
+                command: format!("helm template {} ({})", plan.release, plan.chart.describe()),
+                status: status_text(&status),
+                stderr_tail: tail(&stderr, TAIL_LINES),
+                hint: reg.and_then(|r| r.loopback_tls_hint(self)),
+            });
+        }
+        Ok(stdout)
+    }
+
+    /// `helm pull oci://... --version V --destination DIR` (DIR is created if needed), with the
+    /// registry's login/TLS flags. Returns the path of the pulled archive.
+    pub fn pull(
+        &self,
+        reference: &str,
+        version: &str,
+        dest: &Path,
+        registry: Option<&RegistryAccess>,
+    ) -> Result<PathBuf, HelmError> {
+        if !self.supports_oci() {
+            return Err(HelmError::OciUnsupported {
+                version: self.version.to_string(),
+                reference: reference.to_string(),
+            });
+        }
+        if let Some(reg) = registry {
+            self.check_registry(reg)?;
+        }
+        std::fs::create_dir_all(dest).map_err(|source| HelmError::Io {
+            what: "cannot create the chart destination directory",
+            path: dest.to_path_buf(),
+            source,
+        })?;
+        let before: HashSet<PathBuf> = list_archives(dest).into_iter().collect();
+        let dir = private_tempdir()?;
+        let cfg = dir.path().join(REGISTRY_CONFIG_NAME);
+        let mut args: Vec<String> = vec![
+            "pull".into(),
+            reference.to_string(),
+            "--version".into(),
+            version.to_string(),
+        ];
+        args.push("--destination".into());
+        args.push(dest.to_string_lossy().into_owned());
+        if let Some(reg) = registry {
+            let logged_in = self.login_if_needed(reg, &cfg)?;
+            registry_flags(
+                reg,
+                Some(&self.version),
+                logged_in.then_some(cfg.as_path()),
+                &mut args,
+            );
+        }
+        let secret = registry.and_then(RegistryAccess::password);
+        let (status, _stdout, stderr) = self.run_captured(&args, None, secret)?;
+        drop(dir);
+        if !status.success() {
+            return Err(HelmError::Failed {
+                command: format!("helm pull {reference} --version {version}"),
+                status: status_text(&status),
+                stderr_tail: tail(&stderr, TAIL_LINES),
+                hint: registry.and_then(|r| r.loopback_tls_hint(self)),
+            });
+        }
+        let name = reference
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or(reference);
+        let expected = dest.join(format!("{name}-{version}.tgz"));
+        if expected.is_file() {
+            return Ok(expected);
+        }
+        let new: Vec<PathBuf> = list_archives(dest)
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        match new.as_slice() {
+            [one] => Ok(one.clone()),
+            _ => Err(HelmError::PulledArchiveMissing {
+                reference: reference.to_string(),
+                version: version.to_string(),
+                dest: dest.to_path_buf(),
+            }),
+        }
+    }
+
+    /// The chart source and registry settings are usable with this helm.
+    fn check_chart(&self, plan: &InstallPlan) -> Result<(), HelmError> {
+        if let ChartSource::Oci { reference, .. } = &plan.chart {
+            if !self.supports_oci() {
+                return Err(HelmError::OciUnsupported {
+                    version: self.version.to_string(),
+                    reference: reference.clone(),
+                });
+            }
+            if let Some(reg) = &plan.registry {
+                self.check_registry(reg)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_registry(&self, reg: &RegistryAccess) -> Result<(), HelmError> {
+        reg.credentials()?;
+        let unsupported = |what: &'static str| HelmError::Unsupported {
+            version: self.version.to_string(),
+            host: reg.host.clone(),
+            what,
+            needs: "3.12.0",
+        };
+        // Before 3.12 helm ignores --ca-file/--insecure-skip-tls-verify for OCI registries:
+        // refuse rather than fail later with an obscure certificate error.
+        if reg.ca_file.is_some() && self.version < OCI_TLS_FLAGS {
+            return Err(unsupported("use a custom CA file"));
+        }
+        if reg.insecure_skip_tls_verify && self.version < OCI_TLS_FLAGS {
+            return Err(unsupported("skip TLS verification"));
+        }
+        Ok(())
+    }
+
+    /// Write the generated values (0600) into `dir` and log in if the plan has credentials.
+    fn prepare(&self, plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmError> {
+        let values_file = dir.join(VALUES_NAME);
+        let yaml = serde_yaml_ng::to_string(&plan.generated_values)
+            .map_err(|source| HelmError::Values { source })?;
+        write_private(&values_file, yaml.as_bytes()).map_err(|source| HelmError::Io {
+            what: "cannot write the generated values file",
+            path: values_file.clone(),
+            source,
+        })?;
+        if let Some(reg) = plan.oci_registry() {
+            self.login_if_needed(reg, &registry_config_path(&values_file))?;
+        }
+        Ok(values_file)
+    }
+
+    /// `helm registry login` into `registry_config` when `reg` has credentials; the password
+    /// goes to helm's stdin. Returns whether it logged in.
+    fn login_if_needed(
+        &self,
+        reg: &RegistryAccess,
+        registry_config: &Path,
+    ) -> Result<bool, HelmError> {
+        let Some((username, password)) = reg.credentials()? else {
+            return Ok(false);
+        };
+        let plain_flag = reg.plain_http && self.login_has_plain_http();
+        let args = login_args(reg, &self.version, registry_config, plain_flag);
+        let mut stdin = password.expose().as_bytes().to_vec();
+        stdin.push(b'\n');
+        let (status, stdout, stderr) = self.run_captured(&args, Some(&stdin), Some(password))?;
+        if !status.success() {
+            return Err(HelmError::LoginFailed {
+                host: reg.host.clone(),
+                username: username.to_string(),
+                status: status_text(&status),
+                stderr_tail: tail(&format!("{stdout}{stderr}"), TAIL_LINES),
+                hint: None,
+            });
+        }
+        Ok(true)
+    }
+
+    /// Whether `helm registry login` has `--plain-http` (helm 4 does, helm 3.17 does not).
+    fn login_has_plain_http(&self) -> bool {
+        if self.major() >= 4 {
+            return true;
+        }
+        let mut cmd = Command::new(&self.path);
+        cmd.args(["registry", "login", "--help"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        match spawn_retrying(&mut cmd).and_then(|c| c.wait_with_output()) {
+            Ok(out) => String::from_utf8_lossy(&out.stdout).contains("--plain-http"),
+            Err(_) => false,
+        }
+    }
+
+    fn command(&self, args: &[String]) -> Command {
+        let mut cmd = Command::new(&self.path);
+        cmd.args(args);
+        cmd
+    }
+
+    fn spawn(&self, cmd: &mut Command) -> Result<Child, HelmError> {
+        spawn_retrying(cmd).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => HelmError::NotFound {
+                looked: format!("at {}", self.path.display()),
+            },
+            _ => HelmError::Spawn {
+                path: self.path.clone(),
+                source,
+            },
+        })
+    }
+
+    /// Run helm, copying its output (scrubbed) to our stderr as it comes.
+    fn run_streaming(
+        &self,
+        args: &[String],
+        secret: Option<&Secret>,
+        command: String,
+        hint: Option<String>,
+    ) -> Result<HelmOutput, HelmError> {
+        let mut cmd = self.command(args);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = self.spawn(&mut cmd)?;
+        let out = child.stdout.take().map(|r| pump(r, true, secret.cloned()));
+        let err = child.stderr.take().map(|r| pump(r, true, secret.cloned()));
+        let status = child.wait().map_err(|source| HelmError::Spawn {
+            path: self.path.clone(),
+            source,
+        })?;
+        let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
+        let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
+        if !status.success() {
+            return Err(HelmError::Failed {
+                command,
+                status: status_text(&status),
+                stderr_tail: tail(&stderr, TAIL_LINES),
+                hint,
+            });
+        }
+        Ok(HelmOutput { stdout, stderr })
+    }
+
+    /// Run helm quietly, feeding `stdin`; returns (status, stdout, stderr), scrubbed.
+    fn run_captured(
+        &self,
+        args: &[String],
+        stdin: Option<&[u8]>,
+        secret: Option<&Secret>,
+    ) -> Result<(ExitStatus, String, String), HelmError> {
+        let mut cmd = self.command(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = self.spawn(&mut cmd)?;
+        let writer = match (stdin, child.stdin.take()) {
+            (Some(bytes), Some(mut pipe)) => {
+                let bytes = bytes.to_vec();
+                Some(std::thread::spawn(move || {
+                    let _ = pipe.write_all(&bytes);
+                    // `pipe` dropped here: helm sees end of input.
+                }))
+            }
+            _ => None,
+        };
+        let out = child.stdout.take().map(|r| pump(r, false, secret.cloned()));
+        let err = child.stderr.take().map(|r| pump(r, false, secret.cloned()));
+        let status = child.wait().map_err(|source| HelmError::Spawn {
+            path: self.path.clone(),
+            source,
+        })?;
+        if let Some(w) = writer {
+            let _ = w.join();
+        }
+        let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
+        let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
+        Ok((status, stdout, stderr))
+    }
+}
+
+/// Spawn, retrying briefly on ETXTBSY (the binary was just written, or is being replaced).
+fn spawn_retrying(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut attempt = 0;
+    loop {
+        match cmd.spawn() {
+            #[cfg(target_os = "linux")]
+            Err(e) if e.raw_os_error() == Some(26) && attempt < 10 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn list_archives(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "tgz"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PW: &str = "s3cr3t-pa55";
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    fn helm(version: &str) -> Helm {
+        Helm {
+            path: PathBuf::from("/opt/helm bin/helm"),
+            version: v(version),
+        }
+    }
+
+    fn tls_reg() -> RegistryAccess {
+        RegistryAccess {
+            host: "reg.example:5000".into(),
+            username: Some("koord".into()),
+            password: Some(Secret::new(PW.into())),
+            ca_file: Some("/etc/ca.crt".into()),
+            plain_http: false,
+            insecure_skip_tls_verify: false,
+        }
+    }
+
+    fn plan(chart: ChartSource, registry: Option<RegistryAccess>) -> InstallPlan {
+        let mut p = InstallPlan::new(
+            "koordinator",
+            "koordinator-system",
+            chart,
+            generated_values(
+                "reg.example:5000/prefix",
+                Some("A=true"),
+                &["reservations".into()],
+                true,
+                &["regcred".into()],
+            ),
+        );
+        p.registry = registry;
+        p.user_values = vec!["/u/one.yaml".into(), "/u/two.yaml".into()];
+        p.user_sets = vec!["a=1".into(), "b=2".into()];
+        p
+    }
+
+    fn oci() -> ChartSource {
+        ChartSource::Oci {
+            reference: "oci://reg.example:5000/prefix/charts/koordinator".into(),
+            version: "1.8.0".into(),
+        }
+    }
+
+    #[test]
+    fn parses_helm_version_outputs() {
+        assert_eq!(parse_version("v3.17.3"), Some(v("3.17.3")));
+        assert_eq!(parse_version("v4.1.4"), Some(v("4.1.4")));
+        assert_eq!(parse_version("v3.17.3+ge4da497"), Some(v("3.17.3")));
+        assert_eq!(
+            parse_version("Client: v2.16.1+gbbdfe5e\n"),
+            Some(v("2.16.1"))
+        );
+        assert_eq!(
+            parse_version(r#"version.BuildInfo{Version:"v3.18.0-rc.1", GitCommit:"x"}"#),
+            Some(v("3.18.0-rc.1"))
+        );
+        assert_eq!(parse_version("<no value>"), None);
+        assert_eq!(parse_version(""), None);
+    }
+
+    #[test]
+    fn generated_values_shape() {
+        let val = generated_values(
+            "h:1/p",
+            Some("X=true,Y=false"),
+            &["reservations".into(), "devices".into()],
+            true,
+            &["regcred".into(), "other".into()],
+        );
+        let expected: Value = serde_yaml_ng::from_str(
+            "imageRepositoryHost: h:1/p\nfeatureGates: X=true,Y=false\ncrds: {reservations: false, devices: false}\nmanager: {hostNetwork: true}\nimagePullSecrets: [{name: regcred}, {name: other}]\n",
+        )
+        .unwrap();
+        assert_eq!(val, expected);
+        let minimal = generated_values("h", None, &[], false, &[]);
+        assert_eq!(
+            minimal,
+            serde_yaml_ng::from_str::<Value>("imageRepositoryHost: h").unwrap()
+        );
+    }
+
+    #[test]
+    fn upgrade_args_in_order() {
+        let mut p = plan(
+            oci(),
+            Some(RegistryAccess {
+                host: "reg.example:5000".into(),
+                plain_http: true,
+                ..Default::default()
+            }),
+        );
+        p.kubeconfig = Some("/k/config".into());
+        p.context = Some("prod".into());
+        p.reuse_values = true;
+        p.wait = true;
+        p.timeout = Some("10m".into());
+        let a = p.upgrade_install_args(Path::new("/tmp/x/values.yaml"), true);
+        let expected: Vec<&str> = vec![
+            "upgrade",
+            "--install",
+            "koordinator",
+            "oci://reg.example:5000/prefix/charts/koordinator",
+            "--version",
+            "1.8.0",
+            "--namespace",
+            "koordinator-system",
+            "--kubeconfig",
+            "/k/config",
+            "--kube-context",
+            "prod",
+            "--plain-http",
+            "--values",
+            "/tmp/x/values.yaml",
+            "--values",
+            "/u/one.yaml",
+            "--values",
+            "/u/two.yaml",
+            "--set",
+            "a=1",
+            "--set",
+            "b=2",
+            "--reuse-values",
+            "--wait",
+            "--timeout",
+            "10m",
+            "--dry-run=client",
+        ];
+        assert_eq!(a, expected);
+        assert!(!a.iter().any(|x| x == "--create-namespace"));
+    }
+
+    #[test]
+    fn old_helm_gets_old_flags() {
+        let p = plan(
+            oci(),
+            Some(RegistryAccess {
+                host: "r:1".into(),
+                plain_http: true,
+                ..Default::default()
+            }),
+        );
+        let a = p.upgrade_args_for(Some(&v("3.12.3")), Path::new("/v.yaml"), true);
+        assert!(!a.iter().any(|x| x == "--plain-http"));
+        assert!(a.iter().any(|x| x == "--dry-run"));
+        assert!(!a.iter().any(|x| x.starts_with("--dry-run=")));
+        let a = p.upgrade_args_for(Some(&v("4.1.4")), Path::new("/v.yaml"), false);
+        assert!(a.iter().any(|x| x == "--plain-http"));
+        assert!(!a.iter().any(|x| x.starts_with("--dry-run")));
+    }
+
+    #[test]
+    fn credentials_mean_registry_config_next_to_values_never_password() {
+        let p = plan(oci(), Some(tls_reg()));
+        let a = p.upgrade_install_args(Path::new("/tmp/d/values.yaml"), false);
+        let i = a.iter().position(|x| x == "--registry-config").unwrap();
+        assert_eq!(a[i + 1], "/tmp/d/registry-config.json");
+        assert!(a
+            .windows(2)
+            .any(|w| w[0] == "--ca-file" && w[1] == "/etc/ca.crt"));
+        let t = p.template_args_for(Some(&v("3.17.3")), Path::new("/tmp/d/values.yaml"));
+        let l = login_args(
+            &tls_reg(),
+            &v("3.17.3"),
+            Path::new("/tmp/d/registry-config.json"),
+            false,
+        );
+        for arg in a.iter().chain(&t).chain(&l) {
+            assert!(!arg.contains(PW), "{arg}");
+        }
+        assert!(l.iter().any(|x| x == "--password-stdin"));
+        let line = p.command_line(&helm("4.1.4"), Path::new("/tmp/d/values.yaml"), true);
+        assert!(!line.contains(PW));
+        assert!(line.starts_with("'/opt/helm bin/helm' registry login reg.example:5000 --username koord --password-stdin"), "{line}");
+        assert!(
+            line.contains("\n'/opt/helm bin/helm' upgrade --install koordinator"),
+            "{line}"
+        );
+        assert!(format!("{p:?}").contains("<redacted>") && !format!("{p:?}").contains(PW));
+    }
+
+    #[test]
+    fn archive_gets_no_registry_flags() {
+        let p = plan(
+            ChartSource::Archive("-odd/koordinator-1.8.0.tgz".into()),
+            Some(tls_reg()),
+        );
+        let a = p.upgrade_install_args(Path::new("/v.yaml"), false);
+        assert_eq!(a[3], "./-odd/koordinator-1.8.0.tgz");
+        assert!(!a
+            .iter()
+            .any(|x| x == "--registry-config" || x == "--ca-file" || x == "--version"));
+        assert!(!p
+            .command_line(&helm("3.17.3"), Path::new("/v.yaml"), false)
+            .contains("registry login"));
+    }
+
+    #[test]
+    fn login_flags_per_version() {
+        let mut r = tls_reg();
+        r.insecure_skip_tls_verify = true;
+        r.plain_http = true;
+        let cfg = Path::new("/c.json");
+        let new = login_args(&r, &v("3.17.3"), cfg, false);
+        assert!(new.iter().any(|x| x == "--ca-file") && new.iter().any(|x| x == "--insecure"));
+        assert!(!new.iter().any(|x| x == "--plain-http"));
+        assert!(login_args(&r, &v("4.1.4"), cfg, true)
+            .iter()
+            .any(|x| x == "--plain-http"));
+        assert!(!login_args(&r, &v("3.11.0"), cfg, false)
+            .iter()
+            .any(|x| x == "--ca-file"));
+    }
+
+    #[test]
+    fn checks_refuse_what_old_helm_cannot_do() {
+        let h = helm("3.7.2");
+        assert!(matches!(
+            h.check_chart(&plan(oci(), None)),
+            Err(HelmError::OciUnsupported { .. })
+        ));
+        assert!(h
+            .check_chart(&plan(ChartSource::Archive("/c.tgz".into()), None))
+            .is_ok());
+        let e = helm("3.11.0")
+            .check_chart(&plan(oci(), Some(tls_reg())))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("custom CA") && e.to_string().contains("reg.example:5000"),
+            "{e}"
+        );
+        let mut half = tls_reg();
+        half.password = None;
+        let e = helm("3.17.3")
+            .check_chart(&plan(oci(), Some(half)))
+            .unwrap_err();
+        assert!(e.to_string().contains("password"), "{e}");
+        assert!(helm("3.17.3")
+            .check_chart(&plan(oci(), Some(tls_reg())))
+            .is_ok());
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for h in [
+            "127.0.0.1:15001",
+            "127.0.0.2:5000",
+            "localhost:5000",
+            "localhost",
+            "[::1]:5000",
+            "::1",
+        ] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in [
+            "192.0.2.2:5000",
+            "reg.example:5000",
+            "vm",
+            "localhost.localdomain:1",
+            "[fd00::2]:1",
+        ] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+        let r = RegistryAccess {
+            host: "127.0.0.1:15001".into(),
+            ..Default::default()
+        };
+        assert!(r.loopback_tls_hint(&helm("3.17.3")).is_some());
+        assert!(r.loopback_tls_hint(&helm("4.1.4")).is_none());
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a-b_c/d.e:f=g,h@1+2%"), "a-b_c/d.e:f=g,h@1+2%");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+    }
+
+    #[test]
+    fn redaction_and_tail() {
+        let s = Secret::new(PW.into());
+        assert_eq!(
+            redact(&format!("x {PW} y {PW}"), Some(&s)),
+            "x <redacted> y <redacted>"
+        );
+        assert_eq!(redact("abc", Some(&Secret::new(String::new()))), "abc");
+        assert_eq!(tail("1\n2\n\n3\n4\n", 2), "3\n4");
+    }
+
+    #[test]
+    fn images_of_rendered_documents() {
+        let text = r#"---
+# Source: a.yaml
+apiVersion: apps/v1
+kind: Deployment
+spec:
+  template:
+    spec:
+      initContainers:
+        - name: init
+          image: "r/x/init:v1"
+      containers:
+        - name: a
+          image: r/x/b:v1
+        - name: b
+          image: r/x/a:v1
+---
+this: [is not: yaml
+---
+apiVersion: batch/v1
+kind: CronJob
+spec:
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - image: r/x/a:v1
+---
+kind: CustomResourceDefinition
+spec:
+  properties:
+    image: {type: string}
+    containers: {type: array}
+"#;
+        assert_eq!(
+            rendered_images(text),
+            vec!["r/x/a:v1", "r/x/b:v1", "r/x/init:v1"]
+        );
+        assert!(rendered_images("").is_empty());
+    }
+
+    #[test]
+    fn manifest_of_dry_run_report() {
+        let out = HelmOutput {
+            stdout: "Release \"k\" does not exist. Installing it now.\nNAME: k\nSTATUS: pending-install\nHOOKS:\n---\nkind: Pod\nspec: {containers: [{image: h/hook:1}]}\nMANIFEST:\n---\nkind: Pod\nspec: {containers: [{image: h/a:1}]}\n\nNOTES:\nhello image: h/notes:1\n".into(),
+            stderr: String::new(),
+        };
+        let m = out.manifest();
+        assert!(
+            !m.contains("NAME:") && !m.contains("NOTES") && !m.contains("MANIFEST:"),
+            "{m}"
+        );
+        assert_eq!(rendered_images(&m), vec!["h/a:1", "h/hook:1"]);
+        let plain = HelmOutput {
+            stdout: "kind: Pod\n".into(),
+            stderr: String::new(),
+        };
+        assert_eq!(plain.manifest(), "kind: Pod\n");
+    }
+
+    #[test]
+    fn finds_helm_on_path_only_if_executable() {
+        let d1 = tempfile::tempdir().unwrap();
+        let d2 = tempfile::tempdir().unwrap();
+        std::fs::write(d1.path().join("helm"), "not executable").unwrap();
+        let exe = d2.path().join("helm");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = std::env::join_paths([d1.path(), d2.path()]).unwrap();
+        assert_eq!(find_on_path(Some(&path)), Some(exe));
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(find_on_path(Some(empty.path().as_os_str())), None);
+        assert_eq!(find_on_path(None), None);
+    }
+
+    #[cfg(unix)]
+    fn fake_helm(dir: &Path, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = dir.join("helm");
+        std::fs::write(&p, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn find_reads_versions_and_refuses_old_ones() {
+        let d = tempfile::tempdir().unwrap();
+        let p = fake_helm(
+            d.path(),
+            r#"[ "$2" = "--template" ] && { echo "v3.9.4"; exit 0; }; exit 1"#,
+        );
+        assert_eq!(Helm::find(Some(&p)).unwrap().version, v("3.9.4"));
+        let d = tempfile::tempdir().unwrap();
+        // --template unknown (exit 1): falls back to --short.
+        let p = fake_helm(
+            d.path(),
+            r#"[ "$2" = "--short" ] && { echo "v3.6.3+gd506314"; exit 0; }; echo "Error: unknown flag: --template" >&2; exit 1"#,
+        );
+        let h = Helm::find(Some(&p)).unwrap();
+        assert_eq!(
+            (h.version.clone(), h.major(), h.supports_oci()),
+            (v("3.6.3"), 3, false)
+        );
+        let d = tempfile::tempdir().unwrap();
+        let p = fake_helm(d.path(), "echo v3.4.0");
+        let e = Helm::find(Some(&p)).unwrap_err();
+        assert!(
+            matches!(e, HelmError::TooOld { .. })
+                && e.to_string().contains("3.4.0")
+                && e.to_string().contains("3.5"),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let p = fake_helm(d.path(), "echo nothing useful");
+        assert!(matches!(
+            Helm::find(Some(&p)),
+            Err(HelmError::VersionUnknown { .. })
+        ));
+        let e = Helm::find(Some(Path::new("/nonexistent/dir/helm"))).unwrap_err();
+        assert!(matches!(e, HelmError::NotFound { .. }), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent/dir/helm") && e.to_string().contains("--helm"),
+            "{e}"
+        );
+    }
+}

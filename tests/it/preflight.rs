@@ -1,0 +1,540 @@
+//! Preflight end to end through the library, against the API-server stub (`kube_stub`) serving
+//! real-format responses shaped on kind, EKS, ACK and an old cluster. No live cluster: none can
+//! be run where these tests run.
+
+use crate::kube_stub::{self, KubeStub, STUB_USER};
+use koord_bundle::cluster::{
+    self, preflight, ChartCrd, ClusterError, KubeClient, Level, PreflightInput, PreflightReport,
+};
+use std::io::Read;
+use std::path::Path;
+
+const NS: &str = "koordinator-system";
+const RELEASE: &str = "koordinator";
+
+/// The 1.8.0 chart's CRDs, read from the archive in tests/fixtures/charts: metadata.name,
+/// spec.names.plural, and the key of the `{{- if and .Values.crds.managed .Values.crds.<key> }}`
+/// wrapper. In templates/crd/ file order.
+fn chart_180_crds() -> Vec<ChartCrd> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts/koordinator-1.8.0.tgz");
+    let file = std::fs::File::open(&path).expect("chart archive");
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let mut out = Vec::new();
+    for entry in archive.entries().expect("tar entries") {
+        let mut entry = entry.expect("tar entry");
+        let name = entry
+            .path()
+            .expect("entry path")
+            .to_string_lossy()
+            .to_string();
+        if !(name.starts_with("koordinator/templates/crd/") && name.ends_with(".yaml")) {
+            continue;
+        }
+        let mut text = String::new();
+        entry.read_to_string(&mut text).expect("utf-8 template");
+        let first = text.lines().next().unwrap_or("");
+        let key = first
+            .split(".Values.crds.")
+            .nth(2)
+            .map(|k| k.trim_end_matches(" }}").trim().to_string());
+        let meta_name = text
+            .lines()
+            .find_map(|l| l.strip_prefix("  name: "))
+            .expect("metadata.name")
+            .trim()
+            .to_string();
+        let plural = text
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("plural: "))
+            .expect("plural")
+            .trim()
+            .to_string();
+        out.push(ChartCrd {
+            name: meta_name,
+            plural,
+            values_key: key,
+        });
+    }
+    out.sort_by(|a, b| {
+        // templates/crd/<group>_<plural>.yaml order
+        let f = |c: &ChartCrd| {
+            let (plural, group) = c.name.split_once('.').unwrap_or((&c.name, ""));
+            format!("{group}_{plural}")
+        };
+        f(a).cmp(&f(b))
+    });
+    out
+}
+
+fn platforms(p: &[&str]) -> Vec<String> {
+    p.iter().map(|s| s.to_string()).collect()
+}
+
+async fn run(
+    stub: &KubeStub,
+    platforms: &[String],
+    crds: &[ChartCrd],
+    strict: bool,
+) -> PreflightReport {
+    let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).expect("stub kubeconfig loads");
+    let client = KubeClient::new(&cfg).expect("client");
+    let input = PreflightInput {
+        bundle_platforms: platforms,
+        crds,
+        namespace: NS,
+        release: RELEASE,
+        strict,
+    };
+    preflight(&client, &input).await.expect("preflight runs")
+}
+
+fn of<'a>(r: &'a PreflightReport, check: &str) -> Vec<&'a koord_bundle::cluster::Finding> {
+    r.findings.iter().filter(|f| f.check == check).collect()
+}
+
+#[test]
+fn chart_180_has_thirteen_switchable_crds() {
+    let crds = chart_180_crds();
+    assert_eq!(crds.len(), 13, "{crds:?}");
+    assert!(
+        crds.iter()
+            .all(|c| c.values_key.as_deref() == Some(c.plural.as_str())),
+        "{crds:?}"
+    );
+    for n in [
+        "reservations.scheduling.koordinator.sh",
+        "nodemetrics.slo.koordinator.sh",
+        "nodeslos.slo.koordinator.sh",
+        "elasticquotas.scheduling.sigs.k8s.io",
+        "podgroups.scheduling.sigs.k8s.io",
+    ] {
+        assert!(crds.iter().any(|c| c.name == n), "{n} missing");
+    }
+}
+
+#[tokio::test]
+async fn kind_fresh_cluster_passes() {
+    let stub = kube_stub::start("kind");
+    let crds = chart_180_crds();
+    let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
+    assert!(!r.failed(), "{:#?}", r.findings);
+    assert_eq!(r.server_version, "v1.29.2");
+    assert_eq!(r.nodes.len(), 1);
+    let n = &r.nodes[0];
+    assert_eq!(
+        (n.name.as_str(), n.arch.as_str(), n.os.as_str()),
+        ("kind-control-plane", "amd64", "linux")
+    );
+    assert_eq!(n.container_runtime, "containerd://1.7.13");
+    assert!(
+        r.findings.iter().all(|f| f.level == Level::Info),
+        "{:#?}",
+        r.findings
+    );
+    assert!(of(&r, "containerd")[0]
+        .message
+        .contains("NRI mode available"));
+    assert!(of(&r, "namespace")[0]
+        .message
+        .contains("does not exist yet"));
+    assert!(of(&r, "release")[0].message.contains("fresh install"));
+    assert!(of(&r, "crd-ownership").is_empty(), "{:#?}", r.findings);
+    assert!(of(&r, "kernel").is_empty());
+    assert!(r.crd_values_off.is_empty());
+    assert!(r.existing_release.is_none());
+    // Every request carried the token; the release lookup used Helm's labels.
+    let seen = stub.requests.lock().unwrap().clone();
+    assert!(seen.iter().all(|(_, authorized)| *authorized), "{seen:?}");
+    assert!(
+        stub.seen().contains(&format!(
+            "GET /api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}"
+        )),
+        "{:?}",
+        stub.seen()
+    );
+    assert!(stub
+        .seen()
+        .contains(&"GET /api/v1/nodes?limit=500".to_string()));
+}
+
+#[tokio::test]
+async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
+    let stub = kube_stub::start("eks");
+    let crds = chart_180_crds();
+
+    let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
+    assert!(r.failed());
+    let arch = of(&r, "node-arch");
+    assert_eq!(arch.len(), 1);
+    assert_eq!(arch[0].level, Level::Fail);
+    assert!(
+        arch[0]
+            .message
+            .contains("linux/arm64 on 1 node(s): ip-192-168-5-87.eu-west-1.compute.internal"),
+        "{}",
+        arch[0].message
+    );
+    assert!(
+        arch[0].message.contains("holds linux/amd64 only"),
+        "{}",
+        arch[0].message
+    );
+    assert_eq!(
+        arch[0].fix.as_deref(),
+        Some("rebuild the bundle with --platform linux/amd64,linux/arm64")
+    );
+
+    let r = run(
+        &stub,
+        &platforms(&["linux/amd64", "linux/arm64"]),
+        &crds,
+        false,
+    )
+    .await;
+    assert!(!r.failed(), "{:#?}", r.findings);
+    assert_eq!(r.server_version, "v1.28.15-eks-7f9249a");
+    assert_eq!(of(&r, "server-version")[0].level, Level::Info);
+    assert_eq!(r.nodes.len(), 3);
+    assert!(r
+        .nodes
+        .iter()
+        .all(|n| n.kernel.starts_with("5.10.") && n.container_runtime == "containerd://1.7.22"));
+    assert!(of(&r, "containerd")[0].message.contains("3 node(s)"));
+    // Upgrade of revision 3 (chart 1.6.0): its CRDs are this release's, 1.8.0's new ones absent.
+    let rel = r.existing_release.as_ref().expect("existing release");
+    assert_eq!(
+        (
+            rel.name.as_str(),
+            rel.namespace.as_str(),
+            rel.revision,
+            rel.status.as_str()
+        ),
+        (RELEASE, NS, 3, "deployed")
+    );
+    assert_eq!(rel.chart_version.as_deref(), Some("1.6.0"));
+    assert!(
+        of(&r, "release")[0]
+            .message
+            .contains("revision 3, chart 1.6.0 is deployed"),
+        "{}",
+        of(&r, "release")[0].message
+    );
+    let crd = of(&r, "crd-ownership");
+    assert!(crd.iter().all(|f| f.level == Level::Info), "{crd:#?}");
+    assert!(crd.iter().any(|f| f
+        .message
+        .contains("11 of 13 chart CRD(s) are already managed by release")));
+    assert!(crd.iter().any(|f| f
+        .message
+        .contains("2 chart CRD(s) are not in the cluster yet")
+        && f.message
+            .contains("clusternetworktopologies.scheduling.koordinator.sh")
+        && f.message
+            .contains("scheduleexplanations.scheduling.koordinator.sh")));
+    assert!(r.crd_values_off.is_empty());
+    assert_eq!(of(&r, "namespace")[0].level, Level::Info);
+}
+
+#[tokio::test]
+async fn ack_unowned_crds_are_switched_off_and_namespace_needs_adoption() {
+    let stub = kube_stub::start("ack");
+    let crds = chart_180_crds();
+    let r = run(
+        &stub,
+        &platforms(&["linux/amd64", "linux/arm64"]),
+        &crds,
+        false,
+    )
+    .await;
+
+    assert_eq!(r.server_version, "v1.22.15-aliyun.1");
+    let v = of(&r, "server-version");
+    assert_eq!(v[0].level, Level::Warn);
+    assert!(
+        v[0].message.contains("Koordinator compatibility notes"),
+        "{}",
+        v[0].message
+    );
+
+    // The five CRDs ack-koordinator installed, in chart order.
+    assert_eq!(
+        r.crd_values_off,
+        [
+            "crds.reservations",
+            "crds.elasticquotas",
+            "crds.podgroups",
+            "crds.nodemetrics",
+            "crds.nodeslos"
+        ]
+    );
+    let crd = of(&r, "crd-ownership");
+    let warns: Vec<_> = crd.iter().filter(|f| f.level == Level::Warn).collect();
+    assert_eq!(warns.len(), 5, "{crd:#?}");
+    assert!(warns.iter().any(
+        |f| f.message.contains("reservations.scheduling.koordinator.sh")
+            && f.message.contains("crds.reservations=false")
+    ));
+    assert!(crd.iter().all(|f| f.level != Level::Fail));
+
+    // The namespace exists without Helm's labels: Fail, with the commands that adopt it.
+    let ns = of(&r, "namespace");
+    assert_eq!(ns[0].level, Level::Fail);
+    assert_eq!(
+        ns[0].fix.as_deref(),
+        Some("kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=koordinator-system")
+    );
+    assert!(r.failed());
+
+    // containerd 1.6 on Alibaba Cloud Linux 3 (kernel 5.10): no NRI, no kernel warning.
+    let rt = of(&r, "containerd");
+    assert!(rt.iter().all(|f| f.level == Level::Info));
+    assert!(
+        rt[0].message.contains("containerd://1.6.20")
+            && rt[0].message.contains("NRI mode not available"),
+        "{}",
+        rt[0].message
+    );
+    assert!(of(&r, "kernel").is_empty());
+    assert!(r.existing_release.is_none());
+
+    // The JSON form, as --json prints it.
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["crdValuesOff"].as_array().unwrap().len(), 5);
+    assert_eq!(j["findings"][0]["check"], "server-version");
+    assert_eq!(j["findings"][0]["level"], "warn");
+}
+
+#[tokio::test]
+async fn ack_strict_fails_naming_skip_crds_with_the_five_plurals() {
+    let stub = kube_stub::start("ack");
+    let crds = chart_180_crds();
+    let r = run(&stub, &platforms(&["linux/amd64"]), &crds, true).await;
+    assert!(r.failed());
+    assert!(r.crd_values_off.is_empty());
+    let fails: Vec<_> = of(&r, "crd-ownership")
+        .into_iter()
+        .filter(|f| f.level == Level::Fail)
+        .collect();
+    assert_eq!(fails.len(), 1, "{fails:#?}");
+    assert_eq!(
+        fails[0].fix.as_deref(),
+        Some("--skip-crds reservations,elasticquotas,podgroups,nodemetrics,nodeslos")
+    );
+    assert!(
+        fails[0].message.contains("5 chart CRD(s)") && fails[0].message.contains("ACK"),
+        "{}",
+        fails[0].message
+    );
+}
+
+#[tokio::test]
+async fn old_cluster_is_refused() {
+    let stub = kube_stub::start("old");
+    let crds = chart_180_crds();
+    let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
+    assert!(r.failed());
+    assert_eq!(r.server_version, "v1.16.15");
+    let v = of(&r, "server-version");
+    assert_eq!(v[0].level, Level::Fail);
+    assert!(
+        v[0].message
+            .contains("Koordinator needs Kubernetes 1.18 or newer"),
+        "{}",
+        v[0].message
+    );
+    let k = of(&r, "kernel");
+    assert_eq!(k[0].level, Level::Warn);
+    assert!(
+        k[0].message.contains("3.10.0-1160.el7.x86_64"),
+        "{}",
+        k[0].message
+    );
+    assert!(of(&r, "containerd")
+        .iter()
+        .all(|f| f.message.contains("docker://")));
+}
+
+#[tokio::test]
+async fn wrong_token_is_401_naming_user_and_resource() {
+    let stub = kube_stub::start("kind");
+    let text = std::fs::read_to_string(&stub.kubeconfig)
+        .unwrap()
+        .replace(&stub.token, "expired-token-value");
+    let path = stub.write_kubeconfig("expired", &text);
+    let cfg = cluster::kubeconfig::load(&path, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    let crds = chart_180_crds();
+    let input = PreflightInput {
+        bundle_platforms: &platforms(&["linux/amd64"]),
+        crds: &crds,
+        namespace: NS,
+        release: RELEASE,
+        strict: false,
+    };
+    let e = preflight(&client, &input).await.unwrap_err();
+    assert!(matches!(e, ClusterError::Unauthorized { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains(STUB_USER) && m.contains("/version") && m.contains(&stub.url),
+        "{m}"
+    );
+    assert!(!m.contains("expired-token-value"), "{m}");
+}
+
+#[tokio::test]
+async fn forbidden_secrets_is_403_naming_user_and_resource() {
+    let stub = kube_stub::start("eks");
+    stub.forbid("/api/v1/namespaces/koordinator-system/secrets");
+    let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    let crds = chart_180_crds();
+    let input = PreflightInput {
+        bundle_platforms: &platforms(&["linux/amd64", "linux/arm64"]),
+        crds: &crds,
+        namespace: NS,
+        release: RELEASE,
+        strict: false,
+    };
+    let e = preflight(&client, &input).await.unwrap_err();
+    let m = e.to_string();
+    assert!(matches!(e, ClusterError::Forbidden { .. }), "{e:?}");
+    assert!(
+        m.contains(STUB_USER) && m.contains("/api/v1/namespaces/koordinator-system/secrets"),
+        "{m}"
+    );
+    assert!(m.contains("cannot list resource \"secrets\""), "{m}");
+}
+
+#[test]
+fn exec_plugin_kubeconfig_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("eks-kubeconfig");
+    std::fs::write(
+        &path,
+        r#"apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=
+    server: https://0123456789ABCDEF0123456789ABCDEF.gr7.eu-west-1.eks.amazonaws.com
+  name: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
+contexts:
+- context:
+    cluster: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
+    user: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
+  name: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
+current-context: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
+preferences: {}
+users:
+- name: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      args:
+      - --region
+      - eu-west-1
+      - eks
+      - get-token
+      - --cluster-name
+      - prod-eu
+      - --output
+      - json
+      command: aws
+      interactiveMode: IfAvailable
+      provideClusterInfo: false
+"#,
+    )
+    .unwrap();
+    let e = cluster::kubeconfig::load(&path, None).unwrap_err();
+    assert!(
+        matches!(e, ClusterError::ExecPluginUnsupported { .. }),
+        "{e:?}"
+    );
+    let m = e.to_string();
+    assert!(
+        m.contains("user \"arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu\""),
+        "{m}"
+    );
+    assert!(
+        m.contains("exec plugin (aws --region eu-west-1 eks get-token --cluster-name prod-eu --output json)"),
+        "{m}"
+    );
+    assert!(
+        m.contains("exec plugins are not supported in this version"),
+        "{m}"
+    );
+    assert!(
+        m.contains(
+            "use a token kubeconfig (e.g. a service-account token) or run with --no-install"
+        ),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_says_no_cluster_reachable_and_names_the_url() {
+    // A port that was free a moment ago: connection refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("https://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: gone\nclusters:\n- name: gone\n  cluster:\n    server: {url}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: gone\n  context: {{cluster: gone, user: sa}}\nusers:\n- name: sa\n  user: {{token: abc}}\n"
+        ),
+    )
+    .unwrap();
+    let cfg = cluster::kubeconfig::load(&path, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    let crds = chart_180_crds();
+    let input = PreflightInput {
+        bundle_platforms: &platforms(&["linux/amd64"]),
+        crds: &crds,
+        namespace: NS,
+        release: RELEASE,
+        strict: false,
+    };
+    let e = preflight(&client, &input).await.unwrap_err();
+    assert!(matches!(e, ClusterError::Unreachable { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains("no cluster reachable") && m.contains(&url),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn stub_answers_like_an_api_server() {
+    // The stub's own behaviour, so that what the tests above rely on is pinned down.
+    let stub = kube_stub::start("ack");
+    let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    assert!(client.get_json("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/devices.scheduling.koordinator.sh").await.unwrap().is_none());
+    let crd = client
+        .get_json(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodeslos.slo.koordinator.sh",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(crd["kind"], "CustomResourceDefinition");
+    assert_eq!(crd["spec"]["names"]["plural"], "nodeslos");
+    let eks = kube_stub::start("eks");
+    let cfg = cluster::kubeconfig::load(&eks.kubeconfig, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    let all = client
+        .get_json("/api/v1/namespaces/koordinator-system/secrets")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(all["items"].as_array().unwrap().len(), 2);
+    let none = client.get_json("/api/v1/namespaces/koordinator-system/secrets?labelSelector=owner%3Dhelm%2Cname%3Dother").await.unwrap().unwrap();
+    assert_eq!(none["kind"], "SecretList");
+    assert!(none["items"].as_array().unwrap().is_empty());
+}
