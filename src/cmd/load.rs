@@ -339,7 +339,8 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             "push": stats,
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "preflight": preflight,
-            "helm": {"command": command, "renderedImages": rendered_ok, "installed": installed},
+            "helm": {"command": command, "renderedImages": rendered_ok, "installed": installed,
+                     "values": serde_yaml_ng::to_string(&plan.generated_values).ok()},
         }));
     }
     let verb = if args.dry_run { "would push" } else { "pushed" };

@@ -37,6 +37,7 @@ pub struct KubeStub {
     forbidden: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     dir: tempfile::TempDir,
+    anonymous: Arc<AtomicBool>,
 }
 
 /// The fixture root.
@@ -65,7 +66,9 @@ pub fn start(cluster: &str) -> KubeStub {
     let requests = Arc::new(Mutex::new(Vec::new()));
     let forbidden = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
+    let anonymous = Arc::new(AtomicBool::new(false));
     let state = Arc::new(State {
+        anonymous: anonymous.clone(),
         routes,
         fixtures: fixtures.clone(),
         token: token.clone(),
@@ -96,10 +99,17 @@ pub fn start(cluster: &str) -> KubeStub {
         forbidden,
         stop,
         dir,
+        anonymous,
     }
 }
 
 impl KubeStub {
+    /// Answer requests without the bearer token too. Only for real helm talking to the stub:
+    /// client-go sends no bearer token over plain HTTP and this stub has no TLS.
+    pub fn allow_anonymous(&self) {
+        self.anonymous.store(true, Ordering::SeqCst);
+    }
+
     /// Answer 403 for this API path (no query).
     pub fn forbid(&self, path: &str) {
         self.forbidden.lock().unwrap().push(path.to_string());
@@ -157,6 +167,7 @@ users:
 }
 
 struct State {
+    anonymous: Arc<AtomicBool>,
     routes: HashMap<String, String>,
     fixtures: PathBuf,
     token: String,
@@ -194,7 +205,7 @@ fn serve(mut conn: TcpStream, state: &State) -> std::io::Result<()> {
         .unwrap()
         .push((format!("{method} {target}"), authorized));
 
-    if !authorized {
+    if !authorized && !state.anonymous.load(Ordering::SeqCst) {
         let body = status(401, "Unauthorized", "Unauthorized", json!({}));
         return respond(&mut conn, 401, "application/json", body.as_bytes());
     }

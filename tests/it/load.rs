@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// One signed 1.8.0 bundle shared by the tests of this file (built once per test process).
-struct Built {
-    home: Home,
-    bundle: PathBuf,
+pub struct Built {
+    pub home: Home,
+    pub bundle: PathBuf,
 }
 
-fn built() -> &'static Built {
+pub fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
         let home = Home::with_key();
@@ -21,7 +21,7 @@ fn built() -> &'static Built {
     })
 }
 
-fn unique_prefix(name: &str) -> String {
+pub fn unique_prefix(name: &str) -> String {
     let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -37,7 +37,7 @@ fn manifest(bundle: &Path) -> Value {
 }
 
 /// Which of the bundle's six repositories exist on the plain registry under `prefix`.
-fn repos_under(prefix: &str) -> Vec<String> {
+pub fn repos_under(prefix: &str) -> Vec<String> {
     let repos = [
         "charts/koordinator",
         "koordinator-sh/koord-descheduler",
@@ -301,7 +301,7 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
     assert_fails(&o, 1, &["TLS", "--ca-file"]);
 }
 
-fn run_with_stdin(c: &mut std::process::Command, input: &str) -> std::process::Output {
+pub fn run_with_stdin(c: &mut std::process::Command, input: &str) -> std::process::Output {
     use std::io::Write;
     let mut child = c
         .stdin(std::process::Stdio::piped())

@@ -6,6 +6,7 @@ mod build;
 mod common;
 mod fake_registry;
 mod helm;
+mod install;
 mod kube_stub;
 mod load;
 mod preflight;
