@@ -1290,7 +1290,7 @@ mod tests {
         RegistryAccess {
             host: "reg.example:5000".into(),
             username: Some("koord".into()),
-            password: Some(Secret::new(PW.into())),
+            password: Some(Secret::new(PW)),
             ca_file: Some("/etc/ca.crt".into()),
             plain_http: false,
             insecure_skip_tls_verify: false,
@@ -1561,7 +1561,7 @@ mod tests {
 
     #[test]
     fn redaction_and_tail() {
-        let s = Secret::new(PW.into());
+        let s = Secret::new(PW);
         assert_eq!(
             redact(&format!("x {PW} y {PW}"), Some(&s)),
             "x <redacted> y <redacted>"

@@ -1,33 +1,8 @@
 //! Credential holders that never show their value in `Debug` (and have no `Display`).
 
-use serde::de::{self, Deserializer, Visitor};
 use std::fmt;
 
-/// A secret string (token, password). `Debug` prints `<redacted>`; read it with
-/// [`Secret::expose`] only where it is sent.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wrap a value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-    /// The value, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-    /// True when the value is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+pub use crate::store::auth::Secret;
 
 /// Secret bytes (a PEM private key). `Debug` prints `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
@@ -47,45 +22,6 @@ impl SecretBytes {
 impl fmt::Debug for SecretBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SecretBytes(<redacted>)")
-    }
-}
-
-/// Accepts any YAML scalar (a password written as `123456` is an integer to YAML), so that a
-/// type error can never quote the value back in a parse error message.
-impl<'de> serde::Deserialize<'de> for Secret {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Secret;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Secret, E> {
-                Ok(Secret(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Secret, E> {
-                Ok(Secret(String::new()))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Secret, E> {
-                Ok(Secret(String::new()))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Plain HTTP(S) fetches for the Helm repository (index and chart archive), with the same retry
 //! policy as registry calls. A repository may also be a local directory.
 
+use super::error_chain as chain;
 use super::retry::RetryPolicy;
 use std::path::PathBuf;
 
@@ -97,15 +98,4 @@ impl HttpFetcher {
             }
         }
     }
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

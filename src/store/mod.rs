@@ -10,3 +10,18 @@ pub mod retry;
 pub use auth::{Credentials, Secret};
 pub use cache::{BlobCache, CacheError};
 pub use registry::{Registry, RegistryError, RegistryOptions};
+
+/// An error and its sources on one line (`a: b: c`), each cause once.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}

@@ -4,6 +4,7 @@
 
 use super::auth::Credentials;
 use super::cache::{BlobCache, CacheError};
+use super::error_chain as chain;
 use super::retry::RetryPolicy;
 use crate::oci::{media, Digest, ImageRef};
 use futures_util::StreamExt;
@@ -134,20 +135,6 @@ pub enum Fetched {
 pub struct Registry {
     client: Client,
     opts: RegistryOptions,
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 impl Registry {
