@@ -240,6 +240,19 @@ pub fn verify(
     policy: SignaturePolicy<'_>,
     on_bytes: &dyn Fn(u64),
 ) -> Result<VerifyReport, VerifyError> {
+    let compressed = is_gzip(path)?;
+    verify_from(path, open(path)?, compressed, policy, on_bytes)
+}
+
+/// [`verify`] over any byte stream (`path` only names it in messages). Blob locations are
+/// offsets in that stream.
+pub fn verify_from(
+    path: &Path,
+    input: Box<dyn Read>,
+    compressed: bool,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &dyn Fn(u64),
+) -> Result<VerifyReport, VerifyError> {
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -249,7 +262,7 @@ pub fn verify(
         entry: entry.to_string(),
         reason: reason.to_string(),
     };
-    let mut ar = tar::Archive::new(open(path)?);
+    let mut ar = tar::Archive::new(input);
     let mut entries = ar.entries().map_err(terr)?;
 
     // 1. The checksum file, then the signature, checked before anything else is read.
@@ -275,7 +288,7 @@ pub fn verify(
         manifest: None,
         blob_locations: BTreeMap::new(),
         small_blobs: BTreeMap::new(),
-        compressed: is_gzip(path)?,
+        compressed,
     };
     let mut pending = None;
     match entries.next() {
