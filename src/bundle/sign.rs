@@ -160,18 +160,36 @@ pub fn key_id(keynum: &[u8]) -> String {
     format!("{:016X}", u64::from_le_bytes(n))
 }
 
-/// Sign `data`; returns the `.minisig` file content.
+/// Sign `data`; returns the `.minisig` file content (minisign's prehashed `ED` format).
+///
+/// Deterministic: the same key, data and trusted comment give the same bytes (plain RFC 8032
+/// Ed25519, where the minisign crate adds random noise), so a bundle built twice with
+/// `SOURCE_DATE_EPOCH` is byte-identical. Checked by `minisign -V` and [`verify`].
 pub fn sign(sk: &SecretKey, data: &[u8], trusted_comment: &str) -> Result<String, SignError> {
-    let pk = PublicKey::from_secret_key(sk).ok();
-    let sig = minisign::sign(
-        pk.as_ref(),
-        sk,
-        Cursor::new(data),
-        Some(trusted_comment),
-        Some("signature from koord-bundle"),
-    )
-    .map_err(|e| SignError::Sign(e.to_string()))?;
-    Ok(sig.into_string())
+    use base64::Engine as _;
+    use blake2::Digest as _;
+    // SecretKey::to_bytes: sig_alg(2) kdf_alg(2) chk_alg(2) salt(32) ops(8) mem(8) keynum(8) sk(64) chk(32)
+    let raw = sk.to_bytes();
+    if raw.len() < 126 {
+        return Err(SignError::Sign("unexpected secret key layout".into()));
+    }
+    let (keynum, secret) = (&raw[54..62], &raw[62..126]);
+    let key = ed25519_compact::SecretKey::from_slice(secret)
+        .map_err(|e| SignError::Sign(e.to_string()))?;
+    let prehash = blake2::Blake2b512::digest(data);
+    let sig = key.sign(prehash, None);
+    let mut sig_and_comment = sig.as_ref().to_vec();
+    sig_and_comment.extend_from_slice(trusted_comment.as_bytes());
+    let global = key.sign(&sig_and_comment, None);
+    let mut first = b"ED".to_vec();
+    first.extend_from_slice(keynum);
+    first.extend_from_slice(sig.as_ref());
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Ok(format!(
+        "untrusted comment: signature from koord-bundle\n{}\ntrusted comment: {trusted_comment}\n{}\n",
+        b64.encode(first),
+        b64.encode(global.as_ref())
+    ))
 }
 
 /// What a signature file says about itself (without a key).
@@ -227,6 +245,11 @@ mod tests {
         let sk = load_secret_key(&skp, Some("pw".into())).unwrap();
         let pk = load_public_key(&pkp).unwrap();
         let sig = sign(&sk, b"data", "koord-bundle test").unwrap();
+        assert_eq!(
+            sig,
+            sign(&sk, b"data", "koord-bundle test").unwrap(),
+            "deterministic"
+        );
         let info = verify(&pk, sig.as_bytes(), b"data").unwrap();
         assert_eq!(info.trusted_comment, "koord-bundle test");
         assert!(verify(&pk, sig.as_bytes(), b"datA").is_err());

@@ -74,27 +74,37 @@ impl HttpFetcher {
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| (true, chain(&e)))?;
+                    .map_err(|e| (true, chain(&e), None))?;
                 let status = resp.status();
                 if !status.is_success() {
                     let transient = status.is_server_error()
                         || status.as_u16() == 429
                         || status.as_u16() == 408;
-                    return Err((transient, format!("HTTP {status}")));
+                    // Retry-After in seconds (its HTTP-date form counts as absent).
+                    let after = resp
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok());
+                    return Err((transient, format!("HTTP {status}"), after));
                 }
                 if resp.content_length().is_some_and(|l| l as usize > MAX_BODY) {
-                    return Err((false, format!("larger than {MAX_BODY} bytes")));
+                    return Err((false, format!("larger than {MAX_BODY} bytes"), None));
                 }
-                let body = resp.bytes().await.map_err(|e| (true, chain(&e)))?;
+                let body = resp.bytes().await.map_err(|e| (true, chain(&e), None))?;
                 Ok(body.to_vec())
             }
             .await;
             match res {
                 Ok(b) => return Ok(b),
-                Err((true, _)) if attempt < self.retry.tries => {
-                    tokio::time::sleep(self.retry.backoff(attempt)).await
+                Err((true, _, after)) if attempt < self.retry.tries => {
+                    let wait = self.retry.backoff(attempt);
+                    let wait = after
+                        .map(|s| std::time::Duration::from_secs(s.min(60)).max(wait))
+                        .unwrap_or(wait);
+                    tokio::time::sleep(wait).await
                 }
-                Err((_, m)) => return Err(err(m)),
+                Err((_, m, _)) => return Err(err(m)),
             }
         }
     }

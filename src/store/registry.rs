@@ -65,6 +65,8 @@ pub enum RegistryError {
         message: String,
         /// What to do.
         hint: String,
+        /// The registry asked us to slow down (429).
+        throttled: bool,
     },
     /// Any other status.
     #[error("{registry} answered {what}: {message}")]
@@ -115,6 +117,18 @@ impl RegistryError {
     /// Worth another try?
     pub fn is_transient(&self) -> bool {
         matches!(self, RegistryError::Transport { .. })
+    }
+    /// How long to wait before the next try. A 429 waits at least a second: oci-client does not
+    /// hand its `Retry-After` header through, so the policy's own backoff (capped at 10 s) stands
+    /// in for it.
+    pub fn retry_delay(&self, policy: &RetryPolicy, attempt: u32) -> std::time::Duration {
+        let d = policy.backoff(attempt);
+        match self {
+            RegistryError::Transport {
+                throttled: true, ..
+            } => d.max(std::time::Duration::from_secs(1)),
+            _ => d,
+        }
     }
     /// Is this "the thing is not there" (so another source may have it)?
     pub fn is_not_found(&self) -> bool {
@@ -208,6 +222,7 @@ impl Registry {
                 what: what.clone(),
                 message: format!("HTTP {code} {message}"),
                 hint: String::new(),
+                throttled: code == 429,
             },
             _ => RegistryError::Status {
                 registry: registry.clone(),
@@ -248,6 +263,12 @@ impl Registry {
                     .any(|c| matches!(c, OciErrorCode::Toomanyrequests))
                 {
                     status(429, text)
+                } else if codes.iter().any(
+                    |c| matches!(c, OciErrorCode::Other(o) if o.eq_ignore_ascii_case("UNAVAILABLE")),
+                ) {
+                    // distribution's `UNAVAILABLE` comes with a 503; oci-client keeps the
+                    // code, not the status.
+                    status(503, text)
                 } else {
                     status(400, text)
                 }
@@ -278,6 +299,7 @@ impl Registry {
                     what: what.clone(),
                     message,
                     hint,
+                    throttled: false,
                 }
             }
             OciDistributionError::IoError(io) => RegistryError::Transport {
@@ -285,6 +307,7 @@ impl Registry {
                 what: what.clone(),
                 message: io.to_string(),
                 hint: String::new(),
+                throttled: false,
             },
             other => RegistryError::Status {
                 registry: registry.clone(),
@@ -304,7 +327,7 @@ impl Registry {
             attempt += 1;
             match f().await {
                 Err(e) if e.is_transient() && attempt < self.opts.retry.tries => {
-                    tokio::time::sleep(self.opts.retry.backoff(attempt)).await;
+                    tokio::time::sleep(e.retry_delay(&self.opts.retry, attempt)).await;
                 }
                 other => return other,
             }
@@ -419,6 +442,7 @@ impl Registry {
                                         partial.offset()
                                     ),
                                     hint: String::new(),
+                                    throttled: false,
                                 })
                             }
                         }
@@ -442,13 +466,14 @@ impl Registry {
                                 partial.offset()
                             ),
                             hint: String::new(),
+                            throttled: false,
                         });
                     }
                     partial.commit().map_err(cache_err)?;
                     return Ok(Fetched::Downloaded(downloaded));
                 }
                 Err(e) if e.is_transient() && attempt < self.opts.retry.tries => {
-                    tokio::time::sleep(self.opts.retry.backoff(attempt)).await;
+                    tokio::time::sleep(e.retry_delay(&self.opts.retry, attempt)).await;
                 }
                 Err(e) => return Err(e),
             }

@@ -5,6 +5,8 @@
 mod build;
 mod common;
 mod fake_registry;
+mod fault_proxy;
+mod faults;
 mod helm;
 mod install;
 mod kube_stub;

@@ -1,0 +1,202 @@
+//! An HTTP fault proxy on 127.0.0.1 in front of a real registry. Every request gets its own
+//! upstream connection (`Connection: close`), and, drawn from a seeded generator, is answered
+//! 503, answered 429 with `Retry-After: 1`, cut after a random number of response bytes, cut
+//! half-way through its request body, or passed through. `stall_after` instead lets everything
+//! through until that many request-body bytes went by, then hangs (for SIGKILL tests).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Default, Debug)]
+pub struct Counts {
+    pub requests: AtomicUsize,
+    pub s503: AtomicUsize,
+    pub s429: AtomicUsize,
+    pub cut_response: AtomicUsize,
+    pub cut_request: AtomicUsize,
+}
+
+pub struct FaultProxy {
+    pub addr: String,
+    pub counts: Arc<Counts>,
+}
+
+#[derive(Clone, Copy)]
+pub enum Mode {
+    /// Faults with this seed and this probability (per cent) for each kind.
+    Faults { seed: u64, percent: u64 },
+    /// Pass everything until this many request-body bytes went upstream, then hang.
+    StallAfter(u64),
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+}
+
+pub fn start(upstream: &str, mode: Mode) -> FaultProxy {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let counts = Arc::new(Counts::default());
+    let rng = Arc::new(Mutex::new(Rng(match mode {
+        Mode::Faults { seed, .. } => seed.wrapping_mul(0x9E3779B97F4A7C15) | 1,
+        Mode::StallAfter(_) => 1,
+    })));
+    let uploaded = Arc::new(AtomicU64::new(0));
+    let upstream = upstream.to_string();
+    let c = counts.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let (upstream, counts, rng, uploaded) =
+                (upstream.clone(), c.clone(), rng.clone(), uploaded.clone());
+            std::thread::spawn(move || {
+                let _ = handle(client, &upstream, mode, &counts, &rng, &uploaded);
+            });
+        }
+    });
+    FaultProxy { addr, counts }
+}
+
+fn handle(
+    client: TcpStream,
+    upstream: &str,
+    mode: Mode,
+    counts: &Counts,
+    rng: &Mutex<Rng>,
+    uploaded: &AtomicU64,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut client_w = client;
+    {
+        // Request head.
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            let end = line == "\r\n";
+            head.push(line);
+            if end {
+                break;
+            }
+        }
+        counts.requests.fetch_add(1, Ordering::SeqCst);
+        let mut length = 0u64;
+        let mut out_head = String::new();
+        for (i, l) in head.iter().enumerate() {
+            let lower = l.to_ascii_lowercase();
+            if lower.starts_with("content-length:") {
+                length = l[15..].trim().parse().unwrap_or(0);
+            }
+            if i > 0 && (lower.starts_with("connection:") || lower.starts_with("keep-alive:")) {
+                continue;
+            }
+            if l == "\r\n" {
+                out_head.push_str("Connection: close\r\n");
+            }
+            out_head.push_str(l);
+        }
+        let fault = match mode {
+            Mode::StallAfter(_) => 0,
+            Mode::Faults { percent, .. } => {
+                let roll = rng.lock().unwrap().next() % 100;
+                // 1: 503, 2: 429, 3: cut response, 4: cut request body (only when there is one)
+                if roll < percent {
+                    1
+                } else if roll < 2 * percent {
+                    2
+                } else if roll < 3 * percent {
+                    3
+                } else if roll < 4 * percent && length > 0 {
+                    4
+                } else {
+                    0
+                }
+            }
+        };
+        if fault == 1 || fault == 2 {
+            std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink())?;
+            let (status, extra) = if fault == 1 {
+                counts.s503.fetch_add(1, Ordering::SeqCst);
+                ("503 Service Unavailable", "")
+            } else {
+                counts.s429.fetch_add(1, Ordering::SeqCst);
+                ("429 Too Many Requests", "Retry-After: 1\r\n")
+            };
+            let body = br#"{"errors":[{"code":"UNAVAILABLE","message":"fault proxy"}]}"#;
+            write!(client_w, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n", body.len())?;
+            client_w.write_all(body)?;
+            client_w.flush()?;
+            let _ = client_w.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+        let mut up = TcpStream::connect(upstream)?;
+        up.write_all(out_head.as_bytes())?;
+        // Request body, streamed.
+        let mut left = length;
+        let cut_at = if fault == 4 {
+            rng.lock().unwrap().next() % length.max(1)
+        } else {
+            u64::MAX
+        };
+        let mut sent = 0u64;
+        let mut buf = vec![0u8; 64 * 1024];
+        while left > 0 {
+            let want = left.min(buf.len() as u64) as usize;
+            let n = reader.read(&mut buf[..want])?;
+            if n == 0 {
+                return Ok(());
+            }
+            if sent + n as u64 > cut_at {
+                counts.cut_request.fetch_add(1, Ordering::SeqCst);
+                let _ = up.shutdown(Shutdown::Both);
+                let _ = client_w.shutdown(Shutdown::Both);
+                return Ok(());
+            }
+            if let Mode::StallAfter(limit) = mode {
+                if uploaded.fetch_add(n as u64, Ordering::SeqCst) + n as u64 > limit {
+                    std::thread::sleep(std::time::Duration::from_secs(600));
+                    return Ok(());
+                }
+            }
+            up.write_all(&buf[..n])?;
+            sent += n as u64;
+            left -= n as u64;
+        }
+        // Response, relayed until the upstream closes (we asked it to).
+        let cut_resp = if fault == 3 {
+            1 + rng.lock().unwrap().next() % 4096
+        } else {
+            u64::MAX
+        };
+        let mut relayed = 0u64;
+        loop {
+            let n = up.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            if relayed + n as u64 > cut_resp {
+                let keep = (cut_resp - relayed) as usize;
+                client_w.write_all(&buf[..keep])?;
+                counts.cut_response.fetch_add(1, Ordering::SeqCst);
+                let _ = client_w.shutdown(Shutdown::Both);
+                return Ok(());
+            }
+            client_w.write_all(&buf[..n])?;
+            relayed += n as u64;
+        }
+        client_w.flush()?;
+        // The response carried `Connection: close` from upstream: end this client connection.
+        let _ = client_w.shutdown(Shutdown::Both);
+    }
+    Ok(())
+}

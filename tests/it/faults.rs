@@ -1,0 +1,237 @@
+//! Faults: a flaky registry (seeded 503 / 429 / cut connections through a fault proxy in front
+//! of the real docker-registry), SIGKILL in the middle of a load, a full disk, and
+//! reproducible bundles.
+
+use crate::common::*;
+use crate::fault_proxy::{self, Mode};
+use crate::load::{built, unique_prefix};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+
+fn image_digests(build: &Value) -> Vec<(String, String)> {
+    build["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["ref"].as_str().unwrap().to_string(),
+                i["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
+    let e = env();
+    let clean = Home::with_key();
+    let (clean_bundle, clean_build) = clean.build_plain("1.8.0", &[]);
+    for seed in [1u64, 2, 3] {
+        let proxy = fault_proxy::start(&e.plain, Mode::Faults { seed, percent: 5 });
+        // build through the proxy: same image digests as the clean build.
+        let h = Home::with_key();
+        let out = h.path().join("flaky.tar");
+        let o = h.run(&[
+            "build",
+            "1.8.0",
+            "--repo",
+            &e.helm_repo,
+            "--source",
+            &proxy.addr,
+            "--plain-http",
+            "--json",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_ok(&o);
+        let b: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            image_digests(&b),
+            image_digests(&clean_build),
+            "seed {seed}"
+        );
+        let o = h.run(&["verify", out.to_str().unwrap()]);
+        assert_ok(&o);
+        // load through the proxy: every pushed manifest digest is the bundle's.
+        let prefix = unique_prefix(&format!("flaky{seed}"));
+        let o = clean.run(&[
+            "load",
+            clean_bundle.to_str().unwrap(),
+            "--registry",
+            &format!("{}/{prefix}", proxy.addr),
+            "--plain-http",
+            "--no-install",
+            "--json",
+        ]);
+        assert_ok(&o);
+        for (r, d) in image_digests(&clean_build) {
+            let o = tool(
+                "skopeo",
+                &[
+                    "inspect",
+                    "--raw",
+                    "--tls-verify=false",
+                    &format!("docker://{}/{prefix}/{r}", e.plain),
+                ],
+                clean.path(),
+            );
+            assert_ok(&o);
+            assert_eq!(
+                crate::fake_registry::digest(&o.stdout),
+                d,
+                "seed {seed}: {r}"
+            );
+        }
+        let c = &proxy.counts;
+        let faults = c.s503.load(Ordering::SeqCst)
+            + c.s429.load(Ordering::SeqCst)
+            + c.cut_response.load(Ordering::SeqCst)
+            + c.cut_request.load(Ordering::SeqCst);
+        assert!(
+            faults > 0,
+            "seed {seed}: the proxy injected no fault ({c:?})"
+        );
+        eprintln!("seed {seed}: {c:?}");
+    }
+}
+
+#[test]
+fn source_date_epoch_gives_byte_identical_bundles() {
+    let e = env();
+    let mut sums = Vec::new();
+    for _ in 0..2 {
+        let h = Home::new();
+        // The same key in both homes.
+        std::fs::create_dir_all(h.config()).unwrap();
+        let key_home = built();
+        for f in ["koord-bundle.key", "koord-bundle.pub"] {
+            std::fs::copy(key_home.home.config().join(f), h.config().join(f)).unwrap();
+        }
+        let out = h.path().join("r.tar");
+        let o = h
+            .cmd(&[
+                "build",
+                "1.8.0",
+                "--repo",
+                &e.helm_repo,
+                "--source",
+                &e.plain,
+                "--plain-http",
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .env("SOURCE_DATE_EPOCH", "1700000000")
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        sums.push(crate::fake_registry::digest(&std::fs::read(&out).unwrap()));
+    }
+    assert_eq!(sums[0], sums[1], "two builds with SOURCE_DATE_EPOCH differ");
+}
+
+#[test]
+fn disk_full_leaves_no_bundle_and_a_valid_cache() {
+    let e = env();
+    let h = Home::with_key();
+    let small = h.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let bin = env!("CARGO_BIN_EXE_koord-bundle");
+    // A private mount namespace with a 600 KiB tmpfs as the output directory (the bundle is
+    // about 1.3 MiB); the cache stays on the real disk.
+    let script = format!(
+        "mount -t tmpfs -o size=600k tmpfs {small} && {bin} build 1.8.0 --repo {repo} --source {src} --plain-http -o {small}/b.tar; rc=$?; ls -A {small}; exit $rc",
+        small = small.display(),
+        repo = e.helm_repo,
+        src = e.plain
+    );
+    let o = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
+        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
+        .output()
+        .expect("unshare (util-linux) is needed for the disk-full test");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("mount:"), "cannot mount a tmpfs here: {err}");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "disk full is an internal failure (exit 2)\n{err}"
+    );
+    assert!(
+        err.contains("No space left on device") && err.contains("nothing was left at that path"),
+        "{err}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "files left in the output directory"
+    );
+    // The cache is intact: the next build downloads nothing.
+    let (_, b) = h.build_plain("1.8.0", &[]);
+    assert_eq!(b["fetch"]["downloadedBytes"], 0);
+}
+
+#[test]
+fn load_killed_mid_push_resumes_without_pushing_again() {
+    let e = env();
+    let b = built();
+    let prefix = unique_prefix("killed");
+    // Let ~500 KiB of uploads through, then hang; SIGKILL the load there.
+    let proxy = fault_proxy::start(&e.plain, Mode::StallAfter(500 * 1024));
+    let mut child = b
+        .home
+        .cmd(&[
+            "load",
+            b.bundle.to_str().unwrap(),
+            "--registry",
+            &format!("{}/{prefix}", proxy.addr),
+            "--plain-http",
+            "--no-install",
+            "--jobs",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while proxy.counts.requests.load(Ordering::SeqCst) < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the load never got going"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Let it reach the stall.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = b.home.run(&[
+        "load",
+        b.bundle.to_str().unwrap(),
+        "--registry",
+        &format!("{}/{prefix}", e.plain),
+        "--plain-http",
+        "--no-install",
+        "--json",
+    ]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        r["push"]["skipped"].as_u64().unwrap() > 0,
+        "the re-run reused what the killed run pushed: {}",
+        r["push"]
+    );
+    let o = b.home.run(&[
+        "load",
+        b.bundle.to_str().unwrap(),
+        "--registry",
+        &format!("{}/{prefix}", e.plain),
+        "--plain-http",
+        "--no-install",
+        "--json",
+    ]);
+    let again: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(again["push"]["uploaded"], 0);
+}
