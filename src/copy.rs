@@ -517,7 +517,7 @@ fn graph(item: &PushItem, small: &BTreeMap<Digest, Vec<u8>>) -> Result<Graph, Co
 #[allow(clippy::too_many_arguments)]
 pub async fn push_bundle(
     reg: &Registry,
-    bundle: &std::path::Path,
+    bundle: &crate::bundle::parts::BundleFile,
     locations: &BTreeMap<Digest, (u64, u64)>,
     small: &BTreeMap<Digest, Vec<u8>>,
     items: &[PushItem],
@@ -574,7 +574,7 @@ pub async fn push_bundle(
                     digest: d.clone(),
                     reason: "blob missing from the bundle".into(),
                 })?;
-                reg.push_blob_from_file(r, d, bundle, offset, len, on)
+                reg.push_blob_from_file(r, d, &bundle.segments(offset, len), on)
                     .await?;
                 Ok((*size, Done::Uploaded))
             }
@@ -631,7 +631,7 @@ pub async fn push_bundle(
                     digest: d.clone(),
                     reason: "blob missing from the bundle".into(),
                 })?;
-                reg.push_blob_from_file(r, d, bundle, offset, len, on)
+                reg.push_blob_from_file(r, d, &bundle.segments(offset, len), on)
                     .await?;
                 Ok((*size, Done::Uploaded))
             }

@@ -23,6 +23,9 @@ fn main() {
             Command::Inspect(a) => cmd::inspect::run(a),
             Command::Verify(a) => tokio::task::block_in_place(|| cmd::verify::run(a)),
             Command::Load(a) => cmd::load::run(*a).await,
+            Command::Split(a) => tokio::task::block_in_place(|| cmd::split::run_split(a)),
+            Command::Join(a) => tokio::task::block_in_place(|| cmd::split::run_join(a)),
+            Command::Serve(a) => cmd::serve::run(a).await,
         }
     });
     if let Err(e) = result {

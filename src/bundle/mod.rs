@@ -4,6 +4,7 @@
 pub mod checksums;
 pub mod manifest;
 pub mod pack;
+pub mod parts;
 pub mod reader;
 pub mod sign;
 

@@ -3,13 +3,13 @@
 //! paths, `..`, links, devices, duplicates) and files the checksum file does not list are refused.
 
 use super::checksums::Checksums;
+use super::parts::{BundleFile, PartsError};
 use super::sign::{self, SignatureInfo};
 use super::{BundleManifest, CHECKSUMS_FILE, MANIFEST_FILE, SIGNATURE_FILE};
 use crate::oci::{Digest, Manifest};
 use minisign::PublicKey;
 use sha2::Digest as _;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,14 @@ pub fn safe_path(p: &str) -> bool {
 /// Why a bundle is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// A part of a split bundle is missing, short or altered, or its header is bad.
+    #[error("bundle {path}: {source}")]
+    Parts {
+        /// The bundle (first part).
+        path: PathBuf,
+        /// What is wrong.
+        source: PartsError,
+    },
     /// Cannot read the file.
     #[error("cannot read bundle {path}: {source}")]
     Io {
@@ -103,32 +111,30 @@ pub enum VerifyError {
     },
 }
 
-/// Open a bundle, transparently un-gzipping.
+/// Open a bundle (a file, or the first part of a split bundle), transparently un-gzipping.
 pub fn open(path: &Path) -> Result<Box<dyn Read>, VerifyError> {
-    let ioe = |source| VerifyError::Io {
+    Ok(open_file(&BundleFile::open(path).map_err(|e| parts_err(path, e))?)?.0)
+}
+
+fn parts_err(path: &Path, e: PartsError) -> VerifyError {
+    VerifyError::Parts {
         path: path.to_path_buf(),
-        source,
-    };
-    let mut f = BufReader::with_capacity(1 << 20, File::open(path).map_err(ioe)?);
-    let head = io::BufRead::fill_buf(&mut f).map_err(ioe)?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        Ok(Box::new(flate2::read::GzDecoder::new(f)))
-    } else {
-        Ok(Box::new(f))
+        source: e,
     }
 }
 
-fn is_gzip(path: &Path) -> Result<bool, VerifyError> {
-    let mut magic = [0u8; 2];
-    let mut f = File::open(path).map_err(|source| VerifyError::Io {
-        path: path.to_path_buf(),
+/// The byte stream of an opened bundle and whether it is gzip-compressed.
+fn open_file(bf: &BundleFile) -> Result<(Box<dyn Read>, bool), VerifyError> {
+    let mut r = BufReader::with_capacity(1 << 20, bf.reader().map_err(|e| parts_err(&bf.path, e))?);
+    let head = io::BufRead::fill_buf(&mut r).map_err(|source| VerifyError::Io {
+        path: bf.path.clone(),
         source,
     })?;
-    let n = f.read(&mut magic).map_err(|source| VerifyError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(n == 2 && magic == [0x1f, 0x8b])
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok((Box::new(flate2::read::GzDecoder::new(r)), true))
+    } else {
+        Ok((Box::new(r), false))
+    }
 }
 
 /// The first entries of a bundle.
@@ -223,6 +229,9 @@ pub struct VerifyReport {
     pub small_blobs: BTreeMap<Digest, Vec<u8>>,
     /// Whether the bundle is gzip-compressed (then blobs cannot be read in place).
     pub compressed: bool,
+    /// The bundle's file(s), when verified from disk.
+    #[serde(skip)]
+    pub file: Option<BundleFile>,
 }
 
 /// How to treat the signature.
@@ -240,8 +249,15 @@ pub fn verify(
     policy: SignaturePolicy<'_>,
     on_bytes: &dyn Fn(u64),
 ) -> Result<VerifyReport, VerifyError> {
-    let compressed = is_gzip(path)?;
-    verify_from(path, open(path)?, compressed, policy, on_bytes)
+    let bf = BundleFile::open(path).map_err(|e| parts_err(path, e))?;
+    if let (SignaturePolicy::Require(pk), true) = (&policy, bf.is_split()) {
+        // A signed split header is checked before any part is read.
+        bf.verify_header(pk).map_err(|e| parts_err(path, e))?;
+    }
+    let (input, compressed) = open_file(&bf)?;
+    let mut report = verify_from(path, input, compressed, policy, on_bytes)?;
+    report.file = Some(bf);
+    Ok(report)
 }
 
 /// [`verify`] over any byte stream (`path` only names it in messages). Blob locations are
@@ -289,6 +305,7 @@ pub fn verify_from(
         blob_locations: BTreeMap::new(),
         small_blobs: BTreeMap::new(),
         compressed,
+        file: None,
     };
     let mut pending = None;
     match entries.next() {

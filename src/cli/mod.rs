@@ -28,6 +28,71 @@ pub enum Command {
     /// Verify a bundle, push it into a private registry (digests unchanged), then install or
     /// upgrade Koordinator with helm from there.
     Load(Box<LoadArgs>),
+    /// Split a bundle into parts for media with a size limit (DVD, FAT32 sticks).
+    Split(SplitArgs),
+    /// Join the parts of a split bundle back into one file, byte-identical to the original.
+    Join(JoinArgs),
+    /// Serve a bundle (or its first part) as a read-only OCI registry, with no extraction.
+    Serve(ServeArgs),
+}
+
+/// `split`.
+#[derive(Debug, Args)]
+pub struct SplitArgs {
+    /// The bundle.
+    pub bundle: PathBuf,
+    /// Largest part: 700M, 4G (powers of 1024), 4GB (powers of 1000), dvd, dl-dvd, bd, fat32.
+    #[arg(long, value_name = "SIZE")]
+    pub size: String,
+    /// Where to write the parts [default: next to the bundle]. Stale parts of an earlier split
+    /// of the same bundle there are removed.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Sign the parts' header with this key, so the set is trusted before any part is read
+    /// [default: the key in the user's config directory, if there is one].
+    #[arg(long, value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `join`.
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The first part (NAME.part000).
+    pub first_part: PathBuf,
+    /// Output file [default: the original bundle name, in the current directory].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The bundle (or its first part).
+    pub bundle: PathBuf,
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:5000")]
+    pub addr: String,
+    /// TLS certificate (PEM) [with --tls-key].
+    #[arg(long, value_name = "F", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) [with --tls-cert].
+    #[arg(long, value_name = "F", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// htpasswd file (bcrypt entries, as `htpasswd -B` writes) for basic auth.
+    #[arg(long, value_name = "F")]
+    pub htpasswd: Option<PathBuf>,
+    /// Public key [default: koord-bundle.pub in the user's config directory].
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Serve an unsigned or wrongly signed bundle (its integrity is still checked).
+    #[arg(long)]
+    pub insecure_skip_signature: bool,
 }
 
 /// `keygen`.
@@ -105,6 +170,13 @@ pub struct BuildArgs {
     /// Resolve and discover, fetch manifests only, print the plan; download no layer.
     #[arg(long)]
     pub dry_run: bool,
+    /// Write the bundle as parts of at most SIZE (700M, 4G, dvd, bd, fat32) instead of one file.
+    #[arg(long, value_name = "SIZE")]
+    pub split: Option<String>,
+    /// Leave out every blob this older bundle (or its manifest, from `inspect --manifest`)
+    /// already carried: an incremental bundle for a site that loaded the old one.
+    #[arg(long, value_name = "OLD_BUNDLE")]
+    pub since: Option<PathBuf>,
     /// Compress the whole bundle (layers are already compressed; plain tar is the default).
     #[arg(long, value_enum, default_value = "none")]
     pub compress: Compression,
@@ -116,8 +188,11 @@ pub struct BuildArgs {
 /// `inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The bundle.
+    /// The bundle (or its first part).
     pub bundle: PathBuf,
+    /// Write the bundle manifest alone to FILE (for a later `build --since FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

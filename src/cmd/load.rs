@@ -243,7 +243,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         digest: manifest.chart.oci.digest.clone(),
         media_type: manifest.chart.oci.media_type.clone(),
     });
-    let stats = copy::push_bundle(&reg, &bundle, &report.blob_locations, &report.small_blobs, &items, args.jobs, args.dry_run, &progress)
+    let stats = copy::push_bundle(&reg, report.file.as_ref().context("bundle file")?, &report.blob_locations, &report.small_blobs, &items, args.jobs, args.dry_run, &progress)
         .await
         .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
 

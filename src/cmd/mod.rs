@@ -4,6 +4,8 @@ pub mod build;
 pub mod inspect;
 pub mod keygen;
 pub mod load;
+pub mod serve;
+pub mod split;
 pub mod verify;
 
 use anyhow::Context as _;

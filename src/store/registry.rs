@@ -525,15 +525,14 @@ impl Registry {
         }
     }
 
-    /// Upload a blob from a file region (`offset`, `size`), streamed in 1 MiB chunks in one
-    /// monolithic PUT. A failed upload is restarted from the beginning (new session).
+    /// Upload a blob from file regions (a blob of a split bundle may span two parts), streamed
+    /// in 1 MiB chunks in one monolithic PUT. A failed upload is restarted from the beginning
+    /// (new session).
     pub async fn push_blob_from_file(
         &self,
         r: &ImageRef,
         digest: &Digest,
-        file: &std::path::Path,
-        offset: u64,
-        size: u64,
+        segments: &[crate::bundle::parts::Segment],
         on_bytes: std::sync::Arc<dyn Fn(u64) + Send + Sync>,
     ) -> Result<(), RegistryError> {
         let oref = Self::oref(r);
@@ -541,33 +540,46 @@ impl Registry {
             .store_auth_if_needed(oref.resolve_registry(), &self.auth(&r.registry))
             .await;
         let what = format!("upload of blob {digest} to {}", r.repository);
+        let size: u64 = segments.iter().map(|s| s.len).sum();
         self.with_retry(|| async {
-            use tokio::io::{AsyncReadExt, AsyncSeekExt};
-            let mut f = tokio::fs::File::open(file)
-                .await
-                .map_err(|e| RegistryError::Status {
-                    registry: r.registry.clone(),
-                    what: what.clone(),
-                    message: format!("cannot read {}: {e}", file.display()),
-                })?;
-            f.seek(std::io::SeekFrom::Start(offset))
-                .await
-                .map_err(|e| RegistryError::Status {
-                    registry: r.registry.clone(),
-                    what: what.clone(),
-                    message: format!("cannot seek in {}: {e}", file.display()),
-                })?;
-            let stream = futures_util::stream::unfold((f, size), |(mut f, left)| async move {
-                if left == 0 {
-                    return None;
-                }
-                let n = left.min(1 << 20) as usize;
-                let mut buf = vec![0u8; n];
-                match f.read_exact(&mut buf).await {
-                    Ok(_) => Some((Ok(bytes::Bytes::from(buf)), (f, left - n as u64))),
-                    Err(e) => Some((Err(OciDistributionError::IoError(e)), (f, 0))),
-                }
-            });
+            let segs: std::collections::VecDeque<_> = segments.iter().cloned().collect();
+            let stream = futures_util::stream::unfold(
+                (segs, None::<tokio::fs::File>, 0u64),
+                |(mut segs, mut file, mut left)| async move {
+                    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+                    while left == 0 {
+                        let seg = segs.pop_front()?;
+                        let opened = async {
+                            let mut f = tokio::fs::File::open(&seg.path).await?;
+                            f.seek(std::io::SeekFrom::Start(seg.offset)).await?;
+                            Ok::<_, std::io::Error>(f)
+                        }
+                        .await;
+                        match opened {
+                            Ok(f) => {
+                                file = Some(f);
+                                left = seg.len;
+                            }
+                            Err(e) => {
+                                return Some((
+                                    Err(OciDistributionError::IoError(e)),
+                                    (segs, None, 0),
+                                ))
+                            }
+                        }
+                    }
+                    let n = left.min(1 << 20) as usize;
+                    let mut buf = vec![0u8; n];
+                    let f = file.as_mut()?;
+                    match f.read_exact(&mut buf).await {
+                        Ok(_) => Some((Ok(bytes::Bytes::from(buf)), (segs, file, left - n as u64))),
+                        Err(e) => Some((
+                            Err(OciDistributionError::IoError(e)),
+                            (std::collections::VecDeque::new(), None, 0),
+                        )),
+                    }
+                },
+            );
             let report = on_bytes.clone();
             let counted = futures_util::StreamExt::inspect(stream, move |item| {
                 if let Ok(b) = item {

@@ -1,0 +1,111 @@
+//! `koord-bundle split` and `koord-bundle join`.
+
+use crate::bundle::{parts, sign};
+use crate::cli::{JoinArgs, SplitArgs};
+use anyhow::Context as _;
+use std::path::{Path, PathBuf};
+
+/// The signing key for split headers: the given one, else the default one if it exists.
+pub fn header_signer(explicit: Option<&Path>) -> anyhow::Result<Option<minisign::SecretKey>> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let p = super::config_dir()?.join(sign::SECRET_KEY_FILE);
+            if !p.exists() {
+                return Ok(None);
+            }
+            p
+        }
+    };
+    let password = if sign::secret_key_is_encrypted(&path)? {
+        super::key_password(false)?
+    } else {
+        None
+    };
+    Ok(Some(sign::load_secret_key(&path, password)?))
+}
+
+/// Split `bundle` into `dir`; returns the part paths.
+pub fn split_file(
+    bundle: &Path,
+    size: &str,
+    dir: &Path,
+    name: &str,
+    key: Option<&minisign::SecretKey>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let size = parts::parse_size(size)?;
+    Ok(parts::split(bundle, size, dir, name, key)?)
+}
+
+/// `split`.
+pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
+    let name = args
+        .bundle
+        .file_name()
+        .context("the bundle path has no file name")?
+        .to_string_lossy()
+        .to_string();
+    let dir = match &args.output_dir {
+        Some(d) => d.clone(),
+        None => args
+            .bundle
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
+    };
+    let key = header_signer(args.sign_key.as_deref())?;
+    let written = split_file(&args.bundle, &args.size, &dir, &name, key.as_ref())?;
+    if args.json {
+        return super::print_json(
+            &serde_json::json!({"parts": written, "headerSigned": key.is_some()}),
+        );
+    }
+    for p in &written {
+        println!(
+            "{} ({})",
+            p.display(),
+            crate::copy::human_bytes(std::fs::metadata(p)?.len())
+        );
+    }
+    println!(
+        "{} parts; verify, inspect and load take {} directly{}",
+        written.len(),
+        written[0].display(),
+        if key.is_some() {
+            "; the parts' header is signed"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// `join`.
+pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
+    let bf = parts::BundleFile::open(&args.first_part)?;
+    let header = bf.header.as_ref().with_context(|| {
+        format!(
+            "{} is not the first part of a split bundle",
+            args.first_part.display()
+        )
+    })?;
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&header.bundle.file));
+    let n = parts::join(&args.first_part, &out)?;
+    if args.json {
+        return super::print_json(
+            &serde_json::json!({"bundle": out, "bytes": n, "sha256": header.bundle.sha256}),
+        );
+    }
+    println!(
+        "{} ({} bytes, sha256 {}) joined from {} parts",
+        out.display(),
+        n,
+        header.bundle.sha256.hex(),
+        header.parts.len()
+    );
+    Ok(())
+}
