@@ -30,6 +30,12 @@ pub enum CopyError {
     /// The cache failed.
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// An incremental bundle's left-out blobs are not in the target registry.
+    #[error("this incremental bundle needs blobs the target registry does not hold ({} missing: {}): load the bundle it builds on first", missing.len(), missing.join(", "))]
+    MissingOnSite {
+        /// `digest (size bytes, for repo)` of each.
+        missing: Vec<String>,
+    },
     /// The platform filter leaves nothing.
     #[error("{image} has platforms {available}, none of which matches --platform {wanted}")]
     Platform {
@@ -308,11 +314,13 @@ pub struct FetchStats {
     pub downloaded_bytes: u64,
 }
 
-/// Store every manifest in the cache and fetch every unique blob once, `jobs` at a time.
+/// Store every manifest in the cache and fetch every unique blob once, `jobs` at a time,
+/// except those in `skip` (blobs an incremental bundle leaves out).
 pub async fn fetch_all(
     reg: &Registry,
     cache: &BlobCache,
     images: &[ResolvedImage],
+    skip: &std::collections::BTreeSet<Digest>,
     jobs: usize,
     progress: &Progress,
 ) -> Result<FetchStats, CopyError> {
@@ -321,7 +329,7 @@ pub async fn fetch_all(
         for (d, b) in &img.manifests {
             cache.put_bytes(d, b)?;
         }
-        for (d, s) in &img.blobs {
+        for (d, s) in img.blobs.iter().filter(|(d, _)| !skip.contains(d)) {
             unique
                 .entry(d.clone())
                 .or_insert_with(|| (*s, img.source_ref.clone()));
@@ -459,6 +467,8 @@ pub struct PushStats {
     pub manifests_skipped: usize,
     /// Tags pointed at their manifest (and read back).
     pub tags: Vec<String>,
+    /// Blobs an incremental bundle left out, found in the registry.
+    pub required_present: usize,
 }
 
 struct Graph {
@@ -521,6 +531,7 @@ pub async fn push_bundle(
     locations: &BTreeMap<Digest, (u64, u64)>,
     small: &BTreeMap<Digest, Vec<u8>>,
     items: &[PushItem],
+    omitted: &std::collections::BTreeSet<Digest>,
     jobs: usize,
     dry_run: bool,
     progress: &Progress,
@@ -530,8 +541,40 @@ pub async fn push_bundle(
         .map(|i| graph(i, small))
         .collect::<Result<_, _>>()?;
     let mut stats = PushStats::default();
-    // Home repository of each blob: the first graph that uses it.
+    // Home repository of each blob: the first graph that uses it; for a blob an incremental
+    // bundle left out, a repository of the target that already holds it (checked before
+    // anything is pushed).
     let mut home: BTreeMap<Digest, (ImageRef, u64)> = BTreeMap::new();
+    let mut missing = Vec::new();
+    let mut required: BTreeMap<Digest, (u64, Vec<ImageRef>)> = BTreeMap::new();
+    for g in &graphs {
+        for (d, s) in g.blobs.iter().filter(|(d, _)| omitted.contains(d)) {
+            required
+                .entry(d.clone())
+                .or_insert_with(|| (*s, vec![]))
+                .1
+                .push(g.item.target.clone());
+        }
+    }
+    for (d, (size, repos)) in &required {
+        let mut found = None;
+        for r in repos {
+            if reg.blob_exists(r, d).await? {
+                found = Some(r.clone());
+                break;
+            }
+        }
+        match found {
+            Some(r) => {
+                home.insert(d.clone(), (r, *size));
+            }
+            None => missing.push(format!("{d} ({size} bytes, for {})", repos[0].repository)),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(CopyError::MissingOnSite { missing });
+    }
+    stats.required_present = required.len();
     for g in &graphs {
         for (d, s) in &g.blobs {
             home.entry(d.clone())

@@ -28,6 +28,49 @@ pub struct BundleManifest {
     pub overrides: Overrides,
     /// Unique blobs in the layout (image blobs and the chart artifact's).
     pub blobs: BlobTotals,
+    /// Digest of every blob the bundle carries, sorted (so a later `build --since` can leave
+    /// them out, from this manifest alone).
+    #[serde(default)]
+    pub blob_list: Vec<Digest>,
+    /// For an incremental bundle: the bundle it builds on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<BaseRecord>,
+    /// For an incremental bundle: blobs the layout references but leaves out, because the base
+    /// bundle (or one before it) carried them; `load` requires them in the target registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted_blobs: Vec<OmittedBlob>,
+}
+
+/// The bundle an incremental bundle builds on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BaseRecord {
+    /// sha256 of the base bundle's `koord-bundle.json` (its identity).
+    pub manifest_digest: Digest,
+    /// Its chart version.
+    pub chart_version: String,
+    /// Its creation time.
+    pub created: String,
+}
+
+/// A blob left out of an incremental bundle.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OmittedBlob {
+    /// Digest.
+    pub digest: Digest,
+    /// Size.
+    pub size: u64,
+}
+
+impl BundleManifest {
+    /// Every blob a site that loaded this bundle holds: what it carried and what it required.
+    pub fn blobs_on_site(&self) -> std::collections::BTreeSet<Digest> {
+        self.blob_list
+            .iter()
+            .cloned()
+            .chain(self.omitted_blobs.iter().map(|o| o.digest.clone()))
+            .collect()
+    }
 }
 
 /// Tool name and version.

@@ -255,7 +255,18 @@ pub fn verify(
         bf.verify_header(pk).map_err(|e| parts_err(path, e))?;
     }
     let (input, compressed) = open_file(&bf)?;
-    let mut report = verify_from(path, input, compressed, policy, on_bytes)?;
+    let mut report = match verify_from(path, input, compressed, policy, on_bytes) {
+        Ok(r) => r,
+        // In a split bundle, name the part that is wrong, not only the file inside it.
+        Err(e) if bf.is_split() => {
+            return Err(bf
+                .check_parts()
+                .map_err(|pe| parts_err(path, pe))
+                .err()
+                .unwrap_or(e))
+        }
+        Err(e) => return Err(e),
+    };
     report.file = Some(bf);
     Ok(report)
 }
@@ -486,10 +497,17 @@ pub fn verify_from(
     else {
         return Err(content("index.json is not an image index".into()));
     };
+    let omitted: BTreeMap<Digest, u64> = manifest
+        .omitted_blobs
+        .iter()
+        .map(|o| (o.digest.clone(), o.size))
+        .collect();
     let mut stack: Vec<crate::oci::Descriptor> = roots;
     let mut walked = BTreeSet::new();
     while let Some(desc) = stack.pop() {
         match blob_sizes.get(&desc.digest) {
+            // An incremental bundle leaves out what the site already holds.
+            None if omitted.get(&desc.digest) == Some(&desc.size) => continue,
             None => {
                 return Err(content(format!(
                     "{} ({}) is referenced but not in the bundle",

@@ -1,7 +1,8 @@
 //! `koord-bundle build`: chart → images → bundle.
 
 use crate::bundle::manifest::{
-    BlobTotals, ChartRecord, CrdRecord, ImageRecord, OciRecord, Overrides, Tool,
+    BaseRecord, BlobTotals, ChartRecord, CrdRecord, ImageRecord, OciRecord, OmittedBlob, Overrides,
+    Tool,
 };
 use crate::bundle::pack::{self, Compression, PackInput};
 use crate::bundle::{sign, BundleManifest, FORMAT_VERSION, REF_NAME};
@@ -131,6 +132,25 @@ fn wanted_images(images: &[ChartImage], extra: &[String]) -> anyhow::Result<Vec<
     Ok(v)
 }
 
+/// The bundle `--since` names: (its manifest, the digest of its manifest bytes).
+fn load_base(path: &std::path::Path) -> anyhow::Result<(BundleManifest, Digest)> {
+    let bytes = match crate::bundle::reader::read_head(path) {
+        Ok(head) => head.manifest,
+        Err(_) => std::fs::read(path)
+            .with_context(|| format!("--since {}: cannot read it", path.display()))?,
+    };
+    let m: BundleManifest = serde_json::from_slice(&bytes).with_context(|| {
+        format!("--since {}: neither a bundle nor a bundle manifest (koord-bundle inspect BUNDLE --manifest FILE writes one)", path.display())
+    })?;
+    if m.blob_list.is_empty() {
+        bail!(
+            "--since {}: this manifest lists no blobs (written by an older koord-bundle?)",
+            path.display()
+        );
+    }
+    Ok((m, Digest::of(&bytes)))
+}
+
 fn load_signer(args: &BuildArgs) -> anyhow::Result<Option<(minisign::SecretKey, PathBuf)>> {
     if args.unsigned {
         return Ok(None);
@@ -163,6 +183,11 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     } else {
         load_signer(&args)?
     };
+    let base = args.since.as_deref().map(load_base).transpose()?;
+    let on_site = base
+        .as_ref()
+        .map(|(m, _)| m.blobs_on_site())
+        .unwrap_or_default();
     let map = SourceMap::builtin();
     let sources: Vec<Source> = if args.sources.is_empty() {
         map.default_sources()
@@ -347,7 +372,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     }
 
     // 3. Fetch every blob once.
-    let stats = copy::fetch_all(&reg, &cache, &resolved, args.jobs, &progress).await?;
+    let stats = copy::fetch_all(&reg, &cache, &resolved, &on_site, args.jobs, &progress).await?;
 
     // 4. The chart as a Helm OCI artifact.
     let created_secs = super::creation_time()?;
@@ -388,10 +413,24 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         &json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX, "manifests": entries}),
     )?;
     let mut blobs: Vec<(Digest, u64)> = Vec::new();
+    let mut omitted: Vec<OmittedBlob> = Vec::new();
     for r in &resolved {
+        // Manifests are always carried (small, and needed to walk and push the graph); configs
+        // and layers the site already holds are left out.
         blobs.extend(r.manifests.iter().map(|(d, b)| (d.clone(), b.len() as u64)));
-        blobs.extend(r.blobs.iter().cloned());
+        for (d, size) in &r.blobs {
+            if on_site.contains(d) {
+                omitted.push(OmittedBlob {
+                    digest: d.clone(),
+                    size: *size,
+                });
+            } else {
+                blobs.push((d.clone(), *size));
+            }
+        }
     }
+    omitted.sort();
+    omitted.dedup();
     blobs.push((config_digest, config_bytes.len() as u64));
     blobs.push((fetched.digest.clone(), fetched.bytes.len() as u64));
     blobs.push((chart_manifest_digest.clone(), chart_manifest.len() as u64));
@@ -464,6 +503,13 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             count: blobs.len(),
             bytes: blobs.iter().map(|(_, s)| s).sum(),
         },
+        blob_list: blobs.iter().map(|(d, _)| d.clone()).collect(),
+        base: base.as_ref().map(|(m, d)| BaseRecord {
+            manifest_digest: d.clone(),
+            chart_version: m.chart.version.clone(),
+            created: m.created.clone(),
+        }),
+        omitted_blobs: omitted,
     };
     let manifest_json = serde_json::to_vec_pretty(&manifest)?;
     let mut files: Vec<(String, Vec<u8>)> = vec![
@@ -499,12 +545,50 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         compress: args.compress,
     };
     let bar = progress.bytes("writing bundle", manifest.blobs.bytes);
-    let out = tokio::task::block_in_place(|| pack::pack(&input, &output, &|n| bar.inc(n)))?;
-    bar.finish(&format!("{} written", output.display()));
+    let (out, parts) = match &args.split {
+        None => (
+            tokio::task::block_in_place(|| pack::pack(&input, &output, &|n| bar.inc(n)))?,
+            vec![],
+        ),
+        Some(size) => {
+            // Pack beside the output, split into NAME.partNNN, drop the whole file.
+            let name = output
+                .file_name()
+                .context("the output path has no file name")?
+                .to_string_lossy()
+                .to_string();
+            let dir = output
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            let whole = tempfile::Builder::new()
+                .prefix(&format!(".{name}."))
+                .suffix(".unsplit")
+                .tempfile_in(&dir)?
+                .into_temp_path();
+            let out = tokio::task::block_in_place(|| pack::pack(&input, &whole, &|n| bar.inc(n)))?;
+            let parts = tokio::task::block_in_place(|| {
+                super::split::split_file(
+                    &whole,
+                    size,
+                    &dir,
+                    &name,
+                    signer.as_ref().map(|(sk, _)| sk),
+                )
+            })?;
+            (out, parts)
+        }
+    };
+    bar.finish(&format!(
+        "{} written",
+        parts.first().unwrap_or(&output).display()
+    ));
     let pubkey = signer.as_ref().map(|(_, p)| p.clone());
     if args.json {
         return super::print_json(&json!({
-            "bundle": output, "sha256": out.sha256, "bytes": out.bytes, "files": out.files,
+            "bundle": parts.first().unwrap_or(&output), "parts": parts, "sha256": out.sha256, "bytes": out.bytes, "files": out.files,
+            "omittedBlobs": manifest.omitted_blobs.len(), "base": manifest.base,
             "chart": {"name": manifest.chart.name, "version": manifest.chart.version, "digest": manifest.chart.digest},
             "images": manifest.images, "crds": manifest.crds.len(), "fetch": stats, "signed": signer.is_some(),
             "publicKey": pubkey,
@@ -516,6 +600,21 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         human_bytes(out.bytes),
         out.sha256.hex()
     );
+    if !parts.is_empty() {
+        println!(
+            "parts    {} parts: {} ... (verify, inspect and load take the first part)",
+            parts.len(),
+            parts[0].display()
+        );
+    }
+    if let Some(b) = &manifest.base {
+        println!(
+            "base     incremental on the {} bundle of {}: {} blobs left out (the target registry must hold them)",
+            b.chart_version,
+            b.created,
+            manifest.omitted_blobs.len()
+        );
+    }
     println!(
         "content  chart {} {}, {} images, {} CRDs, {} unique blobs ({})",
         manifest.chart.name,

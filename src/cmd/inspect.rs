@@ -13,6 +13,17 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             args.bundle.display()
         )
     })?;
+    if let Some(out) = &args.manifest {
+        std::fs::write(out, &head.manifest)
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        if !args.json {
+            println!(
+                "manifest written to {} (for koord-bundle build --since {})",
+                out.display(),
+                out.display()
+            );
+        }
+    }
     let signature = match &head.signature {
         Some(s) => Some(sign::signature_info(s)?),
         None => None,
@@ -40,6 +51,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             "crds": m.crds,
             "platformFilter": m.platform_filter,
             "blobs": m.blobs,
+            "base": m.base,
+            "omittedBlobs": m.omitted_blobs.len(),
             "signature": signature.as_ref().map(|s| serde_json::json!({"signed": true, "keyId": s.key_id, "trustedComment": s.trusted_comment, "verified": false}))
                 .unwrap_or(serde_json::json!({"signed": false})),
         }));

@@ -25,7 +25,7 @@ fn find_bundle() -> anyhow::Result<PathBuf> {
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
         if name.starts_with("koordinator-")
-            && (name.ends_with(".tar") || name.ends_with(".tar.gz"))
+            && (name.ends_with(".tar") || name.ends_with(".tar.gz") || name.ends_with(".part000"))
             && p.is_file()
         {
             found.push(p);
@@ -34,7 +34,7 @@ fn find_bundle() -> anyhow::Result<PathBuf> {
     found.sort();
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => bail!("no koordinator-*.tar bundle in the current directory: name the bundle (koord-bundle load BUNDLE --registry ...)"),
+        0 => bail!("no koordinator-*.tar bundle (or .part000 first part) in the current directory: name the bundle (koord-bundle load BUNDLE --registry ...)"),
         _ => bail!(
             "several bundles in the current directory ({}): name the one to load",
             found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
@@ -243,7 +243,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         digest: manifest.chart.oci.digest.clone(),
         media_type: manifest.chart.oci.media_type.clone(),
     });
-    let stats = copy::push_bundle(&reg, report.file.as_ref().context("bundle file")?, &report.blob_locations, &report.small_blobs, &items, args.jobs, args.dry_run, &progress)
+    let stats = copy::push_bundle(&reg, report.file.as_ref().context("bundle file")?, &report.blob_locations, &report.small_blobs, &items, &manifest.omitted_blobs.iter().map(|o| o.digest.clone()).collect(), args.jobs, args.dry_run, &progress)
         .await
         .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
 

@@ -48,6 +48,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                           "trustedComment": report.signature.as_ref().map(|s| &s.trusted_comment)},
             "chart": m.map(|m| serde_json::json!({"name": m.chart.name, "version": m.chart.version})),
             "images": m.map(|m| m.images.len()),
+            "expectedOnSite": m.map(|m| &m.omitted_blobs),
+            "split": report.file.as_ref().map(|f| f.is_split()),
         }));
     }
     match (&report.signature, report.signature_verified) {
@@ -70,6 +72,17 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             m.images.len(),
             m.crds.len()
         );
+    }
+    if let Some(m) = report.manifest.as_ref().filter(|m| m.base.is_some()) {
+        let bytes: u64 = m.omitted_blobs.iter().map(|o| o.size).sum();
+        println!(
+            "expected   incremental bundle: {} blobs ({bytes} bytes) left out, which the target registry must already hold (from the {} bundle)",
+            m.omitted_blobs.len(),
+            m.base.as_ref().map(|b| b.chart_version.as_str()).unwrap_or("?")
+        );
+        for o in &m.omitted_blobs {
+            println!("  {} ({} bytes)", o.digest, o.size);
+        }
     }
     println!("bundle {} verified", args.bundle.display());
     Ok(())

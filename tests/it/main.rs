@@ -13,3 +13,4 @@ mod kube_stub;
 mod load;
 mod preflight;
 mod proxy;
+mod sneakernet;
