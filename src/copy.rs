@@ -299,9 +299,13 @@ async fn walk(
 }
 
 /// Totals of a fetch.
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FetchStats {
+    /// Blobs whose digest was checked in this run (downloaded, or manifests held in memory):
+    /// the pack need not hash them again.
+    #[serde(skip)]
+    pub verified: std::collections::BTreeSet<Digest>,
     /// Unique blobs.
     pub blobs: usize,
     /// Their bytes.
@@ -325,9 +329,11 @@ pub async fn fetch_all(
     progress: &Progress,
 ) -> Result<FetchStats, CopyError> {
     let mut unique: BTreeMap<Digest, (u64, ImageRef)> = BTreeMap::new();
+    let mut verified = std::collections::BTreeSet::new();
     for img in images {
         for (d, b) in &img.manifests {
             cache.put_bytes(d, b)?;
+            verified.insert(d.clone());
         }
         for (d, s) in img.blobs.iter().filter(|(d, _)| !skip.contains(d)) {
             unique
@@ -341,26 +347,29 @@ pub async fn fetch_all(
         ..Default::default()
     };
     let bar = progress.bytes("fetching blobs", stats.bytes);
-    let results: Vec<Result<(u64, Fetched), CopyError>> = futures_util::stream::iter(unique.iter())
-        .map(|(d, (size, r))| {
-            let bar = bar.clone();
-            async move {
-                let f = reg.fetch_blob(r, d, *size, cache, &|n| bar.inc(n)).await?;
-                Ok((*size, f))
-            }
-        })
-        .buffer_unordered(jobs.max(1))
-        .collect()
-        .await;
+    stats.verified = verified;
+    let results: Vec<Result<(Digest, u64, Fetched), CopyError>> =
+        futures_util::stream::iter(unique.iter())
+            .map(|(d, (size, r))| {
+                let bar = bar.clone();
+                async move {
+                    let f = reg.fetch_blob(r, d, *size, cache, &|n| bar.inc(n)).await?;
+                    Ok((d.clone(), *size, f))
+                }
+            })
+            .buffer_unordered(jobs.max(1))
+            .collect()
+            .await;
     for r in results {
         match r? {
-            (size, Fetched::Cached) => {
+            (_, size, Fetched::Cached) => {
                 stats.cached_blobs += 1;
                 stats.cached_bytes += size;
             }
-            (size, Fetched::Downloaded(n)) => {
+            (d, size, Fetched::Downloaded(n)) => {
                 stats.downloaded_bytes += n;
                 stats.cached_bytes += size - n.min(size);
+                stats.verified.insert(d);
             }
         }
     }

@@ -16,5 +16,6 @@ pub mod copy;
 pub mod helm;
 pub mod oci;
 pub mod progress;
+pub mod serve;
 pub mod sources;
 pub mod store;

@@ -373,6 +373,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
 
     // 3. Fetch every blob once.
     let stats = copy::fetch_all(&reg, &cache, &resolved, &on_site, args.jobs, &progress).await?;
+    let mut verified = stats.verified.clone();
 
     // 4. The chart as a Helm OCI artifact.
     let created_secs = super::creation_time()?;
@@ -400,6 +401,11 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     cache.put_bytes(&config_digest, &config_bytes)?;
     cache.put_bytes(&fetched.digest, &fetched.bytes)?;
     cache.put_bytes(&chart_manifest_digest, &chart_manifest)?;
+    verified.extend([
+        config_digest.clone(),
+        fetched.digest.clone(),
+        chart_manifest_digest.clone(),
+    ]);
     let chart_ref = format!("charts/{}:{}", meta.name, meta.version);
 
     // 5. Layout index, bundle manifest, files.
@@ -543,6 +549,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         mtime: created_secs,
         signer: signer.as_ref().map(|(sk, _)| (sk, trusted)),
         compress: args.compress,
+        verified: &verified,
     };
     let bar = progress.bytes("writing bundle", manifest.blobs.bytes);
     let (out, parts) = match &args.split {

@@ -1,8 +1,225 @@
-//! `koord-bundle serve`: a read-only OCI registry straight from a bundle.
+//! `koord-bundle serve`: a read-only OCI registry straight from a bundle (or the first part of
+//! a split bundle), with no extraction. The bundle is verified completely first; nothing is
+//! served before. Requests are logged to stderr, one line each; Ctrl-C or SIGTERM stops it.
 
+use crate::bundle::parts::BundleFile;
+use crate::bundle::reader;
 use crate::cli::ServeArgs;
+use crate::progress::{Mode, Progress};
+use crate::serve::{self, Event, Htpasswd, Listener, Options, Served};
+use anyhow::Context as _;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// After Ctrl-C / SIGTERM, how long open transfers may go on.
+const GRACE: Duration = Duration::from_secs(10);
 
 /// Serve a bundle.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("serve {}: not implemented yet", args.bundle.display())
+    let progress = Progress::new(Mode::detect(false));
+    let pk = if args.insecure_skip_signature {
+        progress.warn(
+            "--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)",
+        );
+        None
+    } else {
+        Some(super::verify::public_key(args.key.as_deref())?)
+    };
+    // Everything that fails fast comes before the (long) verification.
+    let htpasswd = args.htpasswd.as_deref().map(Htpasswd::load).transpose()?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(serve::tls_config(cert, key)?),
+        _ => None,
+    };
+    let listener = Listener::bind(&args.addr).await?;
+    let addr = listener.local_addr().context("the listening address")?;
+
+    let total = BundleFile::open(&args.bundle)
+        .map(|b| b.size)
+        .or_else(|_| std::fs::metadata(&args.bundle).map(|m| m.len()))
+        .with_context(|| format!("cannot read {}", args.bundle.display()))?;
+    let bar = progress.bytes("verifying", total);
+    let policy = match &pk {
+        Some(k) => reader::SignaturePolicy::Require(k),
+        None => reader::SignaturePolicy::Skip,
+    };
+    let served =
+        tokio::task::block_in_place(|| Served::open(&args.bundle, policy, &|n| bar.inc(n)))
+            .context("the bundle did not verify: nothing is served")?;
+    bar.finish("verified");
+
+    print_banner(&args, &served, addr, tls.is_some(), htpasswd.as_ref());
+
+    let events: serve::EventSink = Arc::new(|e: Event| {
+        let mut err = std::io::stderr().lock();
+        let _ = match e {
+            Event::Request(r) => writeln!(
+                err,
+                "{} {} {} {} {}B {}ms{}",
+                r.remote,
+                r.method,
+                r.path,
+                r.status,
+                r.bytes,
+                r.elapsed.as_millis(),
+                if r.complete { "" } else { " (incomplete)" }
+            ),
+            Event::Warning(w) => writeln!(err, "warning: {w}"),
+            Event::Connection { remote, error } => writeln!(err, "{remote} connection: {error}"),
+        };
+    });
+    serve::serve(
+        listener,
+        served,
+        Options {
+            htpasswd,
+            tls,
+            events,
+            grace: GRACE,
+        },
+        shutdown_signal(),
+    )
+    .await?;
+    eprintln!("stopped");
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    eprintln!(
+        "stopping: no new connections; open transfers get {}s to finish",
+        GRACE.as_secs()
+    );
+}
+
+/// What verified, where it listens, what it serves and how to use it (stdout).
+fn print_banner(
+    args: &ServeArgs,
+    served: &Served,
+    addr: SocketAddr,
+    tls: bool,
+    htpasswd: Option<&Htpasswd>,
+) {
+    let report = served.report();
+    let signature = match &report.signature {
+        Some(s) if report.signature_verified => {
+            format!("signature OK (key {}; {})", s.key_id, s.trusted_comment)
+        }
+        _ => "signature NOT CHECKED".into(),
+    };
+    println!(
+        "bundle {} verified: {signature}; {} files, {} blobs, {} bytes",
+        served.path().display(),
+        report.files,
+        report.blobs,
+        report.bytes
+    );
+    // How clients reach it: the bound address, or a placeholder for a wildcard address.
+    let host = if addr.ip().is_unspecified() {
+        format!("HOST:{}", addr.port())
+    } else {
+        addr.to_string()
+    };
+    let scheme = if tls { "https" } else { "http" };
+    println!(
+        "serving a read-only OCI registry on {scheme}://{addr}{} (Ctrl-C stops it)",
+        if htpasswd.is_some() {
+            ", basic auth required"
+        } else {
+            ""
+        }
+    );
+    if addr.ip().is_unspecified() {
+        println!("  (HOST below: an address of this machine that the clients reach)");
+    }
+    println!("repositories:");
+    let tags = serve::tags(served);
+    let width = tags.iter().map(|(r, _)| r.len()).max().unwrap_or(0);
+    for (repo, tag) in &tags {
+        println!("  {repo:width$}  {tag}");
+    }
+
+    let (skopeo_tls, helm_tls) = if tls {
+        (
+            " --src-cert-dir DIR_WITH_CA_CRT".to_string(),
+            " --ca-file CA.crt".to_string(),
+        )
+    } else {
+        (
+            " --src-tls-verify=false".to_string(),
+            " --plain-http".to_string(),
+        )
+    };
+    let skopeo_auth = if htpasswd.is_some() {
+        " --src-creds USER:PASSWORD"
+    } else {
+        ""
+    };
+    println!("use it:");
+    if htpasswd.is_some() {
+        let ca = if tls { " --ca-file CA.crt" } else { "" };
+        println!(
+            "  helm registry login {host} --username USER --password-stdin{ca}   (once, for helm)"
+        );
+    }
+    let image = tags
+        .iter()
+        .find(|(r, _)| r.ends_with("/koordlet"))
+        .or_else(|| tags.iter().find(|(r, _)| !r.starts_with("charts/")));
+    if let Some((repo, tag)) = image {
+        let short = repo.rsplit('/').next().unwrap_or(repo);
+        println!(
+            "  skopeo copy --all{skopeo_tls}{skopeo_auth} docker://{host}/{repo}:{tag} oci:{short}:{tag}"
+        );
+    }
+    if let Some((repo, tag)) = tags.iter().find(|(r, _)| r.starts_with("charts/")) {
+        println!("  helm pull oci://{host}/{repo} --version {tag}{helm_tls}");
+        println!(
+            "  helm upgrade --install koordinator oci://{host}/{repo} --version {tag}{helm_tls} \\\n      -n koordinator-system --create-namespace --set imageRepositoryHost={host}{}",
+            if htpasswd.is_some() {
+                " --set 'imagePullSecrets[0].name=SECRET'"
+            } else {
+                ""
+            }
+        );
+        println!("    (the nodes then pull every image from here)");
+        if htpasswd.is_some() {
+            println!("    (SECRET: kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={host} --docker-username=USER --docker-password=...)");
+        }
+        if tls {
+            println!("    (containerd must trust the CA: /etc/containerd/certs.d/{host}/hosts.toml with ca = \"CA.crt\")");
+        }
+    }
+    println!(
+        "  koord-bundle load {} --registry REGISTRY[/PREFIX]   (once the site has a registry of its own)",
+        args.bundle.display()
+    );
+    if !tls {
+        println!(
+            "note: plain HTTP: container runtimes must treat {host} as an insecure registry (containerd: /etc/containerd/certs.d/{host}/hosts.toml with server = \"http://{host}\"); --tls-cert/--tls-key serve HTTPS"
+        );
+    }
+    println!("requests are logged to stderr, one line each");
 }

@@ -411,7 +411,14 @@ impl Registry {
                     let offset = partial.offset();
                     let resp = self
                         .client
-                        .pull_blob_stream_partial(&oref, digest.as_str(), offset, None)
+                        // Always a range (0- too): the partial stream is not hashed by oci-client,
+                        // so each byte is hashed once, by the cache, as it arrives.
+                        .pull_blob_stream_partial(
+                            &oref,
+                            digest.as_str(),
+                            offset,
+                            Some(size - offset),
+                        )
                         .await
                         .map_err(|e| self.classify(r, &what, e))?;
                     let mut stream = match resp {

@@ -13,4 +13,5 @@ mod kube_stub;
 mod load;
 mod preflight;
 mod proxy;
+mod serve;
 mod sneakernet;
