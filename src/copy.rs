@@ -545,10 +545,37 @@ pub async fn push_bundle(
     dry_run: bool,
     progress: &Progress,
 ) -> Result<PushStats, CopyError> {
-    let graphs: Vec<Graph> = items
+    let all: Vec<Graph> = items
         .iter()
         .map(|i| graph(i, small))
         .collect::<Result<_, _>>()?;
+    // Phase 0: a tag that already points at the bundle's manifest means the whole graph is
+    // there (the registry accepted that manifest only with everything it references): such
+    // graphs need no blob checks. One GET per tag, in parallel.
+    let tops: Vec<Result<bool, CopyError>> = futures_util::stream::iter(all.iter())
+        .map(|g| async move {
+            match reg.get_manifest(&g.item.target).await {
+                Ok((_, got)) => Ok(got == g.item.digest),
+                Err(e) if e.is_not_found() => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .buffered(jobs.max(1))
+        .collect()
+        .await;
+    let mut graphs = Vec::new();
+    let mut done_already = PushStats::default();
+    for (g, present) in all.into_iter().zip(tops) {
+        if present? {
+            done_already.blobs += g.blobs.len();
+            done_already.skipped += g.blobs.len();
+            done_already.skipped_bytes += g.blobs.iter().map(|(_, s)| s).sum::<u64>();
+            done_already.manifests_skipped += g.manifests.len();
+            done_already.tags.push(g.item.target.to_string());
+        } else {
+            graphs.push(g);
+        }
+    }
     let mut stats = PushStats::default();
     // Home repository of each blob: the first graph that uses it; for a blob an incremental
     // bundle left out, a repository of the target that already holds it (checked before
@@ -733,5 +760,10 @@ pub async fn push_bundle(
         }
         stats.tags.push(g.item.target.to_string());
     }
+    stats.blobs += done_already.blobs;
+    stats.skipped += done_already.skipped;
+    stats.skipped_bytes += done_already.skipped_bytes;
+    stats.manifests_skipped += done_already.manifests_skipped;
+    stats.tags.extend(done_already.tags);
     Ok(stats)
 }

@@ -579,6 +579,11 @@ pub fn split(
             w.flush().map_err(io_err(&path))?;
         }
         tmp.as_file().sync_all().map_err(io_err(&path))?;
+        std::fs::set_permissions(
+            tmp.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .map_err(io_err(&path))?;
         tmp.persist(&path).map_err(|e| PartsError::Io {
             path: path.clone(),
             source: e.error,

@@ -125,7 +125,10 @@ fn parts_err(path: &Path, e: PartsError) -> VerifyError {
 
 /// The byte stream of an opened bundle and whether it is gzip-compressed.
 fn open_file(bf: &BundleFile) -> Result<(Box<dyn Read>, bool), VerifyError> {
-    let mut r = BufReader::with_capacity(1 << 20, bf.reader().map_err(|e| parts_err(&bf.path, e))?);
+    let mut r = BufReader::with_capacity(
+        1 << 16,
+        ReadAhead::new(bf.reader().map_err(|e| parts_err(&bf.path, e))?),
+    );
     let head = io::BufRead::fill_buf(&mut r).map_err(|source| VerifyError::Io {
         path: bf.path.clone(),
         source,
@@ -134,6 +137,89 @@ fn open_file(bf: &BundleFile) -> Result<(Box<dyn Read>, bool), VerifyError> {
         Ok((Box::new(flate2::read::GzDecoder::new(r)), true))
     } else {
         Ok((Box::new(r), false))
+    }
+}
+
+/// Reads the underlying stream on a thread of its own, a few MiB ahead, so that reading the
+/// file and hashing it run on two cores.
+pub struct ReadAhead {
+    rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+impl ReadAhead {
+    /// Start reading `inner` ahead.
+    pub fn new<R: Read + Send + 'static>(mut inner: R) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut filled = 0;
+            let res = loop {
+                match inner.read(&mut buf[filled..]) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => {
+                        filled += n;
+                        if filled == buf.len() {
+                            break Ok(());
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            buf.truncate(filled);
+            let end = filled == 0;
+            let sent = match res {
+                Ok(()) if end => tx.send(Ok(Vec::new())),
+                Ok(()) => tx.send(Ok(buf)),
+                Err(e) => {
+                    if filled > 0 && tx.send(Ok(buf)).is_err() {
+                        return;
+                    }
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            if sent.is_err() || end {
+                return;
+            }
+        });
+        ReadAhead {
+            rx,
+            chunk: Vec::new(),
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.rx.recv() {
+                Ok(Ok(c)) if c.is_empty() => self.done = true,
+                Ok(Ok(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.done = true;
+                }
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 
