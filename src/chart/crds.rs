@@ -282,6 +282,24 @@ pub fn extract_crds(chart: &ChartArchive) -> Result<Vec<Crd>, ChartError> {
         if docs > 1 || base_count.get(&crd.file_name).copied().unwrap_or(0) > 1 {
             crd.file_name = format!("{}_{}.yaml", crd.group, crd.plural);
         }
+        // It becomes a path in the bundle: one plain component, as Kubernetes' own DNS-name
+        // rules for groups and plurals would give (regression: fuzzing found a group `../x`).
+        let plain = !crd.file_name.is_empty()
+            && crd.file_name.len() <= 90
+            && !crd.file_name.starts_with('.')
+            && crd
+                .file_name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !plain {
+            return Err(invalid(
+                &path,
+                format!(
+                    "CRD file name {:?} is not a plain file name (the CRD's group and plural must be DNS names)",
+                    crd.file_name
+                ),
+            ));
+        }
         if let Some(other) = names.insert(crd.file_name.clone(), path.clone()) {
             return Err(invalid(
                 &path,
