@@ -247,7 +247,7 @@ fn write_kubeconfig(dir: &Path, server: &str) -> PathBuf {
 }
 
 /// The real helm behind a wrapper that keeps releases in memory (see the module comment).
-fn memory_driver_helm(real: &Helm, dir: &Path) -> Helm {
+pub fn memory_driver_helm(real: &Helm, dir: &Path) -> Helm {
     use std::os::unix::fs::PermissionsExt as _;
     let data = dir.join("no-releases.yaml");
     std::fs::write(&data, "").unwrap();

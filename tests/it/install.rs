@@ -8,7 +8,7 @@ use crate::common::*;
 use crate::kube_stub;
 use crate::load::{built, repos_under, unique_prefix};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn load_args<'a>(
     registry: &'a str,
@@ -234,33 +234,14 @@ fn old_cluster_and_missing_arch_and_no_cluster_stop_before_any_push() {
     assert!(repos_under(&prefix).is_empty());
 }
 
-/// A helm wrapper that keeps helm's release store in memory (HELM_DRIVER=memory), so real helm
-/// runs `upgrade --install` with the tool's exact arguments without a cluster.
-fn memory_helm(real: &Path, dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt as _;
-    let data = dir.join("no-releases.yaml");
-    std::fs::write(&data, "").unwrap();
-    let wrapper = dir.join("helm");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexport HELM_DRIVER=memory HELM_MEMORY_DRIVER_DATA='{}'\nexec '{}' \"$@\"\n",
-            data.display(),
-            real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    wrapper
-}
-
 #[test]
 fn full_load_pushes_then_installs_from_the_private_registry_with_real_helm_4() {
     let e = env();
     let stub = kube_stub::start("kind");
     stub.allow_anonymous();
     let dir = tempfile::tempdir().unwrap();
-    let helm = memory_helm(&e.helm4, dir.path());
+    let real = koord_bundle::helm::Helm::find(Some(&e.helm4)).unwrap();
+    let helm = crate::helm::memory_driver_helm(&real, dir.path()).path;
     let prefix = unique_prefix("install");
     let registry = format!("{}/{prefix}", e.plain);
     let o = run(&load_args(
