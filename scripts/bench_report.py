@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Helper of scripts/bench (Python standard library only).
+
+  bench_report.py gen-set --registry HOST:PORT --prefix P --work DIR --stamp FILE
+      Make sure the benchmark's synthetic image set is in the (plain HTTP) registry; build and
+      push it only when it is not already there. Prints a JSON summary on stdout.
+  bench_report.py report --records TSV --meta TSV --set JSON --out FILE
+      Medians, ratios and targets as markdown: printed and written to FILE.
+
+The image set (deterministic, incompressible data, so sizes are real):
+
+  <prefix>/koordinator-sh/{koord-manager,koord-scheduler,koord-descheduler,koordlet,
+  koord-device-daemon}:v1.8.0 -- OCI index, linux/amd64 + linux/arm64; every platform
+  manifest has three gzip layers: a 10 MiB base layer and a 1 MiB runtime layer, both shared by
+  all five images (one per architecture), and the image's own application layer (6-26 MiB).
+  <prefix>/big:v256 -- linux/amd64 only, one 256 MiB layer.
+  About 470 MiB of unique blobs in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+MT_INDEX = "application/vnd.oci.image.index.v1+json"
+MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MT_CONFIG = "application/vnd.oci.image.config.v1+json"
+MT_LAYER_GZ = "application/vnd.oci.image.layer.v1.tar+gzip"
+CREATED = "2025-01-01T00:00:00Z"
+MIB = 1024 * 1024
+
+# The set. Changing anything here changes the stamp, so the set is rebuilt and re-pushed.
+SPEC = {
+    "version": 1,
+    "namespace": "koordinator-sh",
+    "tag": "v1.8.0",
+    "arches": ["amd64", "arm64"],
+    "base_kib": 10 * 1024,  # shared by all five images, one per architecture
+    "runtime_kib": 1024,  # shared by all five images, one per architecture
+    "components": {  # application layer per image and architecture, KiB
+        "koord-manager": 22 * 1024,
+        "koord-scheduler": 26 * 1024,
+        "koord-descheduler": 18 * 1024,
+        "koordlet": 24 * 1024,
+        "koord-device-daemon": 6 * 1024,
+    },
+    "big": {"repository": "big", "tag": "v256", "kib": 256 * 1024},
+    "gzip_level": 1,
+}
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def spec_hash() -> str:
+    return hashlib.sha256(canonical(SPEC)).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ #
+# OCI layout writer (streamed layers)
+# ------------------------------------------------------------------------------------------ #
+
+class _HashCount(io.RawIOBase):
+    """A write-through sink that hashes and counts."""
+
+    def __init__(self, f=None):
+        self.f = f
+        self.h = hashlib.sha256()
+        self.n = 0
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.h.update(b)
+        self.n += len(b)
+        if self.f is not None:
+            self.f.write(b)
+        return len(b)
+
+
+class _Random(io.RawIOBase):
+    def __init__(self, seed: str, size: int):
+        self.rnd = random.Random(seed)
+        self.left = size
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = min(len(b), self.left, MIB)
+        if n <= 0:
+            return 0
+        b[:n] = self.rnd.randbytes(n)
+        self.left -= n
+        return n
+
+
+def _tarinfo(name: str, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.mtime = 1735689600
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    if directory:
+        ti.type = tarfile.DIRTYPE
+        ti.mode = 0o755
+    else:
+        ti.size = size
+        ti.mode = 0o755
+    return ti
+
+
+class Layout:
+    def __init__(self, root: Path):
+        self.root = root
+        self.blobs = root / "blobs" / "sha256"
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        (root / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+        self.refs: list[dict] = []
+        self.sizes: dict[str, int] = {}
+
+    def put(self, data: bytes) -> dict:
+        h = hashlib.sha256(data).hexdigest()
+        p = self.blobs / h
+        if not p.exists():
+            p.write_bytes(data)
+        self.sizes["sha256:" + h] = len(data)
+        return {"digest": "sha256:" + h, "size": len(data)}
+
+    def layer(self, seed: str, path: str, size: int) -> tuple[dict, str]:
+        """A gzip tar layer holding one file of `size` random bytes: (descriptor, diff_id)."""
+        tmp = self.blobs / f".{hashlib.sha256(seed.encode()).hexdigest()[:16]}.tmp"
+        with open(tmp, "wb") as out:
+            comp = _HashCount(out)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=comp, mtime=0,
+                               compresslevel=SPEC["gzip_level"]) as gz:
+                raw = _HashCount(gz)
+                with tarfile.open(fileobj=raw, mode="w|", format=tarfile.PAX_FORMAT,
+                                  bufsize=MIB) as tf:
+                    parts = path.split("/")
+                    for i in range(1, len(parts)):
+                        tf.addfile(_tarinfo("/".join(parts[:i]), directory=True))
+                    tf.addfile(_tarinfo(path, size), io.BufferedReader(_Random(seed, size), MIB))
+        digest = comp.h.hexdigest()
+        os.replace(tmp, self.blobs / digest)
+        self.sizes["sha256:" + digest] = comp.n
+        return ({"mediaType": MT_LAYER_GZ, "digest": "sha256:" + digest, "size": comp.n},
+                "sha256:" + raw.h.hexdigest())
+
+    def write_index(self) -> None:
+        idx = {"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": self.refs}
+        (self.root / "index.json").write_bytes(canonical(idx))
+
+
+def build_set(root: Path, jobs: int) -> list[dict]:
+    """Write the whole set into an OCI layout at `root`; return the images."""
+    lay = Layout(root)
+    arches = SPEC["arches"]
+    ns, tag = SPEC["namespace"], SPEC["tag"]
+    # Every layer, generated in parallel (zlib and hashlib release the GIL).
+    jobs_list: dict[str, tuple[str, str, int]] = {}
+    for arch in arches:
+        jobs_list[f"base-{arch}"] = (f"bench-base-{arch}", "usr/lib/libbase.so", SPEC["base_kib"] * 1024)
+        jobs_list[f"runtime-{arch}"] = (f"bench-runtime-{arch}", "usr/share/runtime.dat",
+                                        SPEC["runtime_kib"] * 1024)
+        for comp, kib in SPEC["components"].items():
+            jobs_list[f"{comp}-{arch}"] = (f"bench-app-{comp}-{arch}", f"koord/{comp}", kib * 1024)
+    big = SPEC["big"]
+    jobs_list["big"] = (f"bench-big-{big['kib']}", "big/data.bin", big["kib"] * 1024)
+    layers: dict[str, tuple[dict, str]] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        futs = {ex.submit(lay.layer, *v): k for k, v in sorted(jobs_list.items(),
+                                                                key=lambda kv: -kv[1][2])}
+        for f in concurrent.futures.as_completed(futs):
+            layers[futs[f]] = f.result()
+
+    images = []
+
+    def config_and_manifest(arch: str, title: str, lyrs: list[tuple[dict, str]]) -> dict:
+        config = {
+            "architecture": arch, "os": "linux", "created": CREATED,
+            "config": {"Entrypoint": [f"/koord/{title}"],
+                       "Labels": {"org.opencontainers.image.title": title,
+                                  "org.opencontainers.image.source": "koord-bundle scripts/bench"}},
+            "rootfs": {"type": "layers", "diff_ids": [d for _, d in lyrs]},
+            "history": [{"created": CREATED, "created_by": f"scripts/bench layer {i}"}
+                        for i in range(len(lyrs))],
+        }
+        cfg = lay.put(canonical(config))
+        manifest = {"schemaVersion": 2, "mediaType": MT_MANIFEST,
+                    "config": {"mediaType": MT_CONFIG, **cfg},
+                    "layers": [d for d, _ in lyrs]}
+        m = lay.put(canonical(manifest))
+        return {"mediaType": MT_MANIFEST, **m}
+
+    for comp in SPEC["components"]:
+        entries = []
+        for arch in arches:
+            d = config_and_manifest(arch, comp, [layers[f"base-{arch}"], layers[f"runtime-{arch}"],
+                                                 layers[f"{comp}-{arch}"]])
+            d["platform"] = {"architecture": arch, "os": "linux"}
+            entries.append(d)
+        idx = lay.put(canonical({"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": entries}))
+        ref = f"{ns}/{comp}:{tag}"
+        lay.refs.append({"mediaType": MT_INDEX, **idx,
+                         "annotations": {"org.opencontainers.image.ref.name": ref}})
+        images.append({"ref": ref, "repository": f"{ns}/{comp}", "tag": tag,
+                       "digest": idx["digest"], "mediaType": MT_INDEX})
+    d = config_and_manifest("amd64", "big", [layers["big"]])
+    ref = f"{big['repository']}:{big['tag']}"
+    lay.refs.append({**d, "annotations": {"org.opencontainers.image.ref.name": ref}})
+    images.append({"ref": ref, "repository": big["repository"], "tag": big["tag"],
+                   "digest": d["digest"], "mediaType": MT_MANIFEST})
+    lay.write_index()
+    return images, lay.sizes
+
+
+def registry_digest(registry: str, repository: str, tag: str) -> str | None:
+    accept = ", ".join([MT_INDEX, MT_MANIFEST,
+                        "application/vnd.docker.distribution.manifest.list.v2+json",
+                        "application/vnd.docker.distribution.manifest.v2+json"])
+    req = urllib.request.Request(f"http://{registry}/v2/{repository}/manifests/{tag}",
+                                 method="HEAD", headers={"Accept": accept})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.headers.get("Docker-Content-Digest")
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def cmd_gen_set(a) -> int:
+    stamp = Path(a.stamp)
+    want = spec_hash()
+    if stamp.exists():
+        try:
+            s = json.loads(stamp.read_text())
+        except ValueError:
+            s = {}
+        if s.get("spec") == want and s.get("registry") == a.registry and s.get("prefix") == a.prefix:
+            ok = all(registry_digest(a.registry, f"{a.prefix}/{i['repository']}", i["tag"]) == i["digest"]
+                     for i in s["images"])
+            if ok:
+                log(f"image set already in {a.registry}/{a.prefix} (stamp {stamp}): reused")
+                s["reused"] = True
+                print(json.dumps(s))
+                return 0
+            log("image set stamp found but the registry does not serve it: rebuilding")
+    t0 = time.time()
+    root = Path(a.work) / "set-layout"
+    shutil.rmtree(root, ignore_errors=True)
+    images, sizes = build_set(root, a.jobs)
+    total = sum(sizes.values())
+    log(f"wrote the image set ({len(sizes)} blobs, {total / MIB:.1f} MiB) in {time.time() - t0:.1f}s")
+    policy = Path(a.work) / "policy.json"
+    policy.write_text('{"default":[{"type":"insecureAcceptAnything"}]}\n')
+    t1 = time.time()
+
+    def push(img):
+        dest = f"docker://{a.registry}/{a.prefix}/{img['repository']}:{img['tag']}"
+        cmd = ["skopeo", "--policy", str(policy), "copy", "--all", "--preserve-digests", "-q",
+               "--retry-times", "2", "--dest-tls-verify=false", f"oci:{root}:{img['ref']}", dest]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}:\n{p.stdout}")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as ex:
+        for f in [ex.submit(push, i) for i in images]:
+            f.result()
+    for i in images:
+        got = registry_digest(a.registry, f"{a.prefix}/{i['repository']}", i["tag"])
+        if got != i["digest"]:
+            log(f"{a.prefix}/{i['repository']}:{i['tag']}: registry serves {got}, expected {i['digest']}")
+            return 1
+    log(f"pushed the image set to {a.registry}/{a.prefix} in {time.time() - t1:.1f}s")
+    shutil.rmtree(root, ignore_errors=True)
+    s = {"spec": want, "registry": a.registry, "prefix": a.prefix, "images": images,
+         "unique_blobs": len(sizes), "unique_bytes": total,
+         "layer_bytes": sum(v for k, v in sizes.items() if v > 64 * 1024)}
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_suffix(".tmp")
+    tmp.write_text(json.dumps(s, indent=2) + "\n")
+    os.replace(tmp, stamp)
+    s["reused"] = False
+    print(json.dumps(s))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ #
+# report
+# ------------------------------------------------------------------------------------------ #
+
+def read_records(path: Path) -> dict[tuple[str, str], list[dict]]:
+    out: dict[tuple[str, str], list[dict]] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        measure, tool, run, wall, rss, user, sys_, reg = line.split("\t")
+        out.setdefault((measure, tool), []).append({
+            "run": int(run), "wall": float(wall), "rss_kib": int(rss), "user": float(user),
+            "sys": float(sys_), "registry_cpu": float(reg)})
+    return out
+
+
+def read_meta(path: Path) -> dict[str, str]:
+    meta = {}
+    for line in path.read_text().splitlines():
+        if "\t" in line:
+            k, v = line.split("\t", 1)
+            meta[k] = v.strip()
+    return meta
+
+
+def fmt_s(x: float) -> str:
+    return f"{x:.2f} s" if x >= 0.1 else f"{x * 1000:.0f} ms"
+
+
+def fmt_mib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB"
+
+
+def cmd_report(a) -> int:
+    rec = read_records(Path(a.records))
+    meta = read_meta(Path(a.meta))
+    st = json.loads(Path(a.set).read_text())
+
+    def med(m, t, key="wall"):
+        return statistics.median(r[key] for r in rec[(m, t)])
+
+    def peak(m, t):
+        return max(r["rss_kib"] for r in rec[(m, t)])
+
+    def met(ok: bool) -> str:
+        return "**met**" if ok else "**missed**"
+
+    runs = int(meta.get("runs", "0"))
+    L = []
+    L.append("# koord-bundle benchmark")
+    L.append("")
+    L.append(f"Written by `scripts/bench` on {meta['date']} ({runs} runs of each measure, median "
+             "reported; peak RSS is the largest of the runs). Timings are wall-clock; they are a "
+             "benchmark, never a test.")
+    L.append("")
+    L.append("## Results")
+    L.append("")
+    L.append("| measure | koord-bundle | peer | peer ÷ koord-bundle | target | |")
+    L.append("|---|---|---|---|---|---|")
+    kb_b, pe_b = med("build", "kb"), med("build", "peer")
+    L.append(f"| build, fresh cache | {fmt_s(kb_b)} | {fmt_s(pe_b)} (skopeo copy ×{meta['images']} + tar cf) "
+             f"| {pe_b / kb_b:.2f}× | ≥ 2× faster | {met(pe_b / kb_b >= 2)} |")
+    kb_l, pe_l = med("load", "kb"), med("load", "peer")
+    L.append(f"| load into TLS + auth registry, empty | {fmt_s(kb_l)} | {fmt_s(pe_l)} (skopeo copy ×{meta['images']}) "
+             f"| {pe_l / kb_l:.2f}× | ≥ 1.5× faster | {met(pe_l / kb_l >= 1.5)} |")
+    kb_r, pe_r = med("reload", "kb"), med("reload", "peer")
+    L.append(f"| re-load, everything present | {fmt_s(kb_r)} | {fmt_s(pe_r)} | {pe_r / kb_r:.2f}× "
+             f"| < 0.5 s | {met(kb_r < 0.5)} |")
+    kb_v, sha, ossl = med("verify", "kb"), med("verify", "sha256sum"), med("verify", "openssl")
+    L.append(f"| verify | {fmt_s(kb_v)} | {fmt_s(sha)} sha256sum, {fmt_s(ossl)} openssl dgst -sha256 "
+             f"| {sha / kb_v:.2f}× (sha256sum), {ossl / kb_v:.2f}× (openssl) | ≤ sha256sum | {met(kb_v <= sha)} |")
+    for m, label, peer_label in [("build", "build", "skopeo/tar"), ("load", "load", "skopeo"),
+                                 ("reload", "re-load", "skopeo"), ("verify", "verify", "sha256sum")]:
+        kb = peak(m, "kb")
+        pt = "sha256sum" if m == "verify" else "peer"
+        pe = peak(m, pt)
+        extra = f", openssl {fmt_mib(peak('verify', 'openssl'))}" if m == "verify" else ""
+        L.append(f"| peak RSS, {label} | {fmt_mib(kb)} | {fmt_mib(pe)} ({peer_label}{extra}) "
+                 f"| {pe / kb:.2f}× | < 100 MiB | {met(kb < 100 * 1024)} |")
+    bsize = int(meta["bundle_bytes"])
+    ubytes = int(meta["bundle_blob_bytes"])
+    ratio = bsize / ubytes
+    L.append(f"| bundle size vs unique blob bytes | {bsize / MIB:.2f} MiB bundle | {ubytes / MIB:.2f} MiB "
+             f"unique blobs | {ratio:.5f} (+{(ratio - 1) * 100:.3f} %) | within 1 % | {met(abs(ratio - 1) <= 0.01)} |")
+    L.append("")
+    L.append(f"Unique blob bytes are the bundle's own count (`koord-bundle.json` `blobs`: {meta['bundle_blob_count']} "
+             f"blobs, the image set plus the chart's Helm artifact); the image set alone is "
+             f"{st['unique_blobs']} blobs, {st['unique_bytes'] / MIB:.2f} MiB "
+             f"({st['unique_bytes']} bytes), and the peer's OCI layout holds "
+             f"{int(meta['peer_layout_blob_bytes']) / MIB:.2f} MiB of blobs in a "
+             f"{int(meta['peer_tar_bytes']) / MIB:.2f} MiB tar.")
+    L.append("")
+    L.append("### Every run")
+    L.append("")
+    L.append("| measure | tool | wall (min / median / max) | CPU user+sys (median) | registry CPU during it (median) | peak RSS |")
+    L.append("|---|---|---|---|---|---|")
+    names = {"kb": "koord-bundle", "peer": "skopeo", "sha256sum": "sha256sum", "openssl": "openssl dgst"}
+    for m in ["build", "load", "reload", "verify"]:
+        for t in ["kb", "peer", "sha256sum", "openssl"]:
+            if (m, t) not in rec:
+                continue
+            rs = rec[(m, t)]
+            walls = [r["wall"] for r in rs]
+            L.append(f"| {m} | {names[t] + (' + tar' if (m, t) == ('build', 'peer') else '')} | {fmt_s(min(walls))} / {fmt_s(statistics.median(walls))} / "
+                     f"{fmt_s(max(walls))} | {fmt_s(statistics.median(r['user'] + r['sys'] for r in rs))} | "
+                     f"{fmt_s(statistics.median(r['registry_cpu'] for r in rs))} | {fmt_mib(peak(m, t))} |")
+    L.append("")
+    L.append("## What was measured")
+    L.append("")
+    L.append(f"- Image set: `{st['registry']}/{st['prefix']}/koordinator-sh/{{koord-manager,koord-scheduler,"
+             "koord-descheduler,koordlet,koord-device-daemon}:v1.8.0` (OCI index, linux/amd64 + linux/arm64; "
+             "per platform a 10 MiB base layer and a 1 MiB runtime layer shared by all five images, plus a "
+             "6–26 MiB application layer) and `" + f"{st['registry']}/{st['prefix']}/big:v256" + "` (one 256 MiB layer); "
+             "incompressible deterministic data (gzip level 1 over a seeded PRNG), "
+             + ("reused from an earlier run." if st.get("reused") else "built and pushed by this run."))
+    L.append("- build: `koord-bundle build 1.8.0 --repo http://127.0.0.1:15080/ --source 127.0.0.1:15000/bench "
+             "--plain-http --cache C -o B.tar --image 127.0.0.1:15000/bench/big:v256` (cache and output removed "
+             "before each run). Peer: `skopeo copy --all --preserve-digests --src-tls-verify=false` of each image, "
+             "one after the other, into one `oci:DIR:REF` layout, then `tar cf` of it (layout and tar removed "
+             "before each run). The peer does not fetch the chart, extract CRDs, write checksums or sign.")
+    L.append("- load: `koord-bundle load B.tar --registry 127.0.0.1:15001/<fresh prefix> --ca-file CA --username koord "
+             "--password-stdin --no-install --key PUB` (it verifies the whole bundle first, then pushes, also the "
+             "chart artifact). Peer: `skopeo copy --all --preserve-digests --dest-cert-dir CA_DIR --dest-creds …` "
+             "of each image from the peer's layout to its own fresh prefix, after removing skopeo's blob info "
+             f"cache ({meta['blob_info_cache']}).")
+    L.append("- re-load: the same commands again, same prefix (skopeo's blob info cache removed again).")
+    L.append("- verify: `koord-bundle verify B.tar --key PUB` vs `sha256sum B.tar` and `openssl dgst -sha256 B.tar`.")
+    L.append("- Runs alternate which tool goes first. `sync` before every measure, outside the timing.")
+    L.append("- Each command runs under `/usr/bin/time -v` (peak RSS, CPU); wall time from bash's "
+             "`$EPOCHREALTIME`. Registry CPU is the docker-registry processes' utime+stime across the "
+             "measure (/proc/PID/stat). Everything runs on 127.0.0.1; the bundle, cache and layouts sit in "
+             f"`{meta['workdir_parent']}` (same disk as the registries' storage); with "
+             f"{meta['mem_total']} of RAM the registries' blobs and the bundles stay in the page cache.")
+    L.append("")
+    L.append("## Machine")
+    L.append("")
+    for k, label in [("nproc", "nproc"), ("cpu", "CPU"), ("cpu_flags", "SHA/AVX flags"), ("mem_total", "memory"),
+                     ("disk", "disk free"), ("kernel", "kernel"), ("kb_version", "koord-bundle"),
+                     ("kb_commit", "koord-bundle commit"), ("skopeo", "skopeo"), ("registry", "docker-registry"),
+                     ("sha256sum", "sha256sum"), ("openssl", "openssl"), ("date", "date")]:
+        L.append(f"- {label}: {meta.get(k, '?')}")
+    L.append("")
+    L.append("## Load on the machine during the run")
+    L.append("")
+    L.append(f"- load average before: {meta.get('loadavg_before', '?')}; after: {meta.get('loadavg_after', '?')}")
+    L.append(f"- CPU time over the measurements: {meta.get('cpu_summary', '?')}")
+    L.append(f"- {meta.get('other_builds', 'no other build seen')}")
+    L.append(f"- bench wall time: {meta.get('bench_seconds', '?')} s (image set: {meta.get('set_seconds', '?')} s)")
+    L.append("")
+    text = "\n".join(L) + "\n"
+    sys.stdout.write(text)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("gen-set")
+    g.add_argument("--registry", required=True)
+    g.add_argument("--prefix", required=True)
+    g.add_argument("--work", required=True)
+    g.add_argument("--stamp", required=True)
+    g.add_argument("--jobs", type=int, default=2)
+    r = sub.add_parser("report")
+    r.add_argument("--records", required=True)
+    r.add_argument("--meta", required=True)
+    r.add_argument("--set", required=True)
+    r.add_argument("--out", required=True)
+    a = ap.parse_args()
+    return cmd_gen_set(a) if a.cmd == "gen-set" else cmd_report(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
