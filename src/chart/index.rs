@@ -226,6 +226,30 @@ fn opt_string(v: Option<&Value>) -> Option<String> {
     v.and_then(scalar_to_string)
 }
 
+/// Deepest nesting of `[`/`{` outside quoted scalars and comments (an upper bound is enough).
+fn flow_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut max, mut quote, mut comment) = (0usize, 0usize, None::<u8>, false);
+    let mut prev = b'\n';
+    for &b in bytes {
+        match (quote, b) {
+            (_, b'\n') => comment = false,
+            _ if comment => {}
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'#') if prev == b' ' || prev == b'\n' => comment = true,
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'[' | b'{') => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            (None, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        prev = b;
+    }
+    max
+}
+
 impl RepoIndex {
     /// Parse a Helm repository index (`apiVersion: v1`, YAML or JSON). Unknown fields are
     /// ignored; entries that are not mappings, have no string `version` or a version that is
@@ -233,6 +257,13 @@ impl RepoIndex {
     /// [`RepoIndex::skipped`]).
     pub fn parse(bytes: &[u8]) -> Result<Self, ChartError> {
         let invalid = |reason: String| ChartError::InvalidIndex { reason };
+        // The YAML parser needs seconds to reach its own recursion limit on 100 000 nested
+        // brackets (found by fuzzing); a Helm index never nests flow collections deeply.
+        if flow_depth(bytes) > 64 {
+            return Err(invalid(
+                "flow collections nested deeper than 64 levels (recursion limit exceeded)".into(),
+            ));
+        }
         let doc: Value = serde_yaml_ng::from_slice(bytes)
             .map_err(|e| invalid(format!("not valid YAML: {e}")))?;
         let Value::Mapping(root) = doc else {

@@ -274,6 +274,28 @@ pub fn apply_set(values: &mut Value, expr: &str) -> Result<(), ChartError> {
     if expr.trim().is_empty() {
         return Err(p.err("empty expression"));
     }
+    // Helm refuses names nested deeper than 30 levels (strvals' MaxNestedNameLevel); so do we,
+    // before the recursive parser runs (fuzzing found a stack overflow at 10 000 levels, and an
+    // out-of-memory with 40 levels of `[65536]`).
+    let (mut depth, mut in_key, mut escaped) = (0usize, true, false);
+    for c in expr.chars() {
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '=') => in_key = false,
+            (false, ',') => {
+                in_key = true;
+                depth = 0;
+            }
+            (false, '.' | '[') if in_key => {
+                depth += 1;
+                if depth > 30 {
+                    return Err(p.err("keys nested deeper than 30 levels (helm's own limit)"));
+                }
+            }
+            _ => {}
+        }
+    }
     // Work on a copy so that a failing expression leaves the values untouched.
     let mut work = values.clone();
     while p.pos < p.chars.len() {

@@ -7,6 +7,7 @@ mod common;
 mod fake_registry;
 mod fault_proxy;
 mod faults;
+mod fuzz_regressions;
 mod helm;
 mod install;
 mod kube_stub;

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Write the seed corpora of the fuzz targets (standard library only, deterministic).
+
+    fuzz/seeds/gen_seeds.py OUT_DIR REPO_ROOT
+
+OUT_DIR/<target>/ receives the seeds of each target (bundle_reader, helm_index,
+chart_archive). The chart fixtures and repository indexes are read from
+REPO_ROOT/tests/fixtures/charts at run time, not copied into git.
+"""
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+
+FORMAT_VERSION = "koord-bundle/v1"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def gz(b):
+    return gzip.compress(b, compresslevel=6, mtime=0)
+
+
+def tar_bytes(entries):
+    """entries: (name, data or None for a directory)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in entries:
+            info = tarfile.TarInfo(name.rstrip("/"))
+            info.mtime = 1_700_000_000
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                t.addfile(info)
+            else:
+                info.mode = 0o644
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def b64(b):
+    import base64
+
+    return base64.b64encode(b).decode()
+
+
+def fake_minisig(comment):
+    sig = b"ED" + bytes([7] * 8) + bytes([9] * 64)
+    return (
+        "untrusted comment: signature from koord-bundle\n"
+        f"{b64(sig)}\ntrusted comment: {comment}\n{b64(bytes([3] * 64))}\n"
+    ).encode()
+
+
+def bundle(signed, platforms=("amd64", "arm64")):
+    """A small, valid koord-bundle/v1 tar: one multi-arch image."""
+    blobs = {}
+
+    def blob(data):
+        blobs[sha(data)] = data
+        return {"digest": "sha256:" + sha(data), "size": len(data)}
+
+    children = []
+    for arch in platforms:
+        config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+        layer = gz(f"layer for {arch}\n".encode())
+        m = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **blob(config)},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **blob(layer)}],
+            }
+        ).encode()
+        children.append({"mediaType": OCI_MANIFEST, **blob(m), "platform": {"architecture": arch, "os": "linux"}})
+    top = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": children}).encode()
+    top_desc = blob(top)
+    ref = "koordinator-sh/koord-manager:v1.8.0"
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [
+                {"mediaType": OCI_INDEX, **top_desc, "annotations": {"org.opencontainers.image.ref.name": ref}}
+            ],
+        }
+    ).encode()
+    digest = top_desc["digest"]
+    manifest = json.dumps(
+        {
+            "formatVersion": FORMAT_VERSION,
+            "tool": {"name": "koord-bundle", "version": "0.1.0"},
+            "created": "2026-01-01T00:00:00Z",
+            "chart": {
+                "name": "koordinator",
+                "version": "1.8.0",
+                "appVersion": "1.8.0",
+                "digest": "sha256:" + sha(b"chart"),
+                "file": "charts/koordinator-1.8.0.tgz",
+                "url": None,
+                "indexDigest": None,
+                "digestMismatchAllowed": False,
+                "oci": {"ref": "charts/koordinator:1.8.0", "digest": digest, "mediaType": OCI_MANIFEST, "size": 1},
+            },
+            "images": [
+                {
+                    "ref": ref,
+                    "component": "manager",
+                    "repository": "koordinator-sh/koord-manager",
+                    "tag": "v1.8.0",
+                    "original": "registry.cn-beijing.aliyuncs.com/" + ref,
+                    "source": "ghcr",
+                    "sourceRef": "ghcr.io/" + ref,
+                    "digest": digest,
+                    "upstreamDigest": digest,
+                    "mediaType": OCI_INDEX,
+                    "size": top_desc["size"],
+                    "platforms": ["linux/" + p for p in platforms],
+                    "attestations": 0,
+                    "totalSize": sum(len(b) for b in blobs.values()),
+                }
+            ],
+            "crds": [],
+            "platformFilter": None,
+            "sources": ["ghcr"],
+            "overrides": {"valuesFiles": [], "setKeys": [], "extraImages": []},
+            "blobs": {"count": len(blobs), "bytes": sum(len(b) for b in blobs.values())},
+        },
+        indent=2,
+    ).encode()
+    files = {
+        "koord-bundle.json": manifest,
+        "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+        "index.json": index,
+    }
+    for h, data in blobs.items():
+        files["blobs/sha256/" + h] = data
+    sums = "".join(f"{sha(data)}  {p}\n" for p, data in sorted(files.items())).encode()
+    entries = [("SHA256SUMS", sums)]
+    if signed:
+        entries.append(("SHA256SUMS.minisig", fake_minisig("koord-bundle koordinator 1.8.0 created 2026-01-01T00:00:00Z")))
+    entries += [(p, files[p]) for p in ("koord-bundle.json", "oci-layout", "index.json")]
+    entries += [("blobs/", None), ("blobs/sha256/", None)]
+    entries += [("blobs/sha256/" + h, blobs[h]) for h in sorted(blobs)]
+    return tar_bytes(entries), sums, manifest
+
+
+def bundle_reader(out):
+    plain, sums, manifest = bundle(signed=False)
+    signed, _, _ = bundle(signed=True, platforms=("amd64",))
+    seeds = {
+        "plain-unsigned": b"\x00" + plain,
+        "plain-signed": b"\x00" + signed,
+        "gzip-signed": b"\x02" + gz(signed),
+        "checksums": b"\x03" + sums,
+        "checksums-dup": b"\x03" + sums + sums.splitlines(keepends=True)[0],
+        "manifest": b"\x04" + manifest,
+        "file-plain": b"\x05" + plain,
+        "file-gzip": b"\x05" + gz(signed),
+        "structured-empty": b"\x06",
+        "structured-some": b"\x06" + bytes(range(256)),
+        "structured-more": b"\x07" + bytes((i * 37) % 256 for i in range(1024)),
+    }
+    for name, data in seeds.items():
+        write(os.path.join(out, "bundle_reader", name), data)
+
+
+def helm_index(out, charts):
+    local = open(os.path.join(charts, "index.yaml"), "rb").read()
+    upstream = open(os.path.join(charts, "index.upstream.yaml"), "rb").read()
+    specs = ["", "latest", "1.8.0", "v1.4.1", "=1.8.0", "~1.7", ">=1.6 <1.8", ">= 1.6, < 1.8", "^0.6",
+             "1.4 - 1.6", "1.7.x", "=> 1.6", "~> 1.6", "<1", "1", "*", "1.9.0-rc.1", "1.6 || 1.8", "!=1.7.0"]
+    for i, s in enumerate(specs):
+        write(os.path.join(out, "helm_index", f"local-{i:02}"), s.encode() + b"\0" + local)
+    for i, s in enumerate(["latest", "~1.7", "<1", "0.0.1"]):
+        write(os.path.join(out, "helm_index", f"upstream-{i:02}"), s.encode() + b"\0" + upstream)
+    tricky = (b"apiVersion: v1\nentries:\n  koordinator:\n"
+              b"  - {name: koordinator, version: 1.9.0-rc.1, urls: [c-1.9.0-rc.1.tgz], futureField: {x: 1}}\n"
+              b"  - {name: koordinator, version: 1.8.0, urls: ['../up/c-1.8.0.tgz', '//cdn/c.tgz', '/abs/c.tgz?x=1']}\n"
+              b"  - {name: koordinator, version: not-a-version}\n  - {name: koordinator, version: v1.7}\n"
+              b"  - {name: koordinator}\n  - 42\n  other: [{version: '1', urls: a.tgz}]\n")
+    write(os.path.join(out, "helm_index", "tricky"), b">=1.0\0" + tricky)
+    write(os.path.join(out, "helm_index", "json"),
+          b"1.0.0\0" + b'{"apiVersion":"v1","entries":{"koordinator":[{"version":"1.0.0","urls":["a.tgz"]}]}}')
+
+
+def file_list(members):
+    """The chart_archive file-list shape: path NUL content NUL ..."""
+    out = b""
+    for path, data in members:
+        out += path.encode() + b"\0" + data + b"\0"
+    return out
+
+
+CRD = b"""{{- if and .Values.crds.managed .Values.crds.foos }}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: foos.x.io
+spec:
+  group: x.io
+  names:
+    kind: Foo
+    plural: foos
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+{{- end }}
+"""
+
+TEMPLATE = b"""apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: demo
+spec:
+  template:
+    spec:
+      containers:
+      - name: a
+        image: {{ .Values.imageRepositoryHost }}/{{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag }}
+      {{- if .Values.sidecar.enabled }}
+      - name: b
+        image: "{{ .Values.sidecar.image.repository }}:{{ .Values.sidecar.image.tag }}"
+      {{- else }}
+      - name: c
+        image: busybox
+      {{- end }}
+"""
+
+VALUES = b"""imageRepositoryHost: ghcr.io
+manager:
+  image:
+    repository: koordinator-sh/koord-manager
+    tag: v1.8.0
+sidecar:
+  enabled: false
+  image:
+    repository: library/sidecar
+    tag: "1.0"
+crds:
+  managed: true
+  foos: true
+"""
+
+
+def chart_archive(out, charts):
+    for name in sorted(os.listdir(charts)):
+        if name.endswith(".tgz"):
+            data = open(os.path.join(charts, name), "rb").read()
+            write(os.path.join(out, "chart_archive", name), data)
+    # Two real charts in the file-list shape (mutations there keep the tar intact). Of 1.8.0's
+    # 13 large CRD files only two are kept: they would make every run slow.
+    for name in ("koordinator-0.4.1.tgz", "koordinator-1.8.0.tgz"):
+        members = []
+        crds = 0
+        with tarfile.open(os.path.join(charts, name), "r:gz") as t:
+            for m in t.getmembers():
+                if m.isfile():
+                    if "/templates/crd/" in m.name and name.startswith("koordinator-1.8"):
+                        crds += 1
+                        if crds > 2:
+                            continue
+                    members.append((m.name, t.extractfile(m).read()))
+        write(os.path.join(out, "chart_archive", name.replace(".tgz", ".list")), file_list(members))
+    chart_yaml = b"apiVersion: v2\nname: demo\nversion: 0.1.0\nappVersion: '1.0'\n"
+    small = [
+        ("demo/Chart.yaml", chart_yaml),
+        ("demo/values.yaml", VALUES),
+        ("demo/templates/deploy.yaml", TEMPLATE),
+        ("demo/templates/crd/foos.yaml", CRD),
+        ("demo/templates/_helpers.tpl", b'{{ define "x" }}image: {{ .Values.nope }}{{ end }}\n'),
+    ]
+    write(os.path.join(out, "chart_archive", "small.list"), file_list(small))
+    write(os.path.join(out, "chart_archive", "small-set.list"),
+          file_list(small + [("--set", b"sidecar.enabled=true,manager.image.tag=v9"),
+                             ("--values", b"imageRepositoryHost: docker.io\n")]))
+    plain_crd = CRD.split(b"\n", 1)[1].rsplit(b"{{- end }}", 1)[0]
+    write(os.path.join(out, "chart_archive", "crds-folder.list"),
+          file_list([("demo/Chart.yaml", chart_yaml), ("demo/crds/foo.yaml", plain_crd),
+                     ("demo/templates/crd/two.yaml",
+                      b"{{- if .Values.crds.managed }}\n---\n" + plain_crd.replace(b"foos", b"bars").replace(b"Foo", b"Bar")
+                      + b"---\n" + plain_crd.replace(b"foos", b"bazs").replace(b"Foo", b"Baz") + b"{{- end }}\n")]))
+    write(os.path.join(out, "chart_archive", "odd-entries.list"),
+          file_list([("demo/Chart.yaml", chart_yaml), ("\x05demo/templates/", b""),
+                     ("\x02demo/link", b"../../etc/passwd"), ("./demo/values.yaml", b"a: &x {b: 1}\nc: *x\n<<: *x\n")]))
+    write(os.path.join(out, "chart_archive", "small.tgz"),
+          gz(tar_bytes([("demo/", None)] + small)))
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    out, repo = sys.argv[1], sys.argv[2]
+    charts = os.path.join(repo, "tests", "fixtures", "charts")
+    bundle_reader(out)
+    helm_index(out, charts)
+    chart_archive(out, charts)
+
+
+if __name__ == "__main__":
+    main()
