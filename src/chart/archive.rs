@@ -101,6 +101,14 @@ fn split_path(raw: &[u8]) -> Result<(String, String), ChartError> {
 }
 
 fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
+    // Refused before the YAML parser, which needs seconds to reach its own recursion limit on
+    // deeply nested flow collections (found by fuzzing).
+    if super::index::flow_depth(bytes) > 64 {
+        return Err(ChartError::InvalidYaml {
+            file: file.to_string(),
+            reason: "flow collections nested deeper than 64 levels".into(),
+        });
+    }
     let mut v: Value = serde_yaml_ng::from_slice(bytes).map_err(|e| ChartError::InvalidYaml {
         file: file.to_string(),
         reason: e.to_string(),

@@ -181,6 +181,13 @@ fn parse_crd(
     } else {
         String::new()
     };
+    // Refused before the YAML parser (slow to reach its own recursion limit; found by fuzzing).
+    if super::index::flow_depth(yaml.as_bytes()) > 64 {
+        return Err(invalid(
+            file,
+            format!("{which}flow collections nested deeper than 64 levels"),
+        ));
+    }
     let v: Value = serde_yaml_ng::from_str(yaml)
         .map_err(|e| invalid(file, format!("{which}not valid YAML: {e}")))?;
     let need = |path: &[&str]| {

@@ -227,7 +227,7 @@ fn opt_string(v: Option<&Value>) -> Option<String> {
 }
 
 /// Deepest nesting of `[`/`{` outside quoted scalars and comments (an upper bound is enough).
-fn flow_depth(bytes: &[u8]) -> usize {
+pub(crate) fn flow_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut max, mut quote, mut comment) = (0usize, 0usize, None::<u8>, false);
     let mut prev = b'\n';
     for &b in bytes {
