@@ -486,7 +486,12 @@ pub fn verify_from(
         let size = e.size();
         let position = e.raw_file_position();
         let blob = name.strip_prefix("blobs/sha256/").map(Digest::from_hex);
-        let keep = blob.is_none() || size <= 4 * 1024 * 1024;
+        // Held in memory: the bundle manifest and index.json (bounded), and blobs up to 4 MiB
+        // that may be manifests. Every other file is only hashed.
+        let keep = match &blob {
+            None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
+            Some(_) => size <= 4 * 1024 * 1024,
+        };
         let mut hasher = sha2::Sha256::new();
         let mut kept = Vec::new();
         let mut n_total = 0u64;
@@ -496,7 +501,7 @@ pub fn verify_from(
                 break;
             }
             hasher.update(&buf[..n]);
-            if keep && (blob.is_none() || kept.len() < 4 * 1024 * 1024) {
+            if keep {
                 kept.extend_from_slice(&buf[..n]);
             }
             n_total += n as u64;
