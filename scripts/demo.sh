@@ -18,7 +18,7 @@ step "starting local registries (plain 'upstream' and TLS+auth 'private') and a 
 scripts/test-env.sh start
 # shellcheck source=/dev/null
 source "$KB_ENV_DIR/env.sh"
-if [[ "${KB_KEEP_ENV:-0}" != 1 ]]; then trap 'scripts/test-env.sh stop' EXIT; fi
+if [[ "${KB_KEEP_ENV:-0}" != 1 ]]; then trap '"$REPO_ROOT/scripts/test-env.sh" stop' EXIT; fi
 
 step "building koord-bundle"
 cargo build --release --quiet
@@ -49,16 +49,17 @@ step "re-load: everything is already there"
 printf '%s\n' "$KB_REGISTRY_PASSWORD" | "$KB" load --registry "$KB_TLS_REGISTRY/koordinator" --key koord-bundle.pub \
     --ca-file "$KB_CA_FILE" --username "$KB_REGISTRY_USER" --password-stdin --no-install
 
-step "check the private registry with skopeo and helm"
+step "check the private registry with skopeo and helm 4 (helm 3 speaks plain HTTP to loopback registries)"
 skopeo inspect --cert-dir "$KB_CA_DIR" --creds "$KB_REGISTRY_USER:$KB_REGISTRY_PASSWORD" \
     "docker://$KB_TLS_REGISTRY/koordinator/koordinator-sh/koord-manager:v1.8.0" | head -4
 export HELM_REGISTRY_CONFIG="$WORK/helm-registry.json"
-printf '%s\n' "$KB_REGISTRY_PASSWORD" | "$KB_HELM3" registry login "$KB_TLS_REGISTRY" --ca-file "$KB_CA_FILE" -u "$KB_REGISTRY_USER" --password-stdin
-"$KB_HELM3" pull "oci://$KB_TLS_REGISTRY/koordinator/charts/koordinator" --version 1.8.0 --ca-file "$KB_CA_FILE" -d pulled
+printf '%s\n' "$KB_REGISTRY_PASSWORD" | "$KB_HELM4" registry login "$KB_TLS_REGISTRY" --ca-file "$KB_CA_FILE" -u "$KB_REGISTRY_USER" --password-stdin
+mkdir -p pulled
+"$KB_HELM4" pull "oci://$KB_TLS_REGISTRY/koordinator/charts/koordinator" --version 1.8.0 --ca-file "$KB_CA_FILE" -d pulled
 ls -l pulled
 
 step "the install, as far as it goes without a cluster: helm renders it (--dry-run)"
 printf '%s\n' "$KB_REGISTRY_PASSWORD" | "$KB" load --registry "$KB_TLS_REGISTRY/koordinator" --key koord-bundle.pub \
-    --ca-file "$KB_CA_FILE" --username "$KB_REGISTRY_USER" --password-stdin --dry-run --helm "$KB_HELM3" \
+    --ca-file "$KB_CA_FILE" --username "$KB_REGISTRY_USER" --password-stdin --dry-run --helm "$KB_HELM4" \
     --kubeconfig /dev/null || true
 step "done: work files in $WORK"
