@@ -188,3 +188,18 @@ pub fn tar_entries(path: &Path) -> Vec<String> {
         .map(|e| e.unwrap().path().unwrap().to_string_lossy().to_string())
         .collect()
 }
+
+/// (ref, digest) of every image of a build/inspect JSON document.
+pub fn image_digests(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["images"]
+        .as_array()
+        .expect("an images array")
+        .iter()
+        .map(|i| {
+            (
+                i["ref"].as_str().unwrap_or_default().to_string(),
+                i["digest"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}

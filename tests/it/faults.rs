@@ -8,20 +8,6 @@ use crate::load::{built, unique_prefix};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 
-fn image_digests(build: &Value) -> Vec<(String, String)> {
-    build["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["ref"].as_str().unwrap().to_string(),
-                i["digest"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
     let e = env();

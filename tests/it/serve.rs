@@ -193,21 +193,6 @@ fn manifest(_home: &Home, bundle: &Path) -> Value {
     panic!("no koord-bundle.json in {}", bundle.display())
 }
 
-/// (ref, digest) of every image of a bundle.
-fn images(m: &Value) -> Vec<(String, String)> {
-    m["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["ref"].as_str().unwrap().to_string(),
-                i["digest"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 fn sha256(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
@@ -268,7 +253,7 @@ fn curl(args: &[&str], url: &str) -> Http {
 /// `skopeo copy --all` of every image from `src_host` into OCI layouts; checks each copied
 /// index has the bundle's digest (and `skopeo inspect --raw` agrees).
 fn skopeo_copies_every_image(home: &Home, m: &Value, src_host: &str, src_flags: &[&str]) {
-    for (r, digest) in images(m) {
+    for (r, digest) in image_digests(m) {
         let src = format!("docker://{src_host}/{r}");
         let mut a = vec!["inspect", "--raw"];
         a.extend(src_flags.iter().map(|f| {
@@ -337,7 +322,7 @@ fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
     ] {
         assert!(out.contains(needle), "banner lacks {needle:?}:\n{out}");
     }
-    assert_eq!(images(&m).len(), 5);
+    assert_eq!(image_digests(&m).len(), 5);
     skopeo_copies_every_image(&b.home, &m, &s.addr, &["--src-tls-verify=false"]);
     let chart_digest = m["chart"]["digest"].as_str().unwrap();
     let e = env();
@@ -377,7 +362,7 @@ fn serve_and_load_read_the_same_bundle_at_once() {
         std::thread::spawn(move || c.output().unwrap())
     };
     // Meanwhile, skopeo copies every image from serve into the same registry.
-    for (r, _) in images(&m) {
+    for (r, _) in image_digests(&m) {
         let o = tool(
             "skopeo",
             &[
@@ -393,7 +378,7 @@ fn serve_and_load_read_the_same_bundle_at_once() {
         assert_ok(&o);
     }
     assert_ok(&load.join().unwrap());
-    for (r, digest) in images(&m) {
+    for (r, digest) in image_digests(&m) {
         for prefix in [&loaded, &copied] {
             let o = tool(
                 "skopeo",
@@ -909,7 +894,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
     // A range across the whole of the largest blob, in two requests that meet in the middle.
     let (entry, _) = largest_blob(&b.bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let repo = images(&m)
+    let repo = image_digests(&m)
         .into_iter()
         .map(|(r, _)| r.split(':').next().unwrap().to_string())
         .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
@@ -940,7 +925,7 @@ fn serve_notices_a_bundle_changed_after_verification() {
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
     let m = manifest(h, &b.bundle);
     let s = start(h, &[served.to_str().unwrap(), "--key", &pubkey(h)]);
-    let repo = images(&m)
+    let repo = image_digests(&m)
         .into_iter()
         .map(|(r, _)| r.split(':').next().unwrap().to_string())
         .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
