@@ -1,6 +1,7 @@
 //! The bundle: its manifest, checksum file, signature, and the plain tar that carries them with
 //! an OCI image layout at its root. Normative description: `bundle-spec/README.md`.
 
+pub mod atomic;
 pub mod checksums;
 pub mod manifest;
 pub mod pack;

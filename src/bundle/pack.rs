@@ -3,6 +3,7 @@
 //! and the blobs in digest order. Written to a temporary file beside the output, fsynced and
 //! renamed: an interrupted or failed build never leaves a file at the output path.
 
+use super::atomic::AtomicFile;
 use super::checksums::Checksums;
 use super::{CHECKSUMS_FILE, SIGNATURE_FILE};
 use crate::oci::{Digest, Sha256Writer};
@@ -166,25 +167,29 @@ pub fn pack(
     output: &Path,
     on_bytes: &dyn Fn(u64),
 ) -> Result<PackStats, PackError> {
-    let (sums, sig) = checksum_and_sign(input)?;
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
     let werr = |source: io::Error| PackError::Write {
         path: output.to_path_buf(),
         source,
     };
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".partial")
-        .tempfile_in(&dir)
-        .map_err(werr)?;
-    let file = tmp.as_file().try_clone().map_err(werr)?;
+    let out = AtomicFile::create(output).map_err(werr)?;
+    let stats = pack_into(input, &out, on_bytes)?;
+    out.commit().map_err(werr)?;
+    Ok(stats)
+}
+
+/// Write the bundle into `out` (not committed: the caller renames it into place, or reads it
+/// and drops it).
+pub fn pack_into(
+    input: &PackInput<'_>,
+    out: &AtomicFile,
+    on_bytes: &dyn Fn(u64),
+) -> Result<PackStats, PackError> {
+    let (sums, sig) = checksum_and_sign(input)?;
+    let werr = |source: io::Error| PackError::Write {
+        path: out.path().to_path_buf(),
+        source,
+    };
+    let file = out.file().try_clone().map_err(werr)?;
     let counting = Sha256Writer::new(BufWriter::with_capacity(1 << 20, file));
     let sink = match input.compress {
         Compression::None => Sink::Plain(counting),
@@ -257,17 +262,6 @@ pub fn pack(
     }
     let sink = tar.into_inner().map_err(werr)?;
     let (sha256, bytes) = sink.finish().map_err(werr)?;
-    tmp.as_file().sync_all().map_err(werr)?;
-    let tmp_path = tmp.into_temp_path();
-    std::fs::set_permissions(
-        &tmp_path,
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .map_err(werr)?;
-    tmp_path.persist(output).map_err(|e| werr(e.error))?;
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
     Ok(PackStats {
         bytes,
         files: count,

@@ -558,7 +558,8 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             vec![],
         ),
         Some(size) => {
-            // Pack beside the output, split into NAME.partNNN, drop the whole file.
+            // Pack into a temporary file beside the output (removed when dropped, or by the
+            // next build if this one is killed), split it into NAME.partNNN.
             let name = output
                 .file_name()
                 .context("the output path has no file name")?
@@ -569,15 +570,13 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
                 .filter(|p| !p.as_os_str().is_empty())
                 .map(std::path::Path::to_path_buf)
                 .unwrap_or_else(|| PathBuf::from("."));
-            let whole = tempfile::Builder::new()
-                .prefix(&format!(".{name}."))
-                .suffix(".unsplit")
-                .tempfile_in(&dir)?
-                .into_temp_path();
-            let out = tokio::task::block_in_place(|| pack::pack(&input, &whole, &|n| bar.inc(n)))?;
+            let whole = crate::bundle::atomic::AtomicFile::create(&output)
+                .with_context(|| format!("cannot write next to {}", output.display()))?;
+            let out =
+                tokio::task::block_in_place(|| pack::pack_into(&input, &whole, &|n| bar.inc(n)))?;
             let parts = tokio::task::block_in_place(|| {
                 super::split::split_file(
-                    &whole,
+                    whole.path(),
                     size,
                     &dir,
                     &name,
