@@ -4,6 +4,7 @@
 //! bundle's first bytes; the other parts are plain slices. Readers take the first part directly:
 //! a part that is missing, short or altered is named with its expected and actual sha256.
 
+use super::atomic::AtomicFile;
 use super::sign;
 use crate::oci::Digest;
 use serde::{Deserialize, Serialize};
@@ -150,6 +151,20 @@ pub fn parse_size(s: &str) -> Result<u64, PartsError> {
     Ok(n)
 }
 
+/// A file name with no directory part: not empty, not `.` or `..`, no `/`, `\\` or control
+/// characters (NUL included), not starting with `-` (so it is never read as an option). Names that
+/// come from inside a bundle or a part header must pass this before they touch the file system.
+pub fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.starts_with('-')
+        && name.len() <= 255
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control())
+}
+
 /// A contiguous byte range of one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
@@ -250,8 +265,11 @@ impl BundleFile {
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut parts = Vec::new();
         for (i, p) in header.parts.iter().enumerate() {
-            if p.file.contains('/') || p.file.contains('\\') || p.file == ".." {
-                return Err(herr("part names must be plain file names"));
+            if !is_plain_file_name(&p.file) {
+                return Err(herr(&format!(
+                    "part name \"{}\" is not a plain file name",
+                    crate::text::printable(&p.file)
+                )));
             }
             let file = if i == 0 {
                 path.to_path_buf()
@@ -566,28 +584,16 @@ pub fn split(
     let mut written = Vec::new();
     for (i, info) in header.parts.iter().enumerate() {
         let path = out_dir.join(&info.file);
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{}.", info.file))
-            .tempfile_in(out_dir)
-            .map_err(io_err(out_dir))?;
+        let tmp = AtomicFile::create(&path).map_err(io_err(&path))?;
         {
-            let mut w = io::BufWriter::with_capacity(1 << 20, tmp.as_file());
+            let mut w = io::BufWriter::with_capacity(1 << 20, tmp.file());
             if i == 0 {
                 w.write_all(&head).map_err(io_err(&path))?;
             }
             io::copy(&mut (&mut src).take(info.size), &mut w).map_err(io_err(&path))?;
             w.flush().map_err(io_err(&path))?;
         }
-        tmp.as_file().sync_all().map_err(io_err(&path))?;
-        std::fs::set_permissions(
-            tmp.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )
-        .map_err(io_err(&path))?;
-        tmp.persist(&path).map_err(|e| PartsError::Io {
-            path: path.clone(),
-            source: e.error,
-        })?;
+        tmp.commit().map_err(io_err(&path))?;
         written.push(path);
     }
     remove_stale(out_dir, name, header.parts.len())?;
@@ -603,16 +609,9 @@ pub fn join(first: &Path, out: &Path) -> Result<u64, PartsError> {
             reason: "not the first part of a split bundle".into(),
         });
     };
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".join.")
-        .tempfile_in(&dir)
-        .map_err(io_err(&dir))?;
+    let tmp = AtomicFile::create(out).map_err(io_err(out))?;
     let mut reader = bf.reader()?;
-    let mut w = crate::oci::Sha256Writer::new(io::BufWriter::with_capacity(1 << 20, tmp.as_file()));
+    let mut w = crate::oci::Sha256Writer::new(io::BufWriter::with_capacity(1 << 20, tmp.file()));
     io::copy(&mut reader, &mut w).map_err(|e| PartsError::Io {
         path: first.to_path_buf(),
         source: e,
@@ -627,11 +626,7 @@ pub fn join(first: &Path, out: &Path) -> Result<u64, PartsError> {
             actual: digest,
         });
     }
-    tmp.as_file().sync_all().map_err(io_err(out))?;
-    tmp.persist(out).map_err(|e| PartsError::Io {
-        path: out.to_path_buf(),
-        source: e.error,
-    })?;
+    tmp.commit().map_err(io_err(out))?;
     Ok(n)
 }
 

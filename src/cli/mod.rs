@@ -65,6 +65,14 @@ pub struct JoinArgs {
     /// Output file [default: the original bundle name, in the current directory].
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Public key that signed the parts' header [default: koord-bundle.pub in the user's config
+    /// directory].
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Join without checking the header's signature (an unsigned header, or no key at hand);
+    /// the joined bundle's own signature is still checked by `verify` and `load`.
+    #[arg(long)]
+    pub insecure_skip_signature: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -93,6 +101,10 @@ pub struct ServeArgs {
     /// Serve an unsigned or wrongly signed bundle (its integrity is still checked).
     #[arg(long)]
     pub insecure_skip_signature: bool,
+    /// Most connections open at once; one client address may hold at most 64 of them (or half,
+    /// when that is fewer). When full, the connection idle longest is closed for a newcomer.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u16).range(2..))]
+    pub max_connections: u16,
 }
 
 /// `keygen`.

@@ -90,10 +90,32 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
             args.first_part.display()
         )
     })?;
-    let out = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(&header.bundle.file));
+    // The header names the parts and the bundle: trust it only once its signature checked.
+    if args.insecure_skip_signature {
+        eprintln!("warning: --insecure-skip-signature: the parts' header signature is NOT checked");
+    } else {
+        let pk = super::verify::public_key(args.key.as_deref())?;
+        if !bf.verify_header(&pk)? {
+            anyhow::bail!(
+                "{}: the parts' header is not signed, so the file names and digests in it cannot be trusted: \
+                 split it again with a key (koord-bundle split --sign-key), or pass --insecure-skip-signature \
+                 (verify and load still check the joined bundle's own signature)",
+                args.first_part.display()
+            );
+        }
+    }
+    let out = match &args.output {
+        Some(o) => o.clone(),
+        // Never a path from the header: its plain name, in the current directory.
+        None if parts::is_plain_file_name(&header.bundle.file) => {
+            PathBuf::from(&header.bundle.file)
+        }
+        None => anyhow::bail!(
+            "{}: the header names the bundle \"{}\", which is not a plain file name: refusing to write there; name the output with -o FILE",
+            args.first_part.display(),
+            crate::text::printable(&header.bundle.file)
+        ),
+    };
     let n = parts::join(&args.first_part, &out)?;
     if args.json {
         return super::print_json(

@@ -1,0 +1,49 @@
+//! Text from outside (a bundle, a registry, a file) quoted in messages: control characters
+//! escaped, length bounded, so nothing untrusted reaches the terminal raw.
+
+/// Longest quoted text, in characters.
+const MAX_QUOTED: usize = 200;
+
+/// `s` with control characters escaped (`\n`, `\u{1b}`), cut to 200 characters (`…` marks a
+/// cut). Printable Unicode is kept.
+pub fn printable(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_QUOTED {
+            out.push('…');
+            break;
+        }
+        if c.is_control() || c == '\u{7f}' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Bytes that may not be UTF-8, made printable as [`printable`] does (invalid sequences become
+/// `\xNN`).
+pub fn printable_bytes(b: &[u8]) -> String {
+    let mut s = String::new();
+    for chunk in b.utf8_chunks() {
+        s.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            s.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    printable(&s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn escapes_and_bounds() {
+        assert_eq!(printable("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+        assert_eq!(printable_bytes(b"ok\xff\x00"), "ok\\xff\\u{0}");
+        let long = "x".repeat(1000);
+        assert_eq!(printable(&long).chars().count(), MAX_QUOTED + 1);
+        assert_eq!(printable("größe"), "größe");
+    }
+}
