@@ -134,7 +134,9 @@ fn open_file(bf: &BundleFile) -> Result<(Box<dyn Read>, bool), VerifyError> {
         source,
     })?;
     if head.starts_with(&[0x1f, 0x8b]) {
-        Ok((Box::new(flate2::read::GzDecoder::new(r)), true))
+        // Every gzip member: data appended after the first one is read (and refused as
+        // trailing data) rather than silently ignored.
+        Ok((Box::new(flate2::read::MultiGzDecoder::new(r)), true))
     } else {
         Ok((Box::new(r), false))
     }
@@ -242,12 +244,13 @@ fn read_small(path: &Path, name: &str, r: impl Read, size: u64) -> Result<Vec<u8
             reason: format!("{size} bytes is too large"),
         });
     }
-    let mut buf = Vec::with_capacity(size as usize);
+    // Grown as bytes arrive, not reserved from the size a (not yet verified) header claims.
+    let mut buf = Vec::with_capacity(size.min(64 * 1024) as usize);
     r.take(size)
         .read_to_end(&mut buf)
         .map_err(|e| VerifyError::Tar {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            reason: crate::text::printable(&e.to_string()),
         })?;
     Ok(buf)
 }
@@ -257,7 +260,7 @@ pub fn read_head(path: &Path) -> Result<Head, VerifyError> {
     let mut ar = tar::Archive::new(open(path)?);
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        reason: crate::text::printable(&e.to_string()),
     };
     let mut checksums = None;
     let mut signature = None;
@@ -368,7 +371,7 @@ pub fn verify_from(
 ) -> Result<VerifyReport, VerifyError> {
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        reason: crate::text::printable(&e.to_string()),
     };
     let entry_err = |entry: &str, reason: &str| VerifyError::Entry {
         path: path.to_path_buf(),
@@ -548,6 +551,29 @@ pub fn verify_from(
     }
     for e in entries {
         handle(e.map_err(terr)?)?;
+    }
+    // After the end-of-archive block only zeros may follow (the second end block and the
+    // record padding): an appended archive would otherwise pass unverified, and `tar -i`
+    // would extract it.
+    let mut rest = ar.into_inner();
+    let mut at = 0u64;
+    loop {
+        let n = match rest.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(terr(e)),
+        };
+        if let Some(i) = buf[..n].iter().position(|&b| b != 0) {
+            return Err(VerifyError::Content {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "data after the end of the tar archive ({} bytes past its end-of-archive block): refusing it (an appended archive is not covered by SHA256SUMS)",
+                    at + i as u64
+                ),
+            });
+        }
+        at += n as u64;
     }
     let missing: Vec<String> = sums
         .0

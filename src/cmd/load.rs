@@ -67,6 +67,14 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     };
     let target = Target::parse(&args.registry)?;
 
+    // A gzip bundle cannot be read in place: say so before spending a verification on it.
+    let head = crate::bundle::parts::BundleFile::open(&bundle)
+        .and_then(|bf| bf.read_range(0, 2))
+        .with_context(|| format!("cannot read {}", bundle.display()))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
+    }
+
     // 1. Verify everything before anything else.
     let pk = if args.insecure_skip_signature {
         progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
@@ -87,7 +95,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     bar.finish("verified");
     let manifest: BundleManifest = report.manifest.clone().context("bundle manifest missing")?;
     if report.compressed {
-        bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {})", bundle.display(), bundle.display());
+        bail!(
+            "{} changed into a gzip-compressed file while it was verified: nothing was pushed",
+            bundle.display()
+        );
     }
     progress.say(format!(
         "verified {} files, {} blobs{}",
