@@ -78,6 +78,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             tls,
             events,
             grace: GRACE,
+            max_connections: usize::from(args.max_connections),
         },
         shutdown_signal(),
     )

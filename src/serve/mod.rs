@@ -32,14 +32,29 @@
 //!   again (one `fstat`) before each blob is served: a changed bundle answers 500 and a warning;
 //! * every whole-blob `GET` is hashed as it streams, and its last chunk is held back until the
 //!   digest matched: a mismatch breaks the connection (the client never receives a complete,
-//!   wrong blob) and the blob is refused from then on. Range requests cannot be hashed; they rely
-//!   on the size and time checks, and the client's own digest check of the reassembled blob.
+//!   wrong blob) and the blob is refused from then on;
+//! * a range request is answered from whole 512 KiB chunks, each checked against the sha256 of
+//!   that chunk taken at the blob's first range request (one read of the whole blob, whose
+//!   digest must be the verified one) before any of its bytes are sent: changed bytes break the
+//!   transfer off and refuse the blob from then on. (What is not promised: a change made and
+//!   undone between two reads is not seen, since nothing then differs.)
+//!
+//! # Connections
+//!
+//! At most 1 024 connections (`--max-connections`), 64 per client address (see [`conns`]):
+//! a client's further sockets are closed at once; when the server is full, the longest-idle
+//! connection (no request in flight) of the client holding the most is closed for a newcomer.
+//! More than half the connections taken shortens the time to send request headers from 30 to 5
+//! seconds.
+
+pub mod conns;
 
 use crate::bundle::parts::BundleFile;
 use crate::bundle::reader::{self, SignaturePolicy, VerifyError, VerifyReport};
 use crate::bundle::BundleManifest;
 use crate::oci::{Digest, Manifest};
 use bytes::Bytes;
+use conns::{Admission, Conn, Conns};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -55,17 +70,13 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::rustls;
 
 /// Bytes read from the bundle per chunk of a streamed blob.
 const CHUNK: u64 = 512 * 1024;
 /// Chunks read ahead of the network per transfer.
 const READ_AHEAD: usize = 4;
-/// Most connections open at once (further ones wait to be accepted).
-const MAX_CONNECTIONS: usize = 1024;
-/// Time a client has to send its request headers (slow clients cannot pin connections).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time a client has to finish the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The realm of the basic-auth challenge.
@@ -597,9 +608,12 @@ impl Htpasswd {
         if self.accepted.lock().is_ok_and(|s| s.contains(&key)) {
             return true;
         }
+        // The scheme is case-insensitive (RFC 9110 11.1): `Basic`, `basic`, `BASIC`.
+        let authorization = authorization.trim_ascii_start();
         let Some(b64) = authorization
-            .strip_prefix(b"Basic ")
-            .or_else(|| authorization.strip_prefix(b"basic "))
+            .get(..6)
+            .filter(|scheme| scheme.eq_ignore_ascii_case(b"basic "))
+            .map(|_| &authorization[6..])
         else {
             return false;
         };
@@ -719,6 +733,8 @@ pub struct Options {
     pub events: EventSink,
     /// After the shutdown signal, how long open transfers may go on.
     pub grace: Duration,
+    /// Most connections open at once (see [`conns`]).
+    pub max_connections: usize,
 }
 
 // ------------------------------------------------------------------------------------------
@@ -753,7 +769,13 @@ struct State {
     events: EventSink,
     /// Blobs that failed their digest check while streaming: refused from then on.
     tainted: Mutex<HashSet<Digest>>,
+    /// The sha256 of each [`CHUNK`] of a blob, taken (with a whole-blob digest check) at its
+    /// first range request: ranges are checked against them chunk by chunk.
+    chunk_digests: Mutex<HashMap<Digest, Arc<tokio::sync::OnceCell<ChunkDigests>>>>,
 }
+
+/// The digest of every chunk of a blob, or why they could not be taken.
+type ChunkDigests = Result<Arc<Vec<[u8; 32]>>, String>;
 
 /// Serve `served` on `listener` until `shutdown` resolves; then stop accepting, let open
 /// requests finish for up to `options.grace`, and return.
@@ -768,18 +790,19 @@ pub async fn serve(
         htpasswd: options.htpasswd,
         events: options.events,
         tainted: Mutex::new(HashSet::new()),
+        chunk_digests: Mutex::new(HashMap::new()),
     });
     let tls = options.tls.map(tokio_rustls::TlsAcceptor::from);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let conns = Conns::with_limits(
+        options.max_connections,
+        conns::MAX_PER_CLIENT.min(options.max_connections / 2),
+    );
+    let mut refused = RefusedLog::default();
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         while tasks.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            _ = &mut shutdown => break,
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-        };
         let (tcp, remote) = tokio::select! {
             _ = &mut shutdown => break,
             r = listener.tcp.accept() => match r {
@@ -792,17 +815,35 @@ pub async fn serve(
                 }
             },
         };
+        let (guard, header_timeout) = match conns.admit(remote.ip()) {
+            Admission::Admitted(g, t) => (g, t),
+            Admission::Refused(why) => {
+                drop(tcp);
+                refused.note(&state.events, remote, why);
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
         let state = state.clone();
         let tls = tls.clone();
         let stop = stop_rx.clone();
         tasks.spawn(async move {
-            let _permit = permit;
+            let conn = guard.conn.clone();
+            let _guard = guard;
             match tls {
-                None => serve_connection(tcp, remote, state, stop).await,
+                None => serve_connection(tcp, remote, state, stop, conn, header_timeout).await,
                 Some(acceptor) => {
-                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(io)) => serve_connection(io, remote, state, stop).await,
+                    let handshake =
+                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                    let done = tokio::select! {
+                        r = handshake => r,
+                        // Given up for a newcomer while it had not even finished its handshake.
+                        _ = conn.evict.notified() => return,
+                    };
+                    match done {
+                        Ok(Ok(io)) => {
+                            serve_connection(io, remote, state, stop, conn, header_timeout).await
+                        }
                         Ok(Err(e)) => (state.events)(Event::Connection {
                             remote,
                             error: format!("TLS handshake failed: {e}"),
@@ -825,23 +866,55 @@ pub async fn serve(
     Ok(())
 }
 
+/// Refused connections, reported at most once every 5 seconds (an attack would flood the log).
+#[derive(Default)]
+struct RefusedLog {
+    count: u64,
+    last: Option<Instant>,
+}
+
+impl RefusedLog {
+    fn note(&mut self, events: &EventSink, remote: SocketAddr, why: &str) {
+        self.count += 1;
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        events(Event::Connection {
+            remote,
+            error: format!(
+                "connection closed at once: {why}, and none of them idle ({} closed so far)",
+                self.count
+            ),
+        });
+    }
+}
+
 async fn serve_connection<I>(
     io: I,
     remote: SocketAddr,
     state: Arc<State>,
     mut stop: watch::Receiver<bool>,
+    conn_state: Arc<Conn>,
+    header_timeout: Duration,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc_state = state.clone();
+    let svc_conn = conn_state.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let state = svc_state.clone();
-        async move { Ok::<_, std::convert::Infallible>(respond(state, req, remote).await) }
+        let conn = svc_conn.clone();
+        conn.request_started();
+        async move { Ok::<_, std::convert::Infallible>(respond(state, req, remote, conn).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(header_timeout)
         .keep_alive(true);
     let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
     tokio::pin!(conn);
@@ -850,6 +923,15 @@ async fn serve_connection<I>(
         _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        // Given up for a newcomer while idle: close it (an idle HTTP/1 connection closes at
+        // once; one half-way through its request headers gets a second).
+        _ = conn_state.evict.notified() => {
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await {
+                Ok(r) => r,
+                Err(_) => return,
+            }
         }
     };
     if let Err(e) = result {
@@ -891,6 +973,8 @@ pub struct Body {
     expected: u64,
     sent: u64,
     log: Option<(EventSink, RequestLog, Instant)>,
+    /// The connection it answers on, told when the response is over.
+    conn: Option<Arc<Conn>>,
 }
 
 enum Kind {
@@ -914,6 +998,7 @@ impl Body {
             expected,
             sent: 0,
             log: None,
+            conn: None,
         }
     }
 }
@@ -958,6 +1043,9 @@ impl hyper::body::Body for Body {
 
 impl Drop for Body {
     fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.request_ended();
+        }
         if let Some((sink, mut log, started)) = self.log.take() {
             log.bytes = self.sent;
             log.complete = self.sent == self.expected;
@@ -967,7 +1055,12 @@ impl Drop for Body {
     }
 }
 
-async fn respond(state: Arc<State>, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+async fn respond(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+    conn: Arc<Conn>,
+) -> Response<Body> {
     let started = Instant::now();
     let mut path: String = req
         .uri()
@@ -991,6 +1084,7 @@ async fn respond(state: Arc<State>, req: Request<Incoming>, remote: SocketAddr) 
         HeaderValue::from_static("registry/2.0"),
     );
     let status = resp.status().as_u16();
+    resp.body_mut().conn = Some(conn);
     resp.body_mut().log = Some((
         state.events.clone(),
         RequestLog {
@@ -1376,8 +1470,21 @@ fn blob(state: &Arc<State>, name: &str, r: &str, req: &Request<Incoming>) -> Res
                 )));
                 return internal("the bundle changed on disk after verification");
             }
-            let verify = matches!(range, RangeReq::Whole).then(|| digest.clone());
-            stream(state.clone(), segs, len, verify)
+            let check = match range {
+                RangeReq::Whole => Check::Whole,
+                _ => Check::Chunks,
+            };
+            stream(
+                state.clone(),
+                digest.clone(),
+                Extent {
+                    offset: *offset,
+                    size,
+                },
+                start,
+                len,
+                check,
+            )
         }
     };
     let mut resp = Response::new(body);
@@ -1402,81 +1509,185 @@ fn blob(state: &Arc<State>, name: &str, r: &str, req: &Request<Incoming>) -> Res
     resp
 }
 
-/// Stream `len` bytes from these segments, reading ahead of the network. With `verify`, the
-/// bytes are hashed and the last chunk is held back until the digest matched.
+/// Where a blob lies in the bundle stream.
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    offset: u64,
+    size: u64,
+}
+
+/// How the bytes of a streamed blob are checked against what was verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// The whole blob is hashed as it streams; its last chunk is held back until the digest
+    /// matched.
+    Whole,
+    /// Each chunk a range touches is read whole and checked against the chunk digests taken at
+    /// the blob's first range request (themselves checked against the blob's digest).
+    Chunks,
+}
+
+/// Read bytes `pos..pos+n` of a blob.
+fn read_blob(state: &State, blob: Extent, pos: u64, n: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; n as usize];
+    let mut done = 0usize;
+    for (part, off, len) in state.served.segments(blob.offset + pos, n) {
+        state
+            .served
+            .read_at(part, &mut buf[done..done + len as usize], off)?;
+        done += len as usize;
+    }
+    if done as u64 != n {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(buf)
+}
+
+/// Mark a blob as changed on disk (refused from now on) and tell the operator.
+fn taint(state: &State, digest: &Digest, what: &str) {
+    if let Ok(mut t) = state.tainted.lock() {
+        t.insert(digest.clone());
+    }
+    (state.events)(Event::Warning(format!(
+        "blob {digest} {what}: the bundle changed after verification; the transfer was broken off and the blob is refused from now on (restart serve to verify the bundle again)"
+    )));
+}
+
+/// The chunk digests of a blob, taken once (one read of the whole blob, whose digest must be
+/// the verified one).
+async fn chunk_digests(state: &Arc<State>, digest: &Digest, blob: Extent) -> ChunkDigests {
+    let cell = {
+        let Ok(mut m) = state.chunk_digests.lock() else {
+            return Err("internal lock poisoned".into());
+        };
+        m.entry(digest.clone()).or_default().clone()
+    };
+    cell.get_or_init(|| async {
+        let st = state.clone();
+        let d = digest.clone();
+        let taken = tokio::task::spawn_blocking(move || {
+            let mut whole = sha2::Sha256::new();
+            let mut chunks = Vec::new();
+            let mut pos = 0;
+            while pos < blob.size {
+                let n = (blob.size - pos).min(CHUNK);
+                let buf = read_blob(&st, blob, pos, n).map_err(|e| e.to_string())?;
+                whole.update(&buf);
+                chunks.push(sha2::Sha256::digest(&buf).into());
+                pos += n;
+            }
+            let actual = Digest::from_hasher(whole);
+            if actual != d {
+                taint(&st, &d, &format!("read back as {actual}"));
+                return Err(format!("read back as {actual}"));
+            }
+            Ok(Arc::new(chunks))
+        })
+        .await;
+        taken.unwrap_or_else(|e| Err(e.to_string()))
+    })
+    .await
+    .clone()
+}
+
+/// Stream bytes `start..start+len` of a blob, reading ahead of the network, checked as `check`
+/// says. A mismatch breaks the transfer off (the client never receives a complete, wrong
+/// answer) and refuses the blob from then on.
 fn stream(
     state: Arc<State>,
-    segs: Vec<(usize, u64, u64)>,
+    digest: Digest,
+    blob: Extent,
+    start: u64,
     len: u64,
-    verify: Option<Digest>,
+    check: Check,
 ) -> Body {
     let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(READ_AHEAD);
     tokio::spawn(async move {
-        let mut hasher = verify.as_ref().map(|_| sha2::Sha256::new());
+        let broken = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        let chunks = match check {
+            Check::Whole => None,
+            Check::Chunks => match chunk_digests(&state, &digest, blob).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    let _ = tx.send(Err(broken(&e))).await;
+                    return;
+                }
+            },
+        };
+        let mut hasher = (check == Check::Whole).then(sha2::Sha256::new);
         let mut held: Option<Bytes> = None;
-        for (part, off, seg_len) in segs {
-            let mut done = 0;
-            while done < seg_len {
-                let n = (seg_len - done).min(CHUNK);
-                let st = state.clone();
-                let pos = off + done;
-                let h = hasher.take();
-                let read = tokio::task::spawn_blocking(move || {
-                    let mut buf = vec![0u8; n as usize];
-                    let r = st.served.read_at(part, &mut buf, pos);
-                    let h = h.map(|mut h| {
-                        if r.is_ok() {
-                            h.update(&buf);
-                        }
-                        h
-                    });
-                    (r.map(|_| Bytes::from(buf)), h)
-                })
-                .await;
-                let (chunk, h) = match read {
-                    Ok(x) => x,
-                    Err(e) => (Err(io::Error::other(e.to_string())), None),
-                };
-                hasher = h;
-                let chunk = match chunk {
-                    Ok(c) => c,
-                    Err(e) => {
-                        (state.events)(Event::Warning(format!(
-                            "reading {}: {e}",
-                            state.served.parts[part].path.display()
-                        )));
-                        let _ = tx.send(Err(e)).await;
+        // Whole: the requested bytes in CHUNK steps. Chunks: every chunk the range touches.
+        let (first, end) = match check {
+            Check::Whole => (start, start + len),
+            Check::Chunks => ((start / CHUNK) * CHUNK, start + len),
+        };
+        let mut pos = first;
+        while pos < end {
+            let n = match check {
+                Check::Whole => (end - pos).min(CHUNK),
+                Check::Chunks => (blob.size - pos).min(CHUNK),
+            };
+            let st = state.clone();
+            let h = hasher.take();
+            let read = tokio::task::spawn_blocking(move || {
+                let r = read_blob(&st, blob, pos, n);
+                let h = h.map(|mut h| {
+                    if let Ok(b) = &r {
+                        h.update(b);
+                    }
+                    h
+                });
+                (r, h)
+            })
+            .await;
+            let (chunk, h) = match read {
+                Ok(x) => x,
+                Err(e) => (Err(io::Error::other(e.to_string())), None),
+            };
+            hasher = h;
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    (state.events)(Event::Warning(format!(
+                        "reading blob {digest} from {}: {e}",
+                        state.served.path.display()
+                    )));
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            let out = match &chunks {
+                None => held.replace(Bytes::from(chunk)),
+                Some(c) => {
+                    let i = (pos / CHUNK) as usize;
+                    let actual: [u8; 32] = sha2::Sha256::digest(&chunk).into();
+                    if c.get(i) != Some(&actual) {
+                        taint(
+                            &state,
+                            &digest,
+                            &format!("changed in bytes {pos}..{}", pos + n),
+                        );
+                        let _ = tx.send(Err(broken("blob does not match its digest"))).await;
                         return;
                     }
-                };
-                done += n;
-                let out = if verify.is_some() {
-                    held.replace(chunk)
-                } else {
-                    Some(chunk)
-                };
-                if let Some(c) = out {
-                    if tx.send(Ok(c)).await.is_err() {
-                        return; // The client went away.
-                    }
+                    // The part of this chunk the range asked for.
+                    let from = start.saturating_sub(pos) as usize;
+                    let to = ((start + len).min(pos + n) - pos) as usize;
+                    Some(Bytes::from(chunk).slice(from..to))
+                }
+            };
+            pos += n;
+            if let Some(c) = out {
+                if tx.send(Ok(c)).await.is_err() {
+                    return; // The client went away.
                 }
             }
         }
-        if let (Some(expected), Some(h)) = (&verify, hasher) {
+        if let Some(h) = hasher {
             let actual = Digest::from_hasher(h);
-            if &actual != expected {
-                if let Ok(mut t) = state.tainted.lock() {
-                    t.insert(expected.clone());
-                }
-                (state.events)(Event::Warning(format!(
-                    "blob {expected} read back as {actual}: the bundle changed after verification; the transfer was broken off and the blob is refused from now on (restart serve to verify the bundle again)"
-                )));
-                let _ = tx
-                    .send(Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "blob does not match its digest",
-                    )))
-                    .await;
+            if actual != digest {
+                taint(&state, &digest, &format!("read back as {actual}"));
+                let _ = tx.send(Err(broken("blob does not match its digest"))).await;
                 return;
             }
         }
@@ -1661,6 +1872,11 @@ mod tests {
         assert!(!h.check(basic("other", "pw").as_bytes()));
         assert!(!h.check(b"Bearer x"));
         assert!(!h.check(b"Basic !!!"));
+        // The scheme is case-insensitive.
+        for scheme in ["BASIC", "basic", "bAsIc"] {
+            let v = basic("koord", "pw").replacen("Basic", scheme, 1);
+            assert!(h.check(v.as_bytes()), "{v}");
+        }
         for (line, needle) in [
             ("u:$apr1$abc$def", "MD5"),
             ("u:{SHA}abcdef=", "SHA-1"),
