@@ -6,6 +6,7 @@
 #
 # SECONDS_PER_TARGET defaults to 60. TARGET defaults to all of them (fuzz/fuzz_targets/*.rs):
 #   bundle_reader  verify_from / verify / read_head, Checksums::parse, koord-bundle.json
+#   split_header   BundleFile::open of a split bundle's parts, reader, check_parts, join
 #   helm_index     RepoIndex::parse, versions, resolve with VersionSpec::parse
 #   chart_archive  ChartArchive::from_tgz, discover_images, extract_crds
 #

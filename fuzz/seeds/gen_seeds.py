@@ -3,7 +3,7 @@
 
     fuzz/seeds/gen_seeds.py OUT_DIR REPO_ROOT
 
-OUT_DIR/<target>/ receives the seeds of each target (bundle_reader, helm_index,
+OUT_DIR/<target>/ receives the seeds of each target (bundle_reader, split_header, helm_index,
 chart_archive). The chart fixtures and repository indexes are read from
 REPO_ROOT/tests/fixtures/charts at run time, not copied into git.
 """
@@ -182,6 +182,32 @@ def bundle_reader(out):
         write(os.path.join(out, "bundle_reader", name), data)
 
 
+def split_header(out):
+    """A split bundle as the split_header target reads it: parts joined by \\0PART\\0."""
+    import json
+    plain, _, _ = bundle(signed=False)
+    size = 700
+    chunks = [plain[i:i + size] for i in range(0, len(plain), size)][:4]
+    whole = b"".join(chunks)
+    parts = [{"file": "b.tar.part%03d" % i, "size": len(c), "sha256": "sha256:" + sha(c)}
+             for i, c in enumerate(chunks)]
+    header = {"format": "koord-bundle-split/v1",
+              "bundle": {"file": "b.tar", "size": len(whole), "sha256": "sha256:" + sha(whole)},
+              "parts": parts}
+    def first(h, sig=b""):
+        j = json.dumps(h).encode()
+        return b"koord-bundle-split v1\n%d\n" % len(j) + j + b"\n%d\n" % len(sig) + sig + chunks[0]
+    marker = b"\0PART\0"
+    write(os.path.join(out, "split_header", "good"), marker.join([first(header)] + chunks[1:]))
+    evil = json.loads(json.dumps(header))
+    evil["bundle"]["file"] = "../../escape.tar"
+    evil["parts"][1]["file"] = "../b.tar.part001"
+    write(os.path.join(out, "split_header", "evil-names"), marker.join([first(evil)] + chunks[1:]))
+    write(os.path.join(out, "split_header", "signed-garbage"),
+          marker.join([first(header, fake_minisig("x"))] + chunks[1:]))
+    write(os.path.join(out, "split_header", "one-part"), first(dict(header, parts=parts[:1])))
+
+
 def helm_index(out, charts):
     local = open(os.path.join(charts, "index.yaml"), "rb").read()
     upstream = open(os.path.join(charts, "index.upstream.yaml"), "rb").read()
@@ -313,6 +339,7 @@ def main():
     out, repo = sys.argv[1], sys.argv[2]
     charts = os.path.join(repo, "tests", "fixtures", "charts")
     bundle_reader(out)
+    split_header(out)
     helm_index(out, charts)
     chart_archive(out, charts)
 
