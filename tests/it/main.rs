@@ -9,6 +9,7 @@ mod fault_proxy;
 mod faults;
 mod fuzz_regressions;
 mod helm;
+mod hostile;
 mod install;
 mod kube_stub;
 mod load;

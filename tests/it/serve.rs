@@ -17,7 +17,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A running `koord-bundle serve`, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     /// `127.0.0.1:PORT`.
     addr: String,
@@ -33,17 +33,17 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
     fn stdout(&self) -> String {
         self.stdout.lock().unwrap().clone()
     }
-    fn url(&self, scheme: &str, path: &str) -> String {
+    pub(crate) fn url(&self, scheme: &str, path: &str) -> String {
         format!("{scheme}://{}{path}", self.addr)
     }
     /// Wait for the request log to hold `needle` (it is written when a response ends).
-    fn wait_log(&self, needle: &str) -> String {
+    pub(crate) fn wait_log(&self, needle: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let e = self.stderr();
@@ -175,12 +175,12 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
     Ok(server)
 }
 
-fn start(home: &Home, args: &[&str]) -> Server {
+pub(crate) fn start(home: &Home, args: &[&str]) -> Server {
     try_start(home, args).unwrap_or_else(|r| panic!("serve refused to start: {r:?}"))
 }
 
 /// The bundle manifest (`koord-bundle.json`, read from the plain tar).
-fn manifest(_home: &Home, bundle: &Path) -> Value {
+pub(crate) fn manifest(_home: &Home, bundle: &Path) -> Value {
     let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
     for e in ar.entries().unwrap() {
         let mut e = e.unwrap();
@@ -193,16 +193,16 @@ fn manifest(_home: &Home, bundle: &Path) -> Value {
     panic!("no koord-bundle.json in {}", bundle.display())
 }
 
-fn sha256(b: &[u8]) -> String {
+pub(crate) fn sha256(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
 
 /// A curl answer.
-struct Http {
-    status: u16,
+pub(crate) struct Http {
+    pub(crate) status: u16,
     /// Raw header block, lower-cased.
     headers: String,
-    body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Http {
@@ -226,7 +226,7 @@ impl Http {
 }
 
 /// `curl -s ARGS URL`.
-fn curl(args: &[&str], url: &str) -> Http {
+pub(crate) fn curl(args: &[&str], url: &str) -> Http {
     let d = tempfile::tempdir().unwrap();
     let (h, b) = (d.path().join("h"), d.path().join("b"));
     let mut a = vec![
@@ -300,7 +300,7 @@ fn helm_pull_is_identical(helm: &Path, host: &str, flags: &[&str], chart_digest:
     assert_eq!(sha256(&got), chart_digest, "{}", helm.display());
 }
 
-fn pubkey(h: &Home) -> String {
+pub(crate) fn pubkey(h: &Home) -> String {
     h.pubkey().to_string_lossy().into_owned()
 }
 
@@ -988,7 +988,7 @@ fn serve_stops_cleanly_on_sigterm() {
 }
 
 /// The largest blob entry of a plain-tar bundle and where its data starts in the file.
-fn largest_blob(bundle: &Path) -> (String, u64) {
+pub(crate) fn largest_blob(bundle: &Path) -> (String, u64) {
     let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
     ar.entries()
         .unwrap()
@@ -1005,7 +1005,7 @@ fn largest_blob(bundle: &Path) -> (String, u64) {
 }
 
 /// Flip one bit of a file in place (size unchanged).
-fn flip_byte(path: &Path, at: u64) {
+pub(crate) fn flip_byte(path: &Path, at: u64) {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
