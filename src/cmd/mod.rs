@@ -132,6 +132,18 @@ pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 /// Exit code for an error chain: user/verification errors are 1, internal failures 2.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     use crate::store::RegistryError;
+    // A full disk (or quota) is never the user's input at fault, whichever command hit it.
+    let disk_full = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        })
+    });
+    if disk_full {
+        return EXIT_INTERNAL;
+    }
     for cause in e.chain() {
         let registry = cause.downcast_ref::<RegistryError>().or_else(|| match cause
             .downcast_ref::<crate::copy::CopyError>(

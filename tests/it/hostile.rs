@@ -406,3 +406,90 @@ fn serve_range_requests_never_return_bytes_changed_after_verification() {
     );
     assert_eq!(curl(&["-r", "0-9"], &url).status, 500);
 }
+
+/// Run `script` in a private mount namespace where `dir` is a 600 KiB tmpfs.
+fn in_small_disk(h: &Home, dir: &Path, script: &str) -> std::process::Output {
+    std::fs::create_dir_all(dir).unwrap();
+    let o = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!(
+                "mount -t tmpfs -o size=600k tmpfs {} && {script}",
+                dir.display()
+            ),
+        ])
+        .current_dir(h.path())
+        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
+        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
+        .output()
+        .expect("unshare (util-linux) is needed for the disk-full tests");
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("mount:"),
+        "cannot mount a tmpfs here: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+#[test]
+fn a_full_disk_is_exit_2_in_the_cache_in_split_and_in_join() {
+    let e = env();
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let bin = env!("CARGO_BIN_EXE_koord-bundle");
+    let small = h.path().join("small");
+    let check = |what: &str, o: std::process::Output| {
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{what}: exit 2 for a full disk\n{err}"
+        );
+        assert!(err.contains("No space left on device"), "{what}: {err}");
+    };
+    // The blob cache on the full disk.
+    let o = in_small_disk(
+        &h,
+        &small,
+        &format!(
+            "{bin} build 1.8.0 --repo {} --source {} --plain-http --cache {}/cache -o {}/b.tar",
+            e.helm_repo,
+            e.plain,
+            small.display(),
+            h.path().display()
+        ),
+    );
+    check("cache", o);
+    // split's parts, and join's output.
+    let o = in_small_disk(
+        &h,
+        &small,
+        &format!(
+            "{bin} split {} --size 200K --output-dir {}",
+            bundle.display(),
+            small.display()
+        ),
+    );
+    check("split", o);
+    let parts = h.path().join("parts");
+    assert_ok(&h.run(&[
+        "split",
+        bundle.to_str().unwrap(),
+        "--size",
+        "200K",
+        "--output-dir",
+        parts.to_str().unwrap(),
+    ]));
+    let o = in_small_disk(
+        &h,
+        &small,
+        &format!(
+            "{bin} join {}/koordinator-1.8.0.tar.part000 -o {}/joined.tar",
+            parts.display(),
+            small.display()
+        ),
+    );
+    check("join", o);
+}
