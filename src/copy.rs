@@ -4,6 +4,8 @@
 //! a platform filter forces a new index (whose new digest is then recorded next to the upstream
 //! one).
 
+pub mod walk;
+
 use crate::oci::{media, Digest, ImageRef, Manifest, ManifestError};
 use crate::progress::Progress;
 use crate::store::{registry::Fetched, BlobCache, CacheError, Registry, RegistryError};

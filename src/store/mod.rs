@@ -3,12 +3,16 @@
 
 pub mod auth;
 pub mod cache;
+pub mod content;
 pub mod http;
+pub mod memory;
 pub mod registry;
 pub mod retry;
 
 pub use auth::{Credentials, Secret};
 pub use cache::{BlobCache, CacheError};
+pub use content::{BlobStream, Have, RawManifest, Reference, Sink, Source, Store, StoreError};
+pub use memory::MemoryStore;
 pub use registry::{Registry, RegistryError, RegistryOptions};
 
 /// An error and its sources on one line (`a: b: c`), each cause once.

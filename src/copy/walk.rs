@@ -1,0 +1,870 @@
+//! The one graph walk every command uses: [`resolve`] reads a manifest graph from a [`Source`]
+//! (an index, its child manifests, their configs and layers), [`transfer`] copies resolved
+//! graphs into a [`Sink`] children first: each blob once, skipping what the sink holds,
+//! resuming what it holds in part, mounting across repositories where it can, with bounded
+//! parallelism, largest blobs first; then every manifest as its exact bytes, the tag last.
+//!
+//! One policy for all: nested indexes are walked (to a depth of [`MAX_DEPTH`]); a platform
+//! filter keeps the matching entries of the top index and the attestations that describe them
+//! (the index is then rewritten, and both digests are known); blobs an incremental bundle left
+//! out must already be in the sink, checked before anything is written.
+
+use crate::oci::{media, Descriptor, Digest, Manifest, ManifestError, Platform};
+use crate::store::{BlobStream, Have, RawManifest, Reference, Sink, Source, StoreError};
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Deepest nesting of indexes walked.
+pub const MAX_DEPTH: usize = 4;
+/// Largest config read to learn a single-platform image's platform.
+const MAX_CONFIG_PEEK: u64 = 1024 * 1024;
+/// Tries of one blob transfer broken by a transient failure (each resumes where it stopped).
+const BLOB_TRIES: u32 = 4;
+
+/// Why a copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    /// A store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A manifest that cannot be walked.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// Something in a graph that contradicts its descriptor.
+    #[error("{what}: {reason}")]
+    Graph {
+        /// The manifest or blob.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The platform filter leaves nothing.
+    #[error("{image} has platforms {available}, none of which matches --platform {wanted}")]
+    Platform {
+        /// The image.
+        image: String,
+        /// The filter.
+        wanted: String,
+        /// What it has.
+        available: String,
+    },
+    /// Blobs left out of an incremental bundle are not in the sink.
+    #[error("{} blobs this incremental bundle leaves out are not in {sink} ({}): load the bundle it builds on first", missing.len(), missing.join(", "))]
+    MissingOnSite {
+        /// The sink.
+        sink: String,
+        /// `digest (size bytes, for repo)` of each.
+        missing: Vec<String>,
+    },
+}
+
+/// A manifest graph read from a source.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    /// Where it was read: repository and reference.
+    pub repo: String,
+    /// Tag or digest it was read by.
+    pub reference: Reference,
+    /// The top manifest as the source served it.
+    pub upstream: RawManifest,
+    /// The top manifest kept: `upstream`, or a new index under a platform filter.
+    pub top: RawManifest,
+    /// Every other manifest the top one reaches, each once, children before their parents.
+    pub children: Vec<RawManifest>,
+    /// Every blob (configs, layers, non-manifest index entries), each once.
+    pub blobs: Vec<Descriptor>,
+    /// Blobs read while resolving (small configs), so they need not be read again.
+    pub inline: BTreeMap<Digest, Bytes>,
+    /// Platforms kept (`linux/amd64`), attestations excluded.
+    pub platforms: Vec<String>,
+    /// Platforms a filter dropped.
+    pub dropped: Vec<String>,
+    /// Attestation (`unknown/unknown`) entries kept.
+    pub attestations: usize,
+}
+
+impl Graph {
+    /// Bytes of every manifest and blob.
+    pub fn total_size(&self) -> u64 {
+        self.top.bytes.len() as u64
+            + self
+                .children
+                .iter()
+                .map(|m| m.bytes.len() as u64)
+                .sum::<u64>()
+            + self.blobs.iter().map(|b| b.size).sum::<u64>()
+    }
+
+    /// Every manifest, children first, the top one last.
+    pub fn manifests(&self) -> impl Iterator<Item = &RawManifest> {
+        self.children.iter().chain(std::iter::once(&self.top))
+    }
+}
+
+fn graph_err(what: impl Into<String>, reason: impl Into<String>) -> WalkError {
+    WalkError::Graph {
+        what: what.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Read the graph `repo` names by `reference` from `src`; with `platforms`, keep only the
+/// matching entries of the top index (and their attestations).
+pub async fn resolve<S: Source>(
+    src: &S,
+    repo: &str,
+    reference: &Reference,
+    platforms: Option<&[String]>,
+) -> Result<Graph, WalkError> {
+    let upstream = src.manifest(repo, reference).await?;
+    let name = reference.qualify(repo);
+    let parsed = Manifest::parse(&upstream.bytes, Some(&upstream.media_type))?;
+    let mut g = Graph {
+        repo: repo.to_string(),
+        reference: reference.clone(),
+        upstream: upstream.clone(),
+        top: upstream.clone(),
+        children: vec![],
+        blobs: vec![],
+        inline: BTreeMap::new(),
+        platforms: vec![],
+        dropped: vec![],
+        attestations: 0,
+    };
+    let mut seen = BTreeSet::from([upstream.digest.clone()]);
+    match parsed {
+        Manifest::Index { manifests, .. } => {
+            let kept = filter_index(&name, &manifests, platforms)?;
+            for (i, m) in manifests.iter().enumerate() {
+                let label = m
+                    .platform
+                    .as_ref()
+                    .map(Platform::to_string)
+                    .unwrap_or_else(|| "unknown".into());
+                let attestation = m.platform.as_ref().is_some_and(Platform::is_unknown);
+                match (kept.contains(&i), attestation) {
+                    (true, true) => g.attestations += 1,
+                    (true, false) => g.platforms.push(label),
+                    (false, _) => g.dropped.push(label),
+                }
+            }
+            if kept.len() != manifests.len() {
+                g.top = rewrite_index(&upstream, &kept)?;
+            }
+            for &i in &kept {
+                walk_child(src, repo, &manifests[i], 1, &mut g, &mut seen).await?;
+            }
+        }
+        img @ Manifest::Image { .. } => {
+            add_blobs(&mut g, &img, &mut seen);
+            // A single-platform image names its platform in its config.
+            if let Manifest::Image { config, .. } = &img {
+                if let Some(p) = peek_platform(src, repo, config, &mut g).await? {
+                    if let Some(f) = platforms.filter(|f| !f.iter().any(|f| p.matches(f))) {
+                        return Err(WalkError::Platform {
+                            image: name,
+                            wanted: f.join(","),
+                            available: p.to_string(),
+                        });
+                    }
+                    g.platforms.push(p.to_string());
+                }
+            }
+        }
+    }
+    Ok(g)
+}
+
+/// Indexes of the entries a platform filter keeps: matching platforms, entries without a
+/// platform, and attestations of kept entries. Without a filter: all.
+fn filter_index(
+    name: &str,
+    manifests: &[Descriptor],
+    platforms: Option<&[String]>,
+) -> Result<Vec<usize>, WalkError> {
+    let Some(filter) = platforms else {
+        return Ok((0..manifests.len()).collect());
+    };
+    let is_att = |m: &Descriptor| m.platform.as_ref().is_some_and(Platform::is_unknown);
+    let kept: Vec<usize> = (0..manifests.len())
+        .filter(|&i| !is_att(&manifests[i]))
+        .filter(|&i| match &manifests[i].platform {
+            Some(p) => filter.iter().any(|f| p.matches(f)),
+            None => false,
+        })
+        .collect();
+    if kept.is_empty() {
+        let available: Vec<String> = manifests
+            .iter()
+            .filter(|m| !is_att(m))
+            .filter_map(|m| m.platform.as_ref().map(Platform::to_string))
+            .collect();
+        return Err(WalkError::Platform {
+            image: name.to_string(),
+            wanted: filter.join(","),
+            available: available.join(", "),
+        });
+    }
+    let kept_digests: BTreeSet<&str> = kept.iter().map(|&i| manifests[i].digest.as_str()).collect();
+    let mut all: Vec<usize> = kept.clone();
+    for (i, m) in manifests.iter().enumerate() {
+        let describes = m
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("vnd.docker.reference.digest"))
+            .is_some_and(|d| kept_digests.contains(d.as_str()));
+        if is_att(m) && describes {
+            all.push(i);
+        }
+    }
+    all.sort_unstable();
+    Ok(all)
+}
+
+/// A new index holding only the `kept` entries, every other field as served.
+fn rewrite_index(upstream: &RawManifest, kept: &[usize]) -> Result<RawManifest, WalkError> {
+    let invalid = |e: serde_json::Error| ManifestError::Invalid {
+        digest: upstream.digest.clone(),
+        reason: e.to_string(),
+    };
+    let mut doc: serde_json::Value = serde_json::from_slice(&upstream.bytes).map_err(invalid)?;
+    if let Some(arr) = doc.get_mut("manifests").and_then(|m| m.as_array_mut()) {
+        let all = std::mem::take(arr);
+        *arr = all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| kept.contains(i))
+            .map(|(_, v)| v)
+            .collect();
+    }
+    Ok(RawManifest::new(
+        serde_json::to_vec(&doc).map_err(invalid)?,
+        upstream.media_type.clone(),
+    ))
+}
+
+fn add_blobs(g: &mut Graph, m: &Manifest, seen: &mut BTreeSet<Digest>) {
+    for b in m.blobs() {
+        if seen.insert(b.digest.clone()) {
+            g.blobs.push(b.clone());
+        }
+    }
+}
+
+/// Walk one entry of an index: a manifest (recursively) or, when it is not one, a blob.
+async fn walk_child<S: Source>(
+    src: &S,
+    repo: &str,
+    desc: &Descriptor,
+    depth: usize,
+    g: &mut Graph,
+    seen: &mut BTreeSet<Digest>,
+) -> Result<(), WalkError> {
+    if !seen.insert(desc.digest.clone()) {
+        return Ok(());
+    }
+    let is_manifest = media::ALL_MANIFESTS.contains(&desc.media_type.as_str());
+    if !is_manifest {
+        g.blobs.push(desc.clone());
+        return Ok(());
+    }
+    let m = src
+        .manifest(repo, &Reference::Digest(desc.digest.clone()))
+        .await?;
+    let what = format!("manifest {repo}@{}", desc.digest);
+    if m.digest != desc.digest {
+        return Err(graph_err(what, format!("served with digest {}", m.digest)));
+    }
+    if m.bytes.len() as u64 != desc.size {
+        return Err(graph_err(
+            what,
+            format!("is {} bytes, the index says {}", m.bytes.len(), desc.size),
+        ));
+    }
+    let m = RawManifest {
+        media_type: desc.media_type.clone(),
+        ..m
+    };
+    match Manifest::parse(&m.bytes, Some(&m.media_type))? {
+        Manifest::Index { manifests, .. } => {
+            if depth >= MAX_DEPTH {
+                return Err(graph_err(
+                    what,
+                    format!("indexes nested deeper than {MAX_DEPTH}"),
+                ));
+            }
+            for c in &manifests {
+                Box::pin(walk_child(src, repo, c, depth + 1, g, seen)).await?;
+            }
+        }
+        img @ Manifest::Image { .. } => add_blobs(g, &img, seen),
+    }
+    g.children.push(m);
+    Ok(())
+}
+
+/// The platform a single-platform image's config names (it is small; kept in `g.inline`).
+async fn peek_platform<S: Source>(
+    src: &S,
+    repo: &str,
+    config: &Descriptor,
+    g: &mut Graph,
+) -> Result<Option<Platform>, WalkError> {
+    if config.size > MAX_CONFIG_PEEK || media::is_index(&config.media_type) {
+        return Ok(None);
+    }
+    let bytes: Vec<Bytes> = src.blob(repo, config, 0).await?.try_collect().await?;
+    let bytes = Bytes::from(bytes.concat());
+    if bytes.len() as u64 != config.size || Digest::of(&bytes) != config.digest {
+        return Err(StoreError::DigestMismatch {
+            store: src.describe(),
+            what: format!("config {repo}@{}", config.digest),
+            expected: config.digest.clone(),
+            actual: Digest::of(&bytes),
+            size: bytes.len() as u64,
+        }
+        .into());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    g.inline.insert(config.digest.clone(), bytes);
+    let s = |k: &str| v.get(k).and_then(|s| s.as_str()).map(str::to_string);
+    Ok(match (s("os"), s("architecture")) {
+        (Some(os), Some(architecture)) => Some(Platform {
+            architecture,
+            os,
+            variant: s("variant"),
+            os_version: None,
+        }),
+        _ => None,
+    })
+}
+
+/// One graph to copy: where it goes in the sink.
+#[derive(Debug, Clone)]
+pub struct Item<'g> {
+    /// The resolved graph.
+    pub graph: &'g Graph,
+    /// Repository in the sink.
+    pub repo: String,
+    /// Tag (or digest) in the sink.
+    pub reference: Reference,
+}
+
+/// How to copy.
+pub struct Options<'a> {
+    /// Blob transfers at once.
+    pub jobs: usize,
+    /// Blobs not to copy (an incremental bundle left them out): the sink must hold them.
+    pub omitted: &'a BTreeSet<Digest>,
+    /// Write nothing: only find out what would be written.
+    pub dry_run: bool,
+    /// Told of blob bytes as they are taken (or found present).
+    pub on_bytes: &'a (dyn Fn(u64) + Send + Sync),
+}
+
+/// What a copy did (or, in a dry run, would do).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats {
+    /// (repository, blob) pairs considered.
+    pub blobs: usize,
+    /// Blobs copied.
+    pub uploaded: usize,
+    /// Bytes copied (of resumed blobs: the rest only).
+    pub uploaded_bytes: u64,
+    /// Blobs mounted from another repository of the sink.
+    pub mounted: usize,
+    /// Blobs already present.
+    pub skipped: usize,
+    /// Bytes already present.
+    pub skipped_bytes: u64,
+    /// Manifests put.
+    pub manifests_pushed: usize,
+    /// Manifests already present.
+    pub manifests_skipped: usize,
+    /// Graphs whose tag already pointed at their top manifest (nothing of them was checked).
+    pub graphs_present: usize,
+    /// Tags pointed at their manifest.
+    pub tags: Vec<String>,
+    /// Blobs an incremental bundle left out, found in the sink.
+    pub required_present: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Done {
+    Present(u64),
+    Uploaded(u64),
+    Mounted,
+}
+
+/// Copy resolved graphs from `src` into `sink`: blobs first (each once, largest first), then
+/// manifests children first, the tag last. A graph whose tag already points at its top manifest
+/// is taken as complete (a registry accepts a manifest only with everything it references).
+pub async fn transfer<S: Source, K: Sink>(
+    src: &S,
+    sink: &K,
+    items: &[Item<'_>],
+    opts: &Options<'_>,
+) -> Result<Stats, WalkError> {
+    let jobs = opts.jobs.max(1);
+    let mut stats = Stats::default();
+    // 0. Graphs already there.
+    let present: Vec<bool> = futures_util::stream::iter(items)
+        .map(|it| sink.has_manifest(&it.repo, &it.reference, &it.graph.top.digest))
+        .buffered(jobs)
+        .try_collect()
+        .await?;
+    let mut todo = Vec::new();
+    for (it, done) in items.iter().zip(present) {
+        if done {
+            stats.graphs_present += 1;
+            stats.blobs += it.graph.blobs.len();
+            stats.skipped += it.graph.blobs.len();
+            let bytes: u64 = it.graph.blobs.iter().map(|b| b.size).sum();
+            stats.skipped_bytes += bytes;
+            (opts.on_bytes)(bytes);
+            stats.manifests_skipped += it.graph.children.len() + 1;
+            stats.tags.push(it.reference.qualify(&it.repo));
+        } else {
+            todo.push(it);
+        }
+    }
+
+    // 1. Where each blob goes first (its home), and the left-out blobs the sink must hold.
+    let mut home: BTreeMap<&Digest, (&str, &Descriptor, &Item)> = BTreeMap::new();
+    let mut required: BTreeMap<&Digest, (&Descriptor, Vec<&str>)> = BTreeMap::new();
+    for it in &todo {
+        for b in &it.graph.blobs {
+            if opts.omitted.contains(&b.digest) {
+                required
+                    .entry(&b.digest)
+                    .or_insert_with(|| (b, vec![]))
+                    .1
+                    .push(&it.repo);
+            } else {
+                home.entry(&b.digest).or_insert((&it.repo, b, it));
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    let mut required_home: BTreeMap<&Digest, &str> = BTreeMap::new();
+    for (d, (desc, repos)) in &required {
+        let mut found = None;
+        for r in repos {
+            if sink.blob_state(r, desc).await? == Have::Complete {
+                found = Some(*r);
+                break;
+            }
+        }
+        match found {
+            Some(r) => {
+                required_home.insert(d, r);
+            }
+            None => missing.push(format!("{d} ({} bytes, for {})", desc.size, repos[0])),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(WalkError::MissingOnSite {
+            sink: sink.describe(),
+            missing,
+        });
+    }
+    stats.required_present = required.len();
+
+    // 2. Every blob into its home, largest first.
+    let mut order: Vec<_> = home.values().collect();
+    order.sort_by_key(|(_, b, _)| std::cmp::Reverse(b.size));
+    let results: Vec<Done> = futures_util::stream::iter(order)
+        .map(|(repo, desc, it)| copy_blob(src, sink, it, repo, desc, opts))
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    for r in results {
+        tally(&mut stats, r);
+    }
+
+    // 3. The same blobs in the other repositories that use them: present, mounted, or copied.
+    let mut others: BTreeSet<(&str, &Digest)> = BTreeSet::new();
+    let mut jobs_other = Vec::new();
+    for it in &todo {
+        for b in &it.graph.blobs {
+            let from = match home.get(&b.digest) {
+                Some((h, _, _)) => *h,
+                None => match required_home.get(&b.digest) {
+                    Some(h) => *h,
+                    None => continue,
+                },
+            };
+            if from != it.repo && others.insert((&it.repo, &b.digest)) {
+                jobs_other.push((*it, from, b));
+            }
+        }
+    }
+    let results: Vec<Done> = futures_util::stream::iter(jobs_other)
+        .map(|(it, from, desc)| async move {
+            match sink.blob_state(&it.repo, desc).await? {
+                Have::Complete => Ok(Done::Present(desc.size)),
+                _ if opts.dry_run => Ok(Done::Mounted),
+                _ if sink.mount_blob(&it.repo, from, desc).await? => Ok(Done::Mounted),
+                _ => copy_blob(src, sink, it, &it.repo, desc, opts).await,
+            }
+        })
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    for r in results {
+        tally(&mut stats, r);
+    }
+
+    // 4. Manifests, children first, then the tag.
+    let done: Vec<(usize, usize)> = futures_util::stream::iter(&todo)
+        .map(|it| put_manifests(sink, it, opts.dry_run))
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    for (pushed, skipped) in done {
+        stats.manifests_pushed += pushed;
+        stats.manifests_skipped += skipped;
+    }
+    for it in &todo {
+        stats.tags.push(it.reference.qualify(&it.repo));
+    }
+    Ok(stats)
+}
+
+fn tally(stats: &mut Stats, d: Done) {
+    stats.blobs += 1;
+    match d {
+        Done::Present(n) => {
+            stats.skipped += 1;
+            stats.skipped_bytes += n;
+        }
+        Done::Uploaded(n) => {
+            stats.uploaded += 1;
+            stats.uploaded_bytes += n;
+        }
+        Done::Mounted => stats.mounted += 1,
+    }
+}
+
+/// One blob into `repo` of the sink: skipped when there, resumed when partly there, retried
+/// (resuming) when a transfer breaks.
+async fn copy_blob<S: Source, K: Sink>(
+    src: &S,
+    sink: &K,
+    it: &Item<'_>,
+    repo: &str,
+    desc: &Descriptor,
+    opts: &Options<'_>,
+) -> Result<Done, WalkError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let offset = match sink.blob_state(repo, desc).await? {
+            Have::Complete => {
+                (opts.on_bytes)(desc.size);
+                return Ok(Done::Present(desc.size));
+            }
+            Have::Partial(n) if n <= desc.size => n,
+            _ => 0,
+        };
+        if opts.dry_run {
+            (opts.on_bytes)(desc.size);
+            return Ok(Done::Uploaded(desc.size - offset));
+        }
+        if attempt == 1 && offset > 0 {
+            (opts.on_bytes)(offset);
+        }
+        let data: BlobStream = match it.graph.inline.get(&desc.digest) {
+            Some(b) => {
+                let piece = b.slice((offset as usize).min(b.len())..);
+                futures_util::stream::iter([Ok(piece)]).boxed()
+            }
+            None => src.blob(&it.graph.repo, desc, offset).await?,
+        };
+        match sink.put_blob(repo, desc, offset, data, opts.on_bytes).await {
+            Ok(()) => return Ok(Done::Uploaded(desc.size - offset)),
+            Err(e) if attempt < BLOB_TRIES && is_transient(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A failure worth another try of a blob transfer (the transport already retried requests).
+fn is_transient(e: &StoreError) -> bool {
+    matches!(e, StoreError::Registry(r) if r.is_transient())
+}
+
+async fn put_manifests<K: Sink>(
+    sink: &K,
+    it: &Item<'_>,
+    dry_run: bool,
+) -> Result<(usize, usize), WalkError> {
+    let (mut pushed, mut skipped) = (0, 0);
+    for m in it.graph.manifests() {
+        let is_top = m.digest == it.graph.top.digest;
+        let reference = if is_top {
+            it.reference.clone()
+        } else {
+            Reference::Digest(m.digest.clone())
+        };
+        if sink.has_manifest(&it.repo, &reference, &m.digest).await? {
+            skipped += 1;
+            continue;
+        }
+        pushed += 1;
+        if !dry_run {
+            sink.put_manifest(&it.repo, &reference, m).await?;
+        }
+    }
+    Ok((pushed, skipped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use serde_json::json;
+
+    fn image(store: &MemoryStore, repo: &str, arch: &str, layer: &[u8]) -> RawManifest {
+        let config = store.add_blob(
+            repo,
+            "application/vnd.oci.image.config.v1+json",
+            serde_json::to_vec(&json!({"os": "linux", "architecture": arch})).unwrap(),
+        );
+        let base = store.add_blob(
+            repo,
+            "application/vnd.oci.image.layer.v1.tar",
+            b"base".to_vec(),
+        );
+        let top = store.add_blob(
+            repo,
+            "application/vnd.oci.image.layer.v1.tar",
+            layer.to_vec(),
+        );
+        let m = RawManifest::new(
+            serde_json::to_vec(
+                &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                "config": config, "layers": [base, top]}),
+            )
+            .unwrap(),
+            media::OCI_MANIFEST,
+        );
+        store.add_manifest(repo, None, m.clone());
+        m
+    }
+
+    /// A multi-arch index with an attestation, tagged `v1` in `repo`.
+    fn index(store: &MemoryStore, repo: &str) -> RawManifest {
+        let amd = image(store, repo, "amd64", format!("{repo}-amd64").as_bytes());
+        let arm = image(store, repo, "arm64", format!("{repo}-arm64").as_bytes());
+        let att_layer = store.add_blob(repo, "application/vnd.in-toto+json", b"{}".to_vec());
+        let att_cfg = store.add_blob(
+            repo,
+            "application/vnd.oci.image.config.v1+json",
+            b"{}".to_vec(),
+        );
+        let att = RawManifest::new(
+            serde_json::to_vec(
+                &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                "config": att_cfg, "layers": [att_layer]}),
+            )
+            .unwrap(),
+            media::OCI_MANIFEST,
+        );
+        store.add_manifest(repo, None, att.clone());
+        let entry = |m: &RawManifest, os: &str, arch: &str| {
+            json!({"mediaType": media::OCI_MANIFEST, "digest": m.digest, "size": m.bytes.len(),
+                   "platform": {"os": os, "architecture": arch}})
+        };
+        let mut att_entry = entry(&att, "unknown", "unknown");
+        att_entry["annotations"] = json!({"vnd.docker.reference.digest": amd.digest,
+                                          "vnd.docker.reference.type": "attestation-manifest"});
+        let idx = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": [entry(&amd, "linux", "amd64"), entry(&arm, "linux", "arm64"), att_entry]}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        store.add_manifest(repo, Some("v1"), idx.clone());
+        idx
+    }
+
+    fn opts(omitted: &BTreeSet<Digest>) -> Options<'_> {
+        Options {
+            jobs: 3,
+            omitted,
+            dry_run: false,
+            on_bytes: &|_| {},
+        }
+    }
+
+    fn tag(t: &str) -> Reference {
+        Reference::Tag(t.into())
+    }
+
+    #[tokio::test]
+    async fn copies_children_first_each_blob_once_mounting_across_repositories() {
+        let src = MemoryStore::new("src");
+        let a = index(&src, "a");
+        let b = index(&src, "b");
+        let ga = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        let gb = resolve(&src, "b", &tag("v1"), None).await.unwrap();
+        assert_eq!(ga.platforms, ["linux/amd64", "linux/arm64"]);
+        assert_eq!(ga.attestations, 1);
+        assert_eq!(ga.children.len(), 3);
+        // 2 configs + base + 2 layers + the attestation's config and layer (both `{}`: one).
+        assert_eq!(ga.blobs.len(), 6);
+        let sink = MemoryStore::new("sink");
+        let none = BTreeSet::new();
+        let items = [
+            Item {
+                graph: &ga,
+                repo: "p/a".into(),
+                reference: tag("v1"),
+            },
+            Item {
+                graph: &gb,
+                repo: "p/b".into(),
+                reference: tag("v1"),
+            },
+        ];
+        let s = transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        assert_eq!(sink.tag("p/a", "v1"), Some(a.digest.clone()));
+        assert_eq!(sink.tag("p/b", "v1"), Some(b.digest.clone()));
+        // Each distinct blob uploaded once; `base` and the attestation's `{}` blobs mounted.
+        let uploads = sink.log().iter().filter(|l| l.0 == "put_blob").count();
+        assert_eq!(uploads, s.uploaded);
+        assert!(s.mounted >= 2, "{s:?}");
+        assert_eq!(s.manifests_pushed, 8);
+        // Again: every graph is there, nothing is checked blob by blob.
+        let again = transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        assert_eq!(
+            (again.graphs_present, again.uploaded, again.manifests_pushed),
+            (2, 0, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn without_mounts_blobs_are_uploaded_and_a_platform_filter_rewrites_the_index() {
+        let src = MemoryStore::new("src");
+        let up = index(&src, "a");
+        let g = resolve(&src, "a", &tag("v1"), Some(&["linux/amd64".to_string()]))
+            .await
+            .unwrap();
+        assert_eq!(g.upstream.digest, up.digest);
+        assert_ne!(g.top.digest, up.digest, "a new index");
+        assert_eq!(
+            (g.platforms.len(), g.dropped.len(), g.attestations),
+            (1, 1, 1)
+        );
+        assert_eq!(g.children.len(), 2, "amd64 and its attestation");
+        let e = resolve(&src, "a", &tag("v1"), Some(&["linux/s390x".to_string()]))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("linux/amd64, linux/arm64"), "{e}");
+
+        let mut sink = MemoryStore::new("sink");
+        sink.mounts = false;
+        let none = BTreeSet::new();
+        let items = [Item {
+            graph: &g,
+            repo: "x".into(),
+            reference: tag("v1"),
+        }];
+        transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        assert_eq!(sink.tag("x", "v1"), Some(g.top.digest.clone()));
+    }
+
+    #[tokio::test]
+    async fn left_out_blobs_must_be_in_the_sink_before_anything_is_written() {
+        let src = MemoryStore::new("src");
+        index(&src, "a");
+        let g = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        let omitted: BTreeSet<Digest> = [g.blobs[1].digest.clone()].into();
+        src.remove_blob(&g.blobs[1].digest);
+        let sink = MemoryStore::new("sink");
+        let items = [Item {
+            graph: &g,
+            repo: "a".into(),
+            reference: tag("v1"),
+        }];
+        let e = transfer(&src, &sink, &items, &opts(&omitted))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WalkError::MissingOnSite { .. }), "{e}");
+        assert!(sink.log().is_empty(), "nothing written: {:?}", sink.log());
+        // Once the sink holds it, the rest is copied.
+        sink.add_blob("a", &g.blobs[1].media_type, b"base".to_vec());
+        let s = transfer(&src, &sink, &items, &opts(&omitted))
+            .await
+            .unwrap();
+        assert_eq!(s.required_present, 1);
+        assert_eq!(sink.tag("a", "v1"), Some(g.top.digest.clone()));
+    }
+
+    #[tokio::test]
+    async fn nested_indexes_are_walked_and_a_dry_run_writes_nothing() {
+        let src = MemoryStore::new("src");
+        let inner = index(&src, "a");
+        let outer = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": [{"mediaType": media::OCI_INDEX, "digest": inner.digest,
+                               "size": inner.bytes.len()}]}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        src.add_manifest("a", Some("outer"), outer.clone());
+        let g = resolve(&src, "a", &tag("outer"), None).await.unwrap();
+        assert_eq!(
+            g.children.len(),
+            4,
+            "the inner index and its three manifests"
+        );
+        assert_eq!(
+            g.children.last().unwrap().digest,
+            inner.digest,
+            "children first"
+        );
+        let sink = MemoryStore::new("sink");
+        let none = BTreeSet::new();
+        let items = [Item {
+            graph: &g,
+            repo: "a".into(),
+            reference: tag("outer"),
+        }];
+        let mut o = opts(&none);
+        o.dry_run = true;
+        let s = transfer(&src, &sink, &items, &o).await.unwrap();
+        assert!(sink.log().is_empty());
+        assert_eq!(s.manifests_pushed, 5);
+        o.dry_run = false;
+        transfer(&src, &sink, &items, &o).await.unwrap();
+        assert_eq!(sink.tag("a", "outer"), Some(outer.digest));
+    }
+
+    #[tokio::test]
+    async fn a_blob_that_does_not_match_its_descriptor_is_refused() {
+        let src = MemoryStore::new("src");
+        let m = image(&src, "a", "amd64", b"layer");
+        src.add_manifest("a", Some("v1"), m);
+        let g = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        assert_eq!(g.platforms, ["linux/amd64"], "from the config");
+        // The source serves other bytes for a layer than its descriptor says.
+        let mut bad = g.clone();
+        bad.blobs[2].digest = Digest::of(b"something else");
+        let sink = MemoryStore::new("sink");
+        src.add_blob("a", "x", b"something else".to_vec());
+        let none = BTreeSet::new();
+        let items = [Item {
+            graph: &bad,
+            repo: "a".into(),
+            reference: tag("v1"),
+        }];
+        let e = transfer(&src, &sink, &items, &opts(&none))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("bytes but"), "{e}");
+    }
+}
