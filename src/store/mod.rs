@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod cache;
 pub mod content;
+pub mod file;
 pub mod http;
 pub mod memory;
 pub mod registry;
