@@ -708,6 +708,32 @@ fn registry_with_user_and_password_is_refused_and_never_echoed() {
             );
         }
     }
+    // The same for build's --source and --image.
+    let h = Home::new();
+    let source = format!("koord:{secret}@{}", env().plain);
+    let image = format!("koord:{secret}@{}/x/y:v1", env().plain);
+    for args in [
+        vec!["--source", source.as_str()],
+        vec!["--source", env().plain.as_str(), "--image", image.as_str()],
+    ] {
+        let mut a = vec![
+            "build",
+            "1.8.0",
+            "--repo",
+            &env().helm_repo,
+            "--plain-http",
+            "--dry-run",
+            "--json",
+        ];
+        a.extend_from_slice(&args);
+        let o = h.run(&a);
+        assert_fails(&o, 1, &["docker login"]);
+        assert!(
+            !all_output(&o).contains(secret),
+            "{args:?}: the password was echoed:\n{}",
+            all_output(&o)
+        );
+    }
 }
 
 /// A registry whose manifest is an endless chunked body; records the most bytes one response
