@@ -861,3 +861,231 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
     let err = assert_fails(&o, 1, &["gave up after 1 attempt", "nothing listens on"]);
     assert!(!err.contains("retrying"), "{err}");
 }
+
+/// What the in-process registry + CDN pair saw.
+#[derive(Default, Debug)]
+struct RedirectSeen {
+    registry_blob_gets: usize,
+    cdn_gets: usize,
+    cdn_with_authorization: usize,
+    cdn_range_starts: Vec<u64>,
+}
+
+/// A registry that wants basic auth and redirects (307) its one layer to a blob server on
+/// another port; the blob server cuts its first answer half-way and refuses `Authorization`.
+fn redirecting_registry(
+    layer: Vec<u8>,
+) -> (
+    String,
+    String,
+    std::sync::Arc<std::sync::Mutex<RedirectSeen>>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::{Arc, Mutex};
+    let seen = Arc::new(Mutex::new(RedirectSeen::default()));
+    let reg = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cdn = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let reg_addr = reg.local_addr().unwrap().to_string();
+    let cdn_addr = cdn.local_addr().unwrap().to_string();
+    let config =
+        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#
+            .to_vec();
+    let (cd, ld) = (
+        crate::fake_registry::digest(&config),
+        crate::fake_registry::digest(&layer),
+    );
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{cd}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{ld}","size":{}}}]}}"#,
+        config.len(),
+        layer.len()
+    )
+    .into_bytes();
+    // Request line and headers (lower-cased names) of one request, or None at EOF.
+    fn read_head(r: &mut impl BufRead) -> Option<(String, Vec<(String, String)>)> {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let path = line.split_whitespace().nth(1)?.to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).ok()? == 0 || h.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.trim_end().split_once(':') {
+                headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        Some((path, headers))
+    }
+    fn respond(w: &mut impl Write, status: &str, extra: &str, body: &[u8]) -> bool {
+        write!(
+            w,
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\n{extra}\r\n",
+            body.len()
+        )
+        .is_ok()
+            && w.write_all(body).is_ok()
+            && w.flush().is_ok()
+    }
+    {
+        let (seen, cdn_addr) = (seen.clone(), cdn_addr.clone());
+        let (manifest, config, cd, ld) = (manifest, config, cd, ld.clone());
+        std::thread::spawn(move || {
+            for conn in reg.incoming().flatten() {
+                let (seen, cdn_addr) = (seen.clone(), cdn_addr.clone());
+                let (manifest, config, cd, ld) =
+                    (manifest.clone(), config.clone(), cd.clone(), ld.clone());
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(conn.try_clone().unwrap());
+                    let mut w = conn;
+                    while let Some((path, headers)) = read_head(&mut r) {
+                        let authed = headers
+                            .iter()
+                            .any(|(k, v)| k == "authorization" && v.starts_with("Basic "));
+                        let ok = if !authed {
+                            respond(
+                                &mut w,
+                                "401 Unauthorized",
+                                "WWW-Authenticate: Basic realm=\"fake\"\r\n",
+                                b"{}",
+                            )
+                        } else if path == "/v2/" {
+                            respond(&mut w, "200 OK", "", b"{}")
+                        } else if path == "/v2/x/big/manifests/v1" {
+                            respond(
+                                &mut w,
+                                "200 OK",
+                                "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n",
+                                &manifest,
+                            )
+                        } else if path == format!("/v2/x/big/blobs/{cd}") {
+                            respond(&mut w, "200 OK", "", &config)
+                        } else if path == format!("/v2/x/big/blobs/{ld}") {
+                            seen.lock().unwrap().registry_blob_gets += 1;
+                            respond(
+                                &mut w,
+                                "307 Temporary Redirect",
+                                &format!("Location: http://{cdn_addr}/blobs/{ld}/data?sig=x\r\n"),
+                                b"",
+                            )
+                        } else {
+                            respond(&mut w, "404 Not Found", "", b"{}")
+                        };
+                        if !ok {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+    {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            for conn in cdn.incoming().flatten() {
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut w = conn;
+                let Some((_, headers)) = read_head(&mut r) else {
+                    continue;
+                };
+                let mut s = seen.lock().unwrap();
+                s.cdn_gets += 1;
+                if headers.iter().any(|(k, _)| k == "authorization") {
+                    s.cdn_with_authorization += 1;
+                    drop(s);
+                    respond(
+                        &mut w,
+                        "400 Bad Request",
+                        "",
+                        b"only one auth mechanism allowed",
+                    );
+                    continue;
+                }
+                let start = headers
+                    .iter()
+                    .find(|(k, _)| k == "range")
+                    .and_then(|(_, v)| v.strip_prefix("bytes="))
+                    .and_then(|v| v.split('-').next())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+                s.cdn_range_starts.push(start);
+                let first = s.cdn_range_starts.len() == 1;
+                drop(s);
+                let body = &layer[start as usize..];
+                let head = format!(
+                    "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\n\r\n",
+                    body.len(),
+                    layer.len() - 1,
+                    layer.len()
+                );
+                let _ = w.write_all(head.as_bytes());
+                // The first answer breaks off half-way (a CDN connection reset).
+                let n = if first { body.len() / 2 } else { body.len() };
+                let _ = w.write_all(&body[..n]);
+                let _ = w.flush();
+                let _ = w.shutdown(std::net::Shutdown::Both);
+                let mut sink = Vec::new();
+                let _ = r.read_to_end(&mut sink);
+            }
+        });
+    }
+    (reg_addr, cdn_addr, seen)
+}
+
+#[test]
+fn redirected_blob_goes_without_credentials_and_resumes_at_the_redirected_url() {
+    use base64::Engine as _;
+    let layer: Vec<u8> = (0..2_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    let (reg, _cdn, seen) = redirecting_registry(layer);
+    let h = Home::new();
+    let auth = h.path().join("auth.json");
+    let basic = base64::engine::general_purpose::STANDARD.encode("u:secret-pw");
+    std::fs::write(
+        &auth,
+        format!(r#"{{"auths":{{"{reg}":{{"auth":"{basic}"}}}}}}"#),
+    )
+    .unwrap();
+    let out = h.path().join("r.tar");
+    let o = h
+        .cmd(&[
+            "build",
+            "1.8.0",
+            "--repo",
+            &env().helm_repo,
+            "--source",
+            &env().plain,
+            "--plain-http",
+            "--image",
+            &format!("{reg}/x/big:v1"),
+            "--unsigned",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .env("REGISTRY_AUTH_FILE", &auth)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let s = seen.lock().unwrap();
+    eprintln!("{s:?}");
+    assert_eq!(s.cdn_with_authorization, 0, "{s:?}");
+    assert_eq!(
+        s.registry_blob_gets, 1,
+        "the resume went back to the registry instead of the redirected URL: {s:?}"
+    );
+    assert_eq!(s.cdn_range_starts.len(), 2, "{s:?}");
+    assert_eq!(s.cdn_range_starts[0], 0, "{s:?}");
+    assert_eq!(
+        s.cdn_range_starts[1], 1_000_000,
+        "resumed where it broke: {s:?}"
+    );
+    // The retry was reported.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("retrying blob"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Largest token service answer read (a JWT with an `x5c` chain is a few KiB).
@@ -35,6 +36,8 @@ enum HostAuth {
         service: Option<String>,
     },
 }
+
+type HostSlot = Arc<tokio::sync::Mutex<Option<HostAuth>>>;
 
 /// A request body that can be made again (a 401 or a retry sends it anew).
 pub(crate) type BodyFn<'a> = &'a (dyn Fn() -> reqwest::Body + Send + Sync);
@@ -59,7 +62,9 @@ pub(crate) struct Transport {
     http: reqwest::Client,
     plain_http_hosts: Vec<String>,
     credentials: Credentials,
-    hosts: tokio::sync::Mutex<HashMap<String, HostAuth>>,
+    /// Per host, its own lock: the first request pings, the others to that host wait for it,
+    /// requests to other hosts do not.
+    hosts: std::sync::Mutex<HashMap<String, HostSlot>>,
     tokens: TokenCache,
 }
 
@@ -156,13 +161,10 @@ impl Transport {
             if let Some((realm, service, cscopes)) = bearer {
                 // Learn (or correct) the host's token service, then get a token for the scopes
                 // the request needs and those the challenge names, together.
-                self.hosts.lock().await.insert(
-                    req.host.to_string(),
-                    HostAuth::Bearer {
-                        realm: realm.clone(),
-                        service: service.clone(),
-                    },
-                );
+                *self.host_slot(req.host).lock().await = Some(HostAuth::Bearer {
+                    realm: realm.clone(),
+                    service: service.clone(),
+                });
                 let want = merge_scopes([&req.scopes[..], &cscopes[..]]);
                 let token = self
                     .bearer(req.host, &realm, service.as_deref(), &want, true, req.what)
@@ -174,10 +176,7 @@ impl Transport {
                 return Ok(again);
             }
             if basic && auth.is_none() {
-                self.hosts
-                    .lock()
-                    .await
-                    .insert(req.host.to_string(), HostAuth::Basic);
+                *self.host_slot(req.host).lock().await = Some(HostAuth::Basic);
                 if let Some(h) = self.basic_header(req.host).await? {
                     let again = self.raw(req, &url, Some(h)).await?;
                     if again.status().as_u16() == 401 {
@@ -247,8 +246,9 @@ impl Transport {
 
     /// The host's auth scheme, from `GET /v2/` the first time it is needed.
     async fn host_auth(&self, host: &str, what: &str) -> Result<HostAuth, RegistryError> {
-        let mut hosts = self.hosts.lock().await;
-        if let Some(h) = hosts.get(host) {
+        let slot = self.host_slot(host);
+        let mut known = slot.lock().await;
+        if let Some(h) = known.as_ref() {
             return Ok(h.clone());
         }
         let url =
@@ -294,8 +294,15 @@ impl Transport {
         } else {
             HostAuth::Open
         };
-        hosts.insert(host.to_string(), auth.clone());
+        *known = Some(auth.clone());
         Ok(auth)
+    }
+
+    fn host_slot(&self, host: &str) -> HostSlot {
+        match self.hosts.lock() {
+            Ok(mut m) => m.entry(host.to_string()).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
     }
 
     async fn basic_header(&self, host: &str) -> Result<Option<HeaderValue>, RegistryError> {
