@@ -37,7 +37,9 @@ fi
 # scripts/token-registry.py) and npm (helm download) from Debian if absent
 extra=()
 command -v python3 >/dev/null 2>&1 || extra+=(python3)
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import cryptography' 2>/dev/null; then
+# (scripts/test-env.sh uses the python3 on PATH if it has cryptography, else /usr/bin/python3)
+if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import cryptography' 2>/dev/null; } \
+    && ! { [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import cryptography' 2>/dev/null; }; then
     extra+=(python3-cryptography)
 fi
 if ! command -v npm >/dev/null 2>&1 \

@@ -144,12 +144,25 @@ healthy() {
     esac
 }
 
+# A python3 that has `cryptography` (the token service signs RS256 JWTs): the one on PATH,
+# else Debian's (where apt's python3-cryptography goes).
+token_python() {
+    local p
+    for p in "$(command -v python3 || true)" /usr/bin/python3; do
+        if [[ -n "$p" && -x "$p" ]] && "$p" -c 'import cryptography' 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
 need_tools() {
     local missing=()
     for b in docker-registry skopeo htpasswd openssl curl python3; do
         command -v "$b" >/dev/null 2>&1 || missing+=("$b")
     done
-    python3 -c 'import cryptography' 2>/dev/null || missing+=(python3-cryptography)
+    token_python >/dev/null || missing+=(python3-cryptography)
     ((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (run scripts/install-deps.sh)"
     for v in 3 4; do
         [[ -x "$KB_TOOLS/helm$v/helm" ]] || log "warning: $KB_TOOLS/helm$v/helm missing (run scripts/install-deps.sh)"
@@ -363,7 +376,7 @@ start_service() {
     case "$name" in
         plain | tls | token) cmd=("$(command -v docker-registry)" serve "$KB_ENV_DIR/registry-$name/config.yml") ;;
         helm) cmd=("$(command -v python3)" -m http.server --bind "$HOST" --directory "$HELM_DIR" "$port") ;;
-        auth) cmd=("$(command -v python3)" "$REPO_ROOT/scripts/token-registry.py" auth --port "$port"
+        auth) cmd=("$(token_python)" "$REPO_ROOT/scripts/token-registry.py" auth --port "$port"
             --key "$PKI_DIR/token-signer.key" --cert "$PKI_DIR/token-signer.crt"
             --issuer "$TOKEN_ISSUER" --service "$TOKEN_SERVICE" --users "$TOKEN_DIR/users.json"
             --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;

@@ -121,8 +121,9 @@ pub fn retry_reporter(progress: &crate::progress::Progress) -> crate::store::Ret
     let p = progress.clone();
     crate::store::RetryReporter(std::sync::Arc::new(move |e: &crate::store::RetryEvent| {
         p.warn(format!(
-            "retrying {} (attempt {} of {} failed, next in {:.1} s): {}",
+            "retrying {} on {} (attempt {} of {} failed, next in {:.1} s): {}",
             e.what,
+            e.registry,
             e.attempt,
             e.of,
             e.next_in.as_secs_f64(),

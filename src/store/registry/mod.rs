@@ -368,7 +368,11 @@ impl Registry {
             (r.0)(&RetryEvent {
                 registry: e.registry().to_string(),
                 what: what.to_string(),
-                error: e.to_string(),
+                // The cause alone: the line already says what and where.
+                error: match e {
+                    RegistryError::Transport { message, .. } => message.clone(),
+                    other => other.to_string(),
+                },
                 attempt,
                 of: self.opts.retry.tries,
                 next_in: wait,
