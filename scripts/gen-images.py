@@ -16,6 +16,12 @@ Default mode (used by scripts/test-env.sh):
   * The 1.8.0 images are also pushed to the TLS registry (with credentials)
     and to the PLAIN registry under `mirror-partial/` (all but
     koord-descheduler).
+  * The 1.8.0 images are also pushed to the TOKEN registry (Docker token auth,
+    blobs redirected to a CDN stand-in): koord-manager and koord-scheduler as
+    Docker schema 2 manifest lists (Docker media types throughout, pushed from
+    skopeo's `dir:` transport, which keeps them), the others as OCI indexes
+    (koordlet with its buildx attestation). Their digests are recorded under
+    `token` in images.json.
   * A summary is printed and <env-dir>/images.json is written.
 
 Big mode (memory benchmarks): `--big MiB --repo R --tag T` generates a
@@ -47,6 +53,11 @@ MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_CONFIG = "application/vnd.oci.image.config.v1+json"
 MT_LAYER_GZ = "application/vnd.oci.image.layer.v1.tar+gzip"
 MT_INTOTO = "application/vnd.in-toto+json"
+MT_DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+MT_DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+MT_DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+MT_DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+DOCKER_FORMAT_REPOS = ("koordinator-sh/koord-manager", "koordinator-sh/koord-scheduler")
 
 ARCHES = ("amd64", "arm64")
 CREATED = "2024-01-01T00:00:00Z"
@@ -273,7 +284,7 @@ class Generator:
         ]
         return self.layer(make_tar(entries))
 
-    def platform_manifest(self, repo: str, tag: str, arch: str) -> dict:
+    def platform_manifest(self, repo: str, tag: str, arch: str, docker: bool = False) -> dict:
         base_desc, base_diff = self.base_layer(arch)
         img_desc, img_diff = self.image_layer(repo, tag, arch)
         name = repo.rsplit("/", 1)[-1]
@@ -296,6 +307,13 @@ class Generator:
                 {"created": CREATED, "created_by": f"koord-bundle gen-images: {repo}:{tag}"},
             ],
         }
+        if docker:
+            # The same bytes (config and layers), described with Docker media types.
+            cfg_desc = self.layout.put_json(config, MT_DOCKER_CONFIG)
+            layers = [dict(d, mediaType=MT_DOCKER_LAYER) for d in (base_desc, img_desc)]
+            manifest = {"schemaVersion": 2, "mediaType": MT_DOCKER_MANIFEST, "config": cfg_desc, "layers": layers}
+            return self.layout.put_json(manifest, MT_DOCKER_MANIFEST,
+                                        platform={"architecture": arch, "os": "linux"})
         cfg_desc = self.layout.put_json(config, MT_CONFIG)
         manifest = {
             "schemaVersion": 2,
@@ -340,6 +358,31 @@ class Generator:
             manifests.append(self.attestation_manifest(repo, tag, manifests[0]))
         index = {"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": manifests}
         return self.layout.put_json(index, MT_INDEX), manifests
+
+
+    def docker_image(self, repo: str, tag: str, dest: Path) -> dict:
+        """A Docker schema 2 manifest list, written as skopeo's `dir:` layout at `dest`
+        (`manifest.json`, `<hex>.manifest.json` per instance, blobs by hex)."""
+        manifests = [self.platform_manifest(repo, tag, arch, docker=True) for arch in ARCHES]
+        index = {"schemaVersion": 2, "mediaType": MT_DOCKER_LIST, "manifests": manifests}
+        desc = self.layout.put_json(index, MT_DOCKER_LIST)
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        blobs = self.layout.blobs
+
+        def copy_blob(digest: str, name: str | None = None) -> None:
+            hexd = digest.split(":", 1)[1]
+            shutil.copyfile(blobs / hexd, dest / (name or hexd))
+
+        copy_blob(desc["digest"], "manifest.json")
+        for m in manifests:
+            hexd = m["digest"].split(":", 1)[1]
+            copy_blob(m["digest"], f"{hexd}.manifest.json")
+            doc = json.loads((blobs / hexd).read_bytes())
+            for b in [doc["config"], *doc["layers"]]:
+                copy_blob(b["digest"])
+        (dest / "version").write_text("Directory Transport Version: 1.1\n")
+        return desc
 
 
 def layout_ref(repo: str, tag: str) -> str:
@@ -414,7 +457,7 @@ class Pusher:
         self.layout = layout
         self.policy = policy
 
-    def push(self, ref: str, dest: str, tls: bool) -> None:
+    def push(self, ref: str, dest: str, tls: bool, source: str | None = None) -> None:
         cmd = ["skopeo", "--policy", str(self.policy), "copy", "--all", "--preserve-digests",
                "--retry-times", "2", "-q"]
         if tls:
@@ -425,7 +468,7 @@ class Pusher:
                 cmd += ["--dest-tls-verify=false"]
         else:
             cmd += ["--dest-tls-verify=false"]
-        cmd += [f"oci:{self.layout.root}:{ref}", f"docker://{dest}"]
+        cmd += [source or f"oci:{self.layout.root}:{ref}", f"docker://{dest}"]
         last = None
         for attempt in range(3):
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -441,6 +484,7 @@ def verify(args, env_dir: Path) -> int:
     import base64
     import ssl
     import urllib.error
+    import urllib.parse
     import urllib.request
 
     path = env_dir / "images.json"
@@ -479,6 +523,32 @@ def verify(args, env_dir: Path) -> int:
                 bad += 1
                 if bad <= 3:
                     log(f"verify: {ref}: digest {got}, expected {img['index_digest']}")
+    for img in images:
+        tok = img.get("token")
+        if not tok:
+            continue
+        if not args.token or not tok["ref"].startswith(args.token + "/"):
+            log(f"verify: {tok['ref']} is for another token registry (ports changed?)")
+            return 1
+        repo, _, tag = tok["ref"][len(args.token) + 1:].rpartition(":")
+        try:
+            q = urllib.parse.urlencode({"service": args.token_service, "scope": f"repository:{repo}:pull"})
+            treq = urllib.request.Request(f"{args.token_auth}?{q}", headers={"Authorization": auth})
+            with urllib.request.urlopen(treq, timeout=5, context=ctx) as resp:
+                token = json.loads(resp.read())["token"]
+            req = urllib.request.Request(f"https://{args.token}/v2/{repo}/manifests/{tag}", method="HEAD",
+                                         headers={"Accept": accept, "Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+                got = resp.headers.get("Docker-Content-Digest")
+        except (urllib.error.URLError, OSError, KeyError, ValueError) as e:
+            bad += 1
+            if bad <= 3:
+                log(f"verify: {tok['ref']}: {e}")
+            continue
+        if got != tok["digest"]:
+            bad += 1
+            if bad <= 3:
+                log(f"verify: {tok['ref']}: digest {got}, expected {tok['digest']}")
     if bad:
         log(f"verify: {bad} image reference(s) missing or wrong")
         return 1
@@ -498,6 +568,10 @@ def main() -> int:
                     help="plain HTTP registry host:port")
     ap.add_argument("--tls", default=f"127.0.0.1:{os.environ.get('KB_TLS_PORT', '15001')}",
                     help="TLS registry host:port ('' to skip)")
+    ap.add_argument("--token", default="",
+                    help="token-auth registry host:port (TLS; '' to skip)")
+    ap.add_argument("--token-auth", default="", help="its token service URL (for --verify)")
+    ap.add_argument("--token-service", default="", help="its token service name (for --verify)")
     ap.add_argument("--cert-dir", default=None,
                     help="directory holding ca.crt for the TLS registry (default: verify off)")
     ap.add_argument("--ca-file", default=None, help="CA certificate for --verify against the TLS registry")
@@ -587,6 +661,19 @@ def main() -> int:
     layout.write_index()
     log(f"wrote {len(images)} images to OCI layout {layout.root} in {time.time() - t0:.1f}s")
 
+    docker_dirs = env_dir / "docker-dirs"
+    for (repo, tag), info in images.items():
+        if TLS_CHART_VERSION in info["charts"] and args.token:
+            dest = f"{args.token}/{repo}:{tag}"
+            if repo in DOCKER_FORMAT_REPOS:
+                ddir = docker_dirs / info["_ref"]
+                desc = gen.docker_image(repo, tag, ddir)
+                info["_token_push"] = (dest, f"dir:{ddir}")
+                info["token"] = {"ref": dest, "digest": desc["digest"], "media_type": MT_DOCKER_LIST}
+            else:
+                info["_token_push"] = (dest, None)
+                info["token"] = {"ref": dest, "digest": info["index_digest"], "media_type": MT_INDEX}
+    layout.write_index()
     for (repo, tag), info in images.items():
         info["_pushes"].append((f"{args.plain}/{repo}:{tag}", False))
         if TLS_CHART_VERSION in info["charts"]:
@@ -599,6 +686,8 @@ def main() -> int:
     if not args.no_push:
         t1 = time.time()
         jobs = [(info["_ref"], dest, tls) for info in images.values() for dest, tls in info["_pushes"]]
+        jobs += [(info["_ref"], info["_token_push"][0], True, info["_token_push"][1])
+                 for info in images.values() if "_token_push" in info]
         failures = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
             futs = {ex.submit(pusher.push, *j): j for j in jobs}

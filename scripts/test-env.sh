@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# koord-bundle test environment: two OCI registries (plain HTTP and TLS+auth,
-# CNCF distribution 2.8), a Helm chart repository over HTTP, and synthetic
-# images pushed into the registries.
+# koord-bundle test environment: three OCI registries (CNCF distribution 2.8:
+# plain HTTP; TLS + htpasswd basic auth; TLS + Docker token auth with its blobs
+# redirected to a CDN stand-in, like Docker Hub, ghcr.io, ACR and Harbor), the
+# token service and blob server of the third (scripts/token-registry.py), a
+# Helm chart repository over HTTP, and synthetic images pushed into them.
 #
 #   scripts/test-env.sh start    # idempotent: reuses healthy running services
 #   scripts/test-env.sh stop     # stops what start started (pid files)
@@ -13,6 +15,9 @@
 #   KB_PLAIN_PORT  plain registry port  (default 15000)
 #   KB_TLS_PORT    TLS registry port    (default 15001)
 #   KB_HELM_PORT   chart repo port      (default 15080)
+#   KB_TOKEN_PORT  token-auth registry  (default 15002)
+#   KB_AUTH_PORT   its token service    (default 15003)
+#   KB_CDN_PORT    its blob server      (default 15004)
 #
 # Writes $KB_ENV_DIR/env.sh (export lines) and $KB_ENV_DIR/env.json.
 set -euo pipefail
@@ -23,10 +28,20 @@ KB_TOOLS="${KB_TOOLS:-$REPO_ROOT/.tools}"
 KB_PLAIN_PORT="${KB_PLAIN_PORT:-15000}"
 KB_TLS_PORT="${KB_TLS_PORT:-15001}"
 KB_HELM_PORT="${KB_HELM_PORT:-15080}"
+KB_TOKEN_PORT="${KB_TOKEN_PORT:-15002}"
+KB_AUTH_PORT="${KB_AUTH_PORT:-15003}"
+KB_CDN_PORT="${KB_CDN_PORT:-15004}"
 
 HOST=127.0.0.1
 USERNAME=koord
 PASSWORD=koord-test-pw
+# Token registry: USERNAME may push, PULL_USER may only pull; IDENTITY_TOKEN is a refresh token
+# of USERNAME (the identity-token flow).
+PULL_USER=reader
+PULL_PASSWORD=reader-test-pw
+IDENTITY_TOKEN=koord-test-identity-token-6f1d
+TOKEN_SERVICE=koord-test-registry
+TOKEN_ISSUER=koord-test-token-issuer
 CHARTS_SRC="$REPO_ROOT/tests/fixtures/charts"
 
 mkdir -p "$KB_ENV_DIR"
@@ -40,9 +55,10 @@ CA_DIR="$KB_ENV_DIR/ca"          # only ca.crt: usable as skopeo/containers --ce
 HELM_DIR="$KB_ENV_DIR/helm-repo"
 PLAIN_DIR="$KB_ENV_DIR/registry-plain"
 TLS_DIR="$KB_ENV_DIR/registry-tls"
+TOKEN_DIR="$KB_ENV_DIR/registry-token"
 MARKER="$KB_ENV_DIR/images.pushed"
 
-SERVICES=(plain tls helm)
+SERVICES=(plain tls helm auth cdn token)
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
 die() { printf '[test-env] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -52,6 +68,9 @@ port_of() {
         plain) echo "$KB_PLAIN_PORT" ;;
         tls) echo "$KB_TLS_PORT" ;;
         helm) echo "$KB_HELM_PORT" ;;
+        token) echo "$KB_TOKEN_PORT" ;;
+        auth) echo "$KB_AUTH_PORT" ;;
+        cdn) echo "$KB_CDN_PORT" ;;
     esac
 }
 pidfile_of() { echo "$RUN_DIR/$1.pid"; }
@@ -75,8 +94,9 @@ running_pid() {
     if alive "$pid"; then
         local want
         case "$1" in
-            plain | tls) want="docker-registry" ;;
+            plain | tls | token) want="docker-registry" ;;
             helm) want="http.server" ;;
+            auth | cdn) want="token-registry.py $1" ;;
         esac
         local cmdline
         cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
@@ -106,7 +126,35 @@ healthy() {
             code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://$HOST:$port/index.yaml" || true)"
             [[ "$code" == 200 ]]
             ;;
+        token)
+            # Anonymous: 401 with a Bearer challenge naming our token service.
+            curl -s -o /dev/null -D - --max-time 3 --cacert "$PKI_DIR/ca.crt" "https://$HOST:$port/v2/" 2>/dev/null \
+                | grep -qi "^www-authenticate: Bearer realm=\"https://$HOST:$KB_AUTH_PORT/token\""
+            ;;
+        auth)
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$PKI_DIR/ca.crt" \
+                "https://$HOST:$port/token?service=$TOKEN_SERVICE" || true)"
+            [[ "$code" == 200 ]]
+            ;;
+        cdn)
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$PKI_DIR/ca.crt" \
+                "https://localhost:$port/healthz" || true)"
+            [[ "$code" == 200 ]]
+            ;;
     esac
+}
+
+# A python3 that has `cryptography` (the token service signs RS256 JWTs): the one on PATH,
+# else Debian's (where apt's python3-cryptography goes).
+token_python() {
+    local p
+    for p in "$(command -v python3 || true)" /usr/bin/python3; do
+        if [[ -n "$p" && -x "$p" ]] && "$p" -c 'import cryptography' 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
 }
 
 need_tools() {
@@ -114,6 +162,7 @@ need_tools() {
     for b in docker-registry skopeo htpasswd openssl curl python3; do
         command -v "$b" >/dev/null 2>&1 || missing+=("$b")
     done
+    token_python >/dev/null || missing+=(python3-cryptography)
     ((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (run scripts/install-deps.sh)"
     for v in 3 4; do
         [[ -x "$KB_TOOLS/helm$v/helm" ]] || log "warning: $KB_TOOLS/helm$v/helm missing (run scripts/install-deps.sh)"
@@ -155,8 +204,56 @@ EOF
     mv -f "$tmp/ca.crt" "$tmp/ca.key" "$tmp/server.crt" "$tmp/server.key" "$PKI_DIR/"
     rm -rf "$tmp"
     cp -f "$PKI_DIR/ca.crt" "$CA_DIR/ca.crt"
-    # a new CA invalidates anything that trusted the old one: restart TLS registry
+    # a new CA invalidates anything that trusted the old one: restart the TLS services
     stop_service tls
+    stop_service token
+    stop_service auth
+    stop_service cdn
+}
+
+# The token service's signing key: a CA of its own (the registry's rootcertbundle) and a signer
+# certificate it issued (sent in each JWT's x5c header).
+make_token_pki() {
+    if [[ -s "$PKI_DIR/token-ca.crt" && -s "$PKI_DIR/token-signer.key" && -s "$PKI_DIR/token-signer.crt" ]] \
+        && openssl verify -CAfile "$PKI_DIR/token-ca.crt" "$PKI_DIR/token-signer.crt" >/dev/null 2>&1 \
+        && openssl x509 -in "$PKI_DIR/token-signer.crt" -noout -checkend 86400 >/dev/null 2>&1; then
+        return 0
+    fi
+    log "creating the token signer CA and certificate in $PKI_DIR"
+    local tmp
+    tmp="$(mktemp -d)"
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+        -subj "/CN=koord-bundle test token CA" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -keyout "$tmp/token-ca.key" -out "$tmp/token-ca.crt" >"$tmp/openssl.log" 2>&1 \
+        || { cat "$tmp/openssl.log" >&2; die "openssl: token CA creation failed"; }
+    openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=koord-bundle test token signer" \
+        -keyout "$tmp/token-signer.key" -out "$tmp/token-signer.csr" >"$tmp/openssl.log" 2>&1 \
+        || { cat "$tmp/openssl.log" >&2; die "openssl: token signer key creation failed"; }
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n' >"$tmp/signer.ext"
+    openssl x509 -req -sha256 -days 3650 -in "$tmp/token-signer.csr" \
+        -CA "$tmp/token-ca.crt" -CAkey "$tmp/token-ca.key" -CAcreateserial \
+        -extfile "$tmp/signer.ext" -out "$tmp/token-signer.crt" >"$tmp/openssl.log" 2>&1 \
+        || { cat "$tmp/openssl.log" >&2; die "openssl: signing the token signer certificate failed"; }
+    chmod 600 "$tmp/token-ca.key" "$tmp/token-signer.key"
+    mv -f "$tmp/token-ca.crt" "$tmp/token-ca.key" "$tmp/token-signer.crt" "$tmp/token-signer.key" "$PKI_DIR/"
+    rm -rf "$tmp"
+    stop_service auth
+    stop_service token
+}
+
+write_token_users() {
+    mkdir -p "$TOKEN_DIR"
+    printf '{"users": {"%s": {"password": "%s", "role": "push"}, "%s": {"password": "%s", "role": "pull"}},\n "refresh": {"%s": "%s"}}\n' \
+        "$USERNAME" "$PASSWORD" "$PULL_USER" "$PULL_PASSWORD" "$IDENTITY_TOKEN" "$USERNAME" \
+        >"$TOKEN_DIR/users.json.new"
+    if ! cmp -s "$TOKEN_DIR/users.json.new" "$TOKEN_DIR/users.json" 2>/dev/null; then
+        mv -f "$TOKEN_DIR/users.json.new" "$TOKEN_DIR/users.json"
+        stop_service auth
+    else
+        rm -f "$TOKEN_DIR/users.json.new"
+    fi
 }
 
 make_htpasswd() {
@@ -195,7 +292,7 @@ storage:
     uploadpurging:
       enabled: false
   redirect:
-    disable: true
+    disable: $([[ "$name" == token ]] && echo false || echo true)
 http:
   addr: $HOST:$port
   secret: koord-bundle-test-env-$name
@@ -211,6 +308,27 @@ auth:
   htpasswd:
     realm: koord-bundle-test
     path: $TLS_DIR/htpasswd
+EOF
+        fi
+        if [[ "$name" == token ]]; then
+            # Docker token auth, and every blob GET redirected (307) to the blob server on
+            # another host name (localhost, not 127.0.0.1), as Docker Hub and ghcr.io do to
+            # their CDNs.
+            cat <<EOF
+  tls:
+    certificate: $PKI_DIR/server.crt
+    key: $PKI_DIR/server.key
+auth:
+  token:
+    realm: https://$HOST:$KB_AUTH_PORT/token
+    service: $TOKEN_SERVICE
+    issuer: $TOKEN_ISSUER
+    rootcertbundle: $PKI_DIR/token-ca.crt
+middleware:
+  storage:
+    - name: redirect
+      options:
+        baseurl: https://localhost:$KB_CDN_PORT/
 EOF
         fi
     } >"$dir/config.yml.new"
@@ -256,8 +374,14 @@ start_service() {
     fi
     local -a cmd
     case "$name" in
-        plain | tls) cmd=("$(command -v docker-registry)" serve "$KB_ENV_DIR/registry-$name/config.yml") ;;
+        plain | tls | token) cmd=("$(command -v docker-registry)" serve "$KB_ENV_DIR/registry-$name/config.yml") ;;
         helm) cmd=("$(command -v python3)" -m http.server --bind "$HOST" --directory "$HELM_DIR" "$port") ;;
+        auth) cmd=("$(token_python)" "$REPO_ROOT/scripts/token-registry.py" auth --port "$port"
+            --key "$PKI_DIR/token-signer.key" --cert "$PKI_DIR/token-signer.crt"
+            --issuer "$TOKEN_ISSUER" --service "$TOKEN_SERVICE" --users "$TOKEN_DIR/users.json"
+            --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;
+        cdn) cmd=("$(command -v python3)" "$REPO_ROOT/scripts/token-registry.py" cdn --port "$port"
+            --root "$TOKEN_DIR/data" --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;
     esac
     {
         printf '\n===== %s start: %s\n' "$(date -u +%FT%TZ)" "${cmd[*]}"
@@ -311,13 +435,15 @@ images_stamp() {
     {
         sha256sum "$REPO_ROOT/scripts/gen-images.py"
         sha256sum "$CHARTS_SRC"/*.tgz
-        echo "plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT"
+        echo "plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT token=$HOST:$KB_TOKEN_PORT"
     } | sha256sum | cut -d' ' -f1
 }
 
 gen_args() {
     printf '%s\n' --env-dir "$KB_ENV_DIR" --charts-dir "$CHARTS_SRC" \
         --plain "$HOST:$KB_PLAIN_PORT" --tls "$HOST:$KB_TLS_PORT" \
+        --token "$HOST:$KB_TOKEN_PORT" --token-auth "https://$HOST:$KB_AUTH_PORT/token" \
+        --token-service "$TOKEN_SERVICE" \
         --username "$USERNAME" --password "$PASSWORD"
 }
 
@@ -351,6 +477,11 @@ write_env_files() {
     KB_W_HELM3="$KB_TOOLS/helm3/helm" KB_W_HELM4="$KB_TOOLS/helm4/helm" \
     KB_W_ENV_DIR="$KB_ENV_DIR" KB_W_PLAIN_STORAGE="$PLAIN_DIR/data" KB_W_TLS_STORAGE="$TLS_DIR/data" \
     KB_W_CHARTS_DIR="$HELM_DIR" \
+    KB_W_TOKEN="$HOST:$KB_TOKEN_PORT" KB_W_AUTH_URL="https://$HOST:$KB_AUTH_PORT" \
+    KB_W_CDN_URL="https://localhost:$KB_CDN_PORT" KB_W_TOKEN_SERVICE="$TOKEN_SERVICE" \
+    KB_W_PULL_USER="$PULL_USER" KB_W_PULL_PASSWORD="$PULL_PASSWORD" \
+    KB_W_IDENTITY_TOKEN="$IDENTITY_TOKEN" KB_W_TOKEN_STORAGE="$TOKEN_DIR/data" \
+    KB_W_TOKEN_CA="$PKI_DIR/token-ca.crt" \
     python3 - <<'EOF'
 import json, os, shlex
 e = os.environ
@@ -371,6 +502,17 @@ d = {
     "plain_storage": e["KB_W_PLAIN_STORAGE"],
     "tls_storage": e["KB_W_TLS_STORAGE"],
     "charts_dir": e["KB_W_CHARTS_DIR"],
+    # The token registry (TLS with ca_file; Docker token auth; blobs redirected to the CDN).
+    "token_registry": e["KB_W_TOKEN"],
+    "token_auth_url": e["KB_W_AUTH_URL"],
+    "token_realm": e["KB_W_AUTH_URL"] + "/token",
+    "token_cdn_url": e["KB_W_CDN_URL"],
+    "token_service": e["KB_W_TOKEN_SERVICE"],
+    "token_ca_file": e["KB_W_TOKEN_CA"],
+    "token_storage": e["KB_W_TOKEN_STORAGE"],
+    "push_user": {"username": e["KB_W_USER"], "password": e["KB_W_PASSWORD"]},
+    "pull_user": {"username": e["KB_W_PULL_USER"], "password": e["KB_W_PULL_PASSWORD"]},
+    "identity_token": e["KB_W_IDENTITY_TOKEN"],
 }
 tmp = os.path.join(env_dir, "env.json.tmp")
 with open(tmp, "w") as f:
@@ -382,6 +524,8 @@ names = {
     "KB_CA_FILE": "ca_file", "KB_CA_DIR": "ca_dir", "KB_REGISTRY_USER": "username",
     "KB_REGISTRY_PASSWORD": "password", "KB_HELM_REPO": "helm_repo", "KB_HELM3": "helm3",
     "KB_HELM4": "helm4", "KB_ENV_DIR": "env_dir", "KB_IMAGES_JSON": "images_json",
+    "KB_TOKEN_REGISTRY": "token_registry", "KB_TOKEN_REALM": "token_realm",
+    "KB_TOKEN_CDN": "token_cdn_url",
 }
 lines = ["# generated by scripts/test-env.sh; source it"]
 lines += [f"export {k}={shlex.quote(d[v])}" for k, v in names.items()]
@@ -397,11 +541,14 @@ EOF
 cmd_start() {
     local t0=$SECONDS
     need_tools
-    mkdir -p "$RUN_DIR" "$LOG_DIR" "$PLAIN_DIR" "$TLS_DIR"
+    mkdir -p "$RUN_DIR" "$LOG_DIR" "$PLAIN_DIR" "$TLS_DIR" "$TOKEN_DIR"
     make_pki
+    make_token_pki
     make_htpasswd
+    write_token_users
     write_registry_config plain
     write_registry_config tls
+    write_registry_config token
     sync_helm_repo
     local s
     for s in "${SERVICES[@]}"; do
@@ -409,7 +556,7 @@ cmd_start() {
     done
     push_images
     write_env_files
-    log "ready in $((SECONDS - t0))s: plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT helm=http://$HOST:$KB_HELM_PORT/"
+    log "ready in $((SECONDS - t0))s: plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT token=$HOST:$KB_TOKEN_PORT (auth $KB_AUTH_PORT, cdn $KB_CDN_PORT) helm=http://$HOST:$KB_HELM_PORT/"
     log "env: $KB_ENV_DIR/env.json, $KB_ENV_DIR/env.sh"
 }
 

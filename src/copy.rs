@@ -8,7 +8,7 @@ pub mod walk;
 
 use crate::oci::{media, Digest, ImageRef, Manifest, ManifestError};
 use crate::progress::Progress;
-use crate::store::{registry::Fetched, BlobCache, CacheError, Registry, RegistryError};
+use crate::store::{registry::Fetched, BlobCache, CacheError, Mount, Registry, RegistryError};
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
 
@@ -409,9 +409,49 @@ pub struct Target {
     pub prefix: String,
 }
 
+/// A `--registry` value that is not `HOST[:PORT][/PREFIX]`.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// `user:password@host`: refused, and never echoed.
+    #[error("--registry {redacted}: a registry address must not carry a user or password (it would be echoed in messages and kept in shell history and process lists): give HOST[:PORT][/PREFIX] and pass the login with --username U --password-stdin (or `docker login HOST`)")]
+    Userinfo {
+        /// The value with its user and password replaced.
+        redacted: String,
+    },
+    /// `https://host`: no scheme wanted.
+    #[error("--registry {value}: give HOST[:PORT][/PREFIX] without a scheme (HTTPS is the default; --plain-http for plain HTTP)")]
+    Scheme {
+        /// The value.
+        value: String,
+    },
+    /// Not a registry address.
+    #[error(transparent)]
+    Ref(#[from] crate::oci::RefError),
+}
+
 impl Target {
-    /// Parse `HOST[:PORT][/PREFIX]`.
-    pub fn parse(s: &str) -> Result<Self, crate::oci::RefError> {
+    /// Parse `HOST[:PORT][/PREFIX]`. A user or password in it is refused without being echoed.
+    pub fn parse(s: &str) -> Result<Self, TargetError> {
+        let (scheme, rest) = match s.split_once("://") {
+            Some((sch, rest)) => (Some(sch), rest),
+            None => (None, s),
+        };
+        // No registry address or prefix holds an `@`: whatever stands before the last one may
+        // be a password (with `/` or `@` in it), so none of it is shown.
+        if let Some(at) = rest.rfind('@') {
+            let after = &rest[at + 1..];
+            return Err(TargetError::Userinfo {
+                redacted: format!(
+                    "{}USER:PASSWORD@{after}",
+                    scheme.map(|x| format!("{x}://")).unwrap_or_default()
+                ),
+            });
+        }
+        if scheme.is_some() {
+            return Err(TargetError::Scheme {
+                value: s.to_string(),
+            });
+        }
         let s = s.trim_end_matches('/');
         let (registry, prefix) = match s.split_once('/') {
             Some((r, p)) => (r.to_string(), p.to_string()),
@@ -427,7 +467,7 @@ impl Target {
             }
         ))?;
         if !(registry.contains('.') || registry.contains(':') || registry == "localhost") {
-            return Err(crate::oci::RefError { reference: s.to_string(), reason: "the registry must be a host name with a dot or a port (e.g. registry.internal or 10.0.0.5:5000)" });
+            return Err(crate::oci::RefError { reference: s.to_string(), reason: "the registry must be a host name with a dot or a port (e.g. registry.internal or 10.0.0.5:5000)" }.into());
         }
         Ok(Target { registry, prefix })
     }
@@ -705,7 +745,11 @@ pub async fn push_bundle(
                 if dry_run {
                     return Ok((*size, Done::Mounted));
                 }
-                if reg.mount_blob(r, from, d).await? && reg.blob_exists(r, d).await? {
+                // A mount is an optimisation: refused (401/403) or not honoured (202, 404...),
+                // the blob is uploaded instead.
+                if reg.mount_blob(r, from, d).await? == Mount::Mounted
+                    && reg.blob_exists(r, d).await?
+                {
                     return Ok((*size, Done::Mounted));
                 }
                 let (offset, len) = *locations.get(d).ok_or_else(|| ManifestError::Invalid {
@@ -768,4 +812,28 @@ pub async fn push_bundle(
     stats.manifests_skipped += done_already.manifests_skipped;
     stats.tags.extend(done_already.tags);
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_refuses_userinfo_without_echoing_it() {
+        for v in [
+            "user:s3cr3t@127.0.0.1:5000/site",
+            "https://user:s3cr3t@127.0.0.1:5000/site",
+            "user:s3/cr@3t@registry.example",
+        ] {
+            let e = Target::parse(v).unwrap_err().to_string();
+            assert!(!e.contains("s3"), "{e}");
+            assert!(e.contains("--password-stdin"), "{e}");
+        }
+        assert!(Target::parse("https://registry.example/site")
+            .unwrap_err()
+            .to_string()
+            .contains("without a scheme"));
+        let t = Target::parse("127.0.0.1:5000/site/").unwrap();
+        assert_eq!(t.host_and_prefix(), "127.0.0.1:5000/site");
+    }
 }

@@ -47,6 +47,9 @@ pub enum SourceError {
     /// Neither a known name nor a registry host.
     #[error("unknown source {0:?}: use one of {1}, or a registry HOST[:PORT][/PATH]")]
     Unknown(String, String),
+    /// `user:password@host`: refused, and never echoed.
+    #[error("--source {0}: a source must not carry a user or password (it would be echoed in messages and kept in shell history): give HOST[:PORT][/PATH] and log in with `docker login HOST` (koord-bundle reads the container auth files and credential helpers)")]
+    Userinfo(String),
     /// The mapped reference is not valid.
     #[error(transparent)]
     Ref(#[from] RefError),
@@ -66,6 +69,12 @@ impl SourceMap {
         }
         if self.sources.contains_key(s) {
             return Ok(Source::Named(s.to_string()));
+        }
+        if let Some(at) = s.rfind('@') {
+            return Err(SourceError::Userinfo(format!(
+                "USER:PASSWORD@{}",
+                &s[at + 1..]
+            )));
         }
         let host = s.split('/').next().unwrap_or("");
         if host.contains('.') || host.contains(':') || host == "localhost" {

@@ -13,7 +13,7 @@ use crate::oci::{media, Digest, ImageRef};
 use crate::progress::{Mode, Progress};
 use crate::sources::{Source, SourceMap};
 use crate::store::http::HttpFetcher;
-use crate::store::{BlobCache, Credentials, Registry, RegistryOptions};
+use crate::store::{BlobCache, Registry, RegistryOptions};
 use anyhow::{bail, Context as _};
 use futures_util::StreamExt;
 use serde_json::json;
@@ -254,11 +254,12 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let credentials = Credentials::from_files(&super::auth_files())?;
+    let credentials = super::registry_credentials()?;
     let reg = Registry::new(RegistryOptions {
         plain_http_hosts: plain_hosts,
         ca_files: args.ca_file.clone(),
         credentials,
+        on_retry: Some(super::retry_reporter(&progress)),
         ..Default::default()
     })?;
     let cache_root = match &args.cache {

@@ -9,7 +9,7 @@ use crate::copy::{self, human_bytes, PushItem, Target};
 use crate::helm::{self, ChartSource, Helm, InstallPlan, RegistryAccess};
 use crate::progress::{Mode, Progress};
 use crate::store::auth::Login;
-use crate::store::{Credentials, Registry, RegistryOptions, Secret};
+use crate::store::{Registry, RegistryOptions, Secret};
 use anyhow::{bail, Context as _};
 use serde_json::json;
 use std::io::Read as _;
@@ -111,7 +111,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     ));
 
     // 2. Credentials (never echoed) and the registry client.
-    let mut credentials = Credentials::from_files(&super::auth_files())?;
+    let mut credentials = super::registry_credentials()?;
     if let Some(user) = &args.username {
         let mut pw = String::new();
         std::io::stdin()
@@ -135,7 +135,14 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             target.registry
         ));
     }
-    let login = credentials.get(&target.registry).cloned();
+    // helm logs in with a user and password; an identity token stays with koord-bundle. A
+    // broken credential helper is reported by the push, where it matters.
+    let login = credentials
+        .resolve(&target.registry)
+        .await
+        .ok()
+        .and_then(|l| l.found)
+        .and_then(|f| f.credential.login().cloned());
     let reg = Registry::new(RegistryOptions {
         plain_http_hosts: if args.plain_http {
             vec![target.registry.clone()]
@@ -145,6 +152,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         ca_files: args.ca_file.clone(),
         insecure_skip_tls_verify: args.insecure_skip_tls_verify,
         credentials,
+        on_retry: Some(super::retry_reporter(&progress)),
         ..Default::default()
     })?;
 

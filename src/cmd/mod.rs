@@ -26,6 +26,10 @@ pub mod env {
     pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
     /// Docker config directory.
     pub const DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+    /// Podman's runtime auth file lives in `$XDG_RUNTIME_DIR/containers/auth.json`.
+    pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
+    /// Where `docker-credential-*` helpers are found.
+    pub const PATH: &str = "PATH";
 }
 
 /// Exit code for verification and user errors.
@@ -98,10 +102,34 @@ pub fn auth_files() -> Vec<PathBuf> {
     if let Some(h) = dirs::home_dir() {
         v.push(h.join(".docker/config.json"));
     }
-    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR") {
+    if let Some(r) = std::env::var_os(env::XDG_RUNTIME_DIR) {
         v.push(PathBuf::from(r).join("containers/auth.json"));
     }
     v
+}
+
+/// Registry credentials from the auth files, with credential helpers found on `$PATH`.
+pub fn registry_credentials() -> anyhow::Result<crate::store::Credentials> {
+    Ok(crate::store::Credentials::from_files_with_path(
+        &auth_files(),
+        std::env::var_os(env::PATH),
+    )?)
+}
+
+/// Report every registry retry on the progress line: what failed, attempt n of m, next in s.
+pub fn retry_reporter(progress: &crate::progress::Progress) -> crate::store::RetryReporter {
+    let p = progress.clone();
+    crate::store::RetryReporter(std::sync::Arc::new(move |e: &crate::store::RetryEvent| {
+        p.warn(format!(
+            "retrying {} on {} (attempt {} of {} failed, next in {:.1} s): {}",
+            e.what,
+            e.registry,
+            e.attempt,
+            e.of,
+            e.next_in.as_secs_f64(),
+            e.error
+        ))
+    }))
 }
 
 /// Creation time: `SOURCE_DATE_EPOCH` when set, else now (seconds).

@@ -35,10 +35,27 @@ impl ImageRef {
         if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(err("empty or contains white space"));
         }
-        let (rest, digest) = match s.split_once('@') {
+        let (rest, digest) = match s.rsplit_once('@') {
             Some((r, d)) => (r, Some(d.to_string())),
             None => (s, None),
         };
+        if let Some(d) = &digest {
+            let valid = d.split_once(':').is_some_and(|(alg, hex)| {
+                !alg.is_empty()
+                    && alg.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b)
+                    })
+                    && hex.len() >= 32
+                    && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+            if !valid || rest.contains('@') {
+                // Most likely `user:password@host/...`: show none of what stands before the `@`.
+                return Err(RefError {
+                    reference: format!("USER:PASSWORD@{d}"),
+                    reason: "`@` must be followed by a digest (sha256:<hex>); a user or password has no place in an image reference: log in with `docker login HOST` instead",
+                });
+            }
+        }
         let (name, tag) = match rest.rfind(':') {
             Some(i) if !rest[i + 1..].contains('/') => {
                 (&rest[..i], Some(rest[i + 1..].to_string()))
@@ -145,7 +162,11 @@ mod tests {
         );
         assert!(ImageRef::parse("Bad/Name").is_err());
         assert!(ImageRef::parse("a b").is_err());
-        let r = ImageRef::parse("ghcr.io/x/y@sha256:abc").unwrap();
-        assert_eq!(r.reference(), "sha256:abc");
+        let d = format!("sha256:{}", "ab".repeat(32));
+        let r = ImageRef::parse(&format!("ghcr.io/x/y@{d}")).unwrap();
+        assert_eq!(r.reference(), d);
+        let e = ImageRef::parse("koord:S3cr3t@127.0.0.1:5000/x:y").unwrap_err();
+        assert!(!e.to_string().contains("S3cr3t"), "{e}");
+        assert!(ImageRef::parse("ghcr.io/x/y@sha256:abc").is_err());
     }
 }

@@ -1,11 +1,24 @@
-//! Registry credentials: `--username`/`--password-stdin`, or the user's container auth files
-//! (`$REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG/config.json`, `~/.docker/config.json`). Secrets never
-//! appear in `Debug` or `Display`.
+//! Registry credentials, found the way docker, podman, skopeo and crane find them:
+//! `--username`/`--password-stdin` first, then the container auth files in the order the
+//! command layer gives (`$REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG/config.json`,
+//! `~/.docker/config.json`, `$XDG_RUNTIME_DIR/containers/auth.json`). In each file, for a host:
+//! its `credHelpers` entry (`docker-credential-NAME get`), else its `auths` entry (`auth`,
+//! `username`/`password` or `identitytoken`), else the file's `credsStore` helper. Secrets never
+//! appear in `Debug` or `Display`, in a child's argv, or in an error.
+//!
+//! Why not the `docker_credential` crate (1.4): it reads `$DOCKER_CONFIG`/`$HOME` itself (only
+//! `src/cmd` reads the environment here), cannot be handed the `PATH` to find helpers on, puts a
+//! failing helper's stdout into its error text (where a secret could end up in a message), does not
+//! tell "the helper has no credentials for this host" (exit 1, `credentials not found`) from a
+//! broken helper, has no timeout for a helper that hangs, and returns plain `String` secrets. The
+//! protocol is small (one JSON object in, one out), so it lives here, with those points covered.
 
 use base64::Engine as _;
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// A secret string whose `Debug`/`Display` are redacted.
 #[derive(Clone, PartialEq, Eq)]
@@ -85,92 +98,476 @@ pub struct Login {
     pub password: Secret,
 }
 
-/// Credentials by registry host.
+/// What a registry login is made of.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    /// User name and password (or an access token used as the password): HTTP basic auth to
+    /// the registry or its token service.
+    Basic(Login),
+    /// An identity token (OAuth2 refresh token): exchanged at the token service with
+    /// `grant_type=refresh_token` (ACR, Harbor robot accounts, `docker login` with a token).
+    IdentityToken(Secret),
+}
+
+impl Credential {
+    /// Who this is, for messages (never the secret).
+    pub fn who(&self) -> String {
+        match self {
+            Credential::Basic(l) => format!("user {:?}", l.username),
+            Credential::IdentityToken(_) => "the identity token".to_string(),
+        }
+    }
+    /// The login, when it is a user name and password.
+    pub fn login(&self) -> Option<&Login> {
+        match self {
+            Credential::Basic(l) => Some(l),
+            Credential::IdentityToken(_) => None,
+        }
+    }
+}
+
+/// A credential and where it came from.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The credential.
+    pub credential: Credential,
+    /// Where it came from (`--username`, a file, a helper), for messages.
+    pub origin: String,
+}
+
+/// The outcome of a look-up: the credential, if any, and every place looked at (for the "no
+/// credentials" message).
+#[derive(Debug, Clone, Default)]
+pub struct Lookup {
+    /// What was found.
+    pub found: Option<Found>,
+    /// Places looked at, in order (`/path/config.json (no entry)`, `docker-credential-x (none)`).
+    pub searched: Vec<String>,
+}
+
+impl Lookup {
+    /// The places looked at, on one line.
+    pub fn searched_text(&self) -> String {
+        if self.searched.is_empty() {
+            "no auth file exists".to_string()
+        } else {
+            self.searched.join(", ")
+        }
+    }
+}
+
+/// An auth file that exists but cannot be read, or a credential helper that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The file is unreadable or malformed.
+    #[error("cannot read registry auth file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (never the file's content).
+        reason: String,
+    },
+    /// A credential helper failed (other than "no credentials for this host").
+    #[error("credential helper docker-credential-{helper} (named by {config}) failed for {host}: {reason}")]
+    Helper {
+        /// Helper name (the part after `docker-credential-`).
+        helper: String,
+        /// The config file naming it.
+        config: PathBuf,
+        /// The registry asked about.
+        host: String,
+        /// What went wrong (never the helper's standard output).
+        reason: String,
+    },
+}
+
+/// Kept for callers of the earlier name.
+pub type AuthFileError = AuthError;
+
+#[derive(Debug, Clone, Default)]
+struct AuthFile {
+    path: PathBuf,
+    auths: BTreeMap<String, Entry>,
+    creds_store: Option<String>,
+    cred_helpers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Login(Login),
+    Token(Secret),
+}
+
+/// Credentials by registry host: explicit logins plus the auth files, read once; helpers are
+/// run when a host is first asked for, and their answer is kept for the process.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
-    by_host: BTreeMap<String, Login>,
+    explicit: BTreeMap<String, Login>,
+    files: Vec<AuthFile>,
+    /// Every path considered, existing or not (for messages).
+    considered: Vec<PathBuf>,
+    /// `PATH` to find `docker-credential-*` on (`None`: the process's own).
+    helper_path: Option<OsString>,
+    cache: Arc<Mutex<BTreeMap<String, Lookup>>>,
     /// Where they were read from (for messages; never the secrets).
     pub origins: Vec<PathBuf>,
 }
 
-/// An auth file that exists but cannot be read.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot read registry auth file {path}: {reason}")]
-pub struct AuthFileError {
-    /// The file.
-    pub path: PathBuf,
-    /// What is wrong (never the file's content).
-    pub reason: String,
-}
+/// How long a credential helper may take.
+const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest helper answer read.
+const HELPER_MAX_OUTPUT: usize = 64 * 1024;
 
 impl Credentials {
-    /// Add a login for `host`.
+    /// Add a login for `host` (`--username`): it wins over every file.
     pub fn insert(&mut self, host: &str, login: Login) {
-        self.by_host.insert(normalise_host(host), login);
+        self.explicit.insert(normalise_host(host), login);
+        if let Ok(mut c) = self.cache.lock() {
+            c.clear();
+        }
     }
 
-    /// The login for `host`, if any.
+    /// The explicit login or plain `auths` login for `host`, if any (no helper is run).
     pub fn get(&self, host: &str) -> Option<&Login> {
-        self.by_host.get(&normalise_host(host))
+        let h = normalise_host(host);
+        if let Some(l) = self.explicit.get(&h) {
+            return Some(l);
+        }
+        self.files.iter().find_map(|f| match f.auths.get(&h) {
+            Some(Entry::Login(l)) => Some(l),
+            _ => None,
+        })
     }
 
-    /// Read the auth files that exist, in the order given (earlier wins).
-    pub fn from_files(paths: &[PathBuf]) -> Result<Self, AuthFileError> {
-        let mut creds = Credentials::default();
-        for path in paths.iter().rev() {
+    /// Read the auth files that exist, in the order given (earlier wins); helpers are found
+    /// on the process's `PATH`.
+    pub fn from_files(paths: &[PathBuf]) -> Result<Self, AuthError> {
+        Self::from_files_with_path(paths, None)
+    }
+
+    /// Read the auth files that exist, in the order given (earlier wins); helpers are found on
+    /// `helper_path` (the command layer passes `$PATH`).
+    pub fn from_files_with_path(
+        paths: &[PathBuf],
+        helper_path: Option<OsString>,
+    ) -> Result<Self, AuthError> {
+        let mut creds = Credentials {
+            helper_path,
+            considered: paths.to_vec(),
+            ..Default::default()
+        };
+        for path in paths {
             if path.is_file() {
-                creds.read_file(path)?;
+                creds.files.push(read_file(path)?);
                 creds.origins.push(path.clone());
             }
         }
         Ok(creds)
     }
 
-    fn read_file(&mut self, path: &Path) -> Result<(), AuthFileError> {
-        let err = |reason: String| AuthFileError {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        let doc: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| err(format!("not JSON ({e})")))?;
-        let Some(auths) = doc.get("auths").and_then(|a| a.as_object()) else {
-            return Ok(());
-        };
-        for (host, entry) in auths {
-            let login = if let Some(auth) = entry.get("auth").and_then(|a| a.as_str()) {
-                let decoded = base64::engine::general_purpose::STANDARD
-                    .decode(auth.trim())
-                    .map_err(|_| err(format!("the `auth` of {host} is not base64")))?;
-                let text = String::from_utf8(decoded)
-                    .map_err(|_| err(format!("the `auth` of {host} is not UTF-8")))?;
-                let Some((u, p)) = text.split_once(':') else {
-                    return Err(err(format!("the `auth` of {host} is not user:password")));
-                };
-                Login {
-                    username: u.to_string(),
-                    password: Secret::new(p.to_string()),
+    /// Find the credential for `host`, running a credential helper if a file names one. The
+    /// answer is kept: a helper runs at most once per host.
+    pub async fn resolve(&self, host: &str) -> Result<Lookup, AuthError> {
+        let h = normalise_host(host);
+        if let Some(l) = self.cache.lock().ok().and_then(|c| c.get(&h).cloned()) {
+            return Ok(l);
+        }
+        let lookup = self.resolve_uncached(&h).await?;
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(h, lookup.clone());
+        }
+        Ok(lookup)
+    }
+
+    async fn resolve_uncached(&self, h: &str) -> Result<Lookup, AuthError> {
+        let mut lookup = Lookup::default();
+        if let Some(l) = self.explicit.get(h) {
+            lookup.found = Some(Found {
+                credential: Credential::Basic(l.clone()),
+                origin: "--username/--password-stdin".into(),
+            });
+            return Ok(lookup);
+        }
+        for path in &self.considered {
+            let Some(file) = self.files.iter().find(|f| &f.path == path) else {
+                lookup
+                    .searched
+                    .push(format!("{} (not there)", path.display()));
+                continue;
+            };
+            if let Some(helper) = file.cred_helpers.get(h) {
+                match self.run_helper(helper, h, &file.path).await? {
+                    Some(c) => {
+                        lookup.found = Some(Found {
+                            credential: c,
+                            origin: format!(
+                                "docker-credential-{helper} (credHelpers of {})",
+                                file.path.display()
+                            ),
+                        });
+                        return Ok(lookup);
+                    }
+                    None => {
+                        lookup.searched.push(format!(
+                            "docker-credential-{helper} from credHelpers of {} (nothing for {h})",
+                            file.path.display()
+                        ));
+                        continue;
+                    }
+                }
+            }
+            match file.auths.get(h) {
+                Some(Entry::Login(l)) => {
+                    lookup.found = Some(Found {
+                        credential: Credential::Basic(l.clone()),
+                        origin: format!("auths of {}", file.path.display()),
+                    });
+                    return Ok(lookup);
+                }
+                Some(Entry::Token(t)) => {
+                    lookup.found = Some(Found {
+                        credential: Credential::IdentityToken(t.clone()),
+                        origin: format!("identitytoken in auths of {}", file.path.display()),
+                    });
+                    return Ok(lookup);
+                }
+                None => {}
+            }
+            if let Some(store) = &file.creds_store {
+                match self.run_helper(store, h, &file.path).await? {
+                    Some(c) => {
+                        lookup.found = Some(Found {
+                            credential: c,
+                            origin: format!(
+                                "docker-credential-{store} (credsStore of {})",
+                                file.path.display()
+                            ),
+                        });
+                        return Ok(lookup);
+                    }
+                    None => lookup.searched.push(format!(
+                        "{} (no entry) and its credsStore docker-credential-{store} (nothing for {h})",
+                        file.path.display()
+                    )),
                 }
             } else {
-                match (
-                    entry.get("username").and_then(|v| v.as_str()),
-                    entry.get("password").and_then(|v| v.as_str()),
-                ) {
-                    (Some(u), Some(p)) => Login {
-                        username: u.into(),
-                        password: Secret::new(p),
-                    },
-                    _ => continue,
-                }
-            };
-            self.insert(host, login);
+                lookup
+                    .searched
+                    .push(format!("{} (no entry for {h})", file.path.display()));
+            }
         }
-        Ok(())
+        Ok(lookup)
+    }
+
+    /// `docker-credential-NAME get`, the server on stdin, `{ServerURL, Username, Secret}` on
+    /// stdout. `Ok(None)` when the helper has nothing for this server.
+    async fn run_helper(
+        &self,
+        name: &str,
+        host: &str,
+        config: &Path,
+    ) -> Result<Option<Credential>, AuthError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let err = |reason: String| AuthError::Helper {
+            helper: name.to_string(),
+            config: config.to_path_buf(),
+            host: host.to_string(),
+            reason,
+        };
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(err("the helper name is not a plain name".into()));
+        }
+        let mut cmd = tokio::process::Command::new(format!("docker-credential-{name}"));
+        cmd.arg("get")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(p) = &self.helper_path {
+            cmd.env("PATH", p);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            err(if e.kind() == std::io::ErrorKind::NotFound {
+                format!("docker-credential-{name} is not on PATH")
+            } else {
+                format!("cannot start it: {e}")
+            })
+        })?;
+        // Docker Hub's server is known to helpers by its v1 URL.
+        let server = if host == "docker.io" {
+            "https://index.docker.io/v1/"
+        } else {
+            host
+        };
+        let run = async {
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(server.as_bytes()).await?;
+                drop(stdin);
+            }
+            let mut out = Vec::new();
+            let mut errout = Vec::new();
+            let stdout = child.stdout.take();
+            let stderr = child.stderr.take();
+            let read_out = async {
+                if let Some(s) = stdout {
+                    s.take(HELPER_MAX_OUTPUT as u64 + 1)
+                        .read_to_end(&mut out)
+                        .await?;
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            let read_err = async {
+                if let Some(s) = stderr {
+                    s.take(4096).read_to_end(&mut errout).await?;
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            let (a, b) = tokio::join!(read_out, read_err);
+            a?;
+            b?;
+            let status = child.wait().await?;
+            Ok::<_, std::io::Error>((status, out, errout))
+        };
+        let (status, out, errout) = match tokio::time::timeout(HELPER_TIMEOUT, run).await {
+            Ok(r) => r.map_err(|e| err(e.to_string()))?,
+            Err(_) => {
+                return Err(err(format!(
+                    "no answer within {} s",
+                    HELPER_TIMEOUT.as_secs()
+                )))
+            }
+        };
+        if !status.success() {
+            // The helpers' protocol: "credentials not found in native keychain" on stdout.
+            let text = String::from_utf8_lossy(&out).to_lowercase();
+            let etext = String::from_utf8_lossy(&errout).to_lowercase();
+            if text.contains("credentials not found") || etext.contains("credentials not found") {
+                return Ok(None);
+            }
+            let first = String::from_utf8_lossy(&errout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect::<String>();
+            return Err(err(format!(
+                "exited with {status}{}",
+                if first.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {first}")
+                }
+            )));
+        }
+        if out.len() > HELPER_MAX_OUTPUT {
+            return Err(err(format!(
+                "its answer is larger than {HELPER_MAX_OUTPUT} bytes"
+            )));
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Answer {
+            #[serde(default)]
+            username: String,
+            #[serde(default)]
+            secret: Option<Secret>,
+        }
+        let a: Answer = serde_json::from_slice(&out).map_err(|_| {
+            err("its answer is not the JSON object {ServerURL, Username, Secret}".into())
+        })?;
+        let Some(secret) = a.secret.filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        Ok(Some(if a.username == "<token>" {
+            Credential::IdentityToken(secret)
+        } else {
+            Credential::Basic(Login {
+                username: a.username,
+                password: secret,
+            })
+        }))
     }
 }
 
-/// `https://index.docker.io/v1/` and friends all mean `docker.io`.
-fn normalise_host(host: &str) -> String {
+fn read_file(path: &Path) -> Result<AuthFile, AuthError> {
+    let err = |reason: String| AuthError::File {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    // Never quote the content: the parser's message has a position, not the text.
+    let doc: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| err(format!("not JSON ({e})")))?;
+    let mut file = AuthFile {
+        path: path.to_path_buf(),
+        ..Default::default()
+    };
+    if let Some(s) = doc.get("credsStore").and_then(|s| s.as_str()) {
+        if !s.is_empty() {
+            file.creds_store = Some(s.to_string());
+        }
+    }
+    if let Some(h) = doc.get("credHelpers").and_then(|h| h.as_object()) {
+        for (host, name) in h {
+            if let Some(n) = name.as_str().filter(|n| !n.is_empty()) {
+                file.cred_helpers
+                    .insert(normalise_host(host), n.to_string());
+            }
+        }
+    }
+    let Some(auths) = doc.get("auths").and_then(|a| a.as_object()) else {
+        return Ok(file);
+    };
+    for (host, entry) in auths {
+        let token = entry
+            .get("identitytoken")
+            .and_then(|t| t.as_str())
+            .filter(|t| !t.is_empty());
+        let login = if let Some(t) = token {
+            Entry::Token(Secret::new(t))
+        } else if let Some(auth) = entry
+            .get("auth")
+            .and_then(|a| a.as_str())
+            .filter(|a| !a.is_empty())
+        {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(auth.trim())
+                .map_err(|_| err(format!("the `auth` of {host} is not base64")))?;
+            let text = String::from_utf8(decoded)
+                .map_err(|_| err(format!("the `auth` of {host} is not UTF-8")))?;
+            let Some((u, p)) = text.split_once(':') else {
+                return Err(err(format!("the `auth` of {host} is not user:password")));
+            };
+            Entry::Login(Login {
+                username: u.to_string(),
+                password: Secret::new(p.to_string()),
+            })
+        } else {
+            match (
+                entry.get("username").and_then(|v| v.as_str()),
+                entry.get("password").and_then(|v| v.as_str()),
+            ) {
+                (Some(u), Some(p)) if !p.is_empty() => Entry::Login(Login {
+                    username: u.into(),
+                    password: Secret::new(p),
+                }),
+                // `{}`: docker's marker for a login kept in a credential store.
+                _ => continue,
+            }
+        };
+        file.auths.entry(normalise_host(host)).or_insert(login);
+    }
+    Ok(file)
+}
+
+/// `https://index.docker.io/v1/` and friends all mean `docker.io`; a podman key with a
+/// namespace (`host/ns`) counts for its host.
+pub fn normalise_host(host: &str) -> String {
     let h = host
         .trim_start_matches("https://")
         .trim_start_matches("http://");
@@ -184,17 +581,70 @@ fn normalise_host(host: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn reads_docker_config_and_redacts() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.json");
         let auth = base64::engine::general_purpose::STANDARD.encode("koord:s3cret");
-        std::fs::write(&p, format!(r#"{{"auths":{{"127.0.0.1:5001":{{"auth":"{auth}"}},"https://index.docker.io/v1/":{{"auth":"{auth}"}}}}}}"#)).unwrap();
+        std::fs::write(&p, format!(r#"{{"auths":{{"127.0.0.1:5001":{{"auth":"{auth}"}},"https://index.docker.io/v1/":{{"auth":"{auth}"}},"tok.example":{{"identitytoken":"refresh-xyz"}},"store.example":{{}}}}}}"#)).unwrap();
         let c = Credentials::from_files(&[p]).unwrap();
         let l = c.get("127.0.0.1:5001").unwrap();
         assert_eq!(l.username, "koord");
         assert_eq!(l.password.expose(), "s3cret");
         assert!(c.get("docker.io").is_some());
         assert!(!format!("{c:?}").contains("s3cret"));
+        let found = rt().block_on(c.resolve("tok.example")).unwrap();
+        match found.found.unwrap().credential {
+            Credential::IdentityToken(t) => assert_eq!(t.expose(), "refresh-xyz"),
+            other => panic!("{other:?}"),
+        }
+        let none = rt().block_on(c.resolve("store.example")).unwrap();
+        assert!(none.found.is_none());
+        assert!(none.searched_text().contains("config.json"), "{none:?}");
+    }
+
+    #[test]
+    fn helpers_from_path_with_token_and_not_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let helper = bin.join("docker-credential-t1");
+        std::fs::write(
+            &helper,
+            "#!/bin/sh\nread s\ncase \"$s\" in\n  a.example) echo '{\"ServerURL\":\"a.example\",\"Username\":\"u1\",\"Secret\":\"p1\"}';;\n  b.example) echo '{\"ServerURL\":\"b.example\",\"Username\":\"<token>\",\"Secret\":\"rt\"}';;\n  *) echo 'credentials not found in native keychain'; exit 1;;\nesac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = dir.path().join("config.json");
+        std::fs::write(
+            &cfg,
+            r#"{"credsStore":"t1","credHelpers":{"c.example":"missing-helper"}}"#,
+        )
+        .unwrap();
+        let c =
+            Credentials::from_files_with_path(&[cfg], Some(bin.as_os_str().to_owned())).unwrap();
+        let rt = rt();
+        let a = rt.block_on(c.resolve("a.example")).unwrap().found.unwrap();
+        assert_eq!(a.credential.login().unwrap().username, "u1");
+        assert!(a.origin.contains("credsStore"), "{}", a.origin);
+        let b = rt.block_on(c.resolve("b.example")).unwrap().found.unwrap();
+        assert!(matches!(b.credential, Credential::IdentityToken(_)));
+        let none = rt.block_on(c.resolve("z.example")).unwrap();
+        assert!(none.found.is_none());
+        assert!(
+            none.searched_text().contains("docker-credential-t1"),
+            "{none:?}"
+        );
+        let e = rt.block_on(c.resolve("c.example")).unwrap_err();
+        assert!(e.to_string().contains("not on PATH"), "{e}");
     }
 }

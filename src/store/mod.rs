@@ -1,5 +1,6 @@
-//! Stores: the sources and sinks content is copied between. `registry` is the only user of
-//! oci-client; `cache` is the content-addressed blob store on disk.
+//! Stores: the sources and sinks content is copied between. `registry` is the distribution-API
+//! client (the only module that speaks to registries); `cache` is the content-addressed blob
+//! store on disk.
 
 pub mod auth;
 pub mod cache;
@@ -14,7 +15,7 @@ pub use auth::{Credentials, Secret};
 pub use cache::{BlobCache, CacheError};
 pub use content::{BlobStream, Have, RawManifest, Reference, Sink, Source, Store, StoreError};
 pub use memory::MemoryStore;
-pub use registry::{Registry, RegistryError, RegistryOptions};
+pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};
 
 /// An error and its sources on one line (`a: b: c`), each cause once.
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

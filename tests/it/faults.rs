@@ -15,6 +15,7 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
     let (clean_bundle, clean_build) = clean.build_plain("1.8.0", &[]);
     for seed in [1u64, 2, 3] {
         let proxy = fault_proxy::start(&e.plain, Mode::Faults { seed, percent: 5 });
+        let mut stderr = String::new();
         // build through the proxy: same image digests as the clean build.
         let h = Home::with_key();
         let out = h.path().join("flaky.tar");
@@ -31,6 +32,7 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
             out.to_str().unwrap(),
         ]);
         assert_ok(&o);
+        stderr.push_str(&String::from_utf8_lossy(&o.stderr));
         let b: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(
             image_digests(&b),
@@ -51,6 +53,7 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
             "--json",
         ]);
         assert_ok(&o);
+        stderr.push_str(&String::from_utf8_lossy(&o.stderr));
         for (r, d) in image_digests(&clean_build) {
             let o = tool(
                 "skopeo",
@@ -77,6 +80,12 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
         assert!(
             faults > 0,
             "seed {seed}: the proxy injected no fault ({c:?})"
+        );
+        // Every fault is retried, and every retry is reported: what failed, attempt n of m,
+        // when the next comes.
+        assert!(
+            stderr.contains("retrying") && stderr.contains("failed, next in"),
+            "seed {seed}: {c:?} but no retry was reported:\n{stderr}"
         );
         eprintln!("seed {seed}: {c:?}");
     }

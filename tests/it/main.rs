@@ -17,3 +17,4 @@ mod preflight;
 mod proxy;
 mod serve;
 mod sneakernet;
+mod token_registry;

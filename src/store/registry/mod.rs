@@ -1,0 +1,933 @@
+//! The registry store: a small client of the distribution API (`/v2/`) over reqwest, for any
+//! number of registries. Manifests are copied as raw bytes (digests come from the bytes, reads
+//! stop at 4 MiB while reading), blobs stream into the cache with resume, uploads stream from
+//! the bundle in place, and every call goes through one retry policy whose retries are reported
+//! to the caller.
+//!
+//! Why our own client and not oci-client (0.18, used before): its token flow asks only for
+//! `repository:<one repository>:pull[,push]`, so a cross-repository mount, whose challenge names
+//! `repository:TARGET:pull,push repository:SOURCE:pull`, was refused on every token-auth
+//! registry (Harbor, ACR, Quay, GitLab, Docker Hub) and the load could not be finished; it has no
+//! identity-token (OAuth2 refresh-token) flow; it swallows the token service's errors, so a
+//! missing login read as "refused credentials"; it does not hand `Retry-After` through; and it
+//! reads a manifest body whole before any size check. The part of the API this tool needs (ping,
+//! challenge, token, manifest get/put, blob HEAD/GET/upload/mount) is small, and owning it lets
+//! every failure say which of "no credentials", "refused", "no right", "plain HTTP", "TLS" or
+//! "unreachable" happened.
+//!
+//! Layout: `auth` (challenges, scopes, token cache: pure), `client` (one attempt of one request,
+//! with its auth round trips, and failure classification), this module (the operations and the
+//! retry loop).
+
+mod auth;
+mod client;
+
+use super::auth::{AuthError, Credentials};
+use super::cache::{BlobCache, CacheError};
+use super::retry::RetryPolicy;
+use crate::oci::{media, Digest, ImageRef};
+use auth::Scope;
+use client::{read_capped, retry_wait, status_error, BodyError, Req, Transport};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode, Url};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest manifest accepted (distribution's own limit is 4 MiB).
+pub const MAX_MANIFEST: usize = 4 * 1024 * 1024;
+/// Redirects followed for one blob GET.
+const MAX_REDIRECTS: usize = 5;
+
+/// One retry, for the progress line: what failed, attempt `attempt` of `of`, the next in
+/// `next_in`.
+#[derive(Debug, Clone)]
+pub struct RetryEvent {
+    /// The registry (or token service) host.
+    pub registry: String,
+    /// What was being done.
+    pub what: String,
+    /// Why it failed (one line).
+    pub error: String,
+    /// The attempt that failed (1-based).
+    pub attempt: u32,
+    /// Attempts allowed in all.
+    pub of: u32,
+    /// Wait before the next attempt.
+    pub next_in: Duration,
+}
+
+/// Where retries are reported (the command layer prints them).
+#[derive(Clone)]
+pub struct RetryReporter(pub Arc<dyn Fn(&RetryEvent) + Send + Sync>);
+
+impl std::fmt::Debug for RetryReporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetryReporter")
+    }
+}
+
+/// How to reach registries.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    /// Hosts spoken to over plain HTTP.
+    pub plain_http_hosts: Vec<String>,
+    /// Extra CA certificates (PEM) to trust besides the system roots.
+    pub ca_files: Vec<PathBuf>,
+    /// Skip TLS verification (only with its flag, and a warning).
+    pub insecure_skip_tls_verify: bool,
+    /// Logins by host.
+    pub credentials: Credentials,
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// Told about every retry.
+    pub on_retry: Option<RetryReporter>,
+}
+
+/// A failure talking to a registry. Messages name the registry, the reference or digest, and
+/// what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The manifest or blob is not there.
+    #[error("{what} not found on {registry}")]
+    NotFound {
+        /// Reference or digest.
+        what: String,
+        /// Registry host.
+        registry: String,
+    },
+    /// The registry wants a login and none was found for it.
+    #[error("{registry} needs a login for {what}, and no credentials for {registry} were found (looked at: {searched}): log in with `docker login {registry}` (or give `load` --username U --password-stdin)")]
+    NoCredentials {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+        /// Where credentials were looked for.
+        searched: String,
+    },
+    /// The registry (or its token service) refused the credentials that were sent.
+    #[error("{registry} refused the credentials of {who} (from {origin}) for {what} ({detail}): check the user name and password or token, e.g. with `docker login {registry}`")]
+    Refused {
+        /// Registry host.
+        registry: String,
+        /// `user "name"` or `the identity token` (never the secret).
+        who: String,
+        /// Where the credentials came from.
+        origin: String,
+        /// What was asked for.
+        what: String,
+        /// Who said no.
+        detail: String,
+    },
+    /// Logged in, but the user may not do this.
+    #[error("{registry} accepted the credentials of {who} but denies {action} for {what} (asked for {scope}): ask the registry's admin for {action} rights there, or use another account")]
+    Denied {
+        /// Registry host.
+        registry: String,
+        /// `user "name"` or `the identity token`.
+        who: String,
+        /// What was asked for.
+        what: String,
+        /// `pull` or `push`.
+        action: &'static str,
+        /// The scopes asked for.
+        scope: String,
+    },
+    /// Transport failure (connection, reset, 5xx, 429) after all retries, or at once for a
+    /// plainly wrong address.
+    #[error("cannot reach {registry} for {what}: {message} ({})", attempts_text(*attempts))]
+    Transport {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+        /// The error chain, and what to do.
+        message: String,
+        /// The registry asked us to slow down (429).
+        throttled: bool,
+        /// Its `Retry-After`, if any.
+        retry_after: Option<Duration>,
+        /// Worth another try (false: connection refused on loopback, no such host).
+        retryable: bool,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// Any other status.
+    #[error("{registry} answered {what}: {message}")]
+    Status {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+        /// The answer.
+        message: String,
+    },
+    /// The registry served bytes that do not match the digest asked for.
+    #[error("{registry} served {what} with digest {actual}, expected {expected}: refused")]
+    DigestMismatch {
+        /// Registry host.
+        registry: String,
+        /// Reference.
+        what: String,
+        /// Expected digest.
+        expected: String,
+        /// Actual digest.
+        actual: Digest,
+    },
+    /// The cache refused or failed.
+    #[error("{registry}: {source}")]
+    Cache {
+        /// Registry host.
+        registry: String,
+        /// The cache error.
+        source: CacheError,
+    },
+    /// TLS handshake failure (unknown CA, wrong host name): not retried.
+    #[error("TLS with {registry} failed for {what}: {message} (pass the registry's CA with --ca-file, or --plain-http if {registry} speaks plain HTTP)")]
+    Tls {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+        /// The error chain.
+        message: String,
+    },
+    /// A TLS connection got a plain-HTTP answer.
+    #[error("{registry} speaks plain HTTP, not HTTPS ({what}): pass --plain-http to talk to it (only on a network you trust)")]
+    PlainHttp {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+    },
+    /// An auth file or credential helper failed.
+    #[error(transparent)]
+    Credentials(#[from] AuthError),
+    /// Client set-up failed (bad CA file).
+    #[error("registry client setup: {0}")]
+    Setup(String),
+}
+
+fn attempts_text(n: u32) -> String {
+    match n {
+        0 | 1 => "gave up after 1 attempt".to_string(),
+        n => format!("after {n} attempts"),
+    }
+}
+
+impl RegistryError {
+    pub(crate) fn transport(
+        registry: &str,
+        what: &str,
+        message: String,
+        hint: String,
+        retryable: bool,
+    ) -> Self {
+        RegistryError::Transport {
+            registry: registry.to_string(),
+            what: what.to_string(),
+            message: format!("{message}{hint}"),
+            throttled: false,
+            retry_after: None,
+            retryable,
+            attempts: 1,
+        }
+    }
+    /// A transport failure (exit code 2: an internal or transport failure).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RegistryError::Transport { .. })
+    }
+    /// Worth another attempt?
+    pub fn should_retry(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::Transport {
+                retryable: true,
+                ..
+            }
+        )
+    }
+    /// How long to wait before the next try: the backoff, or the registry's `Retry-After`
+    /// (up to a minute), and at least a second after a 429.
+    pub fn retry_delay(&self, policy: &RetryPolicy, attempt: u32) -> Duration {
+        retry_wait(self, policy, attempt)
+    }
+    /// Is this "the thing is not there" (so another source may have it)?
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, RegistryError::NotFound { .. })
+    }
+    /// Is this an auth outcome (no login, refused, denied)?
+    pub fn is_auth(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::NoCredentials { .. }
+                | RegistryError::Refused { .. }
+                | RegistryError::Denied { .. }
+        )
+    }
+    fn set_attempts(&mut self, n: u32) {
+        if let RegistryError::Transport { attempts, .. } = self {
+            *attempts = n;
+        }
+    }
+    fn registry(&self) -> &str {
+        match self {
+            RegistryError::NotFound { registry, .. }
+            | RegistryError::NoCredentials { registry, .. }
+            | RegistryError::Refused { registry, .. }
+            | RegistryError::Denied { registry, .. }
+            | RegistryError::Transport { registry, .. }
+            | RegistryError::Status { registry, .. }
+            | RegistryError::DigestMismatch { registry, .. }
+            | RegistryError::Cache { registry, .. }
+            | RegistryError::Tls { registry, .. }
+            | RegistryError::PlainHttp { registry, .. } => registry,
+            RegistryError::Credentials(_) | RegistryError::Setup(_) => "",
+        }
+    }
+}
+
+/// What a blob fetch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetched {
+    /// Already complete in the cache.
+    Cached,
+    /// Downloaded (bytes downloaded in this run; less than the size when resumed).
+    Downloaded(u64),
+}
+
+/// What a mount request came to. Anything but `Mounted` means "upload it instead".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mount {
+    /// The registry linked the blob into the target repository (201).
+    Mounted,
+    /// The registry refused the mount (401/403: no right on the source, or mounts off).
+    Refused(String),
+    /// The registry opened an upload instead (202) or does not mount (404, 405...).
+    NotHonoured(String),
+}
+
+/// A registry client for any number of registries.
+pub struct Registry {
+    transport: Transport,
+    opts: RegistryOptions,
+}
+
+fn repo_path(r: &ImageRef) -> String {
+    format!("/v2/{}", r.repository)
+}
+
+impl Registry {
+    /// Build a client.
+    pub fn new(opts: RegistryOptions) -> Result<Self, RegistryError> {
+        let mut b = reqwest::Client::builder()
+            .user_agent(concat!("koord-bundle/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(15))
+            .read_timeout(Duration::from_secs(60))
+            // Redirects are followed by hand: a blob's CDN must not get the registry's
+            // `Authorization`, and a resumed download goes to where it was sent.
+            .redirect(reqwest::redirect::Policy::none());
+        let mut extra = Vec::new();
+        for f in &opts.ca_files {
+            let data = std::fs::read(f).map_err(|e| {
+                RegistryError::Setup(format!("cannot read CA file {}: {e}", f.display()))
+            })?;
+            if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+                return Err(RegistryError::Setup(format!(
+                    "CA file {} holds no PEM certificate",
+                    f.display()
+                )));
+            }
+            let certs = reqwest::Certificate::from_pem_bundle(&data)
+                .map_err(|e| RegistryError::Setup(format!("CA file {}: {e}", f.display())))?;
+            extra.extend(certs);
+        }
+        if !extra.is_empty() {
+            b = b.tls_certs_merge(extra);
+        }
+        if opts.insecure_skip_tls_verify {
+            b = b.tls_danger_accept_invalid_certs(true);
+        }
+        let http = b
+            .build()
+            .map_err(|e| RegistryError::Setup(super::error_chain(&e)))?;
+        Ok(Registry {
+            transport: Transport::new(
+                http,
+                opts.plain_http_hosts.clone(),
+                opts.credentials.clone(),
+            ),
+            opts,
+        })
+    }
+
+    fn report(&self, e: &RegistryError, what: &str, attempt: u32, wait: Duration) {
+        if let Some(r) = &self.opts.on_retry {
+            (r.0)(&RetryEvent {
+                registry: e.registry().to_string(),
+                what: what.to_string(),
+                // The cause alone: the line already says what and where.
+                error: match e {
+                    RegistryError::Transport { message, .. } => message.clone(),
+                    other => other.to_string(),
+                },
+                attempt,
+                of: self.opts.retry.tries,
+                next_in: wait,
+            });
+        }
+    }
+
+    /// Run `f` until it succeeds, fails for good, or the tries are spent; report each retry.
+    async fn with_retry<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T, RegistryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, RegistryError>>,
+    {
+        let tries = self.opts.retry.tries.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match f().await {
+                Err(e) if e.should_retry() && attempt < tries => {
+                    let wait = e.retry_delay(&self.opts.retry, attempt);
+                    self.report(&e, what, attempt, wait);
+                    tokio::time::sleep(wait).await;
+                }
+                Err(mut e) => {
+                    e.set_attempts(attempt);
+                    return Err(e);
+                }
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    /// Fetch a manifest's raw bytes by tag or digest (at most [`MAX_MANIFEST`], checked while
+    /// reading). The digest is computed from the bytes and, when the reference names one,
+    /// checked against it.
+    pub async fn get_manifest(
+        &self,
+        r: &ImageRef,
+    ) -> Result<(bytes::Bytes, Digest), RegistryError> {
+        let what = r.to_string();
+        let accept = HeaderValue::from_static(
+            "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json",
+        );
+        debug_assert!(media::ALL_MANIFESTS
+            .iter()
+            .all(|m| accept.to_str().is_ok_and(|a| a.contains(m))));
+        let req = Req {
+            method: Method::GET,
+            host: &r.registry,
+            url: format!("{}/manifests/{}", repo_path(r), r.reference()),
+            scopes: vec![Scope::repository(&r.repository, &["pull"])],
+            headers: vec![(reqwest::header::ACCEPT, accept)],
+            body: None,
+            what: &what,
+        };
+        let bytes = self
+            .with_retry(&what, || async {
+                let resp = self.transport.send(&req).await?;
+                if resp.status() != StatusCode::OK {
+                    return Err(status_error(&r.registry, &what, resp).await);
+                }
+                read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
+                    BodyError::TooLarge(cap) => RegistryError::Status {
+                        registry: r.registry.clone(),
+                        what: what.clone(),
+                        message: format!("the manifest is larger than {cap} bytes: refused"),
+                    },
+                    other => other.into_error(&r.registry, &what),
+                })
+            })
+            .await?;
+        let digest = Digest::of(&bytes);
+        if let Some(expected) = &r.digest {
+            if expected != digest.as_str() {
+                return Err(RegistryError::DigestMismatch {
+                    registry: r.registry.clone(),
+                    what,
+                    expected: expected.clone(),
+                    actual: digest,
+                });
+            }
+        }
+        Ok((bytes, digest))
+    }
+
+    /// Stream a blob into the cache, resuming a partial download with a range request where the
+    /// registry (or the storage it redirects to) allows it. Redirects are followed without the
+    /// registry's credentials, and a resumed attempt goes straight to the redirected URL. Nothing
+    /// reaches the cache unless size and digest match.
+    pub async fn fetch_blob(
+        &self,
+        r: &ImageRef,
+        digest: &Digest,
+        size: u64,
+        cache: &BlobCache,
+        on_bytes: &(dyn Fn(u64) + Sync),
+    ) -> Result<Fetched, RegistryError> {
+        if cache.has(digest, size) {
+            on_bytes(size);
+            return Ok(Fetched::Cached);
+        }
+        let what = format!("blob {digest} of {}", r.repository);
+        let cache_err = |source| RegistryError::Cache {
+            registry: r.registry.clone(),
+            source,
+        };
+        let tries = self.opts.retry.tries.max(1);
+        let mut downloaded = 0u64;
+        let mut redirected: Option<Url> = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut partial = cache.begin(digest, size).map_err(cache_err)?;
+            if partial.offset() > 0 && attempt == 1 {
+                on_bytes(partial.offset());
+            }
+            let before = partial.offset();
+            let result: Result<(), RegistryError> = async {
+                let offset = partial.offset();
+                if offset >= size {
+                    return Ok(());
+                }
+                // Always a range (0- too), so every byte is hashed once, by the cache.
+                let mut headers = HeaderMap::new();
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes={offset}-{}", size - 1)) {
+                    headers.insert(reqwest::header::RANGE, v);
+                }
+                let resp = self
+                    .blob_get(r, digest, &what, &headers, &mut redirected)
+                    .await?;
+                match resp.status() {
+                    StatusCode::PARTIAL_CONTENT => {
+                        let start = resp
+                            .headers()
+                            .get(reqwest::header::CONTENT_RANGE)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.strip_prefix("bytes "))
+                            .and_then(|v| v.split('-').next())
+                            .and_then(|v| v.trim().parse::<u64>().ok());
+                        if start != Some(offset) {
+                            partial.restart().map_err(cache_err)?;
+                            return Err(RegistryError::transport(
+                                &r.registry,
+                                &what,
+                                format!("asked for bytes from {offset}, got {start:?}"),
+                                String::new(),
+                                true,
+                            ));
+                        }
+                    }
+                    StatusCode::OK => {
+                        if offset > 0 {
+                            partial.restart().map_err(cache_err)?;
+                        }
+                    }
+                    _ => {
+                        let e = status_error(&r.registry, &what, resp).await;
+                        // A stale signed CDN URL: go through the registry again.
+                        redirected = None;
+                        return Err(e);
+                    }
+                }
+                let mut resp = resp;
+                loop {
+                    match resp.chunk().await {
+                        Ok(Some(chunk)) => {
+                            partial.write(&chunk).map_err(cache_err)?;
+                            downloaded += chunk.len() as u64;
+                            on_bytes(chunk.len() as u64);
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            return Err(RegistryError::transport(
+                                &r.registry,
+                                &what,
+                                format!(
+                                    "transfer broke after {} of {size} bytes: {}",
+                                    partial.offset(),
+                                    super::error_chain(&e)
+                                ),
+                                String::new(),
+                                true,
+                            ))
+                        }
+                    }
+                }
+                if partial.offset() < size {
+                    return Err(RegistryError::transport(
+                        &r.registry,
+                        &what,
+                        format!(
+                            "the stream ended after {} of {size} bytes",
+                            partial.offset()
+                        ),
+                        String::new(),
+                        true,
+                    ));
+                }
+                Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) => {
+                    partial.commit().map_err(cache_err)?;
+                    return Ok(Fetched::Downloaded(downloaded));
+                }
+                Err(e) if e.should_retry() && attempt < tries => {
+                    // Progress made in this attempt does not spend a try.
+                    if partial.offset() > before {
+                        attempt -= 1;
+                    }
+                    let wait = e.retry_delay(&self.opts.retry, attempt.max(1));
+                    self.report(&e, &what, attempt.max(1), wait);
+                    tokio::time::sleep(wait).await;
+                }
+                Err(mut e) => {
+                    e.set_attempts(attempt);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// GET a blob, following redirects by hand: to another origin without credentials (S3, R2
+    /// and OSS answer 400 to a request that carries the registry's `Authorization`), and
+    /// remembering where it was sent, so a resumed attempt asks there directly.
+    async fn blob_get(
+        &self,
+        r: &ImageRef,
+        digest: &Digest,
+        what: &str,
+        headers: &HeaderMap,
+        redirected: &mut Option<Url>,
+    ) -> Result<reqwest::Response, RegistryError> {
+        let mut resp = match redirected.clone() {
+            Some(u) => {
+                self.transport
+                    .get_unauthenticated(&u, headers, &r.registry, what)
+                    .await?
+            }
+            None => {
+                let hs: Vec<(HeaderName, HeaderValue)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let req = Req {
+                    method: Method::GET,
+                    host: &r.registry,
+                    url: format!("{}/blobs/{digest}", repo_path(r)),
+                    scopes: vec![Scope::repository(&r.repository, &["pull"])],
+                    headers: hs,
+                    body: None,
+                    what,
+                };
+                self.transport.send(&req).await?
+            }
+        };
+        for _ in 0..MAX_REDIRECTS {
+            if !resp.status().is_redirection() {
+                return Ok(resp);
+            }
+            let Some(loc) = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| resp.url().join(l).ok())
+            else {
+                return Err(RegistryError::Status {
+                    registry: r.registry.clone(),
+                    what: what.to_string(),
+                    message: format!("HTTP {} without a Location", resp.status()),
+                });
+            };
+            *redirected = Some(loc.clone());
+            resp = if self.transport.is_registry_origin(&r.registry, &loc) {
+                let hs: Vec<(HeaderName, HeaderValue)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let req = Req {
+                    method: Method::GET,
+                    host: &r.registry,
+                    url: loc.to_string(),
+                    scopes: vec![Scope::repository(&r.repository, &["pull"])],
+                    headers: hs,
+                    body: None,
+                    what,
+                };
+                self.transport.send(&req).await?
+            } else {
+                self.transport
+                    .get_unauthenticated(&loc, headers, &r.registry, what)
+                    .await?
+            };
+        }
+        Err(RegistryError::Status {
+            registry: r.registry.clone(),
+            what: what.to_string(),
+            message: format!("more than {MAX_REDIRECTS} redirects"),
+        })
+    }
+
+    /// Does `repo` on this registry hold the blob? (HEAD; a redirect to storage counts as yes:
+    /// the registry redirects only blobs it holds.)
+    pub async fn blob_exists(&self, r: &ImageRef, digest: &Digest) -> Result<bool, RegistryError> {
+        let what = format!("blob {digest} in {}", r.repository);
+        let req = Req {
+            method: Method::HEAD,
+            host: &r.registry,
+            url: format!("{}/blobs/{digest}", repo_path(r)),
+            scopes: vec![Scope::repository(&r.repository, &["pull"])],
+            headers: vec![],
+            body: None,
+            what: &what,
+        };
+        self.with_retry(&what, || async {
+            let resp = self.transport.send(&req).await?;
+            let s = resp.status();
+            if s.is_success() || s.is_redirection() {
+                Ok(true)
+            } else if s == StatusCode::NOT_FOUND {
+                Ok(false)
+            } else {
+                Err(status_error(&r.registry, &what, resp).await)
+            }
+        })
+        .await
+    }
+
+    /// Ask the registry to mount a blob from another repository of the same registry, with a
+    /// token for both repositories (the scopes its challenge names). A refusal or a mount not
+    /// honoured is an answer, not an error: the caller uploads instead. Only a transport
+    /// failure after the retries is an error.
+    pub async fn mount_blob(
+        &self,
+        r: &ImageRef,
+        from_repository: &str,
+        digest: &Digest,
+    ) -> Result<Mount, RegistryError> {
+        let what = format!("mount of {digest} from {from_repository}");
+        let req = Req {
+            method: Method::POST,
+            host: &r.registry,
+            url: format!(
+                "{}/blobs/uploads/?mount={digest}&from={from_repository}",
+                repo_path(r)
+            ),
+            scopes: vec![
+                Scope::repository(&r.repository, &["pull", "push"]),
+                Scope::repository(from_repository, &["pull"]),
+            ],
+            headers: vec![(
+                reqwest::header::CONTENT_LENGTH,
+                HeaderValue::from_static("0"),
+            )],
+            body: None,
+            what: &what,
+        };
+        let out = self
+            .with_retry(&what, || async {
+                match self.transport.send(&req).await {
+                    Ok(resp) => {
+                        let s = resp.status();
+                        if s == StatusCode::CREATED {
+                            Ok(Mount::Mounted)
+                        } else if s == StatusCode::ACCEPTED {
+                            Ok(Mount::NotHonoured(
+                                "202: an upload was opened instead".into(),
+                            ))
+                        } else if is_transient(s) {
+                            Err(status_error(&r.registry, &what, resp).await)
+                        } else {
+                            Ok(Mount::NotHonoured(format!("HTTP {s}")))
+                        }
+                    }
+                    Err(e) if e.is_auth() => Ok(Mount::Refused(e.to_string())),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(out)
+    }
+
+    /// Upload a blob from file regions (a blob of a split bundle may span two parts), streamed
+    /// in 1 MiB chunks in one monolithic PUT. A failed upload is restarted from the beginning
+    /// (new session).
+    pub async fn push_blob_from_file(
+        &self,
+        r: &ImageRef,
+        digest: &Digest,
+        segments: &[crate::bundle::parts::Segment],
+        on_bytes: Arc<dyn Fn(u64) + Send + Sync>,
+    ) -> Result<(), RegistryError> {
+        let what = format!("upload of blob {digest} to {}", r.repository);
+        let size: u64 = segments.iter().map(|s| s.len).sum();
+        let scopes = vec![Scope::repository(&r.repository, &["pull", "push"])];
+        let segs: Vec<crate::bundle::parts::Segment> = segments.to_vec();
+        let make_body = move || -> reqwest::Body {
+            let report = on_bytes.clone();
+            reqwest::Body::wrap_stream(file_stream(segs.clone(), report))
+        };
+        self.with_retry(&what, || async {
+            let start = Req {
+                method: Method::POST,
+                host: &r.registry,
+                url: format!("{}/blobs/uploads/", repo_path(r)),
+                scopes: scopes.clone(),
+                headers: vec![(
+                    reqwest::header::CONTENT_LENGTH,
+                    HeaderValue::from_static("0"),
+                )],
+                body: None,
+                what: &what,
+            };
+            let resp = self.transport.send(&start).await?;
+            if resp.status() != StatusCode::ACCEPTED {
+                return Err(status_error(&r.registry, &what, resp).await);
+            }
+            let loc = upload_location(&resp, &r.registry, &what)?;
+            drop(resp);
+            let mut put_url = loc;
+            put_url
+                .query_pairs_mut()
+                .append_pair("digest", digest.as_str());
+            let put = Req {
+                method: Method::PUT,
+                host: &r.registry,
+                url: put_url.to_string(),
+                scopes: scopes.clone(),
+                headers: vec![
+                    (
+                        reqwest::header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/octet-stream"),
+                    ),
+                    (reqwest::header::CONTENT_LENGTH, HeaderValue::from(size)),
+                ],
+                body: Some(&make_body),
+                what: &what,
+            };
+            let resp = self.transport.send(&put).await?;
+            if resp.status() != StatusCode::CREATED {
+                return Err(status_error(&r.registry, &what, resp).await);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Put a manifest as raw bytes under `r`'s tag or digest, then read it back and check the
+    /// digest the registry serves.
+    pub async fn put_manifest(
+        &self,
+        r: &ImageRef,
+        bytes: &bytes::Bytes,
+        media_type: &str,
+    ) -> Result<Digest, RegistryError> {
+        let what = format!("manifest {r}");
+        let ct = HeaderValue::from_str(media_type).map_err(|_| RegistryError::Status {
+            registry: r.registry.clone(),
+            what: what.clone(),
+            message: format!("bad media type {media_type:?}"),
+        })?;
+        let body_bytes = bytes.clone();
+        let make_body = move || reqwest::Body::from(body_bytes.clone());
+        let req = Req {
+            method: Method::PUT,
+            host: &r.registry,
+            url: format!("{}/manifests/{}", repo_path(r), r.reference()),
+            scopes: vec![Scope::repository(&r.repository, &["pull", "push"])],
+            headers: vec![(reqwest::header::CONTENT_TYPE, ct)],
+            body: Some(&make_body),
+            what: &what,
+        };
+        self.with_retry(&what, || async {
+            let resp = self.transport.send(&req).await?;
+            if !resp.status().is_success() {
+                return Err(status_error(&r.registry, &what, resp).await);
+            }
+            Ok(())
+        })
+        .await?;
+        let expected = Digest::of(bytes);
+        let (_, got) = self.get_manifest(r).await?;
+        if got != expected {
+            return Err(RegistryError::DigestMismatch {
+                registry: r.registry.clone(),
+                what,
+                expected: expected.to_string(),
+                actual: got,
+            });
+        }
+        Ok(got)
+    }
+}
+
+fn is_transient(s: StatusCode) -> bool {
+    client::is_transient_status(s)
+}
+
+/// The upload session URL of a 202 (relative or absolute).
+fn upload_location(
+    resp: &reqwest::Response,
+    registry: &str,
+    what: &str,
+) -> Result<Url, RegistryError> {
+    resp.headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|l| resp.url().join(l).ok())
+        .ok_or_else(|| RegistryError::Status {
+            registry: registry.to_string(),
+            what: what.to_string(),
+            message: "202 without a Location for the upload".into(),
+        })
+}
+
+/// The bytes of file regions, 1 MiB at a time, each chunk reported.
+fn file_stream(
+    segments: Vec<crate::bundle::parts::Segment>,
+    report: Arc<dyn Fn(u64) + Send + Sync>,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
+    let segs: std::collections::VecDeque<_> = segments.into_iter().collect();
+    futures_util::stream::unfold(
+        (segs, None::<tokio::fs::File>, 0u64, report),
+        |(mut segs, mut file, mut left, report)| async move {
+            use tokio::io::{AsyncReadExt, AsyncSeekExt};
+            while left == 0 {
+                let seg = segs.pop_front()?;
+                let opened = async {
+                    let mut f = tokio::fs::File::open(&seg.path).await?;
+                    f.seek(std::io::SeekFrom::Start(seg.offset)).await?;
+                    Ok::<_, std::io::Error>(f)
+                }
+                .await;
+                match opened {
+                    Ok(f) => {
+                        file = Some(f);
+                        left = seg.len;
+                    }
+                    Err(e) => return Some((Err(e), (Default::default(), None, 0, report))),
+                }
+            }
+            let n = left.min(1 << 20) as usize;
+            let mut buf = vec![0u8; n];
+            let f = file.as_mut()?;
+            match f.read_exact(&mut buf).await {
+                Ok(_) => {
+                    report(n as u64);
+                    Some((
+                        Ok(bytes::Bytes::from(buf)),
+                        (segs, file, left - n as u64, report),
+                    ))
+                }
+                Err(e) => Some((Err(e), (Default::default(), None, 0, report))),
+            }
+        },
+    )
+}
