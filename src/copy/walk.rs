@@ -10,8 +10,11 @@
 //! out must already be in the sink, checked before anything is written.
 
 use crate::oci::{media, Descriptor, Digest, Manifest, ManifestError, Platform};
-use crate::store::{BlobStream, Have, RawManifest, Reference, Sink, Source, StoreError};
+use crate::store::{
+    BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, StoreError,
+};
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, TryStreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,8 +22,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const MAX_DEPTH: usize = 4;
 /// Largest config read to learn a single-platform image's platform.
 const MAX_CONFIG_PEEK: u64 = 1024 * 1024;
-/// Tries of one blob transfer broken by a transient failure (each resumes where it stopped).
-const BLOB_TRIES: u32 = 4;
 
 /// Why a copy failed.
 #[derive(Debug, thiserror::Error)]
@@ -360,7 +361,7 @@ pub struct Options<'a> {
     /// Write nothing: only find out what would be written.
     pub dry_run: bool,
     /// Told of blob bytes as they are taken (or found present).
-    pub on_bytes: &'a (dyn Fn(u64) + Send + Sync),
+    pub on_bytes: OnBytes,
 }
 
 /// What a copy did (or, in a dry run, would do).
@@ -548,8 +549,31 @@ fn tally(stats: &mut Stats, d: Done) {
     }
 }
 
-/// One blob into `repo` of the sink: skipped when there, resumed when partly there, retried
-/// (resuming) when a transfer breaks.
+/// The source side of one blob transfer: the graph's inline copy, else the source.
+struct FromSource<'a, S> {
+    src: &'a S,
+    repo: &'a str,
+    desc: &'a Descriptor,
+    inline: Option<&'a Bytes>,
+}
+
+impl<S: Source> Opener for FromSource<'_, S> {
+    fn open(&self, offset: u64) -> BoxFuture<'_, Result<BlobStream, StoreError>> {
+        Box::pin(async move {
+            match self.inline {
+                Some(b) => {
+                    let piece = b.slice((offset as usize).min(b.len())..);
+                    Ok(futures_util::stream::iter([Ok(piece)]).boxed())
+                }
+                None => self.src.blob(self.repo, self.desc, offset).await,
+            }
+        })
+    }
+}
+
+/// One blob into `repo` of the sink: skipped when there, resumed when partly there. Retries
+/// are the stores' business (their transport's policy): a registry source resumes a broken
+/// download itself, a registry sink restarts a failed upload.
 async fn copy_blob<S: Source, K: Sink>(
     src: &S,
     sink: &K,
@@ -558,42 +582,28 @@ async fn copy_blob<S: Source, K: Sink>(
     desc: &Descriptor,
     opts: &Options<'_>,
 ) -> Result<Done, WalkError> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let offset = match sink.blob_state(repo, desc).await? {
-            Have::Complete => {
-                (opts.on_bytes)(desc.size);
-                return Ok(Done::Present(desc.size));
-            }
-            Have::Partial(n) if n <= desc.size => n,
-            _ => 0,
-        };
-        if opts.dry_run {
+    let offset = match sink.blob_state(repo, desc).await? {
+        Have::Complete => {
             (opts.on_bytes)(desc.size);
-            return Ok(Done::Uploaded(desc.size - offset));
+            return Ok(Done::Present(desc.size));
         }
-        if attempt == 1 && offset > 0 {
-            (opts.on_bytes)(offset);
-        }
-        let data: BlobStream = match it.graph.inline.get(&desc.digest) {
-            Some(b) => {
-                let piece = b.slice((offset as usize).min(b.len())..);
-                futures_util::stream::iter([Ok(piece)]).boxed()
-            }
-            None => src.blob(&it.graph.repo, desc, offset).await?,
-        };
-        match sink.put_blob(repo, desc, offset, data, opts.on_bytes).await {
-            Ok(()) => return Ok(Done::Uploaded(desc.size - offset)),
-            Err(e) if attempt < BLOB_TRIES && is_transient(&e) => continue,
-            Err(e) => return Err(e.into()),
-        }
+        Have::Partial(n) if n <= desc.size => n,
+        _ => 0,
+    };
+    if opts.dry_run {
+        (opts.on_bytes)(desc.size);
+        return Ok(Done::Uploaded(desc.size - offset));
     }
-}
-
-/// A failure worth another try of a blob transfer (the transport already retried requests).
-fn is_transient(e: &StoreError) -> bool {
-    matches!(e, StoreError::Registry(r) if r.is_transient())
+    (opts.on_bytes)(offset);
+    let data = FromSource {
+        src,
+        repo: &it.graph.repo,
+        desc,
+        inline: it.graph.inline.get(&desc.digest),
+    };
+    sink.put_blob(repo, desc, offset, &data, &opts.on_bytes)
+        .await?;
+    Ok(Done::Uploaded(desc.size - offset))
 }
 
 async fn put_manifests<K: Sink>(
@@ -696,7 +706,7 @@ mod tests {
             jobs: 3,
             omitted,
             dry_run: false,
-            on_bytes: &|_| {},
+            on_bytes: std::sync::Arc::new(|_| {}),
         }
     }
 

@@ -314,8 +314,8 @@ impl super::Sink for BlobCache {
         _repo: &str,
         desc: &crate::oci::Descriptor,
         offset: u64,
-        mut data: super::BlobStream,
-        on_bytes: &(dyn Fn(u64) + Send + Sync),
+        data: &dyn super::Opener,
+        on_bytes: &super::OnBytes,
     ) -> Result<(), super::StoreError> {
         use futures_util::StreamExt as _;
         let cache = self.clone();
@@ -334,6 +334,7 @@ impl super::Sink for BlobCache {
                 ));
             }
         }
+        let mut data = data.open(partial.offset()).await?;
         while let Some(piece) = data.next().await {
             let piece = piece?;
             partial.write(&piece)?;

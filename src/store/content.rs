@@ -9,6 +9,7 @@
 
 use crate::oci::{Descriptor, Digest};
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::fmt;
 use std::future::Future;
@@ -77,6 +78,17 @@ impl RawManifest {
 
 /// A blob's bytes, in order, from some offset.
 pub type BlobStream = BoxStream<'static, Result<Bytes, StoreError>>;
+
+/// Told of blob bytes as they are taken (a progress bar).
+pub type OnBytes = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Opens a blob's bytes from an offset: the source side of one transfer, handed to
+/// [`Sink::put_blob`], which may open it again to retry (a registry upload restarts with a new
+/// session).
+pub trait Opener: Send + Sync {
+    /// The blob's bytes from `offset` to its end.
+    fn open(&self, offset: u64) -> BoxFuture<'_, Result<BlobStream, StoreError>>;
+}
 
 /// How much of a blob a sink holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,16 +211,17 @@ pub trait Sink: Store {
         desc: &Descriptor,
     ) -> impl Future<Output = Result<Have, StoreError>> + Send;
 
-    /// Take a blob: `data` carries its bytes from `offset` (what [`Sink::blob_state`] said the
-    /// sink holds) to the end. The sink refuses content whose size or digest differs from
-    /// `desc` (nothing of it is then kept). `on_bytes` is told of the bytes taken.
+    /// Take a blob whose bytes from `offset` (what [`Sink::blob_state`] said the sink holds)
+    /// `data` opens. The sink refuses content whose size or digest differs from `desc`
+    /// (nothing of it is then kept); it may open `data` again to retry by its transport's
+    /// policy. `on_bytes` is told of the bytes taken.
     fn put_blob(
         &self,
         repo: &str,
         desc: &Descriptor,
         offset: u64,
-        data: BlobStream,
-        on_bytes: &(dyn Fn(u64) + Send + Sync),
+        data: &dyn Opener,
+        on_bytes: &OnBytes,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Make a blob that `from_repo` of this sink holds available in `repo` without its bytes

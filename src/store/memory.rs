@@ -4,7 +4,9 @@
 //! references is in that repository, blobs are checked against their descriptors, and a mount
 //! works only from a repository that holds the blob.
 
-use super::content::{BlobStream, Have, RawManifest, Reference, Sink, Source, Store, StoreError};
+use super::content::{
+    BlobStream, Have, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
+};
 use crate::oci::{Descriptor, Digest, Manifest};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -197,8 +199,8 @@ impl Sink for MemoryStore {
         repo: &str,
         desc: &Descriptor,
         offset: u64,
-        mut data: BlobStream,
-        on_bytes: &(dyn Fn(u64) + Send + Sync),
+        data: &dyn Opener,
+        on_bytes: &super::OnBytes,
     ) -> Result<(), StoreError> {
         let what = format!("blob {}", desc.digest);
         if offset != 0 {
@@ -207,6 +209,7 @@ impl Sink for MemoryStore {
                 format!("{what}: cannot resume at {offset} (nothing partial is kept)"),
             ));
         }
+        let mut data = data.open(0).await?;
         let mut buf = Vec::new();
         while let Some(piece) = data.next().await {
             let piece = piece?;

@@ -13,7 +13,9 @@ pub mod retry;
 
 pub use auth::{Credentials, Secret};
 pub use cache::{BlobCache, CacheError};
-pub use content::{BlobStream, Have, RawManifest, Reference, Sink, Source, Store, StoreError};
+pub use content::{
+    BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
+};
 pub use memory::MemoryStore;
 pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};
 

@@ -21,6 +21,9 @@
 
 mod auth;
 mod client;
+mod store;
+
+pub use store::RegistryStore;
 
 use super::auth::{AuthError, Credentials};
 use super::cache::{BlobCache, CacheError};
@@ -412,6 +415,15 @@ impl Registry {
         &self,
         r: &ImageRef,
     ) -> Result<(bytes::Bytes, Digest), RegistryError> {
+        let (bytes, digest, _) = self.get_manifest_typed(r).await?;
+        Ok((bytes, digest))
+    }
+
+    /// [`Registry::get_manifest`], with the `Content-Type` the registry served it as.
+    pub async fn get_manifest_typed(
+        &self,
+        r: &ImageRef,
+    ) -> Result<(bytes::Bytes, Digest, Option<String>), RegistryError> {
         let what = r.to_string();
         let accept = HeaderValue::from_static(
             "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json",
@@ -434,16 +446,24 @@ impl Registry {
                 if resp.status() != StatusCode::OK {
                     return Err(status_error(&r.registry, &what, resp).await);
                 }
-                read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
+                let content_type = resp
+                    .headers()
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| v.split(';').next().unwrap_or(v).trim().to_string())
+                    .filter(|v| !v.is_empty());
+                let bytes = read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
                     BodyError::TooLarge(cap) => RegistryError::Status {
                         registry: r.registry.clone(),
                         what: what.clone(),
                         message: format!("the manifest is larger than {cap} bytes: refused"),
                     },
                     other => other.into_error(&r.registry, &what),
-                })
+                })?;
+                Ok((bytes, content_type))
             })
             .await?;
+        let (bytes, content_type) = bytes;
         let digest = Digest::of(&bytes);
         if let Some(expected) = &r.digest {
             if expected != digest.as_str() {
@@ -455,7 +475,7 @@ impl Registry {
                 });
             }
         }
-        Ok((bytes, digest))
+        Ok((bytes, digest, content_type))
     }
 
     /// Stream a blob into the cache, resuming a partial download with a range request where the
