@@ -10,6 +10,7 @@ mod faults;
 mod fuzz_regressions;
 mod helm;
 mod install;
+mod kube_fake;
 mod kube_stub;
 mod load;
 mod preflight;
