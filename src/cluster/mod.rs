@@ -12,6 +12,7 @@
 //! only up to building the client, not through a handshake with a real API server.
 
 pub mod client;
+pub mod exec;
 pub mod kubeconfig;
 pub mod preflight;
 mod release;
@@ -74,11 +75,10 @@ pub enum ClusterError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The user entry authenticates with an exec credential plugin, which is not supported.
-    #[error(
-        "kubeconfig {path}: user {user:?} gets its credentials from an exec plugin ({command}): exec plugins are not supported in this version; use a token kubeconfig (e.g. a service-account token) or run with --no-install"
-    )]
-    ExecPluginUnsupported {
+    /// The user's exec credential plugin is misconfigured, missing, failed, or printed no
+    /// usable credential.
+    #[error("kubeconfig {path}: user {user:?}: exec credential plugin ({command}): {message}")]
+    ExecPlugin {
         /// The kubeconfig.
         path: PathBuf,
         /// The user entry's name.
@@ -86,6 +86,21 @@ pub enum ClusterError {
         /// The plugin command line, e.g. `aws eks get-token --cluster-name prod` (values of
         /// credential-like flags redacted).
         command: String,
+        /// What went wrong (never the plugin's output).
+        message: String,
+    },
+    /// The server answered 401/403 to a request sent without the kubeconfig's credentials,
+    /// which are withheld from plain-HTTP servers.
+    #[error("{status} from {server} for GET {resource}: the credentials of kubeconfig user {user:?} were not sent, because {server} is plain http:// and credentials (tokens, passwords, exec-plugin tokens) go over TLS only, as kubectl and helm (client-go) do; use the cluster's https:// URL")]
+    CredentialsWithheld {
+        /// The API server URL.
+        server: String,
+        /// The kubeconfig user entry.
+        user: String,
+        /// The API path requested.
+        resource: String,
+        /// `401 Unauthorized` or `403 Forbidden`.
+        status: String,
     },
     /// The user entry authenticates with an auth-provider (oidc, gcp, azure), not supported.
     #[error(

@@ -208,9 +208,14 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             host_network: args.host_network,
         };
         let outcome = match client {
-            Ok(c) => cluster::preflight(&c, &input)
-                .await
-                .map_err(anyhow::Error::new),
+            Ok(c) => {
+                if let Some(w) = c.credentials_withheld() {
+                    progress.warn(format!("pre-flight: {w}"));
+                }
+                cluster::preflight(&c, &input)
+                    .await
+                    .map_err(anyhow::Error::new)
+            }
             Err(e) => Err(e),
         };
         match outcome {

@@ -676,3 +676,43 @@ fn no_cluster_and_missing_helm_stop_before_any_push() {
     assert_fails(&run(&args), 1, &["helm", "nothing was pushed"]);
     assert!(repos_under(&prefix).is_empty());
 }
+
+#[test]
+fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself() {
+    // The fake wants a token over HTTPS; only the plugin script knows it. koord-bundle's
+    // pre-flight runs the plugin, and so does helm on its own (it gets the kubeconfig).
+    let e = env();
+    for major in [3, 4] {
+        let token = "exec-plugin-token-42";
+        let fake = kube_fake::start(Opts {
+            seed: &["kind"],
+            tls: true,
+            token: Some(token),
+        });
+        let (kubeconfig, runs, _) =
+            crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
+        let registry = format!("{}/{}", e.plain, unique_prefix(&format!("exec{major}")));
+        let mut args = load_args(&built().bundle, &registry, &fake, major, &[]);
+        let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
+        args[i + 1] = kubeconfig.to_string_lossy().into();
+        let o = run(&args);
+        assert_ok(&o);
+        assert_installed(&fake, &registry, "1");
+        let reqs = fake.requests();
+        let refused: Vec<String> = reqs
+            .iter()
+            .filter(|r| r["authorized"] != true)
+            .map(|r| format!("{} {} {}", r["userAgent"], r["method"], r["path"]))
+            .collect();
+        assert!(refused.is_empty(), "{refused:#?}");
+        assert!(reqs
+            .iter()
+            .any(|r| r["userAgent"].as_str().unwrap_or("").starts_with("Helm/")));
+        let n = std::fs::read_to_string(&runs).unwrap().lines().count();
+        assert!(
+            n >= 2,
+            "the pre-flight and helm both ran the plugin ({n} runs)"
+        );
+        assert!(!String::from_utf8_lossy(&o.stderr).contains(token));
+    }
+}

@@ -178,6 +178,26 @@ impl KubeFake {
         );
     }
 
+    /// Answer the next `count` requests `METHOD` matching `path_regex` with a `Status` of
+    /// `code`/`reason`/`message`.
+    pub fn fail(
+        &self,
+        method: &str,
+        path_regex: &str,
+        code: u16,
+        reason: &str,
+        message: &str,
+        count: u32,
+    ) {
+        self.control(
+            "/_fake/fail",
+            Some(
+                &serde_json::json!({"method": method, "path_regex": path_regex, "code": code,
+                "reason": reason, "message": message, "count": count}),
+            ),
+        );
+    }
+
     /// The images of a Deployment or DaemonSet's containers.
     pub fn images(&self, kind: &str, namespace: &str, name: &str) -> Vec<String> {
         let o = self

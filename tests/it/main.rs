@@ -11,7 +11,6 @@ mod fuzz_regressions;
 mod helm;
 mod install;
 mod kube_fake;
-mod kube_stub;
 mod load;
 mod preflight;
 mod proxy;

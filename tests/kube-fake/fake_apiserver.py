@@ -674,7 +674,8 @@ class Handler(BaseHTTPRequestHandler):
                 for f in FAILS:
                     if f["count"] > 0 and f["method"] == method and re.search(f["path_regex"], path):
                         f["count"] -= 1
-                        raise ApiError(f.get("code", 500), "InternalError", "injected failure (fake API server)")
+                        raise ApiError(f.get("code", 500), f.get("reason", "InternalError"),
+                                       f.get("message", "injected failure (fake API server)"))
                 code, out = self.api(method, path, query, body, entry)
         except ApiError as e:
             code, out = e.code, status_body(e.code, e.reason, e.message, e.details)
@@ -684,7 +685,8 @@ class Handler(BaseHTTPRequestHandler):
         entry["status"] = code
         if code >= 400 and isinstance(out, dict):
             entry["message"] = out.get("message")
-        self.write_log(entry)
+        if not path.startswith("/_fake/"):  # the log is of API requests only
+            self.write_log(entry)
         ctype = "application/json"
         if isinstance(out, RawBody):
             data, ctype = out.data, out.ctype
