@@ -331,10 +331,16 @@ impl ChartSource {
 pub struct InstallPlan {
     /// Release name.
     pub release: String,
-    /// Release namespace (`--namespace`). The Koordinator chart renders its Namespace object
-    /// itself, so `--create-namespace` is never passed (helm would create it first and the
-    /// chart's Namespace would then conflict with it: "already exists").
+    /// Release namespace (`--namespace`): `default`, as Koordinator's guide installs it. The
+    /// chart renders its own `koordinator-system` Namespace and puts its objects there; the
+    /// release namespace only holds helm's release records. It must never be
+    /// `koordinator-system` on a fresh cluster: helm writes the release record before the
+    /// chart creates that namespace (404), and `--create-namespace` would make the chart's
+    /// Namespace object conflict ("already exists").
     pub namespace: String,
+    /// `--create-namespace`: only for a release namespace that does not exist and is not the
+    /// chart's own.
+    pub create_namespace: bool,
     /// The chart.
     pub chart: ChartSource,
     /// The values koord-bundle decides (see [`generated_values`]); written to a private
@@ -404,6 +410,30 @@ pub fn generated_values(
         root.insert("imagePullSecrets".into(), Value::Sequence(list));
     }
     Value::Mapping(root)
+}
+
+/// Write the plan's generated values (0600) into a new private directory (0700) that is kept
+/// after the process ends, for a command printed to be run by hand (`load --dry-run`). Returns
+/// the values file; the registry config of [`InstallPlan::command_line`] goes next to it.
+pub fn keep_values_file(plan: &InstallPlan) -> Result<PathBuf, HelmError> {
+    let dir = tempfile::Builder::new()
+        .prefix("koord-bundle-dry-run-")
+        .tempdir()
+        .map_err(|source| HelmError::Io {
+            what: "cannot create a private directory in",
+            path: std::env::temp_dir(),
+            source,
+        })?
+        .keep();
+    let values_file = dir.join(VALUES_NAME);
+    let yaml = serde_yaml_ng::to_string(&plan.generated_values)
+        .map_err(|source| HelmError::Values { source })?;
+    write_private(&values_file, yaml.as_bytes()).map_err(|source| HelmError::Io {
+        what: "cannot write the generated values file",
+        path: values_file.clone(),
+        source,
+    })?;
+    Ok(values_file)
 }
 
 /// What a successful helm command printed (password scrubbed).
@@ -517,6 +547,7 @@ impl InstallPlan {
         InstallPlan {
             release: release.into(),
             namespace: namespace.into(),
+            create_namespace: false,
             chart,
             generated_values,
             user_values: Vec::new(),
@@ -578,7 +609,10 @@ impl InstallPlan {
         self.chart.args(&mut a);
         a.push("--namespace".into());
         a.push(self.namespace.clone());
-        // No --create-namespace: the chart renders the Namespace itself (see `namespace`).
+        // Never for the chart's own namespace (see `namespace`).
+        if self.create_namespace {
+            a.push("--create-namespace".into());
+        }
         if let Some(k) = &self.kubeconfig {
             a.push("--kubeconfig".into());
             a.push(k.to_string_lossy().into_owned());

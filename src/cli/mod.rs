@@ -274,9 +274,11 @@ pub struct LoadArgs {
     /// Release name.
     #[arg(long, default_value = "koordinator")]
     pub release: String,
-    /// Release namespace.
-    #[arg(long, default_value = "koordinator-system")]
-    pub namespace: String,
+    /// Release namespace: where helm keeps its release records [default: default, as
+    /// Koordinator's guide installs it, or the namespace where release NAME already is]. The
+    /// chart puts its own objects into koordinator-system whatever this is.
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
     /// Values file passed to helm (after the generated values).
     #[arg(long = "values", short = 'f', value_name = "FILE")]
     pub values: Vec<PathBuf>,

@@ -1,14 +1,18 @@
 //! A small, read-only Kubernetes API client: GET a path, get JSON back (or `None` on 404).
 //!
-//! Authentication as resolved by [`super::kubeconfig`]: bearer token, basic, TLS client
-//! certificate; server verification against the kubeconfig's CA (only it: the system roots are
+//! Authentication as resolved by [`super::kubeconfig`]: bearer token, basic, an exec
+//! plugin's token ([`super::exec`], cached until it expires and fetched again once after a
+//! 401), TLS client certificate. As client-go (kubectl, helm) does, credentials are sent over
+//! TLS only: to a plain `http://` server requests go without them, and a 401/403 then says
+//! why ([`ClusterError::CredentialsWithheld`]). Server verification against the kubeconfig's CA (only it: the system roots are
 //! not used when a CA is given), the system roots otherwise, or none with
 //! `insecure-skip-tls-verify`. Timeouts: 5 s to connect, 20 s per request. No retries: a
 //! preflight that cannot reach the cluster says so at once.
 
+use super::exec::ExecToken;
 use super::kubeconfig::{Credentials, Kubeconfig};
 use super::ClusterError;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Largest response body accepted (a NodeList of a big cluster fits many times over).
 const MAX_BODY: usize = 128 * 1024 * 1024;
@@ -27,6 +31,7 @@ pub struct KubeClient {
     user: String,
     credentials: Credentials,
     timeouts: (Duration, Duration),
+    exec_cache: tokio::sync::Mutex<Option<ExecToken>>,
 }
 
 impl std::fmt::Debug for KubeClient {
@@ -117,6 +122,7 @@ impl KubeClient {
             },
             credentials: cfg.credentials.clone(),
             timeouts: (connect, request),
+            exec_cache: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -135,23 +141,85 @@ impl KubeClient {
         &self.user
     }
 
+    /// Why the kubeconfig's credentials are not sent, when they are not: the server URL is
+    /// plain `http://` (client-go never sends credentials without TLS either).
+    pub fn credentials_withheld(&self) -> Option<String> {
+        if self.credentials == Credentials::None || !self.plain_http() {
+            return None;
+        }
+        Some(format!(
+            "the credentials of kubeconfig user {:?} are not sent to {}: it is plain http://, and credentials go over TLS only (as with kubectl and helm)",
+            self.user, self.server
+        ))
+    }
+
+    fn plain_http(&self) -> bool {
+        self.base
+            .get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("http://"))
+    }
+
+    /// The exec plugin's token: cached while fresh, else (or when `refresh`) run the plugin.
+    async fn exec_token(
+        &self,
+        exec: &super::exec::ExecConfig,
+        refresh: bool,
+    ) -> Result<super::Secret, ClusterError> {
+        let mut cache = self.exec_cache.lock().await;
+        if !refresh {
+            if let Some(t) = cache.as_ref().filter(|t| t.fresh(SystemTime::now())) {
+                return Ok(t.token.clone());
+            }
+        }
+        let t = exec.run().await?;
+        let token = t.token.clone();
+        *cache = Some(t);
+        Ok(token)
+    }
+
     /// GET `path` (e.g. `/api/v1/nodes`, query included) and parse the JSON answer. `Ok(None)`
     /// on 404.
     pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>, ClusterError> {
         let url = format!("{}{}", self.base, path);
-        let mut req = self
-            .http
-            .get(&url)
-            .header(reqwest::header::ACCEPT, "application/json");
-        req = match &self.credentials {
-            Credentials::None => req,
-            Credentials::Bearer(t) => req.bearer_auth(t.expose()),
-            Credentials::Basic { username, password } => {
-                req.basic_auth(username, Some(password.expose()))
+        let withheld = self.credentials_withheld().is_some();
+        let mut refreshed = false;
+        let resp = loop {
+            let mut req = self
+                .http
+                .get(&url)
+                .header(reqwest::header::ACCEPT, "application/json");
+            req = match &self.credentials {
+                _ if withheld => req,
+                Credentials::None => req,
+                Credentials::Bearer(t) => req.bearer_auth(t.expose()),
+                Credentials::Basic { username, password } => {
+                    req.basic_auth(username, Some(password.expose()))
+                }
+                Credentials::Exec(e) => {
+                    req.bearer_auth(self.exec_token(e, refreshed).await?.expose())
+                }
+            };
+            let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
+            // An exec token the server refuses is fetched again, once (as client-go does).
+            if resp.status().as_u16() == 401
+                && !refreshed
+                && !withheld
+                && matches!(self.credentials, Credentials::Exec(_))
+            {
+                refreshed = true;
+                continue;
             }
+            break resp;
         };
-        let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
         let status = resp.status();
+        if withheld && matches!(status.as_u16(), 401 | 403) {
+            return Err(ClusterError::CredentialsWithheld {
+                server: self.server.clone(),
+                user: self.user.clone(),
+                resource: path.to_string(),
+                status: status.to_string(),
+            });
+        }
         let body = read_body(resp).await.map_err(|e| match e {
             BodyError::Transport(e) => self.transport_error(&e),
             BodyError::TooLarge => ClusterError::Api {
@@ -326,7 +394,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ok_404_and_auth_header() {
+    async fn ok_404_and_no_credentials_over_plain_http() {
         let (url, seen) = serve(
             "200 OK",
             r#"{"major":"1","minor":"29","gitVersion":"v1.29.2"}"#,
@@ -336,14 +404,14 @@ mod tests {
             Credentials::Bearer(Secret::new("tok-123")),
         ))
         .unwrap();
+        assert!(c.credentials_withheld().unwrap().contains("plain http://"));
         let v = c.get_json("/version").await.unwrap().unwrap();
         assert_eq!(v["gitVersion"], "v1.29.2");
         let head = seen.lock().unwrap()[0].clone();
         assert!(head.starts_with("GET /version HTTP/1.1"), "{head}");
         assert!(
-            head.to_ascii_lowercase()
-                .contains("authorization: bearer tok-123"),
-            "{head}"
+            !head.to_ascii_lowercase().contains("authorization"),
+            "no credentials over plain HTTP: {head}"
         );
 
         let (url, _) = serve(
@@ -351,24 +419,33 @@ mod tests {
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"namespaces"},"code":404}"#,
         );
         let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
+        assert!(c.credentials_withheld().is_none());
         assert!(c.get_json("/api/v1/namespaces/x").await.unwrap().is_none());
     }
 
     #[tokio::test]
-    async fn basic_auth_header() {
-        let (url, seen) = serve("200 OK", "{}");
+    async fn withheld_basic_credentials_explain_a_401() {
+        let (url, seen) = serve("401 Unauthorized", "{}");
         let c = KubeClient::new(&cfg(
-            url,
+            url.clone(),
             Credentials::Basic {
                 username: "admin".into(),
                 password: Secret::new("pw"),
             },
         ))
         .unwrap();
-        c.get_json("/version").await.unwrap();
+        let e = c.get_json("/version").await.unwrap_err();
+        assert!(
+            matches!(e, ClusterError::CredentialsWithheld { .. }),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        assert!(
+            m.contains("were not sent") && m.contains("https://") && m.contains(&url),
+            "{m}"
+        );
         let head = seen.lock().unwrap()[0].to_ascii_lowercase();
-        // base64("admin:pw")
-        assert!(head.contains("authorization: basic ywrtaw46chc="), "{head}");
+        assert!(!head.contains("authorization"), "{head}");
     }
 
     #[tokio::test]
@@ -377,11 +454,7 @@ mod tests {
             "401 Unauthorized",
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
         );
-        let c = KubeClient::new(&cfg(
-            url.clone(),
-            Credentials::Bearer(Secret::new("expired-tok")),
-        ))
-        .unwrap();
+        let c = KubeClient::new(&cfg(url.clone(), Credentials::None)).unwrap();
         let e = c.get_json("/api/v1/nodes").await.unwrap_err();
         let m = e.to_string();
         assert!(matches!(e, ClusterError::Unauthorized { .. }));

@@ -7,12 +7,15 @@
 //! `client-key(-data)`, `username`/`password`. `*-data` wins over the file form. Relative file
 //! paths are relative to the kubeconfig's directory.
 //!
-//! Not supported in this version, each reported with a clear error naming the user entry:
 //! `exec` credential plugins (EKS's `aws eks get-token`, GKE's `gke-gcloud-auth-plugin`,
-//! `kubelogin`), `auth-provider` (oidc, gcp, azure), impersonation (`as`, `as-groups`...), and
+//! `kubelogin`) are run as client-go runs them ([`super::exec`]).
+//!
+//! Not supported in this version, each reported with a clear error naming the user entry:
+//! `auth-provider` (oidc, gcp, azure), impersonation (`as`, `as-groups`...), and
 //! `tls-server-name`. Only one kubeconfig file is read: with a `$KUBECONFIG` list, the first
 //! entry that exists (kubectl would merge them all).
 
+use super::exec::{ExecConfig, API_VERSIONS};
 use super::secret::{Secret, SecretBytes};
 use super::ClusterError;
 use base64::Engine as _;
@@ -61,6 +64,8 @@ pub enum Credentials {
         /// The password.
         password: Secret,
     },
+    /// `Authorization: Bearer <token>` with the token of an exec credential plugin.
+    Exec(Box<ExecConfig>),
 }
 
 /// A TLS client certificate chain and its private key, both PEM.
@@ -243,13 +248,68 @@ pub fn parse(text: &str, path: &Path, context: Option<&str>) -> Result<Kubeconfi
             .user
             .unwrap_or_default()
     };
-    if let Some(exec) = &user.exec {
-        return Err(ClusterError::ExecPluginUnsupported {
-            path: path.to_path_buf(),
-            user: user_name,
-            command: exec.display_command(),
-        });
-    }
+    let exec = match &user.exec {
+        None => None,
+        Some(e) => {
+            let command = e.command.clone().unwrap_or_default();
+            let bad = |message: String| ClusterError::ExecPlugin {
+                path: path.to_path_buf(),
+                user: user_name.clone(),
+                command: e.display_command(),
+                message,
+            };
+            if command.trim().is_empty() {
+                return Err(bad("the exec entry names no command".into()));
+            }
+            let api_version = e.api_version.clone().unwrap_or_default();
+            if !API_VERSIONS.contains(&api_version.as_str()) {
+                return Err(bad(format!(
+                    "apiVersion {api_version:?} is not supported (supported: {})",
+                    API_VERSIONS.join(", ")
+                )));
+            }
+            let interactive_mode = match e.interactive_mode.as_deref().filter(|m| !m.is_empty()) {
+                Some(m @ ("Never" | "IfAvailable" | "Always")) => m.to_string(),
+                Some(m) => {
+                    return Err(bad(format!(
+                        "interactiveMode {m:?} is not Never, IfAvailable or Always"
+                    )))
+                }
+                // As client-go: required in v1, IfAvailable by default in v1beta1.
+                None if api_version.ends_with("/v1") => {
+                    return Err(bad(
+                        "interactiveMode must be set for client.authentication.k8s.io/v1".into(),
+                    ))
+                }
+                None => "IfAvailable".into(),
+            };
+            let env = e
+                .env
+                .iter()
+                .flatten()
+                .map(|v| {
+                    (
+                        v.name.clone(),
+                        v.value.clone().unwrap_or_else(|| Secret::new("")),
+                    )
+                })
+                .collect();
+            Some(ExecConfig {
+                kubeconfig: path.to_path_buf(),
+                user: user_name.clone(),
+                api_version,
+                command,
+                args: e.args.clone().unwrap_or_default(),
+                env,
+                install_hint: e.install_hint.clone().filter(|h| !h.trim().is_empty()),
+                provide_cluster_info: e.provide_cluster_info.unwrap_or(false),
+                interactive_mode,
+                server: server.clone(),
+                ca_pem: None,
+                insecure_skip_tls_verify: cluster.insecure_skip_tls_verify.unwrap_or(false),
+            })
+        }
+    };
     if let Some(ap) = &user.auth_provider {
         return Err(ClusterError::AuthProviderUnsupported {
             path: path.to_path_buf(),
@@ -297,7 +357,17 @@ pub fn parse(text: &str, path: &Path, context: Option<&str>) -> Result<Kubeconfi
         None => user.token.filter(|t| !t.is_empty()),
     };
     let username = user.username.filter(|u| !u.is_empty());
+    if exec.is_some() && (token.is_some() || username.is_some()) {
+        return Err(invalid(format!(
+            "user {user_name:?} sets both an exec plugin and a token or username/password; only one may be set"
+        )));
+    }
     let credentials = match (token, username) {
+        _ if exec.is_some() => {
+            let mut e = exec.map(Box::new).ok_or_else(|| invalid("exec".into()))?;
+            e.ca_pem = ca_pem.clone();
+            Credentials::Exec(e)
+        }
         (Some(_), Some(_)) => {
             return Err(invalid(format!(
                 "user {user_name:?} sets both a token and a username/password; only one may be set"
@@ -481,26 +551,53 @@ struct RawUser {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RawExec {
+    #[serde(default)]
+    api_version: Option<String>,
     #[serde(default)]
     command: Option<String>,
     #[serde(default)]
     args: Option<Vec<String>>,
+    #[serde(default)]
+    env: Option<Vec<RawEnv>>,
+    #[serde(default)]
+    install_hint: Option<String>,
+    #[serde(default)]
+    provide_cluster_info: Option<bool>,
+    #[serde(default)]
+    interactive_mode: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawEnv {
+    name: String,
+    #[serde(default)]
+    value: Option<Secret>,
 }
 
 impl RawExec {
-    /// The command line, with the value of any flag whose name suggests a credential
-    /// (`--token`, `--client-secret`, `--password`, `--key`...) replaced by `<redacted>`.
     fn display_command(&self) -> String {
+        redacted_command(
+            self.command.as_deref().unwrap_or("?"),
+            self.args.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// The command line, with the value of any flag whose name suggests a credential (`--token`,
+/// `--client-secret`, `--password`, `--key`...) replaced by `<redacted>`.
+pub(crate) fn redacted_command(command: &str, args: &[String]) -> String {
+    {
         let sensitive = |flag: &str| {
             let f = flag.trim_start_matches('-').to_ascii_lowercase();
             ["token", "secret", "password", "passwd", "key", "credential"]
                 .iter()
                 .any(|w| f.contains(w))
         };
-        let mut parts = vec![self.command.clone().unwrap_or_else(|| "?".into())];
+        let mut parts = vec![command.to_string()];
         let mut redact_next = false;
-        for a in self.args.iter().flatten() {
+        for a in args {
             if redact_next {
                 parts.push("<redacted>".into());
                 redact_next = false;
@@ -632,12 +729,12 @@ users:
     }
 
     #[test]
-    fn exec_plugin_is_refused_clearly() {
+    fn exec_plugin_entries_are_read_as_client_go_reads_them() {
         let cfg = r#"
 current-context: arn:aws:eks:eu-west-1:111122223333:cluster/prod
 clusters:
 - name: arn:aws:eks:eu-west-1:111122223333:cluster/prod
-  cluster: {server: "https://ABCD.gr7.eu-west-1.eks.amazonaws.com"}
+  cluster: {server: "https://ABCD.gr7.eu-west-1.eks.amazonaws.com", certificate-authority-data: UEVN}
 contexts:
 - name: arn:aws:eks:eu-west-1:111122223333:cluster/prod
   context: {cluster: "arn:aws:eks:eu-west-1:111122223333:cluster/prod", user: "arn:aws:eks:eu-west-1:111122223333:cluster/prod"}
@@ -648,53 +745,51 @@ users:
       apiVersion: client.authentication.k8s.io/v1beta1
       command: aws
       args: [--region, eu-west-1, eks, get-token, --cluster-name, prod]
+      env: [{name: AWS_PROFILE, value: prod}]
+      installHint: install the AWS CLI
+      provideClusterInfo: true
 "#;
-        let e = parse(cfg, &p(), None).unwrap_err();
-        assert!(matches!(e, ClusterError::ExecPluginUnsupported { .. }));
-        let m = e.to_string();
+        let k = parse(cfg, &p(), None).unwrap();
+        let Credentials::Exec(e) = &k.credentials else {
+            panic!("{:?}", k.credentials)
+        };
+        assert_eq!(e.command, "aws");
+        assert_eq!(e.args.len(), 6);
+        assert_eq!(e.env[0].0, "AWS_PROFILE");
+        assert_eq!(e.env[0].1.expose(), "prod");
+        assert_eq!(e.interactive_mode, "IfAvailable");
+        assert!(e.provide_cluster_info);
+        assert_eq!(e.ca_pem.as_deref(), Some(&b"PEM"[..]));
+        assert_eq!(e.install_hint.as_deref(), Some("install the AWS CLI"));
+        // v1 needs interactiveMode; unknown versions are refused, naming the command.
+        let v1 = cfg.replace("v1beta1", "v1");
+        let m = parse(&v1, &p(), None).unwrap_err().to_string();
+        assert!(m.contains("interactiveMode must be set"), "{m}");
         assert!(
-            m.contains("user \"arn:aws:eks:eu-west-1:111122223333:cluster/prod\""),
+            m.contains("aws --region eu-west-1 eks get-token --cluster-name prod"),
             "{m}"
         );
-        assert!(
-            m.contains("exec plugin (aws --region eu-west-1 eks get-token --cluster-name prod)"),
-            "{m}"
-        );
-        assert!(
-            m.contains("exec plugins are not supported in this version"),
-            "{m}"
-        );
-        assert!(
-            m.contains(
-                "use a token kubeconfig (e.g. a service-account token) or run with --no-install"
-            ),
-            "{m}"
-        );
+        let old = cfg.replace("v1beta1", "v1alpha1");
+        let m = parse(&old, &p(), None).unwrap_err().to_string();
+        assert!(m.contains("v1alpha1") && m.contains("not supported"), "{m}");
     }
 
     #[test]
     fn exec_command_shows_subcommands_not_flag_values() {
-        let e = RawExec {
-            command: Some("aws".into()),
-            args: Some(vec![
-                "eks".into(),
-                "get-token".into(),
-                "--token".into(),
-                "s3cr3t".into(),
-            ]),
-        };
-        assert_eq!(e.display_command(), "aws eks get-token --token <redacted>");
-        let e = RawExec {
-            command: Some("kubelogin".into()),
-            args: Some(vec![
-                "get-token".into(),
-                "--client-secret=shh".into(),
-                "--server-id".into(),
-                "abc".into(),
-            ]),
-        };
+        let args: Vec<String> = ["eks", "get-token", "--token", "s3cr3t"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(
-            e.display_command(),
+            redacted_command("aws", &args),
+            "aws eks get-token --token <redacted>"
+        );
+        let args: Vec<String> = ["get-token", "--client-secret=shh", "--server-id", "abc"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            redacted_command("kubelogin", &args),
             "kubelogin get-token --client-secret=<redacted> --server-id abc"
         );
     }

@@ -8,11 +8,23 @@
 //! | `kernel` | the same | Linux older than 4.19: Warn |
 //! | `containerd` | the same | containerd 1.7+: NRI mode available (Info); else not (Info) |
 //! | `crd-ownership` | `GET .../customresourcedefinitions/<name>` per chart CRD | unowned (ACK): Warn + `crds.<key>=false`, or Fail in strict mode; another release's: Fail |
-//! | `namespace` | `GET /api/v1/namespaces/<ns>` | exists without Helm ownership: Fail with the kubectl commands that adopt it |
-//! | `release` | Helm's release Secrets in `<ns>` | an existing release (upgrade), or one stuck in a pending state (Fail) |
+//! | `namespace` | `GET /api/v1/namespaces/<ns>` (release and chart namespaces) | the chart's namespace exists without Helm ownership: Fail with the kubectl commands that adopt it; the release namespace is missing: created by helm, unless it is the chart's own |
+//! | `release` | Helm's release Secrets in the release namespace, then in every namespace | an existing release (upgrade, where it lives), or one stuck in a pending state (Fail) |
+//! | `platform` | node `providerID`s and labels, kubelet `/configz`, DaemonSets | kind with a kubelet `cgroupRoot` other than `/` (Fail, with the guide's kind config); EKS with a custom CNI (koord-manager on the host network) |
 //!
-//! Tested against an HTTP stub serving real-format API responses (`tests/fixtures/kube/`), not
-//! against a live API server.
+//! # Release namespace and chart namespace
+//!
+//! Koordinator's install guide installs the release into `default` (`helm install koordinator
+//! koordinator-sh/koordinator`); the chart renders its own `koordinator-system` Namespace and puts
+//! every namespaced object there. Helm's first write is the release record, a Secret in the
+//! release namespace: a release namespace of `koordinator-system` fails on a fresh cluster with
+//! 404 `namespaces "koordinator-system" not found`, and `--create-namespace` then makes the chart's
+//! own Namespace object conflict. So the release namespace is `default` unless the user names
+//! another one, and a release of the same name found in another namespace (installed there
+//! before) is upgraded where it is rather than installed a second time.
+//!
+//! Tested against a stateful fake API server (`tests/kube-fake/`) and real-format fixtures
+//! (`tests/fixtures/kube/`), not against a live API server.
 
 use super::client::KubeClient;
 use super::release;
@@ -36,6 +48,23 @@ pub const CHECK_CRD_OWNERSHIP: &str = "crd-ownership";
 pub const CHECK_NAMESPACE: &str = "namespace";
 /// Check name: an existing Helm release.
 pub const CHECK_RELEASE: &str = "release";
+/// Check name: what the platform (kind, EKS) needs.
+pub const CHECK_PLATFORM: &str = "platform";
+
+/// The kind cluster configuration of Koordinator's install guide: kubelet's cgroup root `/`.
+pub const KIND_CLUSTER_CONFIG: &str = r#"kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+- role: control-plane
+  kubeadmConfigPatches:
+  - |
+    kind: InitConfiguration
+    nodeRegistration:
+      kubeletExtraArgs:
+        cgroup-root: "/"
+  - |
+    kind: KubeletConfiguration
+    cgroupRoot: /"#;
 
 /// Kubernetes below this is refused.
 const MIN_KUBE: (u32, u32) = (1, 18);
@@ -55,12 +84,20 @@ pub struct PreflightInput<'a> {
     pub bundle_platforms: &'a [String],
     /// The CRDs the chart will render (leave out those already switched off).
     pub crds: &'a [ChartCrd],
-    /// Helm release namespace, also the chart's install namespace (`koordinator-system`).
+    /// Helm release namespace (`default`, as Koordinator's guide installs it).
     pub namespace: &'a str,
+    /// The user named the release namespace (`--namespace`): a release of the same name in
+    /// another namespace is then a conflict, not followed.
+    pub namespace_explicit: bool,
+    /// The namespace the chart creates and installs its objects into (`koordinator-system`).
+    pub chart_namespace: &'a str,
     /// Helm release name (`koordinator`).
     pub release: &'a str,
-    /// Refuse unowned CRDs instead of switching them off (`crd_values_off`).
+    /// Refuse conflicts instead of working around them (unowned CRDs switched off, EKS custom
+    /// CNI on the host network).
     pub strict: bool,
+    /// koord-manager is put on the host network anyway (`--host-network`).
+    pub host_network: bool,
 }
 
 /// One CRD of the chart.
@@ -142,6 +179,12 @@ pub struct NodeInfo {
     pub kernel: String,
     /// `containerRuntimeVersion` (`containerd://1.7.22`).
     pub container_runtime: String,
+    /// `spec.providerID` (`kind://docker/kind/kind-control-plane`, `aws:///eu-west-1a/i-...`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub provider_id: String,
+    /// The node carries `eks.amazonaws.com/*` labels.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub eks_labels: bool,
 }
 
 /// The newest revision of an existing Helm release of the same name.
@@ -175,6 +218,14 @@ pub struct PreflightReport {
     pub crd_values_off: Vec<String>,
     /// The existing release of the same name, if any (the install is then an upgrade).
     pub existing_release: Option<ReleaseInfo>,
+    /// The release namespace to install into: the one asked for, or the one where the release
+    /// already lives.
+    pub release_namespace: String,
+    /// The release namespace does not exist: helm creates it (`--create-namespace`).
+    pub create_namespace: bool,
+    /// koord-manager must run on the host network (EKS with a custom CNI): set
+    /// `manager.hostNetwork=true`.
+    pub host_network: bool,
 }
 
 impl PreflightReport {
@@ -214,6 +265,15 @@ pub async fn preflight(
     let nodes = list_nodes(client).await?;
     findings.extend(node_findings(&nodes, input.bundle_platforms));
 
+    let (platform, host_network) = platform_findings(client, &nodes, input).await?;
+    findings.extend(platform);
+
+    // The release: in the release namespace, else anywhere (installed by hand elsewhere).
+    let (existing_release, release_namespace, release_finding) =
+        find_release(client, input).await?;
+    findings.extend(release_finding);
+    let ns = release_namespace.as_str();
+
     let mut crds = Vec::new();
     for crd in input.crds {
         let obj = client
@@ -224,40 +284,30 @@ pub async fn preflight(
             .await?;
         crds.push((crd, obj));
     }
-    let (crd_findings, crd_values_off) = crd_findings(&crds, input);
+    let owner = PreflightInput {
+        namespace: ns,
+        ..*input
+    };
+    let (crd_findings, crd_values_off) = crd_findings(&crds, &owner);
     findings.extend(crd_findings);
 
-    let ns = client
-        .get_json(&format!("/api/v1/namespaces/{}", input.namespace))
-        .await?;
-    findings.extend(namespace_findings(
-        ns.as_ref(),
-        input.namespace,
+    let release_ns_obj = client.get_json(&format!("/api/v1/namespaces/{ns}")).await?;
+    let chart_ns_obj = if input.chart_namespace == ns {
+        release_ns_obj.clone()
+    } else {
+        client
+            .get_json(&format!("/api/v1/namespaces/{}", input.chart_namespace))
+            .await?
+    };
+    let (ns_findings, create_namespace) = namespace_findings(
+        release_ns_obj.as_ref(),
+        chart_ns_obj.as_ref(),
+        ns,
+        input.chart_namespace,
         input.release,
-    ));
-
-    let selector = format!("owner%3Dhelm%2Cname%3D{}", percent_encode(input.release));
-    let secrets = client
-        .get_json(&format!(
-            "/api/v1/namespaces/{}/secrets?labelSelector={selector}",
-            input.namespace
-        ))
-        .await?
-        .unwrap_or(Value::Null);
-    let existing_release = release::latest(&secrets).map(|(r, secret)| ReleaseInfo {
-        name: r.name,
-        namespace: if r.namespace.is_empty() {
-            input.namespace.to_string()
-        } else {
-            r.namespace
-        },
-        revision: r.revision,
-        status: r.status,
-        chart_version: release::decode(secret)
-            .as_ref()
-            .and_then(release::chart_version),
-    });
-    findings.extend(release_findings(existing_release.as_ref(), input));
+    );
+    findings.extend(ns_findings);
+    findings.extend(release_findings(existing_release.as_ref(), &owner));
 
     Ok(PreflightReport {
         server_version: if git.is_empty() {
@@ -269,6 +319,126 @@ pub async fn preflight(
         findings,
         crd_values_off,
         existing_release,
+        release_namespace,
+        create_namespace,
+        host_network,
+    })
+}
+
+/// The newest revision of release `input.release` in the release namespace; if it has none,
+/// in any other namespace (Helm's release Secrets, labels `owner=helm,name=<release>`). Returns
+/// the release, the namespace to install into, and a finding when the release lives elsewhere.
+async fn find_release(
+    client: &KubeClient,
+    input: &PreflightInput<'_>,
+) -> Result<(Option<ReleaseInfo>, String, Vec<Finding>), ClusterError> {
+    let selector = format!("owner%3Dhelm%2Cname%3D{}", percent_encode(input.release));
+    let here = client
+        .get_json(&format!(
+            "/api/v1/namespaces/{}/secrets?labelSelector={selector}",
+            input.namespace
+        ))
+        .await?
+        .unwrap_or(Value::Null);
+    if let Some(r) = release_info(&here, input.namespace) {
+        return Ok((Some(r), input.namespace.to_string(), Vec::new()));
+    }
+    let everywhere = match client
+        .get_json(&format!("/api/v1/secrets?labelSelector={selector}"))
+        .await
+    {
+        Ok(v) => v.unwrap_or(Value::Null),
+        Err(ClusterError::Forbidden { .. }) => {
+            return Ok((
+                None,
+                input.namespace.to_string(),
+                vec![Finding::new(
+                    Level::Warn,
+                    CHECK_RELEASE,
+                    format!(
+                        "not allowed to list Secrets in all namespaces: a release {:?} installed in a namespace other than {} would not be found (and helm would install a second one that conflicts with it)",
+                        input.release, input.namespace
+                    ),
+                    Some(format!("check with `helm list -A --filter '^{}$'`; if it exists elsewhere, pass --namespace NS", input.release)),
+                )],
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let mut by_ns: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for s in everywhere
+        .get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let ns = s
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if !ns.is_empty() && ns != input.namespace {
+            by_ns.entry(ns).or_default().push(s.clone());
+        }
+    }
+    let mut found: Vec<ReleaseInfo> = by_ns
+        .iter()
+        .filter_map(|(ns, items)| release_info(&serde_json::json!({ "items": items }), ns))
+        .collect();
+    let (rel, ns) = (input.release, input.namespace);
+    match found.len() {
+        0 => Ok((None, ns.to_string(), Vec::new())),
+        1 if !input.namespace_explicit => {
+            let r = found.remove(0);
+            let other = r.namespace.clone();
+            let f = Finding::new(
+                Level::Info,
+                CHECK_RELEASE,
+                format!(
+                    "Helm release {rel:?} already exists in namespace {other} (not in {ns}): it is upgraded there, in namespace {other}, so that no second release fights it for the same objects"
+                ),
+                None,
+            );
+            Ok((Some(r), other, vec![f]))
+        }
+        _ => {
+            let list = found
+                .iter()
+                .map(|r| format!("{} (revision {}, {})", r.namespace, r.revision, r.status))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let f = Finding::new(
+                Level::Fail,
+                CHECK_RELEASE,
+                format!(
+                    "Helm release {rel:?} already exists in {list}, not in {ns}: a second release {rel:?} in {ns} would claim the same cluster-wide objects (CRDs, ClusterRoles, webhooks, the {} namespace) and helm would refuse them",
+                    input.chart_namespace
+                ),
+                Some(if found.len() == 1 {
+                    format!("upgrade it where it is: --namespace {}", found[0].namespace)
+                } else {
+                    format!("keep one of them (helm uninstall {rel} -n NS for the others), then pass --namespace NS")
+                }),
+            );
+            Ok((None, ns.to_string(), vec![f]))
+        }
+    }
+}
+
+/// The newest release of a SecretList, with its chart version.
+fn release_info(list: &Value, namespace: &str) -> Option<ReleaseInfo> {
+    release::latest(list).map(|(r, secret)| ReleaseInfo {
+        name: r.name,
+        namespace: if r.namespace.is_empty() {
+            namespace.to_string()
+        } else {
+            r.namespace
+        },
+        revision: r.revision,
+        status: r.status,
+        chart_version: release::decode(secret)
+            .as_ref()
+            .and_then(release::chart_version),
     })
 }
 
@@ -326,6 +496,11 @@ pub(crate) fn node_infos(list: &Value) -> Vec<NodeInfo> {
                     os: s(n, "/status/nodeInfo/operatingSystem"),
                     kernel: s(n, "/status/nodeInfo/kernelVersion"),
                     container_runtime: s(n, "/status/nodeInfo/containerRuntimeVersion"),
+                    provider_id: s(n, "/spec/providerID"),
+                    eks_labels: n
+                        .pointer("/metadata/labels")
+                        .and_then(Value::as_object)
+                        .is_some_and(|l| l.keys().any(|k| k.starts_with("eks.amazonaws.com/"))),
                 })
                 .collect()
         })
@@ -613,6 +788,185 @@ pub(crate) fn node_findings(nodes: &[NodeInfo], bundle_platforms: &[String]) -> 
     out
 }
 
+/// kind and EKS, as Koordinator's install guide has them. Returns the findings and whether
+/// koord-manager must go on the host network.
+async fn platform_findings(
+    client: &KubeClient,
+    nodes: &[NodeInfo],
+    input: &PreflightInput<'_>,
+) -> Result<(Vec<Finding>, bool), ClusterError> {
+    let mut out = Vec::new();
+    let kind: Vec<&NodeInfo> = nodes
+        .iter()
+        .filter(|n| n.provider_id.starts_with("kind://"))
+        .collect();
+    if !kind.is_empty() {
+        let mut bad = Vec::new();
+        let mut unknown = Vec::new();
+        for n in &kind {
+            match client
+                .get_json(&format!("/api/v1/nodes/{}/proxy/configz", n.name))
+                .await
+            {
+                Ok(Some(v)) => {
+                    let root = v
+                        .pointer("/kubeletconfig/cgroupRoot")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    if root != "/" {
+                        bad.push(format!(
+                            "{} ({})",
+                            n.name,
+                            if root.is_empty() { "unset" } else { root }
+                        ));
+                    }
+                }
+                Ok(None) | Err(ClusterError::Forbidden { .. }) | Err(ClusterError::Api { .. }) => {
+                    unknown.push(n.name.as_str())
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        out.extend(kind_findings(&bad, &unknown));
+    }
+    let eks = nodes
+        .iter()
+        .any(|n| n.provider_id.starts_with("aws://") || n.eks_labels);
+    let mut host_network = false;
+    if eks {
+        let daemonsets: Vec<String> = client
+            .get_json("/apis/apps/v1/daemonsets")
+            .await?
+            .and_then(|l| l.get("items").cloned())
+            .and_then(|i| i.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                    d.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                )
+            })
+            .collect();
+        let (f, hn) = eks_findings(&daemonsets, input.strict, input.host_network);
+        out.extend(f);
+        host_network = hn;
+    }
+    Ok((out, host_network))
+}
+
+/// kind nodes whose kubelet cgroup root is not `/` (`bad`, "name (root)"), or could not be read.
+pub(crate) fn kind_findings(bad: &[String], unknown: &[&str]) -> Vec<Finding> {
+    let fix = format!(
+        "create the kind cluster with kubelet's cgroup root at / (Koordinator's install guide), e.g. `kind create cluster --config kind.yaml` with kind.yaml:\n{KIND_CLUSTER_CONFIG}"
+    );
+    let mut out = Vec::new();
+    if !bad.is_empty() {
+        out.push(Finding::new(
+            Level::Fail,
+            CHECK_PLATFORM,
+            format!(
+                "kind node(s) {} run kubelet with a cgroup root other than /: koordlet looks for /host-cgroup/kubepods.slice and will not find the pods' cgroups",
+                names(bad.iter().map(String::as_str))
+            ),
+            Some(fix),
+        ));
+    } else if !unknown.is_empty() {
+        out.push(Finding::new(
+            Level::Warn,
+            CHECK_PLATFORM,
+            format!(
+                "kind node(s) {}: kubelet's configuration (/configz) could not be read, so its cgroup root was not checked; koordlet needs it at /",
+                names(unknown.iter().copied())
+            ),
+            Some(fix),
+        ));
+    } else {
+        out.push(Finding::new(
+            Level::Info,
+            CHECK_PLATFORM,
+            "kind cluster with kubelet's cgroup root at /, as Koordinator needs",
+            None,
+        ));
+    }
+    out
+}
+
+/// EKS: a custom CNI (Calico, Weave, Cilium DaemonSets, and no `aws-node`) leaves the control
+/// plane unable to reach pod IPs, so koord-manager's webhook must be on the host network.
+/// `daemonsets` are `namespace/name`. Returns the findings and whether to set
+/// `manager.hostNetwork=true`.
+pub(crate) fn eks_findings(
+    daemonsets: &[String],
+    strict: bool,
+    host_network: bool,
+) -> (Vec<Finding>, bool) {
+    let name = |d: &String| d.rsplit('/').next().unwrap_or("").to_string();
+    let aws_node = daemonsets.iter().any(|d| name(d) == "aws-node");
+    let custom: Vec<&String> = daemonsets
+        .iter()
+        .filter(|d| {
+            let n = name(d);
+            n.starts_with("calico") || n.starts_with("weave") || n.starts_with("cilium")
+        })
+        .collect();
+    if aws_node || custom.is_empty() {
+        return (
+            vec![Finding::new(
+                Level::Info,
+                CHECK_PLATFORM,
+                if aws_node {
+                    "EKS with the Amazon VPC CNI (aws-node): the control plane reaches koord-manager's webhook"
+                } else {
+                    "EKS without a Calico, Weave or Cilium DaemonSet: the control plane reaches koord-manager's webhook"
+                },
+                None,
+            )],
+            false,
+        );
+    }
+    let list = names(custom.iter().map(|s| s.as_str()));
+    let why = format!(
+        "EKS with a custom CNI ({list}) and no aws-node: the EKS control plane cannot reach pod IPs, so koord-manager's webhook is unreachable unless koord-manager runs on the host network"
+    );
+    if host_network {
+        return (
+            vec![Finding::new(
+                Level::Info,
+                CHECK_PLATFORM,
+                format!("{why}: --host-network sets manager.hostNetwork=true"),
+                None,
+            )],
+            true,
+        );
+    }
+    if strict {
+        return (
+            vec![Finding::new(
+                Level::Fail,
+                CHECK_PLATFORM,
+                why,
+                Some("pass --host-network (manager.hostNetwork=true)".into()),
+            )],
+            false,
+        );
+    }
+    (
+        vec![Finding::new(
+            Level::Warn,
+            CHECK_PLATFORM,
+            format!("{why}: setting manager.hostNetwork=true"),
+            None,
+        )],
+        true,
+    )
+}
+
 /// Who owns an existing object, by Helm's ownership metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ownership {
@@ -783,64 +1137,104 @@ fn adopt_commands(
     )
 }
 
-/// Findings for the install namespace (`None`: absent).
+/// Findings for the release namespace and the chart's namespace (`None`: absent), and whether
+/// helm must create the release namespace (`--create-namespace`).
 pub(crate) fn namespace_findings(
-    ns: Option<&Value>,
+    release_ns: Option<&Value>,
+    chart_ns: Option<&Value>,
     namespace: &str,
+    chart_namespace: &str,
     release: &str,
-) -> Vec<Finding> {
+) -> (Vec<Finding>, bool) {
     let input = PreflightInput {
         bundle_platforms: &[],
         crds: &[],
         namespace,
+        namespace_explicit: false,
+        chart_namespace,
         release,
         strict: false,
+        host_network: false,
     };
-    let Some(obj) = ns else {
-        return vec![Finding::new(
-            Level::Info,
-            CHECK_NAMESPACE,
-            format!("namespace {namespace} does not exist yet: the chart creates it"),
-            None,
-        )];
+    let terminating = |obj: &Value, ns: &str| {
+        (obj.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")).then(|| {
+            Finding::new(
+                Level::Fail,
+                CHECK_NAMESPACE,
+                format!("namespace {ns} is being deleted (Terminating)"),
+                Some(format!(
+                    "wait until `kubectl get namespace {ns}` reports NotFound, then run again"
+                )),
+            )
+        })
     };
-    if obj.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
-        return vec![Finding::new(
-            Level::Fail,
-            CHECK_NAMESPACE,
-            format!("namespace {namespace} is being deleted (Terminating)"),
-            Some(format!(
-                "wait until `kubectl get namespace {namespace}` reports NotFound, then run again"
-            )),
-        )];
-    }
-    match ownership(obj, release, namespace) {
-        Ownership::This => vec![Finding::new(
-            Level::Info,
-            CHECK_NAMESPACE,
-            format!("namespace {namespace} exists and is managed by release {release:?}"),
-            None,
-        )],
-        Ownership::Unmanaged => vec![Finding::new(
+    let mut out = Vec::new();
+    let mut create = false;
+    if namespace != chart_namespace {
+        match release_ns {
+            None => {
+                create = true;
+                out.push(Finding::new(
+                    Level::Info,
+                    CHECK_NAMESPACE,
+                    format!("release namespace {namespace} does not exist: helm creates it for its release record (--create-namespace)"),
+                    None,
+                ));
+            }
+            Some(obj) => out.extend(terminating(obj, namespace)),
+        }
+    } else if release_ns.is_none() {
+        out.push(Finding::new(
             Level::Fail,
             CHECK_NAMESPACE,
             format!(
-                "namespace {namespace} exists without Helm ownership; the chart renders this Namespace itself, so Helm will refuse to install. Once adopted, Helm owns it: `helm uninstall` would delete it with everything in it"
+                "the release namespace is the chart's own namespace {namespace}, which does not exist yet: helm writes its release record there before the chart creates it, and stops with 404 namespaces \"{namespace}\" not found (--create-namespace would instead make the chart's Namespace object conflict)"
             ),
-            Some(adopt_commands("namespace", namespace, Some(obj), &input)),
-        )],
-        Ownership::Other { release: other, namespace: other_ns } => vec![Finding::new(
+            Some("install the release into default, as Koordinator's guide does (leave out --namespace, or --namespace default)".into()),
+        ));
+        return (out, false);
+    }
+    let Some(obj) = chart_ns else {
+        out.push(Finding::new(
+            Level::Info,
+            CHECK_NAMESPACE,
+            format!("namespace {chart_namespace} does not exist yet: the chart creates it"),
+            None,
+        ));
+        return (out, create);
+    };
+    if let Some(f) = terminating(obj, chart_namespace) {
+        out.push(f);
+        return (out, create);
+    }
+    out.push(match ownership(obj, release, namespace) {
+        Ownership::This => Finding::new(
+            Level::Info,
+            CHECK_NAMESPACE,
+            format!("namespace {chart_namespace} exists and is managed by release {release:?} ({namespace})"),
+            None,
+        ),
+        Ownership::Unmanaged => Finding::new(
             Level::Fail,
             CHECK_NAMESPACE,
             format!(
-                "namespace {namespace} belongs to Helm release {other:?} in namespace {other_ns:?}, not to {release:?} in {namespace:?}: Helm will refuse to install"
+                "namespace {chart_namespace} exists without Helm ownership; the chart renders this Namespace itself, so Helm will refuse to install. Once adopted, Helm owns it: `helm uninstall` would delete it with everything in it"
+            ),
+            Some(adopt_commands("namespace", chart_namespace, Some(obj), &input)),
+        ),
+        Ownership::Other { release: other, namespace: other_ns } => Finding::new(
+            Level::Fail,
+            CHECK_NAMESPACE,
+            format!(
+                "namespace {chart_namespace} belongs to Helm release {other:?} in namespace {other_ns:?}, not to {release:?} in {namespace:?}: Helm will refuse to install"
             ),
             Some(format!(
-                "upgrade release {other:?} (namespace {other_ns:?}) instead, or hand the namespace over: {}",
-                adopt_commands("namespace", namespace, Some(obj), &input)
+                "upgrade release {other:?} (--namespace {other_ns}) instead, or hand the namespace over: {}",
+                adopt_commands("namespace", chart_namespace, Some(obj), &input)
             )),
-        )],
-    }
+        ),
+    });
+    (out, create)
 }
 
 /// Findings for an existing release.
@@ -880,6 +1274,17 @@ pub(crate) fn release_findings(
             CHECK_RELEASE,
             format!("Helm release {rel:?} was uninstalled with its history kept (revision {}{chart}) in {ns}", r.revision),
             None,
+        ),
+        "pending-install" => Finding::new(
+            Level::Fail,
+            CHECK_RELEASE,
+            format!(
+                "Helm release {rel:?} revision {}{chart} is stuck in pending-install in {ns}: an install was interrupted, and Helm refuses to change a release while another operation is in progress",
+                r.revision
+            ),
+            Some(format!(
+                "make sure no helm command is running on it, then remove the unfinished install with `helm uninstall {rel} -n {ns}` and run again"
+            )),
         ),
         s if s.starts_with("pending") || s == "uninstalling" => Finding::new(
             Level::Fail,
@@ -939,9 +1344,12 @@ mod tests {
         PreflightInput {
             bundle_platforms: platforms,
             crds,
-            namespace: "koordinator-system",
+            namespace: "default",
+            namespace_explicit: false,
+            chart_namespace: "koordinator-system",
             release: "koordinator",
             strict,
+            host_network: false,
         }
     }
 
@@ -1105,6 +1513,8 @@ mod tests {
                 os: "linux".into(),
                 kernel: "5.4".into(),
                 container_runtime: "containerd://1.7.0".into(),
+                provider_id: String::new(),
+                eks_labels: false,
             })
             .collect();
         let f = node_findings(&nodes, &["linux/amd64".into()]);
@@ -1199,12 +1609,12 @@ mod tests {
     #[test]
     fn crd_of_another_release_or_without_switch_fails() {
         let mut c = crd("reservations.scheduling.koordinator.sh");
-        let other = json!({"metadata": {"name": c.name, "labels": {"app.kubernetes.io/managed-by": "Helm"}, "annotations": {"meta.helm.sh/release-name": "koordinator", "meta.helm.sh/release-namespace": "default"}}});
+        let other = json!({"metadata": {"name": c.name, "labels": {"app.kubernetes.io/managed-by": "Helm"}, "annotations": {"meta.helm.sh/release-name": "koordinator", "meta.helm.sh/release-namespace": "kube-system"}}});
         let crds = vec![c.clone()];
         let (f, off) = crd_findings(&[(&crds[0], Some(other))], &input(&[], &crds, false));
         assert!(off.is_empty());
         assert_eq!(f[0].level, Level::Fail);
-        assert!(f[0].message.contains("\"default\""), "{}", f[0].message);
+        assert!(f[0].message.contains("\"kube-system\""), "{}", f[0].message);
 
         c.values_key = None;
         let crds = vec![c];
@@ -1219,31 +1629,101 @@ mod tests {
 
     #[test]
     fn namespace_adoption_commands() {
+        let (ks, d, r) = ("koordinator-system", "default", "koordinator");
+        let default_ns = json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}});
         let ack = fixture!("ack/namespace-koordinator-system.json");
-        let f = namespace_findings(Some(&ack), "koordinator-system", "koordinator");
+        let (f, create) = namespace_findings(Some(&default_ns), Some(&ack), d, ks, r);
+        assert!(!create);
         assert_eq!(f[0].level, Level::Fail);
         assert_eq!(
             f[0].fix.as_deref(),
-            Some("kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=koordinator-system")
+            Some("kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default")
         );
         let clash = json!({"metadata": {"name": "koordinator-system", "labels": {"app.kubernetes.io/managed-by": "ack"}}, "status": {"phase": "Active"}});
-        let f = namespace_findings(Some(&clash), "koordinator-system", "koordinator");
+        let (f, _) = namespace_findings(Some(&default_ns), Some(&clash), d, ks, r);
         assert!(f[0].fix.as_deref().unwrap().starts_with("kubectl label namespace koordinator-system --overwrite app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh"));
+        // The EKS fixture's namespace belongs to a release kept in koordinator-system itself.
         let eks = fixture!("eks/namespace-koordinator-system.json");
         assert_eq!(
-            namespace_findings(Some(&eks), "koordinator-system", "koordinator")[0].level,
+            namespace_findings(Some(&eks), Some(&eks), ks, ks, r).0[0].level,
             Level::Info
         );
-        assert_eq!(
-            namespace_findings(None, "koordinator-system", "koordinator")[0].level,
-            Level::Info
+        let (f, _) = namespace_findings(Some(&default_ns), Some(&eks), d, ks, r);
+        assert_eq!(f[0].level, Level::Fail, "{f:?}");
+        assert!(
+            f[0].fix
+                .as_deref()
+                .unwrap()
+                .contains("--namespace koordinator-system"),
+            "{f:?}"
         );
+        let (f, create) = namespace_findings(Some(&default_ns), None, d, ks, r);
+        assert_eq!((f[0].level, create), (Level::Info, false));
+        // A release namespace that does not exist: helm creates it, unless it is the chart's.
+        let (f, create) = namespace_findings(None, None, "tools", ks, r);
+        assert!(
+            create && f[0].message.contains("--create-namespace"),
+            "{f:?}"
+        );
+        let (f, create) = namespace_findings(None, None, ks, ks, r);
+        assert!(!create);
+        assert_eq!(f[0].level, Level::Fail);
+        assert!(
+            f[0].message
+                .contains("404 namespaces \"koordinator-system\" not found"),
+            "{f:?}"
+        );
+        assert!(f[0].fix.as_deref().unwrap().contains("default"), "{f:?}");
         let term =
             json!({"metadata": {"name": "koordinator-system"}, "status": {"phase": "Terminating"}});
         assert_eq!(
-            namespace_findings(Some(&term), "koordinator-system", "koordinator")[0].level,
+            namespace_findings(Some(&default_ns), Some(&term), d, ks, r).0[0].level,
             Level::Fail
         );
+    }
+
+    #[test]
+    fn kind_and_eks_platform_findings() {
+        let f = kind_findings(&["kind-control-plane (/kubelet)".into()], &[]);
+        assert_eq!(f[0].level, Level::Fail);
+        assert!(
+            f[0].message.contains("/host-cgroup/kubepods.slice"),
+            "{}",
+            f[0].message
+        );
+        let fix = f[0].fix.as_deref().unwrap();
+        assert!(
+            fix.contains("cgroup-root: \"/\"") && fix.contains("cgroupRoot: /"),
+            "{fix}"
+        );
+        assert_eq!(kind_findings(&[], &[])[0].level, Level::Info);
+        assert_eq!(kind_findings(&[], &["n"])[0].level, Level::Warn);
+
+        let ds = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (f, hn) = eks_findings(
+            &ds(&["kube-system/aws-node", "kube-system/kube-proxy"]),
+            false,
+            false,
+        );
+        assert!(!hn && f[0].level == Level::Info, "{f:?}");
+        let calico = ds(&["kube-system/calico-node", "kube-system/kube-proxy"]);
+        let (f, hn) = eks_findings(&calico, false, false);
+        assert!(hn && f[0].level == Level::Warn, "{f:?}");
+        assert!(f[0].message.contains("manager.hostNetwork=true"), "{f:?}");
+        let (f, hn) = eks_findings(&calico, true, false);
+        assert!(!hn && f[0].level == Level::Fail, "{f:?}");
+        assert!(
+            f[0].fix.as_deref().unwrap().contains("--host-network"),
+            "{f:?}"
+        );
+        let (f, hn) = eks_findings(&calico, true, true);
+        assert!(hn && f[0].level == Level::Info, "{f:?}");
+        let (_, hn) = eks_findings(
+            &ds(&["kube-system/cilium", "kube-system/weave-net"]),
+            false,
+            false,
+        );
+        assert!(hn);
     }
 
     #[test]
@@ -1251,7 +1731,7 @@ mod tests {
         let i = input(&[], &[], false);
         let r = |status: &str| ReleaseInfo {
             name: "koordinator".into(),
-            namespace: "koordinator-system".into(),
+            namespace: "default".into(),
             revision: 3,
             status: status.into(),
             chart_version: Some("1.6.0".into()),
@@ -1287,6 +1767,8 @@ mod tests {
                 os: "linux".into(),
                 kernel: "6.8".into(),
                 container_runtime: "containerd://1.7.13".into(),
+                provider_id: String::new(),
+                eks_labels: false,
             }],
             findings: vec![Finding::new(Level::Warn, CHECK_KERNEL, "m", None)],
             crd_values_off: vec!["crds.reservations".into()],
@@ -1297,6 +1779,9 @@ mod tests {
                 status: "deployed".into(),
                 chart_version: None,
             }),
+            release_namespace: "default".into(),
+            create_namespace: false,
+            host_network: false,
         };
         let v = serde_json::to_value(&rep).unwrap();
         assert_eq!(v["serverVersion"], "v1.29.2");

@@ -15,6 +15,12 @@ use serde_json::json;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+/// The release namespace of Koordinator's install guide (`helm install koordinator
+/// koordinator-sh/koordinator`): helm keeps its release records there.
+const DEFAULT_RELEASE_NAMESPACE: &str = "default";
+/// The namespace the chart creates and fills (`installation.namespace`).
+const CHART_NAMESPACE: &str = "koordinator-system";
+
 /// The single `koordinator-*` bundle in the current directory.
 fn find_bundle() -> anyhow::Result<PathBuf> {
     let mut found = Vec::new();
@@ -193,6 +199,13 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             values_key: c.values_key.clone(),
         })
         .collect();
+    // The release namespace: Koordinator's guide installs into `default`; the chart's objects
+    // go to its own namespace whatever this is (see cluster::preflight).
+    let namespace_explicit = args.namespace.is_some();
+    let mut namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_RELEASE_NAMESPACE.to_string());
     let mut preflight = None;
     if install || args.dry_run {
         let client = cluster::kubeconfig::locate(
@@ -206,14 +219,22 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         let input = cluster::PreflightInput {
             bundle_platforms: &platforms,
             crds: &crds,
-            namespace: &args.namespace,
+            namespace: &namespace,
+            namespace_explicit,
+            chart_namespace: CHART_NAMESPACE,
             release: &args.release,
             strict: args.strict,
+            host_network: args.host_network,
         };
         let outcome = match client {
-            Ok(c) => cluster::preflight(&c, &input)
-                .await
-                .map_err(anyhow::Error::new),
+            Ok(c) => {
+                if let Some(w) = c.credentials_withheld() {
+                    progress.warn(format!("pre-flight: {w}"));
+                }
+                cluster::preflight(&c, &input)
+                    .await
+                    .map_err(anyhow::Error::new)
+            }
             Err(e) => Err(e),
         };
         match outcome {
@@ -237,6 +258,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
                 if r.failed() && !args.dry_run {
                     bail!("the pre-flight found problems the install would hit (above): nothing was pushed");
                 }
+                namespace = r.release_namespace.clone();
                 preflight = Some(r);
             }
             Err(e) if install && !args.dry_run => {
@@ -276,16 +298,19 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let host_network = args.host_network || preflight.as_ref().is_some_and(|r| r.host_network);
     let values = helm::generated_values(
         &target.host_and_prefix(),
         args.feature_gates.as_deref(),
         &crds_off,
-        args.host_network,
+        host_network,
         &args.image_pull_secret,
     );
     let tmp = tempfile::tempdir()?;
+    // The chart a real run installs: from the registry (helm 3.8+), else the bundle's archive.
+    // A dry run prints that same command but renders from the archive: nothing was pushed.
     let chart_source = match &helm {
-        Some(h) if h.supports_oci() && !args.dry_run => ChartSource::Oci {
+        Some(h) if h.supports_oci() => ChartSource::Oci {
             reference: format!("oci://{}/{chart_repo}", target.host_and_prefix()),
             version: manifest.chart.version.clone(),
         },
@@ -293,7 +318,8 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     };
     let plan = InstallPlan {
         release: args.release.clone(),
-        namespace: args.namespace.clone(),
+        namespace: namespace.clone(),
+        create_namespace: preflight.as_ref().is_some_and(|r| r.create_namespace),
         chart: chart_source,
         generated_values: values,
         user_values: args.values.clone(),
@@ -313,14 +339,28 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         wait: false,
         timeout: None,
     };
-    let values_file = tmp.path().join("koord-bundle-values.yaml");
     let mut rendered_ok = None;
     let mut command = None;
+    let mut kept_values = None;
     if let Some(h) = &helm {
+        // A dry run keeps the values file, so that the printed command can be run as it is.
+        let values_file = if args.dry_run {
+            let f = helm::keep_values_file(&plan)
+                .context("writing the values file of the printed helm command")?;
+            kept_values = Some(f.clone());
+            f
+        } else {
+            tmp.path().join("koord-bundle-values.yaml")
+        };
         command = Some(plan.command_line(h, &values_file, false));
         if args.dry_run {
+            let mut render = plan.clone();
+            if matches!(render.chart, ChartSource::Oci { .. }) {
+                render.chart =
+                    ChartSource::Archive(extract_chart(&bundle, &manifest.chart.file, tmp.path())?);
+            }
             let rendered = h
-                .template(&plan)
+                .template(&render)
                 .context("helm template of the bundle's chart")?;
             let images = helm::rendered_images(&rendered);
             let bundled: Vec<String> = manifest
@@ -359,6 +399,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "preflight": preflight,
             "helm": {"command": command, "renderedImages": rendered_ok, "installed": installed,
+                     "namespace": namespace, "valuesFile": kept_values,
                      "values": serde_yaml_ng::to_string(&plan.generated_values).ok()},
         }));
     }
@@ -382,6 +423,14 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     if let Some(c) = &command {
         println!("helm     {c}");
     }
+    if let Some(f) = &kept_values {
+        let dir = f.parent().unwrap_or(f);
+        println!(
+            "values   {} (kept for the command above; it holds no password: delete it when done, rm -r {})",
+            f.display(),
+            dir.display()
+        );
+    }
     if let Some(imgs) = &rendered_ok {
         println!(
             "rendered {} images, all in the bundle under {}",
@@ -391,8 +440,8 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     }
     if installed {
         println!(
-            "installed release {} in namespace {}",
-            args.release, args.namespace
+            "installed release {} in namespace {} (Koordinator's objects in {CHART_NAMESPACE})",
+            args.release, namespace
         );
     }
     Ok(())

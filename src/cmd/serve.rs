@@ -198,16 +198,16 @@ fn print_banner(
     if let Some((repo, tag)) = tags.iter().find(|(r, _)| r.starts_with("charts/")) {
         println!("  helm pull oci://{host}/{repo} --version {tag}{helm_tls}");
         println!(
-            "  helm upgrade --install koordinator oci://{host}/{repo} --version {tag}{helm_tls} \\\n      -n koordinator-system --create-namespace --set imageRepositoryHost={host}{}",
+            "  helm upgrade --install koordinator oci://{host}/{repo} --version {tag}{helm_tls} \\\n      --namespace default --set imageRepositoryHost={host}{}",
             if htpasswd.is_some() {
                 " --set 'imagePullSecrets[0].name=SECRET'"
             } else {
                 ""
             }
         );
-        println!("    (the nodes then pull every image from here)");
+        println!("    (release in default, as Koordinator's guide has it; the chart creates koordinator-system and puts its objects there; the nodes then pull every image from here)");
         if htpasswd.is_some() {
-            println!("    (SECRET: kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={host} --docker-username=USER --docker-password=...)");
+            println!("    (SECRET must exist in koordinator-system first, in a namespace helm may adopt: kubectl create namespace koordinator-system && kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default && kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={host} --docker-username=USER --docker-password=...)");
         }
         if tls {
             println!("    (containerd must trust the CA: /etc/containerd/certs.d/{host}/hosts.toml with ca = \"CA.crt\")");

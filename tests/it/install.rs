@@ -1,34 +1,56 @@
-//! `load` with the cluster side: the pre-flight against the Kubernetes API stub (real-format
-//! responses shaped like kind, EKS, ACK and an old cluster; no API server can be had here), the
-//! helm command, the chart rendered by real helm, and a full `load` whose `helm upgrade
-//! --install` runs real helm 4 with an in-memory release store (HELM_DRIVER=memory: helm's own
-//! fake Kubernetes client), since there is no cluster to install into.
+//! `load` all the way into a cluster: real helm 3 and helm 4, with their default Secret storage
+//! driver, install, upgrade and uninstall into the FAKE Kubernetes API server of
+//! `tests/kube-fake/` (stateful and strict where the real one is, but no controllers, no pods
+//! ever run, no admission webhooks: see its README). The tests assert on the objects it holds at
+//! the end and on the requests it saw. No live cluster: none can be run where these tests run.
 
 use crate::common::*;
-use crate::kube_stub;
+use crate::kube_fake::{self, KubeFake, Opts};
 use crate::load::{built, repos_under, unique_prefix};
-use serde_json::Value;
-use std::path::Path;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-fn load_args<'a>(
-    registry: &'a str,
-    kubeconfig: &'a Path,
-    helm: &'a Path,
-    extra: &[&'a str],
+const CHART_NS: &str = "koordinator-system";
+const RELEASE: &str = "koordinator";
+/// The five CRDs Alibaba Cloud ACK's ack-koordinator installs (Koordinator's install guide).
+const ACK_PLURALS: [&str; 5] = [
+    "reservations",
+    "elasticquotas",
+    "podgroups",
+    "nodemetrics",
+    "nodeslos",
+];
+
+fn helm_path(major: u64) -> PathBuf {
+    let e = env();
+    if major == 3 {
+        e.helm3.clone()
+    } else {
+        e.helm4.clone()
+    }
+}
+
+fn load_args(
+    bundle: &Path,
+    registry: &str,
+    fake: &KubeFake,
+    major: u64,
+    extra: &[&str],
 ) -> Vec<String> {
     let b = built();
     let mut v: Vec<String> = vec![
         "load".into(),
-        b.bundle.to_string_lossy().into(),
+        bundle.to_string_lossy().into(),
         "--registry".into(),
         registry.into(),
         "--plain-http".into(),
         "--key".into(),
         b.home.pubkey().to_string_lossy().into(),
         "--kubeconfig".into(),
-        kubeconfig.to_string_lossy().into(),
+        fake.kubeconfig.to_string_lossy().into(),
         "--helm".into(),
-        helm.to_string_lossy().into(),
+        helm_path(major).to_string_lossy().into(),
     ];
     v.extend(extra.iter().map(|s| s.to_string()));
     v
@@ -39,246 +61,658 @@ fn run(args: &[String]) -> std::process::Output {
     built().home.run(&a)
 }
 
-fn bundled_images(registry: &str) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "koord-descheduler",
-        "koord-device-daemon",
-        "koord-manager",
-        "koord-scheduler",
-        "koordlet",
-    ]
-    .iter()
-    .map(|c| format!("{registry}/koordinator-sh/{c}:v1.8.0"))
-    .collect();
+/// Real helm against the fake, as a user would run it by hand.
+fn helm(major: u64, fake: &KubeFake, args: &[&str]) -> std::process::Output {
+    let dir = fake.dir.path();
+    Command::new(helm_path(major))
+        .args(args)
+        .env("KUBECONFIG", &fake.kubeconfig)
+        .env("HELM_CACHE_HOME", dir.join("helm-cache"))
+        .env("HELM_CONFIG_HOME", dir.join("helm-config"))
+        .env("HELM_DATA_HOME", dir.join("helm-data"))
+        .env_remove("HELM_DRIVER")
+        .output()
+        .expect("helm runs")
+}
+
+fn bundled_images(registry: &str, tag: &str, components: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = components
+        .iter()
+        .map(|c| format!("{registry}/koordinator-sh/{c}:{tag}"))
+        .collect();
     v.sort();
     v
 }
 
-#[test]
-fn dry_run_against_a_kind_shaped_cluster_pushes_nothing_and_renders_with_helm_3_and_4() {
-    let stub = kube_stub::start("kind");
-    let e = env();
-    for helm in [&e.helm3, &e.helm4] {
-        let prefix = unique_prefix("dry");
-        let registry = format!("{}/{prefix}", e.plain);
-        let o = run(&load_args(
-            &registry,
-            &stub.kubeconfig,
-            helm,
-            &[
-                "--dry-run",
-                "--json",
-                "--feature-gates",
-                "PodMutatingWebhook=false",
-            ],
-        ));
-        assert_ok(&o);
-        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert!(
-            repos_under(&prefix).is_empty(),
-            "--dry-run pushed something"
-        );
-        assert_eq!(r["dryRun"], true);
-        assert!(
-            r["push"]["uploaded"].as_u64().unwrap() > 0,
-            "the plan lists what would be pushed"
-        );
-        assert_eq!(
-            r["preflight"]["serverVersion"]
-                .as_str()
-                .map(|v| v.starts_with("v1.29")),
-            Some(true),
-            "{}",
-            r["preflight"]
-        );
-        let cmd = r["helm"]["command"].as_str().unwrap();
-        assert!(cmd.contains("upgrade --install koordinator"), "{cmd}");
-        assert!(cmd.contains("--namespace koordinator-system"), "{cmd}");
-        let mut rendered: Vec<String> = r["helm"]["renderedImages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect();
-        rendered.sort();
-        assert_eq!(
-            rendered,
-            bundled_images(&registry),
-            "every rendered image is a bundled image under the target"
-        );
-        let values = r["helm"]["values"].as_str().unwrap();
-        assert!(
-            values.contains(&format!("imageRepositoryHost: {registry}")),
-            "{values}"
-        );
-        assert!(values.contains("PodMutatingWebhook=false"), "{values}");
+const COMPONENTS_180: [&str; 5] = [
+    "koord-descheduler",
+    "koord-device-daemon",
+    "koord-manager",
+    "koord-scheduler",
+    "koordlet",
+];
+
+/// Every workload's images, sorted.
+fn workload_images(fake: &KubeFake) -> Vec<String> {
+    let mut v = Vec::new();
+    for kind in ["Deployment", "DaemonSet"] {
+        for name in fake.names(kind, Some(CHART_NS)) {
+            v.extend(fake.images(kind, CHART_NS, &name));
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// What the fake holds after a successful install of 1.8.0 from `registry` as release
+/// `koordinator` in `default`, revision `rev`.
+fn assert_installed(fake: &KubeFake, registry: &str, rev: &str) {
+    let ns = fake.names("Namespace", None);
+    assert!(ns.contains(&CHART_NS.to_string()), "{ns:?}");
+    let releases = fake.releases("default");
+    assert_eq!(
+        releases.last(),
+        Some(&(RELEASE.to_string(), "deployed".to_string(), rev.to_string())),
+        "{releases:?}\n{:#?}",
+        fake.request_lines()
+    );
+    assert!(
+        fake.releases(CHART_NS).is_empty(),
+        "no release record in the chart's namespace"
+    );
+    assert_eq!(
+        workload_images(fake),
+        bundled_images(registry, "v1.8.0", &COMPONENTS_180),
+        "every workload pulls from the private registry"
+    );
+    let chart_ns = fake.get("Namespace", None, CHART_NS).unwrap();
+    assert_eq!(
+        chart_ns["metadata"]["annotations"]["meta.helm.sh/release-namespace"], "default",
+        "{chart_ns}"
+    );
+}
+
+/// The release Secret's first write: `POST /api/v1/namespaces/default/secrets`, protobuf.
+fn assert_release_record_in_default(fake: &KubeFake) {
+    let reqs = fake.requests();
+    let first = reqs
+        .iter()
+        .find(|r| {
+            r["method"] == "POST" && r["resource"] == "secrets" && r["namespace"] == "default"
+        })
+        .unwrap_or_else(|| panic!("no release Secret written: {:#?}", fake.request_lines()));
+    assert_eq!(first["contentType"], "application/vnd.kubernetes.protobuf");
+    assert_eq!(first["status"], 201);
+}
+
+/// helm 3 creates with POST and patches with three-way strategic merge; helm 4 applies.
+fn assert_write_style(fake: &KubeFake, major: u64) {
+    let reqs = fake.requests();
+    let deployments: Vec<&Value> = reqs
+        .iter()
+        .filter(|r| r["resource"] == "deployments.apps" && r["method"] != "GET")
+        .collect();
+    assert!(!deployments.is_empty());
+    for r in deployments {
+        if major == 3 {
+            assert!(
+                r["method"] == "POST" || r["patchType"] == "application/strategic-merge-patch+json",
+                "{r}"
+            );
+        } else {
+            assert_eq!(r["patchType"], "application/apply-patch+yaml", "{r}");
+            assert_eq!(r["fieldManager"], "helm", "{r}");
+        }
     }
 }
 
-#[test]
-fn ack_shaped_cluster_conflicting_crds_are_switched_off_or_named_under_strict() {
-    let stub = kube_stub::start("ack");
+fn fresh(major: u64) {
     let e = env();
-    let prefix = unique_prefix("ack");
-    let registry = format!("{}/{prefix}", e.plain);
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let registry = format!("{}/{}", e.plain, unique_prefix(&format!("fresh{major}")));
     let o = run(&load_args(
+        &built().bundle,
         &registry,
-        &stub.kubeconfig,
-        &e.helm4,
-        &["--dry-run", "--json"],
+        &fake,
+        major,
+        &["--json"],
     ));
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let off: Vec<&str> = r["preflight"]["crdValuesOff"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    assert_eq!(off.len(), 5, "{off:?}");
-    let values = r["helm"]["values"].as_str().unwrap();
-    for k in [
-        "reservations",
-        "elasticquotas",
-        "podgroups",
-        "nodemetrics",
-        "nodeslos",
-    ] {
-        assert!(
-            values.contains(&format!("{k}: false")),
-            "{k} not switched off:\n{values}"
-        );
-    }
+    assert_eq!(r["helm"]["installed"], true);
+    assert_eq!(r["helm"]["namespace"], "default");
+    let cmd = r["helm"]["command"].as_str().unwrap();
+    assert!(cmd.contains("--namespace default"), "{cmd}");
+    assert!(!cmd.contains("--create-namespace"), "{cmd}");
+    assert_installed(&fake, &registry, "1");
+    assert_release_record_in_default(&fake);
+    assert_write_style(&fake, major);
+    assert_eq!(fake.names("CustomResourceDefinition", None).len(), 13);
+    // helm lists it, and uninstalls it cleanly (namespace, CRDs, records gone).
+    let o = helm(major, &fake, &["list", "-A", "-o", "json"]);
+    assert_ok(&o);
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list[0]["namespace"], "default", "{list}");
+    assert_eq!(list[0]["chart"], "koordinator-1.8.0", "{list}");
+    let o = helm(major, &fake, &["uninstall", RELEASE, "-n", "default"]);
+    assert_ok(&o);
+    std::thread::sleep(std::time::Duration::from_secs(1)); // namespace finalization
+    assert!(fake.releases("default").is_empty());
+    assert!(fake.names("CustomResourceDefinition", None).is_empty());
+    assert!(!fake
+        .names("Namespace", None)
+        .contains(&CHART_NS.to_string()));
+}
+
+fn guide_installed(major: u64) {
+    // Koordinator's guide: `helm install koordinator koordinator-sh/koordinator` (into default),
+    // here from the local chart repository.
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let o = helm(
+        major,
+        &fake,
+        &[
+            "install",
+            RELEASE,
+            "koordinator",
+            "--repo",
+            &e.helm_repo,
+            "--version",
+            "1.8.0",
+        ],
+    );
+    assert_ok(&o);
+    assert_eq!(fake.releases("default").len(), 1);
+    let registry = format!("{}/{}", e.plain, unique_prefix(&format!("guide{major}")));
+    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("1.22"), "ACK 1.22 warns: {err}");
-    // Not a dry run: the namespace without Helm ownership stops the load before any push.
-    let o = run(&load_args(&registry, &stub.kubeconfig, &e.helm4, &[]));
+    assert!(
+        err.contains("revision 1, chart 1.8.0 is deployed in default: this is an upgrade"),
+        "{err}"
+    );
+    // Upgraded, not duplicated: one release, revision 2, images now from the private registry.
+    assert_installed(&fake, &registry, "2");
+    let names: Vec<String> = fake.releases("default").into_iter().map(|r| r.0).collect();
+    assert_eq!(names, [RELEASE, RELEASE], "two revisions of one release");
+    let o = helm(major, &fake, &["list", "-A", "-q"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), RELEASE);
+}
+
+fn release_in_other_namespace(major: u64) {
+    // A release installed by hand into koordinator-system (namespace adopted first): found
+    // through helm's labels in any namespace and upgraded there, never installed again.
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": CHART_NS}}}]));
+    let chart = fixtures().join("koordinator-1.8.0.tgz");
+    let o = helm(
+        major,
+        &fake,
+        &["install", RELEASE, chart.to_str().unwrap(), "-n", CHART_NS],
+    );
+    assert_ok(&o);
+    let prefix = unique_prefix(&format!("other{major}"));
+    let registry = format!("{}/{prefix}", e.plain);
+    // --namespace default named explicitly: refused before any push.
+    let o = run(&load_args(
+        &built().bundle,
+        &registry,
+        &fake,
+        major,
+        &["--namespace", "default"],
+    ));
     assert_fails(
         &o,
         1,
         &[
-            "pre-flight",
+            "already exists in koordinator-system",
+            "--namespace koordinator-system",
             "nothing was pushed",
-            "kubectl label namespace koordinator-system",
         ],
     );
     assert!(repos_under(&prefix).is_empty());
-    // --strict: the conflicting CRDs are a failure naming the exact flag.
+    // Without --namespace: upgraded where it lives.
     let o = run(&load_args(
+        &built().bundle,
         &registry,
-        &stub.kubeconfig,
-        &e.helm4,
+        &fake,
+        major,
+        &["--json"],
+    ));
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["helm"]["namespace"], CHART_NS);
+    let rel = fake.releases(CHART_NS);
+    assert_eq!(rel.last().unwrap().1, "deployed");
+    assert_eq!(rel.last().unwrap().2, "2");
+    assert!(fake.releases("default").is_empty(), "no second release");
+}
+
+fn unowned_namespace(major: u64) {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    // As `kubectl create namespace koordinator-system` leaves it.
+    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS}}]));
+    let prefix = unique_prefix(&format!("unowned{major}"));
+    let registry = format!("{}/{prefix}", e.plain);
+    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    assert_fails(&o, 1, &[
+        "nothing was pushed",
+        "kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default",
+    ]);
+    assert!(repos_under(&prefix).is_empty());
+    // The fix the finding names (what the kubectl commands do), then the load goes through.
+    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": "default"}}}]));
+    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    assert_ok(&o);
+    assert_installed(&fake, &registry, "1");
+}
+
+fn ack(major: u64) {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["ack"],
+        ..Default::default()
+    });
+    // ack-koordinator's namespace, adopted as the pre-flight says (its own test is above).
+    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": "default"}}}]));
+    let before: Vec<Value> = fake.of_kind("CustomResourceDefinition", None);
+    assert_eq!(before.len(), 5);
+    let registry = format!("{}/{}", e.plain, unique_prefix(&format!("ack{major}")));
+    let o = run(&load_args(
+        &built().bundle,
+        &registry,
+        &fake,
+        major,
+        &["--json"],
+    ));
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let values = r["helm"]["values"].as_str().unwrap();
+    for p in ACK_PLURALS {
+        assert!(values.contains(&format!("{p}: false")), "{values}");
+    }
+    assert_installed(&fake, &registry, "1");
+    // The five stay exactly as ACK left them; the chart's other eight are created.
+    for b in &before {
+        let name = b["metadata"]["name"].as_str().unwrap();
+        let now = fake.get("CustomResourceDefinition", None, name).unwrap();
+        assert_eq!(now, *b, "{name} was touched");
+    }
+    assert_eq!(fake.names("CustomResourceDefinition", None).len(), 13);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("v1.22.15-aliyun.1"), "{err}");
+}
+
+fn pending_install(major: u64) {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    // An install interrupted half-way: the first Deployment write never returns, helm is killed.
+    let (method, path) = if major == 3 {
+        ("POST", "/deployments$")
+    } else {
+        ("PATCH", "/deployments/")
+    };
+    fake.hang(method, path, 1);
+    let chart = fixtures().join("koordinator-1.8.0.tgz");
+    let dir = fake.dir.path();
+    let mut child = Command::new(helm_path(major))
+        .args(["install", RELEASE, chart.to_str().unwrap(), "-n", "default"])
+        .env("KUBECONFIG", &fake.kubeconfig)
+        .env("HELM_CACHE_HOME", dir.join("helm-cache"))
+        .env("HELM_CONFIG_HOME", dir.join("helm-config"))
+        .env("HELM_DATA_HOME", dir.join("helm-data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !fake.requests().iter().any(|r| r["hung"] == true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "helm never reached the Deployments"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(
+        fake.releases("default"),
+        [(
+            RELEASE.to_string(),
+            "pending-install".to_string(),
+            "1".to_string()
+        )]
+    );
+    let prefix = unique_prefix(&format!("pending{major}"));
+    let registry = format!("{}/{prefix}", e.plain);
+    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    assert_fails(
+        &o,
+        1,
+        &[
+            "pending-install",
+            "helm uninstall koordinator -n default",
+            "nothing was pushed",
+        ],
+    );
+    assert!(repos_under(&prefix).is_empty());
+    // The fix it names, then the load goes through.
+    assert_ok(&helm(
+        major,
+        &fake,
+        &["uninstall", RELEASE, "-n", "default"],
+    ));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    assert_ok(&o);
+    assert_installed(&fake, &registry, "1");
+}
+
+fn upgrade_160_to_180(major: u64) {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let (old, _) = built().home.build_plain("1.6.0", &[]);
+    let registry = format!("{}/{}", e.plain, unique_prefix(&format!("upgrade{major}")));
+    let o = run(&load_args(&old, &registry, &fake, major, &[]));
+    assert_ok(&o);
+    assert_eq!(
+        workload_images(&fake),
+        bundled_images(
+            &registry,
+            "v1.6.0",
+            &[
+                "koord-descheduler",
+                "koord-manager",
+                "koord-scheduler",
+                "koordlet"
+            ]
+        )
+    );
+    let crds_160 = fake.names("CustomResourceDefinition", None).len();
+    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("chart 1.6.0 is deployed in default: this is an upgrade"),
+        "{err}"
+    );
+    assert_installed(&fake, &registry, "2");
+    assert_eq!(fake.releases("default")[0].1, "superseded");
+    assert!(fake.names("CustomResourceDefinition", None).len() > crds_160);
+    assert!(fake
+        .get("DaemonSet", Some(CHART_NS), "koord-device-daemon")
+        .is_some());
+}
+
+macro_rules! both_helms {
+    ($($name:ident),* $(,)?) => {
+        mod helm3 { $( #[test] fn $name() { super::$name(3) } )* }
+        mod helm4 { $( #[test] fn $name() { super::$name(4) } )* }
+    };
+}
+both_helms!(
+    fresh,
+    guide_installed,
+    release_in_other_namespace,
+    unowned_namespace,
+    ack,
+    pending_install,
+    upgrade_160_to_180
+);
+
+#[test]
+fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let prefix = unique_prefix("dry");
+    let registry = format!("{}/{prefix}", e.tls);
+    let h = &built().home;
+    let auth = h.login_tls();
+    let mut args = load_args(
+        &built().bundle,
+        &registry,
+        &fake,
+        4,
+        &[
+            "--dry-run",
+            "--json",
+            "--ca-file",
+            e.ca_file.to_str().unwrap(),
+        ],
+    );
+    args.retain(|a| a != "--plain-http");
+    let o = h
+        .cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .env("REGISTRY_AUTH_FILE", &auth)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert!(
+        repos_under(&prefix).is_empty(),
+        "--dry-run pushed something"
+    );
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cmd = r["helm"]["command"].as_str().unwrap();
+    let values = PathBuf::from(r["helm"]["valuesFile"].as_str().unwrap());
+    assert!(
+        values.is_file(),
+        "the values file is kept: {}",
+        values.display()
+    );
+    let text = std::fs::read_to_string(&values).unwrap();
+    assert!(
+        text.contains(&format!("imageRepositoryHost: {registry}")),
+        "{text}"
+    );
+    for needle in [
+        format!("registry login {}", e.tls),
+        "--password-stdin".to_string(),
+        format!(
+            "upgrade --install koordinator oci://{registry}/charts/koordinator --version 1.8.0"
+        ),
+        "--namespace default".to_string(),
+        format!("--ca-file {}", e.ca_file.display()),
+        "--registry-config".to_string(),
+        format!("--values {}", values.display()),
+        format!("--kubeconfig {}", fake.kubeconfig.display()),
+    ] {
+        assert!(cmd.contains(&needle), "{needle:?} not in {cmd}");
+    }
+    assert!(!cmd.contains(&e.password), "no password in the command");
+    // The plain-text form names the file and says to delete it.
+    let args2: Vec<String> = args.iter().filter(|a| *a != "--json").cloned().collect();
+    let o = h
+        .cmd(&args2.iter().map(String::as_str).collect::<Vec<_>>())
+        .env("REGISTRY_AUTH_FILE", &auth)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("values   ") && out.contains("delete it when done, rm -r"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(values.parent().unwrap());
+    // Nothing was written to the cluster.
+    assert!(
+        fake.requests().iter().all(|r| r["method"] == "GET"),
+        "{:#?}",
+        fake.request_lines()
+    );
+}
+
+#[test]
+fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind", "kind-default-cgroup"],
+        ..Default::default()
+    });
+    let prefix = unique_prefix("kindcg");
+    let registry = format!("{}/{prefix}", e.plain);
+    let o = run(&load_args(&built().bundle, &registry, &fake, 4, &[]));
+    assert_fails(
+        &o,
+        1,
+        &[
+            "kind-control-plane (/kubelet)",
+            "/host-cgroup/kubepods.slice",
+            "cgroup-root: \"/\"",
+            "kind: KubeletConfiguration",
+            "cgroupRoot: /",
+            "nothing was pushed",
+        ],
+    );
+    assert!(repos_under(&prefix).is_empty());
+    assert!(fake
+        .requests()
+        .iter()
+        .any(|r| r["path"] == "/api/v1/nodes/kind-control-plane/proxy/configz"));
+}
+
+#[test]
+fn eks_with_calico_runs_koord_manager_on_the_host_network_or_fails_under_strict() {
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["eks"],
+        ..Default::default()
+    });
+    fake.seed(json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"}, "spec": {}},
+                     {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "spec": {}}]));
+    let prefix = unique_prefix("eks");
+    let registry = format!("{}/{prefix}", e.plain);
+    let o = run(&load_args(
+        &built().bundle,
+        &registry,
+        &fake,
+        4,
         &["--strict"],
     ));
     assert_fails(
         &o,
         1,
-        &["--skip-crds reservations,elasticquotas,podgroups,nodemetrics,nodeslos"],
+        &["calico-node", "--host-network", "nothing was pushed"],
     );
     assert!(repos_under(&prefix).is_empty());
+    // Without --strict: said, and set. (The EKS fixture's release lives in koordinator-system.)
+    let o = run(&load_args(&built().bundle, &registry, &fake, 4, &[]));
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("setting manager.hostNetwork=true"), "{err}");
+    let m = fake
+        .get("Deployment", Some(CHART_NS), "koord-manager")
+        .unwrap();
+    assert_eq!(m["spec"]["template"]["spec"]["hostNetwork"], true);
 }
 
 #[test]
-fn old_cluster_and_missing_arch_and_no_cluster_stop_before_any_push() {
+fn no_cluster_and_missing_helm_stop_before_any_push() {
     let e = env();
-    let old = kube_stub::start("old");
-    let prefix = unique_prefix("old");
+    let prefix = unique_prefix("nocluster");
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&load_args(&registry, &old.kubeconfig, &e.helm4, &[]));
-    assert_fails(&o, 1, &["1.18", "nothing was pushed"]);
-    assert!(repos_under(&prefix).is_empty());
-
-    // An arm64 node and an amd64-only bundle.
-    let h = Home::with_key();
-    let (amd64, _) = h.build_plain("1.8.0", &["--platform", "linux/amd64"]);
-    let eks = kube_stub::start("eks");
-    let o = h.run(&[
-        "load",
-        amd64.to_str().unwrap(),
-        "--registry",
-        &registry,
-        "--plain-http",
-        "--kubeconfig",
-        eks.kubeconfig.to_str().unwrap(),
-        "--helm",
-        e.helm4.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 1, &["arm64", "--platform", "nothing was pushed"]);
-    assert!(repos_under(&prefix).is_empty());
-
-    // No cluster reachable: stop, unless --no-install.
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    std::fs::write(&kc, format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{closed}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n")).unwrap();
-    let o = run(&load_args(&registry, &kc, &e.helm4, &[]));
+    std::fs::write(&kc, format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{closed}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n")).unwrap();
+    let b = built();
+    let o = b.home.run(&[
+        "load",
+        b.bundle.to_str().unwrap(),
+        "--registry",
+        &registry,
+        "--plain-http",
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+        "--helm",
+        e.helm4.to_str().unwrap(),
+    ]);
     assert_fails(
         &o,
         1,
         &["no cluster reachable", &closed.to_string(), "--no-install"],
     );
     assert!(repos_under(&prefix).is_empty());
-
-    // A missing helm: a clear error before anything is pushed.
-    let kind = kube_stub::start("kind");
-    let o = run(&load_args(
-        &registry,
-        &kind.kubeconfig,
-        Path::new("/nonexistent/helm"),
-        &[],
-    ));
-    assert_fails(&o, 1, &["helm", "nothing was pushed"]);
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let mut args = load_args(&b.bundle, &registry, &fake, 4, &[]);
+    let i = args.iter().position(|a| a == "--helm").unwrap();
+    args[i + 1] = "/nonexistent/helm".into();
+    assert_fails(&run(&args), 1, &["helm", "nothing was pushed"]);
     assert!(repos_under(&prefix).is_empty());
 }
 
 #[test]
-fn full_load_pushes_then_installs_from_the_private_registry_with_real_helm_4() {
+fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself() {
+    // The fake wants a token over HTTPS; only the plugin script knows it. koord-bundle's
+    // pre-flight runs the plugin, and so does helm on its own (it gets the kubeconfig).
     let e = env();
-    let stub = kube_stub::start("kind");
-    stub.allow_anonymous();
-    let dir = tempfile::tempdir().unwrap();
-    let real = koord_bundle::helm::Helm::find(Some(&e.helm4)).unwrap();
-    let helm = crate::helm::memory_driver_helm(&real, dir.path()).path;
-    let prefix = unique_prefix("install");
-    let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&load_args(
-        &registry,
-        &stub.kubeconfig,
-        &helm,
-        &[
-            "--json",
-            "--host-network",
-            "--image-pull-secret",
-            "regcred",
-            "--skip-crds",
-            "reservations",
-        ],
-    ));
-    assert_ok(&o);
-    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(r["helm"]["installed"], true);
-    assert_eq!(repos_under(&prefix).len(), 6);
-    let cmd = r["helm"]["command"].as_str().unwrap();
-    assert!(
-        cmd.contains(&format!("oci://{registry}/charts/koordinator")),
-        "installs from the private registry: {cmd}"
-    );
-    assert!(cmd.contains("--version 1.8.0"), "{cmd}");
-    let values = r["helm"]["values"].as_str().unwrap();
-    assert!(
-        values.contains("hostNetwork: true")
-            && values.contains("regcred")
-            && values.contains("reservations: false"),
-        "{values}"
-    );
-    // Helm's own report: the release was deployed (into helm's in-memory store and fake client).
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("STATUS: deployed"), "{err}");
-    assert!(
-        err.contains("NAME: koordinator") && err.contains("NAMESPACE: koordinator-system"),
-        "{err}"
-    );
+    for major in [3, 4] {
+        let token = "exec-plugin-token-42";
+        let fake = kube_fake::start(Opts {
+            seed: &["kind"],
+            tls: true,
+            token: Some(token),
+        });
+        let (kubeconfig, runs, _) =
+            crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
+        let registry = format!("{}/{}", e.plain, unique_prefix(&format!("exec{major}")));
+        let mut args = load_args(&built().bundle, &registry, &fake, major, &[]);
+        let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
+        args[i + 1] = kubeconfig.to_string_lossy().into();
+        let o = run(&args);
+        assert_ok(&o);
+        assert_installed(&fake, &registry, "1");
+        let reqs = fake.requests();
+        let refused: Vec<String> = reqs
+            .iter()
+            .filter(|r| r["authorized"] != true)
+            .map(|r| format!("{} {} {}", r["userAgent"], r["method"], r["path"]))
+            .collect();
+        assert!(refused.is_empty(), "{refused:#?}");
+        assert!(reqs
+            .iter()
+            .any(|r| r["userAgent"].as_str().unwrap_or("").starts_with("Helm/")));
+        let n = std::fs::read_to_string(&runs).unwrap().lines().count();
+        assert!(
+            n >= 2,
+            "the pre-flight and helm both ran the plugin ({n} runs)"
+        );
+        assert!(!String::from_utf8_lossy(&o.stderr).contains(token));
+    }
 }

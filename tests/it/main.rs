@@ -11,7 +11,7 @@ mod fuzz_regressions;
 mod helm;
 mod hostile;
 mod install;
-mod kube_stub;
+mod kube_fake;
 mod load;
 mod preflight;
 mod proxy;

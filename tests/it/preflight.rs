@@ -1,8 +1,8 @@
-//! Preflight end to end through the library, against the API-server stub (`kube_stub`) serving
-//! real-format responses shaped on kind, EKS, ACK and an old cluster. No live cluster: none can
-//! be run where these tests run.
+//! Preflight end to end through the library, against the FAKE API server (`kube_fake`, HTTPS
+//! with a bearer token) seeded with real-format objects shaped on kind, EKS, ACK and an old
+//! cluster. No live cluster: none can be run where these tests run.
 
-use crate::kube_stub::{self, KubeStub, STUB_USER};
+use crate::kube_fake::{self, KubeFake, Opts};
 use koord_bundle::cluster::{
     self, preflight, ChartCrd, ClusterError, KubeClient, Level, PreflightInput, PreflightReport,
 };
@@ -10,6 +10,17 @@ use std::io::Read;
 use std::path::Path;
 
 const NS: &str = "koordinator-system";
+const TOKEN: &str = "fake-token-0123456789abcdef";
+const USER: &str = "fake-admin";
+
+/// A fake API server over HTTPS that wants `TOKEN`, seeded from one fixture directory.
+fn start(cluster: &str) -> KubeFake {
+    kube_fake::start(Opts {
+        seed: &[cluster],
+        tls: true,
+        token: Some(TOKEN),
+    })
+}
 const RELEASE: &str = "koordinator";
 
 /// The 1.8.0 chart's CRDs, read from the archive in tests/fixtures/charts: metadata.name,
@@ -72,7 +83,7 @@ fn platforms(p: &[&str]) -> Vec<String> {
 }
 
 async fn run(
-    stub: &KubeStub,
+    stub: &KubeFake,
     platforms: &[String],
     crds: &[ChartCrd],
     strict: bool,
@@ -82,9 +93,12 @@ async fn run(
     let input = PreflightInput {
         bundle_platforms: platforms,
         crds,
-        namespace: NS,
+        namespace: "default",
+        namespace_explicit: false,
+        chart_namespace: NS,
         release: RELEASE,
         strict,
+        host_network: false,
     };
     preflight(&client, &input).await.expect("preflight runs")
 }
@@ -115,7 +129,7 @@ fn chart_180_has_thirteen_switchable_crds() {
 
 #[tokio::test]
 async fn kind_fresh_cluster_passes() {
-    let stub = kube_stub::start("kind");
+    let stub = start("kind");
     let crds = chart_180_crds();
     let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
     assert!(!r.failed(), "{:#?}", r.findings);
@@ -135,32 +149,41 @@ async fn kind_fresh_cluster_passes() {
     assert!(of(&r, "containerd")[0]
         .message
         .contains("NRI mode available"));
-    assert!(of(&r, "namespace")[0]
-        .message
-        .contains("does not exist yet"));
+    assert!(of(&r, "namespace")
+        .iter()
+        .any(|f| f.message.contains("does not exist yet")));
     assert!(of(&r, "release")[0].message.contains("fresh install"));
     assert!(of(&r, "crd-ownership").is_empty(), "{:#?}", r.findings);
     assert!(of(&r, "kernel").is_empty());
     assert!(r.crd_values_off.is_empty());
     assert!(r.existing_release.is_none());
-    // Every request carried the token; the release lookup used Helm's labels.
-    let seen = stub.requests.lock().unwrap().clone();
-    assert!(seen.iter().all(|(_, authorized)| *authorized), "{seen:?}");
+    // Every request carried the token (over TLS); the release lookup used Helm's labels.
+    let reqs = stub.requests();
+    assert!(reqs.iter().all(|r| r["authorized"] == true), "{reqs:?}");
+    let seen: Vec<String> = reqs
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}?{}",
+                r["method"].as_str().unwrap(),
+                r["path"].as_str().unwrap(),
+                r["query"].as_str().unwrap()
+            )
+        })
+        .collect();
     assert!(
-        stub.seen().contains(&format!(
-            "GET /api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}"
+        seen.contains(&format!(
+            "GET /api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}"
         )),
-        "{:?}",
-        stub.seen()
+        "{seen:?}"
     );
-    assert!(stub
-        .seen()
-        .contains(&"GET /api/v1/nodes?limit=500".to_string()));
+    assert!(seen.contains(&"GET /api/v1/nodes?limit=500".to_string()));
+    assert!(seen.contains(&"GET /api/v1/nodes/kind-control-plane/proxy/configz?".to_string()));
 }
 
 #[tokio::test]
 async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
-    let stub = kube_stub::start("eks");
+    let stub = start("eks");
     let crds = chart_180_crds();
 
     let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
@@ -213,13 +236,21 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
         (RELEASE, NS, 3, "deployed")
     );
     assert_eq!(rel.chart_version.as_deref(), Some("1.6.0"));
+    // Installed into koordinator-system before: found there and upgraded there.
+    let rel_f = of(&r, "release");
     assert!(
-        of(&r, "release")[0]
+        rel_f[0].message.contains(
+            "already exists in namespace koordinator-system (not in default): it is upgraded there"
+        ),
+        "{rel_f:#?}"
+    );
+    assert!(
+        rel_f[1]
             .message
             .contains("revision 3, chart 1.6.0 is deployed"),
-        "{}",
-        of(&r, "release")[0].message
+        "{rel_f:#?}"
     );
+    assert_eq!(r.release_namespace, NS);
     let crd = of(&r, "crd-ownership");
     assert!(crd.iter().all(|f| f.level == Level::Info), "{crd:#?}");
     assert!(crd.iter().any(|f| f
@@ -238,7 +269,7 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
 
 #[tokio::test]
 async fn ack_unowned_crds_are_switched_off_and_namespace_needs_adoption() {
-    let stub = kube_stub::start("ack");
+    let stub = start("ack");
     let crds = chart_180_crds();
     let r = run(
         &stub,
@@ -278,11 +309,14 @@ async fn ack_unowned_crds_are_switched_off_and_namespace_needs_adoption() {
     assert!(crd.iter().all(|f| f.level != Level::Fail));
 
     // The namespace exists without Helm's labels: Fail, with the commands that adopt it.
-    let ns = of(&r, "namespace");
-    assert_eq!(ns[0].level, Level::Fail);
+    let ns: Vec<_> = of(&r, "namespace")
+        .into_iter()
+        .filter(|f| f.level == Level::Fail)
+        .collect();
+    assert_eq!(ns.len(), 1, "{ns:#?}");
     assert_eq!(
         ns[0].fix.as_deref(),
-        Some("kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=koordinator-system")
+        Some("kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default")
     );
     assert!(r.failed());
 
@@ -307,7 +341,7 @@ async fn ack_unowned_crds_are_switched_off_and_namespace_needs_adoption() {
 
 #[tokio::test]
 async fn ack_strict_fails_naming_skip_crds_with_the_five_plurals() {
-    let stub = kube_stub::start("ack");
+    let stub = start("ack");
     let crds = chart_180_crds();
     let r = run(&stub, &platforms(&["linux/amd64"]), &crds, true).await;
     assert!(r.failed());
@@ -330,7 +364,7 @@ async fn ack_strict_fails_naming_skip_crds_with_the_five_plurals() {
 
 #[tokio::test]
 async fn old_cluster_is_refused() {
-    let stub = kube_stub::start("old");
+    let stub = start("old");
     let crds = chart_180_crds();
     let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
     assert!(r.failed());
@@ -357,26 +391,30 @@ async fn old_cluster_is_refused() {
 
 #[tokio::test]
 async fn wrong_token_is_401_naming_user_and_resource() {
-    let stub = kube_stub::start("kind");
+    let stub = start("kind");
     let text = std::fs::read_to_string(&stub.kubeconfig)
         .unwrap()
-        .replace(&stub.token, "expired-token-value");
-    let path = stub.write_kubeconfig("expired", &text);
+        .replace(TOKEN, "expired-token-value");
+    let path = stub.dir.path().join("expired");
+    std::fs::write(&path, text).unwrap();
     let cfg = cluster::kubeconfig::load(&path, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
     let input = PreflightInput {
         bundle_platforms: &platforms(&["linux/amd64"]),
         crds: &crds,
-        namespace: NS,
+        namespace: "default",
+        namespace_explicit: false,
+        chart_namespace: NS,
         release: RELEASE,
         strict: false,
+        host_network: false,
     };
     let e = preflight(&client, &input).await.unwrap_err();
     assert!(matches!(e, ClusterError::Unauthorized { .. }), "{e:?}");
     let m = e.to_string();
     assert!(
-        m.contains(STUB_USER) && m.contains("/version") && m.contains(&stub.url),
+        m.contains(USER) && m.contains("/version") && m.contains(&stub.url),
         "{m}"
     );
     assert!(!m.contains("expired-token-value"), "{m}");
@@ -384,90 +422,170 @@ async fn wrong_token_is_401_naming_user_and_resource() {
 
 #[tokio::test]
 async fn forbidden_secrets_is_403_naming_user_and_resource() {
-    let stub = kube_stub::start("eks");
-    stub.forbid("/api/v1/namespaces/koordinator-system/secrets");
+    let stub = start("eks");
+    stub.fail(
+        "GET",
+        "^/api/v1/namespaces/default/secrets$",
+        403,
+        "Forbidden",
+        "secrets is forbidden: User \"system:serviceaccount:kube-system:koord-bundle\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\"",
+        1,
+    );
     let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
     let input = PreflightInput {
         bundle_platforms: &platforms(&["linux/amd64", "linux/arm64"]),
         crds: &crds,
-        namespace: NS,
+        namespace: "default",
+        namespace_explicit: false,
+        chart_namespace: NS,
         release: RELEASE,
         strict: false,
+        host_network: false,
     };
     let e = preflight(&client, &input).await.unwrap_err();
     let m = e.to_string();
     assert!(matches!(e, ClusterError::Forbidden { .. }), "{e:?}");
     assert!(
-        m.contains(STUB_USER) && m.contains("/api/v1/namespaces/koordinator-system/secrets"),
+        m.contains(USER) && m.contains("/api/v1/namespaces/default/secrets"),
         "{m}"
     );
     assert!(m.contains("cannot list resource \"secrets\""), "{m}");
 }
 
-#[test]
-fn exec_plugin_kubeconfig_is_refused_clearly() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("eks-kubeconfig");
+/// A kubeconfig for `fake` whose user gets its token from an exec plugin script of ours (the
+/// fake checks the token, so nothing passes unless the plugin ran and its output was used).
+/// Returns (kubeconfig, file counting the plugin's runs, file with its KUBERNETES_EXEC_INFO).
+pub fn exec_kubeconfig(
+    fake: &KubeFake,
+    api_version: &str,
+    token: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let dir = fake.dir.path();
+    let plugin = dir.join("token-plugin.sh");
+    let count = dir.join("plugin-runs");
+    let info = dir.join("plugin-exec-info.json");
     std::fs::write(
-        &path,
-        r#"apiVersion: v1
-kind: Config
-clusters:
-- cluster:
-    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=
-    server: https://0123456789ABCDEF0123456789ABCDEF.gr7.eu-west-1.eks.amazonaws.com
-  name: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
-contexts:
-- context:
-    cluster: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
-    user: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
-  name: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
-current-context: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
-preferences: {}
-users:
-- name: arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1beta1
-      args:
-      - --region
-      - eu-west-1
-      - eks
-      - get-token
-      - --cluster-name
-      - prod-eu
-      - --output
-      - json
-      command: aws
-      interactiveMode: IfAvailable
-      provideClusterInfo: false
-"#,
+        &plugin,
+        format!(
+            "#!/bin/sh\necho run >> \"$RUNS_FILE\"\nprintf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$INFO_FILE\"\n[ -n \"$PLUGIN_TOKEN\" ] || {{ echo 'token-plugin: PLUGIN_TOKEN not set' >&2; exit 3; }}\nprintf '{{\"apiVersion\":\"{api_version}\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\",\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"}}}}\\n' \"$PLUGIN_TOKEN\"\n"
+        ),
     )
     .unwrap();
-    let e = cluster::kubeconfig::load(&path, None).unwrap_err();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut kc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
+    kc["users"][0]["user"] = serde_json::json!({"exec": {
+        "apiVersion": api_version,
+        "command": plugin,
+        "args": ["--cluster-name", "fake"],
+        "env": [{"name": "PLUGIN_TOKEN", "value": token},
+                {"name": "RUNS_FILE", "value": count},
+                {"name": "INFO_FILE", "value": info}],
+        "interactiveMode": "Never",
+        "provideClusterInfo": true,
+        "installHint": "token-plugin.sh comes with the test"
+    }});
+    let path = dir.join(format!(
+        "exec-kubeconfig-{}",
+        api_version.rsplit('/').next().unwrap()
+    ));
+    std::fs::write(&path, kc.to_string()).unwrap();
+    (path, count, info)
+}
+
+fn runs(count: &Path) -> usize {
+    std::fs::read_to_string(count)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn exec_plugin_token_is_fetched_once_cached_and_fetched_again_after_a_401() {
+    for api in [
+        "client.authentication.k8s.io/v1",
+        "client.authentication.k8s.io/v1beta1",
+    ] {
+        let fake = start("kind");
+        let (path, count, info) = exec_kubeconfig(&fake, api, TOKEN);
+        let cfg = cluster::kubeconfig::load(&path, None).unwrap();
+        let client = KubeClient::new(&cfg).unwrap();
+        let crds = chart_180_crds();
+        let input = PreflightInput {
+            bundle_platforms: &platforms(&["linux/amd64"]),
+            crds: &crds,
+            namespace: "default",
+            namespace_explicit: false,
+            chart_namespace: NS,
+            release: RELEASE,
+            strict: false,
+            host_network: false,
+        };
+        let r = preflight(&client, &input)
+            .await
+            .expect("preflight with the plugin's token");
+        assert!(!r.failed(), "{:#?}", r.findings);
+        let reqs = fake.requests();
+        assert!(reqs.len() > 10 && reqs.iter().all(|r| r["authorized"] == true));
+        assert_eq!(runs(&count), 1, "one run, cached for every request ({api})");
+        let exec_info: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+        assert_eq!(exec_info["apiVersion"], api);
+        assert_eq!(exec_info["kind"], "ExecCredential");
+        assert_eq!(exec_info["spec"]["interactive"], false);
+        assert_eq!(exec_info["spec"]["cluster"]["server"], fake.url.as_str());
+        assert!(exec_info["spec"]["cluster"]["certificate-authority-data"].is_string());
+
+        // A token the server refuses: fetched again once, then a 401 naming the user.
+        let before = runs(&count);
+        let (path, count, _) = exec_kubeconfig(&fake, api, "not-the-token");
+        let cfg = cluster::kubeconfig::load(&path, None).unwrap();
+        let client = KubeClient::new(&cfg).unwrap();
+        let e = preflight(&client, &input).await.unwrap_err();
+        assert!(matches!(e, ClusterError::Unauthorized { .. }), "{e:?}");
+        assert!(!e.to_string().contains("not-the-token"), "{e}");
+        assert_eq!(runs(&count) - before, 2, "run, refused, run again once");
+    }
+}
+
+#[tokio::test]
+async fn exec_plugin_missing_or_broken_is_named_with_its_install_hint() {
+    let fake = start("kind");
+    let (path, _, _) = exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", TOKEN);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let plugin = v["users"][0]["user"]["exec"]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let missing = path.with_file_name("missing-kubeconfig");
+    std::fs::write(&missing, text.replace(&plugin, "/nonexistent/aws")).unwrap();
+    let cfg = cluster::kubeconfig::load(&missing, None).unwrap();
+    let m = KubeClient::new(&cfg)
+        .unwrap()
+        .get_json("/version")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
-        matches!(e, ClusterError::ExecPluginUnsupported { .. }),
-        "{e:?}"
-    );
-    let m = e.to_string();
-    assert!(
-        m.contains("user \"arn:aws:eks:eu-west-1:111122223333:cluster/prod-eu\""),
+        m.contains("/nonexistent/aws --cluster-name fake")
+            && m.contains("not found: token-plugin.sh comes with the test"),
         "{m}"
     );
+    // The plugin exits non-zero (no PLUGIN_TOKEN): named, its stderr left to the user.
+    let broken = path.with_file_name("broken-kubeconfig");
+    std::fs::write(&broken, text.replace("PLUGIN_TOKEN", "OTHER_NAME")).unwrap();
+    let cfg = cluster::kubeconfig::load(&broken, None).unwrap();
+    let m = KubeClient::new(&cfg)
+        .unwrap()
+        .get_json("/version")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
-        m.contains("exec plugin (aws --region eu-west-1 eks get-token --cluster-name prod-eu --output json)"),
-        "{m}"
-    );
-    assert!(
-        m.contains("exec plugins are not supported in this version"),
-        "{m}"
-    );
-    assert!(
-        m.contains(
-            "use a token kubeconfig (e.g. a service-account token) or run with --no-install"
-        ),
+        m.contains("exec credential plugin") && m.contains("it failed (exit status: 3)"),
         "{m}"
     );
 }
@@ -496,9 +614,12 @@ async fn unreachable_server_says_no_cluster_reachable_and_names_the_url() {
     let input = PreflightInput {
         bundle_platforms: &platforms(&["linux/amd64"]),
         crds: &crds,
-        namespace: NS,
+        namespace: "default",
+        namespace_explicit: false,
+        chart_namespace: NS,
         release: RELEASE,
         strict: false,
+        host_network: false,
     };
     let e = preflight(&client, &input).await.unwrap_err();
     assert!(matches!(e, ClusterError::Unreachable { .. }), "{e:?}");
@@ -510,9 +631,9 @@ async fn unreachable_server_says_no_cluster_reachable_and_names_the_url() {
 }
 
 #[tokio::test]
-async fn stub_answers_like_an_api_server() {
-    // The stub's own behaviour, so that what the tests above rely on is pinned down.
-    let stub = kube_stub::start("ack");
+async fn fake_answers_like_an_api_server() {
+    // The fake's own behaviour, so that what the tests above rely on is pinned down.
+    let stub = start("ack");
     let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     assert!(client.get_json("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/devices.scheduling.koordinator.sh").await.unwrap().is_none());
@@ -525,7 +646,7 @@ async fn stub_answers_like_an_api_server() {
         .unwrap();
     assert_eq!(crd["kind"], "CustomResourceDefinition");
     assert_eq!(crd["spec"]["names"]["plural"], "nodeslos");
-    let eks = kube_stub::start("eks");
+    let eks = start("eks");
     let cfg = cluster::kubeconfig::load(&eks.kubeconfig, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let all = client

@@ -1,0 +1,241 @@
+//! Runs the FAKE Kubernetes API server of `tests/kube-fake/` (a Python process) for a test:
+//! stateful, strict where the real API server is strict, no controllers, no pods ever run (see
+//! tests/kube-fake/README.md for what it does not model). Real helm installs into it with its
+//! default Secret driver; tests assert on the objects it holds at the end and on its request log.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running fake API server.
+pub struct KubeFake {
+    /// `http(s)://127.0.0.1:PORT`.
+    pub url: String,
+    /// The kubeconfig it wrote (token user when started with a token).
+    pub kubeconfig: PathBuf,
+    /// Its state directory (addr, kubeconfig, requests.jsonl, ca.crt with TLS).
+    pub dir: tempfile::TempDir,
+    child: Child,
+    ca: Option<PathBuf>,
+}
+
+/// Options of [`start`].
+#[derive(Default, Clone)]
+pub struct Opts<'a> {
+    /// Fixture directories under tests/fixtures/kube/ to seed from (`kind`, `eks`, `ack`...).
+    pub seed: &'a [&'a str],
+    /// Serve HTTPS with a throw-away CA.
+    pub tls: bool,
+    /// Bearer token every API request must carry.
+    pub token: Option<&'a str>,
+}
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/kube")
+        .join(name)
+}
+
+/// Start a fake API server seeded from the fixtures named.
+pub fn start(opts: Opts<'_>) -> KubeFake {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube-fake/fake_apiserver.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script)
+        .arg("--state-dir")
+        .arg(dir.path())
+        .args(["--port", "0", "--namespace-finalize-seconds", "0.5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for s in opts.seed {
+        cmd.arg("--seed-dir").arg(fixture_dir(s));
+    }
+    if opts.tls {
+        cmd.arg("--tls");
+    }
+    if let Some(t) = opts.token {
+        cmd.args(["--token", t]);
+    }
+    let mut child = cmd
+        .spawn()
+        .expect("python3 runs tests/kube-fake/fake_apiserver.py");
+    let addr = dir.path().join("addr");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !addr.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the fake API server exited at start: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fake API server did not start in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = std::fs::read_to_string(&addr)
+        .expect("addr")
+        .trim()
+        .to_string();
+    KubeFake {
+        url,
+        kubeconfig: dir.path().join("kubeconfig"),
+        ca: opts.tls.then(|| dir.path().join("ca.crt")),
+        child,
+        dir,
+    }
+}
+
+impl KubeFake {
+    /// A control endpoint (`/_fake/...`), through curl (GET, or POST of a JSON body).
+    fn control(&self, path: &str, post: Option<&Value>) -> Value {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--fail-with-body", "--max-time", "30"]);
+        if let Some(ca) = &self.ca {
+            c.arg("--cacert").arg(ca);
+        }
+        if let Some(body) = post {
+            c.args(["-H", "Content-Type: application/json", "--data-binary"])
+                .arg(body.to_string());
+        }
+        c.arg(format!("{}{path}", self.url));
+        let o = c.output().expect("curl runs");
+        assert!(
+            o.status.success(),
+            "curl {path}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).expect("the fake answers JSON")
+    }
+
+    /// Every object it holds.
+    pub fn objects(&self) -> Vec<Value> {
+        let v = self.control("/_fake/state", None);
+        v["objects"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The objects of a kind (`Namespace`, `Secret`...), optionally in a namespace.
+    pub fn of_kind(&self, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        self.objects()
+            .into_iter()
+            .filter(|o| o["kind"] == kind)
+            .filter(|o| namespace.is_none_or(|ns| o["metadata"]["namespace"] == ns))
+            .collect()
+    }
+
+    /// `metadata.name` of the objects of a kind.
+    pub fn names(&self, kind: &str, namespace: Option<&str>) -> Vec<String> {
+        self.of_kind(kind, namespace)
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// One object, if it holds it.
+    pub fn get(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.of_kind(kind, namespace)
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == name)
+    }
+
+    /// The request log.
+    pub fn requests(&self) -> Vec<Value> {
+        let v = self.control("/_fake/requests", None);
+        v["requests"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `METHOD PATH STATUS` of every request that is not discovery, for messages.
+    pub fn request_lines(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r["resource"].is_string() || r["status"].as_u64() != Some(200))
+            .map(|r| {
+                format!(
+                    "{} {} {} {}",
+                    r["method"].as_str().unwrap_or(""),
+                    r["path"].as_str().unwrap_or(""),
+                    r["status"],
+                    r["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    /// Store objects as they are (no admission): a cluster's prior state.
+    pub fn seed(&self, objects: Value) {
+        self.control(
+            "/_fake/objects",
+            Some(&serde_json::json!({ "objects": objects })),
+        );
+    }
+
+    /// Leave the next `count` requests `METHOD` matching `path_regex` unanswered.
+    pub fn hang(&self, method: &str, path_regex: &str, count: u32) {
+        self.control(
+            "/_fake/hang",
+            Some(&serde_json::json!({"method": method, "path_regex": path_regex, "count": count})),
+        );
+    }
+
+    /// Answer the next `count` requests `METHOD` matching `path_regex` with a `Status` of
+    /// `code`/`reason`/`message`.
+    pub fn fail(
+        &self,
+        method: &str,
+        path_regex: &str,
+        code: u16,
+        reason: &str,
+        message: &str,
+        count: u32,
+    ) {
+        self.control(
+            "/_fake/fail",
+            Some(
+                &serde_json::json!({"method": method, "path_regex": path_regex, "code": code,
+                "reason": reason, "message": message, "count": count}),
+            ),
+        );
+    }
+
+    /// The images of a Deployment or DaemonSet's containers.
+    pub fn images(&self, kind: &str, namespace: &str, name: &str) -> Vec<String> {
+        let o = self
+            .get(kind, Some(namespace), name)
+            .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}"));
+        o["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c["image"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// (name, status, version) of helm's release Secrets in a namespace, from their labels, oldest
+    /// revision first.
+    pub fn releases(&self, namespace: &str) -> Vec<(String, String, String)> {
+        let mut v: Vec<(String, String, String)> = self
+            .of_kind("Secret", Some(namespace))
+            .iter()
+            .filter(|s| s["type"] == "helm.sh/release.v1")
+            .map(|s| {
+                let l = &s["metadata"]["labels"];
+                (
+                    l["name"].as_str().unwrap_or("").to_string(),
+                    l["status"].as_str().unwrap_or("").to_string(),
+                    l["version"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        v.sort_by_key(|r| r.2.parse::<u32>().unwrap_or(0));
+        v
+    }
+}
+
+impl Drop for KubeFake {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
