@@ -111,6 +111,7 @@ struct Part {
 pub struct BundleSource {
     path: PathBuf,
     report: VerifyReport,
+    manifest: BundleManifest,
     parts: Vec<Part>,
     /// Repository → tag → top manifest (digest, media type), from the bundle manifest.
     tags: BTreeMap<String, BTreeMap<String, (Digest, String)>>,
@@ -212,7 +213,7 @@ impl BundleSource {
         };
         let manifest = report
             .manifest
-            .as_ref()
+            .clone()
             .ok_or_else(|| content("no bundle manifest".into()))?;
         let mut tags: BTreeMap<String, BTreeMap<String, (Digest, String)>> = BTreeMap::new();
         let mut tops = Vec::new();
@@ -249,6 +250,7 @@ impl BundleSource {
         Ok(BundleSource {
             path: path.to_path_buf(),
             report,
+            manifest,
             parts,
             tags,
             types,
@@ -267,11 +269,16 @@ impl BundleSource {
 
     /// The bundle manifest.
     pub fn manifest(&self) -> &BundleManifest {
-        // from_report checked it is there.
+        &self.manifest
+    }
+
+    /// The size of a blob the bundle holds.
+    pub fn blob_size(&self, d: &Digest) -> Option<u64> {
         self.report
-            .manifest
-            .as_ref()
-            .expect("a verified report holds its manifest")
+            .blob_locations
+            .get(d)
+            .map(|&(_, size)| size)
+            .or_else(|| self.report.small_blobs.get(d).map(|b| b.len() as u64))
     }
 
     /// The bundle (as the user named it).

@@ -173,12 +173,22 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
         return EXIT_INTERNAL;
     }
     for cause in e.chain() {
-        let registry = cause.downcast_ref::<RegistryError>().or_else(|| match cause
-            .downcast_ref::<crate::copy::CopyError>(
-        ) {
-            Some(crate::copy::CopyError::Registry(r)) => Some(r),
-            _ => None,
-        });
+        let registry = cause
+            .downcast_ref::<RegistryError>()
+            .or_else(|| match cause.downcast_ref::<crate::copy::CopyError>() {
+                Some(crate::copy::CopyError::Registry(r)) => Some(r),
+                _ => None,
+            })
+            .or_else(|| {
+                cause
+                    .downcast_ref::<crate::copy::walk::WalkError>()
+                    .and_then(|w| w.registry())
+            })
+            .or_else(|| {
+                cause
+                    .downcast_ref::<crate::store::StoreError>()
+                    .and_then(|s| s.registry())
+            });
         if let Some(r) = registry {
             return if r.is_transient() {
                 EXIT_INTERNAL

@@ -51,13 +51,23 @@ pub enum WalkError {
         available: String,
     },
     /// Blobs left out of an incremental bundle are not in the sink.
-    #[error("{} blobs this incremental bundle leaves out are not in {sink} ({}): load the bundle it builds on first", missing.len(), missing.join(", "))]
+    #[error("this incremental bundle needs blobs that {sink} does not hold ({} missing: {}): load the bundle it builds on first", missing.len(), missing.join(", "))]
     MissingOnSite {
         /// The sink.
         sink: String,
         /// `digest (size bytes, for repo)` of each.
         missing: Vec<String>,
     },
+}
+
+impl WalkError {
+    /// The registry failure underneath, if that is what it is.
+    pub fn registry(&self) -> Option<&crate::store::RegistryError> {
+        match self {
+            WalkError::Store(s) => s.registry(),
+            _ => None,
+        }
+    }
 }
 
 /// A manifest graph read from a source.

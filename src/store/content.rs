@@ -164,6 +164,14 @@ impl StoreError {
         }
     }
 
+    /// The registry failure underneath, if that is what it is.
+    pub fn registry(&self) -> Option<&super::RegistryError> {
+        match self {
+            StoreError::Registry(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// Wrap any error of a store.
     pub fn other(
         store: impl Into<String>,
