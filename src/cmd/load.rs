@@ -506,6 +506,7 @@ async fn push(
         &walk::Options {
             jobs,
             omitted: &omitted,
+            omitted_policy: walk::Omitted::Require,
             dry_run,
             on_bytes: Arc::new(move |n| on.inc(n)),
         },

@@ -362,12 +362,24 @@ pub struct Item<'g> {
     pub reference: Reference,
 }
 
+/// What becomes of the blobs [`Options::omitted`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Omitted {
+    /// The sink must already hold them (loading an incremental bundle): checked before
+    /// anything is written.
+    Require,
+    /// Not copied, not checked (building an incremental bundle: the site holds them).
+    Skip,
+}
+
 /// How to copy.
 pub struct Options<'a> {
     /// Blob transfers at once.
     pub jobs: usize,
-    /// Blobs not to copy (an incremental bundle left them out): the sink must hold them.
+    /// Blobs not to copy.
     pub omitted: &'a BTreeSet<Digest>,
+    /// Whether the sink must hold them.
+    pub omitted_policy: Omitted,
     /// Write nothing: only find out what would be written.
     pub dry_run: bool,
     /// Told of blob bytes as they are taken (or found present).
@@ -400,12 +412,15 @@ pub struct Stats {
     pub tags: Vec<String>,
     /// Blobs an incremental bundle left out, found in the sink.
     pub required_present: usize,
+    /// Blobs copied in this run (their content was checked by the sink).
+    #[serde(skip)]
+    pub copied: BTreeSet<Digest>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Done {
     Present(u64),
-    Uploaded(u64),
+    Uploaded(Digest, u64),
     Mounted,
 }
 
@@ -448,6 +463,9 @@ pub async fn transfer<S: Source, K: Sink>(
     for it in &todo {
         for b in &it.graph.blobs {
             if opts.omitted.contains(&b.digest) {
+                if opts.omitted_policy == Omitted::Skip {
+                    continue;
+                }
                 required
                     .entry(&b.digest)
                     .or_insert_with(|| (b, vec![]))
@@ -551,9 +569,10 @@ fn tally(stats: &mut Stats, d: Done) {
             stats.skipped += 1;
             stats.skipped_bytes += n;
         }
-        Done::Uploaded(n) => {
+        Done::Uploaded(d, n) => {
             stats.uploaded += 1;
             stats.uploaded_bytes += n;
+            stats.copied.insert(d);
         }
         Done::Mounted => stats.mounted += 1,
     }
@@ -602,7 +621,7 @@ async fn copy_blob<S: Source, K: Sink>(
     };
     if opts.dry_run {
         (opts.on_bytes)(desc.size);
-        return Ok(Done::Uploaded(desc.size - offset));
+        return Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset));
     }
     (opts.on_bytes)(offset);
     let data = FromSource {
@@ -613,7 +632,7 @@ async fn copy_blob<S: Source, K: Sink>(
     };
     sink.put_blob(repo, desc, offset, &data, &opts.on_bytes)
         .await?;
-    Ok(Done::Uploaded(desc.size - offset))
+    Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset))
 }
 
 async fn put_manifests<K: Sink>(
@@ -715,6 +734,7 @@ mod tests {
         Options {
             jobs: 3,
             omitted,
+            omitted_policy: Omitted::Require,
             dry_run: false,
             on_bytes: std::sync::Arc::new(|_| {}),
         }
