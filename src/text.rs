@@ -35,6 +35,22 @@ pub fn printable_bytes(b: &[u8]) -> String {
     printable(&s)
 }
 
+/// `12.3 MiB`.
+pub fn human_bytes(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

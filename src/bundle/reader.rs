@@ -628,7 +628,7 @@ fn check_layout(
     roots: &[crate::oci::Descriptor],
     blob_sizes: &BTreeMap<Digest, u64>,
 ) -> Result<VerifyReport, VerifyError> {
-    use crate::copy::walk;
+    use crate::copy;
     use futures_util::FutureExt as _;
     let content = |reason: String| VerifyError::Content {
         path: path.to_path_buf(),
@@ -665,11 +665,11 @@ fn check_layout(
         present(root)?;
         let reference = crate::store::Reference::Digest(root.digest.clone());
         // Everything the source reads is in memory: the walk completes on its first poll.
-        let graph = walk::resolve(&src, "", &reference, None)
+        let graph = copy::resolve(&src, "", &reference, None)
             .now_or_never()
             .ok_or_else(|| content("the layout walk did not complete in memory".into()))?
             .map_err(|e| match e {
-                walk::WalkError::Store(s) if s.is_not_found() => content(format!(
+                copy::WalkError::Store(s) if s.is_not_found() => content(format!(
                     "{s}: a manifest {} references is not in the bundle",
                     root.digest
                 )),

@@ -8,14 +8,14 @@ use crate::bundle::pack::{self, Compression, PackInput};
 use crate::bundle::{sign, BundleManifest, FORMAT_VERSION, REF_NAME};
 use crate::chart::{self, ChartArchive, ChartImage};
 use crate::cli::BuildArgs;
-use crate::copy::human_bytes;
-use crate::copy::walk::{self, Graph, Item};
+use crate::copy::{self, Graph, Item};
 use crate::oci::{media, Digest, ImageRef};
 use crate::progress::{Mode, Progress};
 use crate::sources::{Source, SourceMap};
 use crate::store::http::HttpFetcher;
 use crate::store::registry::RegistryStore;
 use crate::store::{BlobCache, RawManifest, Reference, Registry, RegistryOptions};
+use crate::text::human_bytes;
 use anyhow::{bail, Context as _};
 use futures_util::StreamExt;
 use serde_json::json;
@@ -308,7 +308,7 @@ async fn resolve_image(
             (Some(d), _) => Reference::Digest(Digest::from_hex(d.trim_start_matches("sha256:"))?),
             (None, t) => Reference::Tag(t.clone().unwrap_or_else(|| "latest".into())),
         };
-        match walk::resolve(store, &repo, &reference, platforms).await {
+        match copy::resolve(store, &repo, &reference, platforms).await {
             Ok(graph) => {
                 return Ok(Resolved {
                     graph,
@@ -317,7 +317,7 @@ async fn resolve_image(
                     fallbacks,
                 })
             }
-            Err(walk::WalkError::Store(e)) => fallbacks.push(format!("{label} ({r}): {e}")),
+            Err(copy::WalkError::Store(e)) => fallbacks.push(format!("{label} ({r}): {e}")),
             Err(e) => return Err(e.into()),
         }
     }
@@ -402,14 +402,14 @@ async fn fetch(
             reference: r.graph.reference.clone(),
         })
         .collect();
-    let copied = walk::transfer(
+    let copied = copy::transfer(
         store,
         cache,
         &items,
-        &walk::Options {
+        &copy::Options {
             jobs,
             omitted: &settings.on_site,
-            omitted_policy: walk::Omitted::Skip,
+            omitted_policy: copy::Omitted::Skip,
             dry_run: false,
             on_bytes: Arc::new(move |n| on.inc(n)),
         },
@@ -504,14 +504,14 @@ async fn chart_artifact(
         reference: graph.reference.clone(),
     }];
     // Its blobs are inline: the cache is only the sink.
-    walk::transfer(
+    copy::transfer(
         cache,
         cache,
         &items,
-        &walk::Options {
+        &copy::Options {
             jobs: 2,
             omitted: &BTreeSet::new(),
-            omitted_policy: walk::Omitted::Skip,
+            omitted_policy: copy::Omitted::Skip,
             dry_run: false,
             on_bytes: Arc::new(|_| {}),
         },

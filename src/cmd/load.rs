@@ -6,14 +6,15 @@ use crate::bundle::reader;
 use crate::bundle::source::{split_ref, BundleSource};
 use crate::cli::LoadArgs;
 use crate::cluster;
-use crate::copy::walk::{self, Item};
-use crate::copy::{human_bytes, Target};
+use crate::copy::{self, Item};
 use crate::helm::{self, ChartSource, Helm, InstallPlan, RegistryAccess};
 use crate::oci::Descriptor;
+use crate::oci::Target;
 use crate::progress::{Mode, Progress};
 use crate::store::auth::Login;
 use crate::store::registry::RegistryStore;
 use crate::store::{Reference, Registry, RegistryOptions, Secret, Source as _};
+use crate::text::human_bytes;
 use anyhow::{bail, Context as _};
 use futures_util::TryStreamExt as _;
 use serde_json::json;
@@ -456,7 +457,7 @@ async fn push(
     jobs: usize,
     dry_run: bool,
     progress: &Progress,
-) -> anyhow::Result<walk::Stats> {
+) -> anyhow::Result<copy::Stats> {
     let m = src.manifest();
     let mut names: Vec<(&str, &str)> = Vec::new();
     for r in m
@@ -469,7 +470,7 @@ async fn push(
     }
     let mut graphs = Vec::new();
     for (repo, tag) in &names {
-        let g = walk::resolve(src, repo, &Reference::Tag(tag.to_string()), None)
+        let g = copy::resolve(src, repo, &Reference::Tag(tag.to_string()), None)
             .await
             .with_context(|| format!("{repo}:{tag} in the bundle"))?;
         graphs.push(g);
@@ -499,14 +500,14 @@ async fn push(
         total,
     );
     let on = bar.clone();
-    let stats = walk::transfer(
+    let stats = copy::transfer(
         src,
         sink,
         &items,
-        &walk::Options {
+        &copy::Options {
             jobs,
             omitted: &omitted,
-            omitted_policy: walk::Omitted::Require,
+            omitted_policy: copy::Omitted::Require,
             dry_run,
             on_bytes: Arc::new(move |n| on.inc(n)),
         },

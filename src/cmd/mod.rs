@@ -175,13 +175,9 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
         let registry = cause
             .downcast_ref::<RegistryError>()
-            .or_else(|| match cause.downcast_ref::<crate::copy::CopyError>() {
-                Some(crate::copy::CopyError::Registry(r)) => Some(r),
-                _ => None,
-            })
             .or_else(|| {
                 cause
-                    .downcast_ref::<crate::copy::walk::WalkError>()
+                    .downcast_ref::<crate::copy::WalkError>()
                     .and_then(|w| w.registry())
             })
             .or_else(|| {

@@ -65,7 +65,7 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         println!(
             "{} ({})",
             p.display(),
-            crate::copy::human_bytes(std::fs::metadata(p)?.len())
+            crate::text::human_bytes(std::fs::metadata(p)?.len())
         );
     }
     println!(
