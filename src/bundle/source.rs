@@ -11,7 +11,7 @@ use super::reader::{self, SignaturePolicy, VerifyError, VerifyReport};
 use super::BundleManifest;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
-use crate::store::{BlobStream, RawManifest, Reference, Source, Store, StoreError};
+use crate::store::{BlobStream, Catalog, RawManifest, Reference, Source, Store, StoreError};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
@@ -286,14 +286,6 @@ impl BundleSource {
         &self.path
     }
 
-    /// Repository → its tags.
-    pub fn catalog(&self) -> BTreeMap<String, Vec<String>> {
-        self.tags
-            .iter()
-            .map(|(r, t)| (r.clone(), t.keys().cloned().collect()))
-            .collect()
-    }
-
     /// Where bundle bytes `offset..offset+len` are, after checking their files did not change.
     fn regions(&self, offset: u64, len: u64) -> Result<Vec<Region>, SourceError> {
         let mut out = Vec::new();
@@ -350,6 +342,15 @@ fn compressed(path: &Path) -> SourceError {
 impl Store for BundleSource {
     fn describe(&self) -> String {
         format!("bundle {}", self.path.display())
+    }
+}
+
+impl Catalog for BundleSource {
+    fn catalog(&self) -> BTreeMap<String, Vec<String>> {
+        self.tags
+            .iter()
+            .map(|(r, t)| (r.clone(), t.keys().cloned().collect()))
+            .collect()
     }
 }
 

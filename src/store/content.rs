@@ -210,6 +210,12 @@ pub trait Source: Store {
     ) -> impl Future<Output = Result<BlobStream, StoreError>> + Send;
 }
 
+/// A source that can list what it holds: what `serve` answers its catalog and tags from.
+pub trait Catalog: Source {
+    /// Repository → its tags.
+    fn catalog(&self) -> std::collections::BTreeMap<String, Vec<String>>;
+}
+
 /// Where content goes.
 pub trait Sink: Store {
     /// How much of the blob `repo` already holds.

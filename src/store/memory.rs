@@ -5,7 +5,7 @@
 //! works only from a repository that holds the blob.
 
 use super::content::{
-    BlobStream, Have, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
+    BlobStream, Catalog, Have, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
 use crate::oci::{Descriptor, Digest, Manifest};
 use bytes::Bytes;
@@ -117,7 +117,7 @@ impl MemoryStore {
     }
 
     /// The repositories and their tags.
-    pub fn catalog(&self) -> BTreeMap<String, Vec<String>> {
+    pub fn tags_by_repo(&self) -> BTreeMap<String, Vec<String>> {
         self.lock()
             .repos
             .iter()
@@ -177,6 +177,12 @@ impl Source for MemoryStore {
             .map(|a| Ok(bytes.slice(a..(a + PIECE).min(bytes.len()))))
             .collect();
         Ok(futures_util::stream::iter(pieces).boxed())
+    }
+}
+
+impl Catalog for MemoryStore {
+    fn catalog(&self) -> BTreeMap<String, Vec<String>> {
+        self.tags_by_repo()
     }
 }
 

@@ -14,7 +14,8 @@ pub mod retry;
 pub use auth::{Credentials, Secret};
 pub use cache::{BlobCache, CacheError};
 pub use content::{
-    BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
+    BlobStream, Catalog, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store,
+    StoreError,
 };
 pub use memory::MemoryStore;
 pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};
