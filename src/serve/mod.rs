@@ -376,3 +376,98 @@ async fn serve_connection<S: Catalog + 'static, I>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oci::{media, Digest};
+    use crate::store::{MemoryStore, RawManifest};
+    use serde_json::json;
+
+    /// serve answers from any catalog source: here a store in memory, read with plain HTTP.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn serves_a_memory_store() {
+        let src = MemoryStore::new("m");
+        let layer: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+        let config = src.add_blob(
+            "a/b",
+            "application/vnd.oci.image.config.v1+json",
+            b"{}".to_vec(),
+        );
+        let l = src.add_blob(
+            "a/b",
+            "application/vnd.oci.image.layer.v1.tar",
+            layer.clone(),
+        );
+        let m = RawManifest::new(
+            serde_json::to_vec(
+                &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                "config": config, "layers": [l]}),
+            )
+            .unwrap(),
+            media::OCI_MANIFEST,
+        );
+        src.add_manifest("a/b", Some("v1"), m.clone());
+        let index = Index::build(&src).await.unwrap();
+        let listener = Listener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            Arc::new(src),
+            index,
+            Options {
+                htpasswd: None,
+                tls: None,
+                events: Arc::new(|_| {}),
+                grace: Duration::from_secs(1),
+                max_connections: 16,
+            },
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        let http = reqwest::Client::new();
+        let get = |path: String, range: Option<&'static str>| {
+            let mut r = http.get(format!("http://{addr}{path}"));
+            if let Some(v) = range {
+                r = r.header("range", v);
+            }
+            r.send()
+        };
+        let cat: serde_json::Value = serde_json::from_slice(
+            &get("/v2/_catalog".into(), None)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(cat["repositories"], json!(["a/b"]));
+        let r = get("/v2/a/b/manifests/v1".into(), None).await.unwrap();
+        assert_eq!(r.headers()["docker-content-digest"], m.digest.as_str());
+        assert_eq!(r.bytes().await.unwrap(), m.bytes);
+        let whole = get(format!("/v2/a/b/blobs/{}", l.digest), None)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(Digest::of(&whole), l.digest);
+        let part = get(
+            format!("/v2/a/b/blobs/{}", l.digest),
+            Some("bytes=600000-1500000"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(part.status(), 206);
+        assert_eq!(part.bytes().await.unwrap(), &layer[600_000..=1_500_000]);
+        let other = get(format!("/v2/x/blobs/{}", l.digest), None)
+            .await
+            .unwrap();
+        assert_eq!(other.status(), 404);
+        let _ = stop_tx.send(());
+        server.await.unwrap().unwrap();
+    }
+}
