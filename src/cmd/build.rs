@@ -5,7 +5,7 @@ use crate::bundle::manifest::{
     Tool,
 };
 use crate::bundle::pack::{self, Compression, PackInput};
-use crate::bundle::{sign, BundleManifest, FORMAT_VERSION, REF_NAME};
+use crate::bundle::{BundleManifest, FORMAT_VERSION, REF_NAME};
 use crate::chart::{self, ChartArchive, ChartImage};
 use crate::cli::BuildArgs;
 use crate::copy::{self, Graph, Item};
@@ -155,30 +155,6 @@ fn load_base(path: &std::path::Path) -> anyhow::Result<(BundleManifest, Digest)>
     Ok((m, Digest::of(&bytes)))
 }
 
-fn load_signer(args: &BuildArgs) -> anyhow::Result<Option<(minisign::SecretKey, PathBuf)>> {
-    if args.unsigned {
-        return Ok(None);
-    }
-    let path = match &args.sign_key {
-        Some(p) => p.clone(),
-        None => super::config_dir()?.join(sign::SECRET_KEY_FILE),
-    };
-    if !path.exists() {
-        bail!(
-            "no signing key at {}: create one with `koord-bundle keygen` (writes koord-bundle.key and koord-bundle.pub into {}), pass --sign-key FILE, or --unsigned",
-            path.display(),
-            path.parent().map(|p| p.display().to_string()).unwrap_or_default()
-        );
-    }
-    let password = if sign::secret_key_is_encrypted(&path)? {
-        super::key_password(false)?
-    } else {
-        None
-    };
-    let sk = sign::load_secret_key(&path, password)?;
-    Ok(Some((sk, path.with_extension("pub"))))
-}
-
 /// What a build needs, resolved once from the flags and the environment before any I/O: an
 /// error in any of them costs no download.
 struct Settings {
@@ -217,10 +193,10 @@ impl Settings {
             .as_deref()
             .map(crate::bundle::parts::parse_size)
             .transpose()?;
-        let signer = if args.dry_run {
+        let signer = if args.dry_run || args.unsigned {
             None
         } else {
-            load_signer(args)?
+            super::signing_key(args.sign_key.as_deref(), true)?
         };
         let base = args.since.as_deref().map(load_base).transpose()?;
         let on_site = base

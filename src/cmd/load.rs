@@ -180,7 +180,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     // 3. Helm and the cluster, before any push.
     let install = !args.no_install;
     let helm = if install || args.dry_run {
-        match Helm::find(args.helm.as_deref()) {
+        match Helm::find(
+            args.helm.as_deref(),
+            std::env::var_os(super::env::PATH).as_deref(),
+        ) {
             Ok(h) => Some(h),
             Err(e) if !install => {
                 progress.warn(format!("{e}: the chart will not be rendered"));

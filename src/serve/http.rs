@@ -805,7 +805,7 @@ fn paginate<'a>(items: &[&'a str], query: &str) -> (Vec<&'a str>, Option<(String
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         match k {
             "n" => n = v.parse::<usize>().ok(),
-            "last" => last = Some(percent_decode(v)),
+            "last" => last = Some(crate::text::percent_decode(v)),
             _ => {}
         }
     }
@@ -827,53 +827,9 @@ fn paginate<'a>(items: &[&'a str], query: &str) -> (Vec<&'a str>, Option<(String
 fn link(path: &str, last: String, n: usize) -> HeaderValue {
     let v = format!(
         "<{path}?last={}&n={n}>; rel=\"next\"",
-        percent_encode(&last)
+        crate::text::percent_encode(&last)
     );
     HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.bytes() {
-        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
-            out.push(c as char);
-        } else {
-            out.push_str(&format!("%{c:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -938,7 +894,7 @@ mod tests {
             link("/v2/_catalog", "b/c".into(), 2),
             "</v2/_catalog?last=b%2Fc&n=2>; rel=\"next\""
         );
-        assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
+        assert_eq!(crate::text::percent_decode("a%2Fb%zz%"), "a/b%zz%");
     }
 
     #[test]
