@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# THE test command: installs dependencies, starts the test environment
+# THE test command: installs dependencies, checks formatting and clippy, starts the test environment
 # (registries, chart repo, synthetic images), runs the Rust tests against it
 # and stops the environment again.
 #
@@ -16,6 +16,12 @@ export KB_ENV_DIR="${KB_ENV_DIR:-$REPO_ROOT/target/test-env}"
 log() { printf '[test] %s\n' "$*" >&2; }
 
 scripts/install-deps.sh
+
+# The house rules hold before any test runs: formatted, and clippy-clean with warnings as errors.
+log "cargo fmt --all -- --check"
+cargo fmt --all -- --check || { log "ERROR: cargo fmt would change files: run cargo fmt"; exit 1; }
+log "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings || { log "ERROR: clippy found warnings"; exit 1; }
 
 # shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {

@@ -1,40 +1,44 @@
-//! The graph walk: resolve each image (index → manifests → blobs) from the first source that
-//! has it, filter platforms, then fetch every unique blob once, with bounded concurrency, into
-//! the content-addressed cache. Manifests are kept as the exact bytes the registry served unless
-//! a platform filter forces a new index (whose new digest is then recorded next to the upstream
-//! one).
+//! The copy engine: the one graph walk every command uses. [`resolve`] reads a manifest graph from a [`Source`]
+//! (an index, its child manifests, their configs and layers), [`transfer`] copies resolved
+//! graphs into a [`Sink`] children first: each blob once, skipping what the sink holds,
+//! resuming what it holds in part, mounting across repositories where it can, with bounded
+//! parallelism, largest blobs first; then every manifest as its exact bytes, the tag last.
+//!
+//! One policy for all: nested indexes are walked (to a depth of [`MAX_DEPTH`]); a platform
+//! filter keeps the matching entries of the top index and the attestations that describe them
+//! (the index is then rewritten, and both digests are known); blobs an incremental bundle left
+//! out must already be in the sink, checked before anything is written.
 
-use crate::oci::{media, Digest, ImageRef, Manifest, ManifestError};
-use crate::progress::Progress;
-use crate::store::{registry::Fetched, BlobCache, CacheError, Mount, Registry, RegistryError};
-use futures_util::StreamExt;
-use std::collections::BTreeMap;
+use crate::oci::{media, Descriptor, Digest, Manifest, ManifestError, Platform};
+use crate::store::{
+    BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, StoreError,
+};
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::{StreamExt, TryStreamExt};
+use std::collections::{BTreeMap, BTreeSet};
 
-/// A failure of the copy engine.
+/// Deepest nesting of indexes walked.
+pub const MAX_DEPTH: usize = 4;
+/// Largest config read to learn a single-platform image's platform.
+const MAX_CONFIG_PEEK: u64 = 1024 * 1024;
+
+/// Why a copy failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CopyError {
-    /// No source had the image.
-    #[error("no source has {image}:\n  {}", attempts.join("\n  "))]
-    AllSourcesFailed {
-        /// The chart's image reference.
-        image: String,
-        /// Each source tried, with why it failed.
-        attempts: Vec<String>,
-    },
-    /// A registry failure.
+pub enum WalkError {
+    /// A store failed.
     #[error(transparent)]
-    Registry(#[from] RegistryError),
+    Store(#[from] StoreError),
     /// A manifest that cannot be walked.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    /// The cache failed.
-    #[error(transparent)]
-    Cache(#[from] CacheError),
-    /// An incremental bundle's left-out blobs are not in the target registry.
-    #[error("this incremental bundle needs blobs the target registry does not hold ({} missing: {}): load the bundle it builds on first", missing.len(), missing.join(", "))]
-    MissingOnSite {
-        /// `digest (size bytes, for repo)` of each.
-        missing: Vec<String>,
+    /// Something in a graph that contradicts its descriptor.
+    #[error("{what}: {reason}")]
+    Graph {
+        /// The manifest or blob.
+        what: String,
+        /// What is wrong.
+        reason: String,
     },
     /// The platform filter leaves nothing.
     #[error("{image} has platforms {available}, none of which matches --platform {wanted}")]
@@ -46,465 +50,353 @@ pub enum CopyError {
         /// What it has.
         available: String,
     },
+    /// Blobs left out of an incremental bundle are not in the sink.
+    #[error("this incremental bundle needs blobs that {sink} does not hold ({} missing: {}): load the bundle it builds on first", missing.len(), missing.join(", "))]
+    MissingOnSite {
+        /// The sink.
+        sink: String,
+        /// `digest (size bytes, for repo)` of each.
+        missing: Vec<String>,
+    },
 }
 
-/// One image, resolved: which source served it and every manifest and blob it needs.
+impl WalkError {
+    /// The registry failure underneath, if that is what it is.
+    pub fn registry(&self) -> Option<&crate::store::RegistryError> {
+        match self {
+            WalkError::Store(s) => s.registry(),
+            _ => None,
+        }
+    }
+}
+
+/// A manifest graph read from a source.
 #[derive(Debug, Clone)]
-pub struct ResolvedImage {
-    /// Where it came from.
-    pub source_ref: ImageRef,
-    /// Label of the source (`ghcr`, `aliyun`, `127.0.0.1:5000`).
-    pub source: String,
-    /// Digest of the top manifest as the registry served it.
-    pub upstream_digest: Digest,
-    /// Digest of the top manifest kept in the bundle (differs only under a platform filter).
-    pub digest: Digest,
-    /// Media type of the top manifest.
-    pub media_type: String,
-    /// Size of the top manifest.
-    pub size: u64,
-    /// Platforms kept (`linux/amd64`), attestation entries excluded.
+pub struct Graph {
+    /// Where it was read: repository and reference.
+    pub repo: String,
+    /// Tag or digest it was read by.
+    pub reference: Reference,
+    /// The top manifest as the source served it.
+    pub upstream: RawManifest,
+    /// The top manifest kept: `upstream`, or a new index under a platform filter.
+    pub top: RawManifest,
+    /// Every other manifest the top one reaches, each once, children before their parents.
+    pub children: Vec<RawManifest>,
+    /// Every blob (configs, layers, non-manifest index entries), each once.
+    pub blobs: Vec<Descriptor>,
+    /// Blobs read while resolving (small configs), so they need not be read again.
+    pub inline: BTreeMap<Digest, Bytes>,
+    /// Platforms kept (`linux/amd64`), attestations excluded.
     pub platforms: Vec<String>,
-    /// Platforms dropped by the filter.
+    /// Platforms a filter dropped.
     pub dropped: Vec<String>,
     /// Attestation (`unknown/unknown`) entries kept.
     pub attestations: usize,
-    /// Every manifest (top first) as raw bytes.
-    pub manifests: Vec<(Digest, bytes::Bytes)>,
-    /// Every blob (config and layers) with its size.
-    pub blobs: Vec<(Digest, u64)>,
-    /// Sources tried before the one that served it.
-    pub fallbacks: Vec<String>,
 }
 
-impl ResolvedImage {
-    /// Bytes of all manifests and blobs.
+impl Graph {
+    /// Bytes of every manifest and blob.
     pub fn total_size(&self) -> u64 {
-        self.manifests
-            .iter()
-            .map(|(_, b)| b.len() as u64)
-            .sum::<u64>()
-            + self.blobs.iter().map(|(_, s)| s).sum::<u64>()
+        self.top.bytes.len() as u64
+            + self
+                .children
+                .iter()
+                .map(|m| m.bytes.len() as u64)
+                .sum::<u64>()
+            + self.blobs.iter().map(|b| b.size).sum::<u64>()
+    }
+
+    /// Every manifest, children first, the top one last.
+    pub fn manifests(&self) -> impl Iterator<Item = &RawManifest> {
+        self.children.iter().chain(std::iter::once(&self.top))
     }
 }
 
-/// Resolve one image from the first candidate source that has it.
-pub async fn resolve_image(
-    reg: &Registry,
-    cache: &BlobCache,
-    image: &str,
-    candidates: &[(String, ImageRef)],
-    platforms: Option<&[String]>,
-) -> Result<ResolvedImage, CopyError> {
-    let mut attempts = Vec::new();
-    for (label, r) in candidates {
-        match reg.get_manifest(r).await {
-            Ok((bytes, digest)) => {
-                let mut img = walk(reg, cache, image, label, r, bytes, digest, platforms).await?;
-                img.fallbacks = attempts;
-                return Ok(img);
-            }
-            Err(e) => attempts.push(format!("{label} ({r}): {e}")),
-        }
+fn graph_err(what: impl Into<String>, reason: impl Into<String>) -> WalkError {
+    WalkError::Graph {
+        what: what.into(),
+        reason: reason.into(),
     }
-    Err(CopyError::AllSourcesFailed {
-        image: image.to_string(),
-        attempts,
-    })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn walk(
-    reg: &Registry,
-    cache: &BlobCache,
-    image: &str,
-    label: &str,
-    r: &ImageRef,
-    bytes: bytes::Bytes,
-    digest: Digest,
+/// Read the graph `repo` names by `reference` from `src`; with `platforms`, keep only the
+/// matching entries of the top index (and their attestations).
+pub async fn resolve<S: Source>(
+    src: &S,
+    repo: &str,
+    reference: &Reference,
     platforms: Option<&[String]>,
-) -> Result<ResolvedImage, CopyError> {
-    let top = Manifest::parse(&bytes, None)?;
-    let mut img = ResolvedImage {
-        source_ref: r.clone(),
-        source: label.to_string(),
-        upstream_digest: digest.clone(),
-        digest: digest.clone(),
-        media_type: top.media_type().to_string(),
-        size: bytes.len() as u64,
+) -> Result<Graph, WalkError> {
+    let upstream = src.manifest(repo, reference).await?;
+    let name = reference.qualify(repo);
+    let parsed = Manifest::parse(&upstream.bytes, Some(&upstream.media_type))?;
+    let mut g = Graph {
+        repo: repo.to_string(),
+        reference: reference.clone(),
+        upstream: upstream.clone(),
+        top: upstream.clone(),
+        children: vec![],
+        blobs: vec![],
+        inline: BTreeMap::new(),
         platforms: vec![],
         dropped: vec![],
         attestations: 0,
-        manifests: vec![],
-        blobs: vec![],
-        fallbacks: vec![],
     };
-    match &top {
+    let mut seen = BTreeSet::from([upstream.digest.clone()]);
+    match parsed {
         Manifest::Index { manifests, .. } => {
-            let wanted = |p: &Option<crate::oci::Platform>| match (platforms, p) {
-                (None, _) => true,
-                (Some(f), Some(p)) => f.iter().any(|f| p.matches(f)),
-                (Some(_), None) => false,
-            };
-            let mut kept: Vec<usize> = (0..manifests.len())
-                .filter(|&i| {
-                    manifests[i]
-                        .platform
-                        .as_ref()
-                        .is_none_or(|p| !p.is_unknown())
-                        && wanted(&manifests[i].platform)
-                })
-                .collect();
-            let kept_digests: Vec<&str> =
-                kept.iter().map(|&i| manifests[i].digest.as_str()).collect();
-            // Attestations stay with the manifest they describe.
-            let att: Vec<usize> = (0..manifests.len())
-                .filter(|&i| {
-                    manifests[i]
-                        .platform
-                        .as_ref()
-                        .is_some_and(|p| p.is_unknown())
-                })
-                .filter(|&i| {
-                    platforms.is_none()
-                        || manifests[i]
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get("vnd.docker.reference.digest"))
-                            .is_some_and(|d| kept_digests.contains(&d.as_str()))
-                })
-                .collect();
-            if kept.is_empty() {
-                let available: Vec<String> = manifests
-                    .iter()
-                    .filter_map(|m| m.platform.as_ref())
-                    .filter(|p| !p.is_unknown())
-                    .map(|p| p.to_string())
-                    .collect();
-                return Err(CopyError::Platform {
-                    image: image.to_string(),
-                    wanted: platforms.map(|p| p.join(",")).unwrap_or_default(),
-                    available: available.join(", "),
-                });
-            }
-            img.attestations = att.len();
-            kept.extend(att);
-            kept.sort_unstable();
+            let kept = filter_index(&name, &manifests, platforms)?;
             for (i, m) in manifests.iter().enumerate() {
-                let name = m
+                let label = m
                     .platform
                     .as_ref()
-                    .map(|p| p.to_string())
+                    .map(Platform::to_string)
                     .unwrap_or_else(|| "unknown".into());
-                if kept.contains(&i) {
-                    if m.platform.as_ref().is_none_or(|p| !p.is_unknown()) {
-                        img.platforms.push(name);
-                    }
-                } else {
-                    img.dropped.push(name);
+                let attestation = m.platform.as_ref().is_some_and(Platform::is_unknown);
+                match (kept.contains(&i), attestation) {
+                    (true, true) => g.attestations += 1,
+                    (true, false) => g.platforms.push(label),
+                    (false, _) => g.dropped.push(label),
                 }
             }
-            let top_bytes = if kept.len() == manifests.len() {
-                bytes.clone()
-            } else {
-                // A new index holding only the kept entries, every other field as served.
-                let mut doc: serde_json::Value =
-                    serde_json::from_slice(&bytes).map_err(|e| ManifestError::Invalid {
-                        digest: digest.clone(),
-                        reason: e.to_string(),
-                    })?;
-                if let Some(arr) = doc.get_mut("manifests").and_then(|m| m.as_array_mut()) {
-                    let all = std::mem::take(arr);
-                    *arr = all
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(i, _)| kept.contains(i))
-                        .map(|(_, v)| v)
-                        .collect();
-                }
-                bytes::Bytes::from(serde_json::to_vec(&doc).map_err(|e| {
-                    ManifestError::Invalid {
-                        digest: digest.clone(),
-                        reason: e.to_string(),
-                    }
-                })?)
-            };
-            img.digest = Digest::of(&top_bytes);
-            img.size = top_bytes.len() as u64;
-            img.manifests.push((img.digest.clone(), top_bytes));
+            if kept.len() != manifests.len() {
+                g.top = rewrite_index(&upstream, &kept)?;
+            }
             for &i in &kept {
-                let child = &manifests[i];
-                let cref = r.with_reference(child.digest.as_str());
-                let (cbytes, cdigest) = reg.get_manifest(&cref).await?;
-                if cbytes.len() as u64 != child.size {
-                    return Err(RegistryError::Status {
-                        registry: r.registry.clone(),
-                        what: cref.to_string(),
-                        message: format!(
-                            "manifest is {} bytes, the index says {}",
-                            cbytes.len(),
-                            child.size
-                        ),
-                    }
-                    .into());
-                }
-                let cm = Manifest::parse(&cbytes, Some(&child.media_type))?;
-                if let Manifest::Index { .. } = cm {
-                    return Err(ManifestError::Invalid {
-                        digest: cdigest,
-                        reason: "nested index is not supported".into(),
-                    }
-                    .into());
-                }
-                img.blobs
-                    .extend(cm.blobs().into_iter().map(|d| (d.digest.clone(), d.size)));
-                img.manifests.push((cdigest, cbytes));
+                walk_child(src, repo, &manifests[i], 1, &mut g, &mut seen).await?;
             }
         }
-        Manifest::Image { config, .. } => {
-            img.manifests.push((digest.clone(), bytes.clone()));
-            img.blobs
-                .extend(top.blobs().into_iter().map(|d| (d.digest.clone(), d.size)));
-            // A single-platform image: its platform is in the config.
-            if config.size <= 1024 * 1024 && !media::is_index(&config.media_type) {
-                reg.fetch_blob(r, &config.digest, config.size, cache, &|_| {})
-                    .await?;
-                let cfg = cache.read_small(&config.digest, config.size)?;
-                let v: serde_json::Value = serde_json::from_slice(&cfg).unwrap_or_default();
-                if let (Some(os), Some(arch)) = (
-                    v.get("os").and_then(|s| s.as_str()),
-                    v.get("architecture").and_then(|s| s.as_str()),
-                ) {
-                    let p = crate::oci::Platform {
-                        architecture: arch.into(),
-                        os: os.into(),
-                        variant: v.get("variant").and_then(|s| s.as_str()).map(String::from),
-                        os_version: None,
-                    };
-                    if let Some(f) = platforms {
-                        if !f.iter().any(|f| p.matches(f)) {
-                            return Err(CopyError::Platform {
-                                image: image.to_string(),
-                                wanted: f.join(","),
-                                available: p.to_string(),
-                            });
-                        }
+        img @ Manifest::Image { .. } => {
+            add_blobs(&mut g, &img, &mut seen);
+            // A single-platform image names its platform in its config.
+            if let Manifest::Image { config, .. } = &img {
+                if let Some(p) = peek_platform(src, repo, config, &mut g).await? {
+                    if let Some(f) = platforms.filter(|f| !f.iter().any(|f| p.matches(f))) {
+                        return Err(WalkError::Platform {
+                            image: name,
+                            wanted: f.join(","),
+                            available: p.to_string(),
+                        });
                     }
-                    img.platforms.push(p.to_string());
+                    g.platforms.push(p.to_string());
                 }
             }
         }
     }
-    Ok(img)
+    Ok(g)
 }
 
-/// Totals of a fetch.
-#[derive(Debug, Default, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FetchStats {
-    /// Blobs whose digest was checked in this run (downloaded, or manifests held in memory):
-    /// the pack need not hash them again.
-    #[serde(skip)]
-    pub verified: std::collections::BTreeSet<Digest>,
-    /// Unique blobs.
-    pub blobs: usize,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Blobs found complete in the cache.
-    pub cached_blobs: usize,
-    /// Bytes found in the cache (complete blobs and resumed prefixes).
-    pub cached_bytes: u64,
-    /// Bytes downloaded.
-    pub downloaded_bytes: u64,
-}
-
-/// Store every manifest in the cache and fetch every unique blob once, `jobs` at a time,
-/// except those in `skip` (blobs an incremental bundle leaves out).
-pub async fn fetch_all(
-    reg: &Registry,
-    cache: &BlobCache,
-    images: &[ResolvedImage],
-    skip: &std::collections::BTreeSet<Digest>,
-    jobs: usize,
-    progress: &Progress,
-) -> Result<FetchStats, CopyError> {
-    let mut unique: BTreeMap<Digest, (u64, ImageRef)> = BTreeMap::new();
-    let mut verified = std::collections::BTreeSet::new();
-    for img in images {
-        for (d, b) in &img.manifests {
-            cache.put_bytes(d, b)?;
-            verified.insert(d.clone());
-        }
-        for (d, s) in img.blobs.iter().filter(|(d, _)| !skip.contains(d)) {
-            unique
-                .entry(d.clone())
-                .or_insert_with(|| (*s, img.source_ref.clone()));
-        }
-    }
-    let mut stats = FetchStats {
-        blobs: unique.len(),
-        bytes: unique.values().map(|(s, _)| s).sum(),
-        ..Default::default()
+/// Indexes of the entries a platform filter keeps: matching platforms, entries without a
+/// platform, and attestations of kept entries. Without a filter: all.
+fn filter_index(
+    name: &str,
+    manifests: &[Descriptor],
+    platforms: Option<&[String]>,
+) -> Result<Vec<usize>, WalkError> {
+    let Some(filter) = platforms else {
+        return Ok((0..manifests.len()).collect());
     };
-    let bar = progress.bytes("fetching blobs", stats.bytes);
-    stats.verified = verified;
-    let results: Vec<Result<(Digest, u64, Fetched), CopyError>> =
-        futures_util::stream::iter(unique.iter())
-            .map(|(d, (size, r))| {
-                let bar = bar.clone();
-                async move {
-                    let f = reg.fetch_blob(r, d, *size, cache, &|n| bar.inc(n)).await?;
-                    Ok((d.clone(), *size, f))
-                }
-            })
-            .buffer_unordered(jobs.max(1))
-            .collect()
-            .await;
-    for r in results {
-        match r? {
-            (_, size, Fetched::Cached) => {
-                stats.cached_blobs += 1;
-                stats.cached_bytes += size;
-            }
-            (d, size, Fetched::Downloaded(n)) => {
-                stats.downloaded_bytes += n;
-                stats.cached_bytes += size - n.min(size);
-                stats.verified.insert(d);
-            }
+    let is_att = |m: &Descriptor| m.platform.as_ref().is_some_and(Platform::is_unknown);
+    let kept: Vec<usize> = (0..manifests.len())
+        .filter(|&i| !is_att(&manifests[i]))
+        .filter(|&i| match &manifests[i].platform {
+            Some(p) => filter.iter().any(|f| p.matches(f)),
+            None => false,
+        })
+        .collect();
+    if kept.is_empty() {
+        let available: Vec<String> = manifests
+            .iter()
+            .filter(|m| !is_att(m))
+            .filter_map(|m| m.platform.as_ref().map(Platform::to_string))
+            .collect();
+        return Err(WalkError::Platform {
+            image: name.to_string(),
+            wanted: filter.join(","),
+            available: available.join(", "),
+        });
+    }
+    let kept_digests: BTreeSet<&str> = kept.iter().map(|&i| manifests[i].digest.as_str()).collect();
+    let mut all: Vec<usize> = kept.clone();
+    for (i, m) in manifests.iter().enumerate() {
+        let describes = m
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("vnd.docker.reference.digest"))
+            .is_some_and(|d| kept_digests.contains(d.as_str()));
+        if is_att(m) && describes {
+            all.push(i);
         }
     }
-    bar.finish(&format!(
-        "{} blobs, {} downloaded, {} reused from cache",
-        stats.blobs,
-        human_bytes(stats.downloaded_bytes),
-        human_bytes(stats.cached_bytes)
-    ));
-    Ok(stats)
+    all.sort_unstable();
+    Ok(all)
 }
 
-/// `12.3 MiB`.
-pub fn human_bytes(n: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
+/// A new index holding only the `kept` entries, every other field as served.
+fn rewrite_index(upstream: &RawManifest, kept: &[usize]) -> Result<RawManifest, WalkError> {
+    let invalid = |e: serde_json::Error| ManifestError::Invalid {
+        digest: upstream.digest.clone(),
+        reason: e.to_string(),
+    };
+    let mut doc: serde_json::Value = serde_json::from_slice(&upstream.bytes).map_err(invalid)?;
+    if let Some(arr) = doc.get_mut("manifests").and_then(|m| m.as_array_mut()) {
+        let all = std::mem::take(arr);
+        *arr = all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| kept.contains(i))
+            .map(|(_, v)| v)
+            .collect();
     }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", U[i])
+    Ok(RawManifest::new(
+        serde_json::to_vec(&doc).map_err(invalid)?,
+        upstream.media_type.clone(),
+    ))
+}
+
+fn add_blobs(g: &mut Graph, m: &Manifest, seen: &mut BTreeSet<Digest>) {
+    for b in m.blobs() {
+        if seen.insert(b.digest.clone()) {
+            g.blobs.push(b.clone());
+        }
     }
 }
 
-/// Where a bundle is pushed: `REGISTRY[/PREFIX]`.
+/// Walk one entry of an index: a manifest (recursively) or, when it is not one, a blob.
+async fn walk_child<S: Source>(
+    src: &S,
+    repo: &str,
+    desc: &Descriptor,
+    depth: usize,
+    g: &mut Graph,
+    seen: &mut BTreeSet<Digest>,
+) -> Result<(), WalkError> {
+    if !seen.insert(desc.digest.clone()) {
+        return Ok(());
+    }
+    let is_manifest = media::ALL_MANIFESTS.contains(&desc.media_type.as_str());
+    if !is_manifest {
+        g.blobs.push(desc.clone());
+        return Ok(());
+    }
+    let m = src
+        .manifest(repo, &Reference::Digest(desc.digest.clone()))
+        .await?;
+    let what = format!("manifest {repo}@{}", desc.digest);
+    if m.digest != desc.digest {
+        return Err(graph_err(what, format!("served with digest {}", m.digest)));
+    }
+    if m.bytes.len() as u64 != desc.size {
+        return Err(graph_err(
+            what,
+            format!("is {} bytes, the index says {}", m.bytes.len(), desc.size),
+        ));
+    }
+    let m = RawManifest {
+        media_type: desc.media_type.clone(),
+        ..m
+    };
+    match Manifest::parse(&m.bytes, Some(&m.media_type))? {
+        Manifest::Index { manifests, .. } => {
+            if depth >= MAX_DEPTH {
+                return Err(graph_err(
+                    what,
+                    format!("indexes nested deeper than {MAX_DEPTH}"),
+                ));
+            }
+            for c in &manifests {
+                Box::pin(walk_child(src, repo, c, depth + 1, g, seen)).await?;
+            }
+        }
+        img @ Manifest::Image { .. } => add_blobs(g, &img, seen),
+    }
+    g.children.push(m);
+    Ok(())
+}
+
+/// The platform a single-platform image's config names (it is small; kept in `g.inline`).
+async fn peek_platform<S: Source>(
+    src: &S,
+    repo: &str,
+    config: &Descriptor,
+    g: &mut Graph,
+) -> Result<Option<Platform>, WalkError> {
+    if config.size > MAX_CONFIG_PEEK || media::is_index(&config.media_type) {
+        return Ok(None);
+    }
+    let bytes: Vec<Bytes> = src.blob(repo, config, 0).await?.try_collect().await?;
+    let bytes = Bytes::from(bytes.concat());
+    if bytes.len() as u64 != config.size || Digest::of(&bytes) != config.digest {
+        return Err(StoreError::DigestMismatch {
+            store: src.describe(),
+            what: format!("config {repo}@{}", config.digest),
+            expected: config.digest.clone(),
+            actual: Digest::of(&bytes),
+            size: bytes.len() as u64,
+        }
+        .into());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    g.inline.insert(config.digest.clone(), bytes);
+    let s = |k: &str| v.get(k).and_then(|s| s.as_str()).map(str::to_string);
+    Ok(match (s("os"), s("architecture")) {
+        (Some(os), Some(architecture)) => Some(Platform {
+            architecture,
+            os,
+            variant: s("variant"),
+            os_version: None,
+        }),
+        _ => None,
+    })
+}
+
+/// One graph to copy: where it goes in the sink.
 #[derive(Debug, Clone)]
-pub struct Target {
-    /// Registry host\[:port\].
-    pub registry: String,
-    /// Path prefix (may be empty).
-    pub prefix: String,
+pub struct Item<'g> {
+    /// The resolved graph.
+    pub graph: &'g Graph,
+    /// Repository in the sink.
+    pub repo: String,
+    /// Tag (or digest) in the sink.
+    pub reference: Reference,
 }
 
-/// A `--registry` value that is not `HOST[:PORT][/PREFIX]`.
-#[derive(Debug, thiserror::Error)]
-pub enum TargetError {
-    /// `user:password@host`: refused, and never echoed.
-    #[error("--registry {redacted}: a registry address must not carry a user or password (it would be echoed in messages and kept in shell history and process lists): give HOST[:PORT][/PREFIX] and pass the login with --username U --password-stdin (or `docker login HOST`)")]
-    Userinfo {
-        /// The value with its user and password replaced.
-        redacted: String,
-    },
-    /// `https://host`: no scheme wanted.
-    #[error("--registry {value}: give HOST[:PORT][/PREFIX] without a scheme (HTTPS is the default; --plain-http for plain HTTP)")]
-    Scheme {
-        /// The value.
-        value: String,
-    },
-    /// Not a registry address.
-    #[error(transparent)]
-    Ref(#[from] crate::oci::RefError),
+/// What becomes of the blobs [`Options::omitted`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Omitted {
+    /// The sink must already hold them (loading an incremental bundle): checked before
+    /// anything is written.
+    Require,
+    /// Not copied, not checked (building an incremental bundle: the site holds them).
+    Skip,
 }
 
-impl Target {
-    /// Parse `HOST[:PORT][/PREFIX]`. A user or password in it is refused without being echoed.
-    pub fn parse(s: &str) -> Result<Self, TargetError> {
-        let (scheme, rest) = match s.split_once("://") {
-            Some((sch, rest)) => (Some(sch), rest),
-            None => (None, s),
-        };
-        // No registry address or prefix holds an `@`: whatever stands before the last one may
-        // be a password (with `/` or `@` in it), so none of it is shown.
-        if let Some(at) = rest.rfind('@') {
-            let after = &rest[at + 1..];
-            return Err(TargetError::Userinfo {
-                redacted: format!(
-                    "{}USER:PASSWORD@{after}",
-                    scheme.map(|x| format!("{x}://")).unwrap_or_default()
-                ),
-            });
-        }
-        if scheme.is_some() {
-            return Err(TargetError::Scheme {
-                value: s.to_string(),
-            });
-        }
-        let s = s.trim_end_matches('/');
-        let (registry, prefix) = match s.split_once('/') {
-            Some((r, p)) => (r.to_string(), p.to_string()),
-            None => (s.to_string(), String::new()),
-        };
-        // Validate by parsing a reference under it.
-        ImageRef::parse(&format!(
-            "{registry}/{}x:t",
-            if prefix.is_empty() {
-                String::new()
-            } else {
-                format!("{prefix}/")
-            }
-        ))?;
-        if !(registry.contains('.') || registry.contains(':') || registry == "localhost") {
-            return Err(crate::oci::RefError { reference: s.to_string(), reason: "the registry must be a host name with a dot or a port (e.g. registry.internal or 10.0.0.5:5000)" }.into());
-        }
-        Ok(Target { registry, prefix })
-    }
-    /// `REGISTRY[/PREFIX]`, the chart's new `imageRepositoryHost`.
-    pub fn host_and_prefix(&self) -> String {
-        if self.prefix.is_empty() {
-            self.registry.clone()
-        } else {
-            format!("{}/{}", self.registry, self.prefix)
-        }
-    }
-    /// The reference of `repository:tag` under this target.
-    pub fn image(&self, repository: &str, tag: &str) -> Result<ImageRef, crate::oci::RefError> {
-        ImageRef::parse(&format!("{}/{repository}:{tag}", self.host_and_prefix()))
-    }
+/// How to copy.
+pub struct Options<'a> {
+    /// Blob transfers at once.
+    pub jobs: usize,
+    /// Blobs not to copy.
+    pub omitted: &'a BTreeSet<Digest>,
+    /// Whether the sink must hold them.
+    pub omitted_policy: Omitted,
+    /// Write nothing: only find out what would be written.
+    pub dry_run: bool,
+    /// Told of blob bytes as they are taken (or found present).
+    pub on_bytes: OnBytes,
 }
 
-/// One manifest graph to push: a repository, a tag, and what the tag points to.
-#[derive(Debug, Clone)]
-pub struct PushItem {
-    /// Target reference (with tag).
-    pub target: ImageRef,
-    /// Top manifest digest.
-    pub digest: Digest,
-    /// Top manifest media type.
-    pub media_type: String,
-}
-
-/// What a push did (or, in a dry run, would do).
+/// What a copy did (or, in a dry run, would do).
 #[derive(Debug, Default, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PushStats {
+pub struct Stats {
     /// (repository, blob) pairs considered.
     pub blobs: usize,
-    /// Blobs uploaded.
+    /// Blobs copied.
     pub uploaded: usize,
-    /// Bytes uploaded.
+    /// Bytes copied (of resumed blobs: the rest only).
     pub uploaded_bytes: u64,
-    /// Blobs mounted from another repository of the registry.
+    /// Blobs mounted from another repository of the sink.
     pub mounted: usize,
     /// Blobs already present.
     pub skipped: usize,
@@ -514,324 +406,505 @@ pub struct PushStats {
     pub manifests_pushed: usize,
     /// Manifests already present.
     pub manifests_skipped: usize,
-    /// Tags pointed at their manifest (and read back).
+    /// Graphs whose tag already pointed at their top manifest (nothing of them was checked).
+    pub graphs_present: usize,
+    /// Tags pointed at their manifest.
     pub tags: Vec<String>,
-    /// Blobs an incremental bundle left out, found in the registry.
+    /// Blobs an incremental bundle left out, found in the sink.
     pub required_present: usize,
+    /// Blobs copied in this run (their content was checked by the sink).
+    #[serde(skip)]
+    pub copied: BTreeSet<Digest>,
 }
 
-struct Graph {
-    item: PushItem,
-    /// Manifests children first (digest, media type).
-    manifests: Vec<(Digest, String)>,
-    blobs: Vec<(Digest, u64)>,
+#[derive(Clone)]
+enum Done {
+    Present(u64),
+    Uploaded(Digest, u64),
+    Mounted,
 }
 
-fn graph(item: &PushItem, small: &BTreeMap<Digest, Vec<u8>>) -> Result<Graph, CopyError> {
-    let mut manifests = Vec::new();
-    let mut blobs = Vec::new();
-    let bytes = small
-        .get(&item.digest)
-        .ok_or_else(|| ManifestError::Invalid {
-            digest: item.digest.clone(),
-            reason: "not in the bundle".into(),
-        })?;
-    match Manifest::parse(bytes, Some(&item.media_type))? {
-        Manifest::Index {
-            manifests: children,
-            ..
-        } => {
-            for c in children {
-                let cb = small.get(&c.digest).ok_or_else(|| ManifestError::Invalid {
-                    digest: c.digest.clone(),
-                    reason: "not in the bundle".into(),
-                })?;
-                let m = Manifest::parse(cb, Some(&c.media_type))?;
-                blobs.extend(m.blobs().into_iter().map(|d| (d.digest.clone(), d.size)));
-                manifests.push((c.digest.clone(), m.media_type().to_string()));
-            }
-        }
-        m @ Manifest::Image { .. } => {
-            blobs.extend(m.blobs().into_iter().map(|d| (d.digest.clone(), d.size)))
-        }
-    }
-    let top_type = Manifest::parse(bytes, Some(&item.media_type))?
-        .media_type()
-        .to_string();
-    manifests.push((item.digest.clone(), top_type));
-    blobs.sort();
-    blobs.dedup();
-    Ok(Graph {
-        item: item.clone(),
-        manifests,
-        blobs,
-    })
-}
-
-/// Push manifest graphs from a bundle read in place (blobs at `locations` in `bundle`), children
-/// first: blobs already present are skipped (HEAD), blobs present in another repository of the
-/// registry are mounted, the rest uploaded; every manifest is put as its exact bytes and every tag
-/// is read back and its digest checked. With `dry_run`, nothing is written: the stats say what
-/// would be.
-#[allow(clippy::too_many_arguments)]
-pub async fn push_bundle(
-    reg: &Registry,
-    bundle: &crate::bundle::parts::BundleFile,
-    locations: &BTreeMap<Digest, (u64, u64)>,
-    small: &BTreeMap<Digest, Vec<u8>>,
-    items: &[PushItem],
-    omitted: &std::collections::BTreeSet<Digest>,
-    jobs: usize,
-    dry_run: bool,
-    progress: &Progress,
-) -> Result<PushStats, CopyError> {
-    let all: Vec<Graph> = items
-        .iter()
-        .map(|i| graph(i, small))
-        .collect::<Result<_, _>>()?;
-    // Phase 0: a tag that already points at the bundle's manifest means the whole graph is
-    // there (the registry accepted that manifest only with everything it references): such
-    // graphs need no blob checks. One GET per tag, in parallel.
-    let tops: Vec<Result<bool, CopyError>> = futures_util::stream::iter(all.iter())
-        .map(|g| async move {
-            match reg.get_manifest(&g.item.target).await {
-                Ok((_, got)) => Ok(got == g.item.digest),
-                Err(e) if e.is_not_found() => Ok(false),
-                Err(e) => Err(e.into()),
-            }
-        })
-        .buffered(jobs.max(1))
-        .collect()
-        .await;
-    let mut graphs = Vec::new();
-    let mut done_already = PushStats::default();
-    for (g, present) in all.into_iter().zip(tops) {
-        if present? {
-            done_already.blobs += g.blobs.len();
-            done_already.skipped += g.blobs.len();
-            done_already.skipped_bytes += g.blobs.iter().map(|(_, s)| s).sum::<u64>();
-            done_already.manifests_skipped += g.manifests.len();
-            done_already.tags.push(g.item.target.to_string());
+/// Copy resolved graphs from `src` into `sink`: blobs first (each once, largest first), then
+/// manifests children first, the tag last. A graph whose tag already points at its top manifest
+/// is taken as complete (a registry accepts a manifest only with everything it references).
+pub async fn transfer<S: Source, K: Sink>(
+    src: &S,
+    sink: &K,
+    items: &[Item<'_>],
+    opts: &Options<'_>,
+) -> Result<Stats, WalkError> {
+    let jobs = opts.jobs.max(1);
+    let mut stats = Stats::default();
+    // 0. Graphs already there.
+    let present: Vec<bool> = futures_util::stream::iter(items)
+        .map(|it| sink.has_manifest(&it.repo, &it.reference, &it.graph.top.digest))
+        .buffered(jobs)
+        .try_collect()
+        .await?;
+    let mut todo = Vec::new();
+    for (it, done) in items.iter().zip(present) {
+        if done {
+            stats.graphs_present += 1;
+            stats.blobs += it.graph.blobs.len();
+            stats.skipped += it.graph.blobs.len();
+            let bytes: u64 = it.graph.blobs.iter().map(|b| b.size).sum();
+            stats.skipped_bytes += bytes;
+            (opts.on_bytes)(bytes);
+            stats.manifests_skipped += it.graph.children.len() + 1;
+            stats.tags.push(it.reference.qualify(&it.repo));
         } else {
-            graphs.push(g);
+            todo.push(it);
         }
     }
-    let mut stats = PushStats::default();
-    // Home repository of each blob: the first graph that uses it; for a blob an incremental
-    // bundle left out, a repository of the target that already holds it (checked before
-    // anything is pushed).
-    let mut home: BTreeMap<Digest, (ImageRef, u64)> = BTreeMap::new();
+
+    // 1. Where each blob goes first (its home), and the left-out blobs the sink must hold.
+    let mut home: BTreeMap<&Digest, (&str, &Descriptor, &Item)> = BTreeMap::new();
+    let mut required: BTreeMap<&Digest, (&Descriptor, Vec<&str>)> = BTreeMap::new();
+    for it in &todo {
+        for b in &it.graph.blobs {
+            if opts.omitted.contains(&b.digest) {
+                if opts.omitted_policy == Omitted::Skip {
+                    continue;
+                }
+                required
+                    .entry(&b.digest)
+                    .or_insert_with(|| (b, vec![]))
+                    .1
+                    .push(&it.repo);
+            } else {
+                home.entry(&b.digest).or_insert((&it.repo, b, it));
+            }
+        }
+    }
     let mut missing = Vec::new();
-    let mut required: BTreeMap<Digest, (u64, Vec<ImageRef>)> = BTreeMap::new();
-    for g in &graphs {
-        for (d, s) in g.blobs.iter().filter(|(d, _)| omitted.contains(d)) {
-            required
-                .entry(d.clone())
-                .or_insert_with(|| (*s, vec![]))
-                .1
-                .push(g.item.target.clone());
-        }
-    }
-    for (d, (size, repos)) in &required {
+    let mut required_home: BTreeMap<&Digest, &str> = BTreeMap::new();
+    for (d, (desc, repos)) in &required {
         let mut found = None;
         for r in repos {
-            if reg.blob_exists(r, d).await? {
-                found = Some(r.clone());
+            if sink.blob_state(r, desc).await? == Have::Complete {
+                found = Some(*r);
                 break;
             }
         }
         match found {
             Some(r) => {
-                home.insert(d.clone(), (r, *size));
+                required_home.insert(d, r);
             }
-            None => missing.push(format!("{d} ({size} bytes, for {})", repos[0].repository)),
+            None => missing.push(format!("{d} ({} bytes, for {})", desc.size, repos[0])),
         }
     }
     if !missing.is_empty() {
-        return Err(CopyError::MissingOnSite { missing });
+        return Err(WalkError::MissingOnSite {
+            sink: sink.describe(),
+            missing,
+        });
     }
     stats.required_present = required.len();
-    for g in &graphs {
-        for (d, s) in &g.blobs {
-            home.entry(d.clone())
-                .or_insert_with(|| (g.item.target.clone(), *s));
+
+    // 2. Every blob into its home, largest first.
+    let mut order: Vec<_> = home.values().collect();
+    order.sort_by_key(|(_, b, _)| std::cmp::Reverse(b.size));
+    let results: Vec<Done> = futures_util::stream::iter(order)
+        .map(|(repo, desc, it)| copy_blob(src, sink, it, repo, desc, opts))
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    for r in results {
+        tally(&mut stats, r);
+    }
+
+    // 3. The same blobs in the other repositories that use them: present, mounted, or copied.
+    let mut others: BTreeSet<(&str, &Digest)> = BTreeSet::new();
+    let mut jobs_other = Vec::new();
+    for it in &todo {
+        for b in &it.graph.blobs {
+            let from = match home.get(&b.digest) {
+                Some((h, _, _)) => *h,
+                None => match required_home.get(&b.digest) {
+                    Some(h) => *h,
+                    None => continue,
+                },
+            };
+            if from != it.repo && others.insert((&it.repo, &b.digest)) {
+                jobs_other.push((*it, from, b));
+            }
         }
     }
-    let total: u64 = home.values().map(|(_, s)| s).sum();
-    let bar = progress.bytes(
-        if dry_run {
-            "checking registry"
-        } else {
-            "pushing blobs"
-        },
-        total,
-    );
-    let bar_arc = {
-        let b = bar.clone();
-        std::sync::Arc::new(move |n: u64| b.inc(n)) as std::sync::Arc<dyn Fn(u64) + Send + Sync>
-    };
-    #[derive(Clone, Copy)]
-    enum Done {
-        Present,
-        Uploaded,
-        Mounted,
-    }
-    // Phase 1: every unique blob into its home repository.
-    let phase1: Vec<Result<(u64, Done), CopyError>> = futures_util::stream::iter(home.iter())
-        .map(|(d, (r, size))| {
-            let on = bar_arc.clone();
-            async move {
-                if reg.blob_exists(r, d).await? {
-                    on(*size);
-                    return Ok((*size, Done::Present));
-                }
-                if dry_run {
-                    on(*size);
-                    return Ok((*size, Done::Uploaded));
-                }
-                let (offset, len) = *locations.get(d).ok_or_else(|| ManifestError::Invalid {
-                    digest: d.clone(),
-                    reason: "blob missing from the bundle".into(),
-                })?;
-                reg.push_blob_from_file(r, d, &bundle.segments(offset, len), on)
-                    .await?;
-                Ok((*size, Done::Uploaded))
+    let results: Vec<Done> = futures_util::stream::iter(jobs_other)
+        .map(|(it, from, desc)| async move {
+            match sink.blob_state(&it.repo, desc).await? {
+                Have::Complete => Ok(Done::Present(desc.size)),
+                _ if opts.dry_run => Ok(Done::Mounted),
+                _ if sink.mount_blob(&it.repo, from, desc).await? => Ok(Done::Mounted),
+                _ => copy_blob(src, sink, it, &it.repo, desc, opts).await,
             }
         })
-        .buffer_unordered(jobs.max(1))
-        .collect()
-        .await;
-    let tally =
-        |r: Result<(u64, Done), CopyError>, stats: &mut PushStats| -> Result<(), CopyError> {
-            let (size, done) = r?;
-            stats.blobs += 1;
-            match done {
-                Done::Present => {
-                    stats.skipped += 1;
-                    stats.skipped_bytes += size;
-                }
-                Done::Uploaded => {
-                    stats.uploaded += 1;
-                    stats.uploaded_bytes += size;
-                }
-                Done::Mounted => stats.mounted += 1,
-            }
-            Ok(())
-        };
-    for r in phase1 {
-        tally(r, &mut stats)?;
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    for r in results {
+        tally(&mut stats, r);
     }
-    // Phase 2: the same blobs in the other repositories that use them: mount, else upload.
-    let mut others = Vec::new();
-    for g in &graphs {
-        for (d, s) in &g.blobs {
-            let (h, _) = &home[d];
-            if h.repository != g.item.target.repository {
-                others.push((g.item.target.clone(), h.repository.clone(), d.clone(), *s));
-            }
-        }
+
+    // 4. Manifests, children first, then the tag.
+    let done: Vec<(usize, usize)> = futures_util::stream::iter(&todo)
+        .map(|it| put_manifests(sink, it, opts.dry_run))
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    for (pushed, skipped) in done {
+        stats.manifests_pushed += pushed;
+        stats.manifests_skipped += skipped;
     }
-    others.sort_by(|a, b| (&a.0.repository, &a.2).cmp(&(&b.0.repository, &b.2)));
-    others.dedup_by(|a, b| a.0.repository == b.0.repository && a.2 == b.2);
-    let phase2: Vec<Result<(u64, Done), CopyError>> = futures_util::stream::iter(others.iter())
-        .map(|(r, from, d, size)| {
-            let on = bar_arc.clone();
-            async move {
-                if reg.blob_exists(r, d).await? {
-                    return Ok((*size, Done::Present));
-                }
-                if dry_run {
-                    return Ok((*size, Done::Mounted));
-                }
-                // A mount is an optimisation: refused (401/403) or not honoured (202, 404...),
-                // the blob is uploaded instead.
-                if reg.mount_blob(r, from, d).await? == Mount::Mounted
-                    && reg.blob_exists(r, d).await?
-                {
-                    return Ok((*size, Done::Mounted));
-                }
-                let (offset, len) = *locations.get(d).ok_or_else(|| ManifestError::Invalid {
-                    digest: d.clone(),
-                    reason: "blob missing from the bundle".into(),
-                })?;
-                reg.push_blob_from_file(r, d, &bundle.segments(offset, len), on)
-                    .await?;
-                Ok((*size, Done::Uploaded))
-            }
-        })
-        .buffer_unordered(jobs.max(1))
-        .collect()
-        .await;
-    for r in phase2 {
-        tally(r, &mut stats)?;
+    for it in &todo {
+        stats.tags.push(it.reference.qualify(&it.repo));
     }
-    bar.finish(&format!(
-        "{} uploaded ({}), {} mounted, {} already there ({})",
-        stats.uploaded,
-        human_bytes(stats.uploaded_bytes),
-        stats.mounted,
-        stats.skipped,
-        human_bytes(stats.skipped_bytes)
-    ));
-    // Phase 3: manifests, children first, then the tag; read back.
-    for g in &graphs {
-        for (d, mt) in &g.manifests {
-            let is_top = d == &g.item.digest;
-            let by_digest = g.item.target.with_reference(d.as_str());
-            let present = match reg
-                .get_manifest(if is_top { &g.item.target } else { &by_digest })
-                .await
-            {
-                Ok((_, got)) => &got == d,
-                Err(e) if e.is_not_found() => false,
-                Err(e) => return Err(e.into()),
-            };
-            if present {
-                stats.manifests_skipped += 1;
-                continue;
-            }
-            stats.manifests_pushed += 1;
-            if dry_run {
-                continue;
-            }
-            let bytes = bytes::Bytes::from(small[d].clone());
-            let target = if is_top {
-                g.item.target.clone()
-            } else {
-                by_digest
-            };
-            reg.put_manifest(&target, &bytes, mt).await?;
-        }
-        stats.tags.push(g.item.target.to_string());
-    }
-    stats.blobs += done_already.blobs;
-    stats.skipped += done_already.skipped;
-    stats.skipped_bytes += done_already.skipped_bytes;
-    stats.manifests_skipped += done_already.manifests_skipped;
-    stats.tags.extend(done_already.tags);
     Ok(stats)
+}
+
+fn tally(stats: &mut Stats, d: Done) {
+    stats.blobs += 1;
+    match d {
+        Done::Present(n) => {
+            stats.skipped += 1;
+            stats.skipped_bytes += n;
+        }
+        Done::Uploaded(d, n) => {
+            stats.uploaded += 1;
+            stats.uploaded_bytes += n;
+            stats.copied.insert(d);
+        }
+        Done::Mounted => stats.mounted += 1,
+    }
+}
+
+/// The source side of one blob transfer: the graph's inline copy, else the source.
+struct FromSource<'a, S> {
+    src: &'a S,
+    repo: &'a str,
+    desc: &'a Descriptor,
+    inline: Option<&'a Bytes>,
+}
+
+impl<S: Source> Opener for FromSource<'_, S> {
+    fn open(&self, offset: u64) -> BoxFuture<'_, Result<BlobStream, StoreError>> {
+        Box::pin(async move {
+            match self.inline {
+                Some(b) => {
+                    let piece = b.slice((offset as usize).min(b.len())..);
+                    Ok(futures_util::stream::iter([Ok(piece)]).boxed())
+                }
+                None => self.src.blob(self.repo, self.desc, offset).await,
+            }
+        })
+    }
+}
+
+/// One blob into `repo` of the sink: skipped when there, resumed when partly there. Retries
+/// are the stores' business (their transport's policy): a registry source resumes a broken
+/// download itself, a registry sink restarts a failed upload.
+async fn copy_blob<S: Source, K: Sink>(
+    src: &S,
+    sink: &K,
+    it: &Item<'_>,
+    repo: &str,
+    desc: &Descriptor,
+    opts: &Options<'_>,
+) -> Result<Done, WalkError> {
+    let offset = match sink.blob_state(repo, desc).await? {
+        Have::Complete => {
+            (opts.on_bytes)(desc.size);
+            return Ok(Done::Present(desc.size));
+        }
+        Have::Partial(n) if n <= desc.size => n,
+        _ => 0,
+    };
+    if opts.dry_run {
+        (opts.on_bytes)(desc.size);
+        return Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset));
+    }
+    (opts.on_bytes)(offset);
+    let data = FromSource {
+        src,
+        repo: &it.graph.repo,
+        desc,
+        inline: it.graph.inline.get(&desc.digest),
+    };
+    sink.put_blob(repo, desc, offset, &data, &opts.on_bytes)
+        .await?;
+    Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset))
+}
+
+async fn put_manifests<K: Sink>(
+    sink: &K,
+    it: &Item<'_>,
+    dry_run: bool,
+) -> Result<(usize, usize), WalkError> {
+    let (mut pushed, mut skipped) = (0, 0);
+    for m in it.graph.manifests() {
+        let is_top = m.digest == it.graph.top.digest;
+        let reference = if is_top {
+            it.reference.clone()
+        } else {
+            Reference::Digest(m.digest.clone())
+        };
+        if sink.has_manifest(&it.repo, &reference, &m.digest).await? {
+            skipped += 1;
+            continue;
+        }
+        pushed += 1;
+        if !dry_run {
+            sink.put_manifest(&it.repo, &reference, m).await?;
+        }
+    }
+    Ok((pushed, skipped))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemoryStore;
+    use serde_json::json;
 
-    #[test]
-    fn target_refuses_userinfo_without_echoing_it() {
-        for v in [
-            "user:s3cr3t@127.0.0.1:5000/site",
-            "https://user:s3cr3t@127.0.0.1:5000/site",
-            "user:s3/cr@3t@registry.example",
-        ] {
-            let e = Target::parse(v).unwrap_err().to_string();
-            assert!(!e.contains("s3"), "{e}");
-            assert!(e.contains("--password-stdin"), "{e}");
+    fn image(store: &MemoryStore, repo: &str, arch: &str, layer: &[u8]) -> RawManifest {
+        let config = store.add_blob(
+            repo,
+            "application/vnd.oci.image.config.v1+json",
+            serde_json::to_vec(&json!({"os": "linux", "architecture": arch})).unwrap(),
+        );
+        let base = store.add_blob(
+            repo,
+            "application/vnd.oci.image.layer.v1.tar",
+            b"base".to_vec(),
+        );
+        let top = store.add_blob(
+            repo,
+            "application/vnd.oci.image.layer.v1.tar",
+            layer.to_vec(),
+        );
+        let m = RawManifest::new(
+            serde_json::to_vec(
+                &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                "config": config, "layers": [base, top]}),
+            )
+            .unwrap(),
+            media::OCI_MANIFEST,
+        );
+        store.add_manifest(repo, None, m.clone());
+        m
+    }
+
+    /// A multi-arch index with an attestation, tagged `v1` in `repo`.
+    fn index(store: &MemoryStore, repo: &str) -> RawManifest {
+        let amd = image(store, repo, "amd64", format!("{repo}-amd64").as_bytes());
+        let arm = image(store, repo, "arm64", format!("{repo}-arm64").as_bytes());
+        let att_layer = store.add_blob(repo, "application/vnd.in-toto+json", b"{}".to_vec());
+        let att_cfg = store.add_blob(
+            repo,
+            "application/vnd.oci.image.config.v1+json",
+            b"{}".to_vec(),
+        );
+        let att = RawManifest::new(
+            serde_json::to_vec(
+                &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                "config": att_cfg, "layers": [att_layer]}),
+            )
+            .unwrap(),
+            media::OCI_MANIFEST,
+        );
+        store.add_manifest(repo, None, att.clone());
+        let entry = |m: &RawManifest, os: &str, arch: &str| {
+            json!({"mediaType": media::OCI_MANIFEST, "digest": m.digest, "size": m.bytes.len(),
+                   "platform": {"os": os, "architecture": arch}})
+        };
+        let mut att_entry = entry(&att, "unknown", "unknown");
+        att_entry["annotations"] = json!({"vnd.docker.reference.digest": amd.digest,
+                                          "vnd.docker.reference.type": "attestation-manifest"});
+        let idx = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": [entry(&amd, "linux", "amd64"), entry(&arm, "linux", "arm64"), att_entry]}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        store.add_manifest(repo, Some("v1"), idx.clone());
+        idx
+    }
+
+    fn opts(omitted: &BTreeSet<Digest>) -> Options<'_> {
+        Options {
+            jobs: 3,
+            omitted,
+            omitted_policy: Omitted::Require,
+            dry_run: false,
+            on_bytes: std::sync::Arc::new(|_| {}),
         }
-        assert!(Target::parse("https://registry.example/site")
-            .unwrap_err()
-            .to_string()
-            .contains("without a scheme"));
-        let t = Target::parse("127.0.0.1:5000/site/").unwrap();
-        assert_eq!(t.host_and_prefix(), "127.0.0.1:5000/site");
+    }
+
+    fn tag(t: &str) -> Reference {
+        Reference::Tag(t.into())
+    }
+
+    #[tokio::test]
+    async fn copies_children_first_each_blob_once_mounting_across_repositories() {
+        let src = MemoryStore::new("src");
+        let a = index(&src, "a");
+        let b = index(&src, "b");
+        let ga = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        let gb = resolve(&src, "b", &tag("v1"), None).await.unwrap();
+        assert_eq!(ga.platforms, ["linux/amd64", "linux/arm64"]);
+        assert_eq!(ga.attestations, 1);
+        assert_eq!(ga.children.len(), 3);
+        // 2 configs + base + 2 layers + the attestation's config and layer (both `{}`: one).
+        assert_eq!(ga.blobs.len(), 6);
+        let sink = MemoryStore::new("sink");
+        let none = BTreeSet::new();
+        let items = [
+            Item {
+                graph: &ga,
+                repo: "p/a".into(),
+                reference: tag("v1"),
+            },
+            Item {
+                graph: &gb,
+                repo: "p/b".into(),
+                reference: tag("v1"),
+            },
+        ];
+        let s = transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        assert_eq!(sink.tag("p/a", "v1"), Some(a.digest.clone()));
+        assert_eq!(sink.tag("p/b", "v1"), Some(b.digest.clone()));
+        // Each distinct blob uploaded once; `base` and the attestation's `{}` blobs mounted.
+        let uploads = sink.log().iter().filter(|l| l.0 == "put_blob").count();
+        assert_eq!(uploads, s.uploaded);
+        assert!(s.mounted >= 2, "{s:?}");
+        assert_eq!(s.manifests_pushed, 8);
+        // Again: every graph is there, nothing is checked blob by blob.
+        let again = transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        assert_eq!(
+            (again.graphs_present, again.uploaded, again.manifests_pushed),
+            (2, 0, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn without_mounts_blobs_are_uploaded_and_a_platform_filter_rewrites_the_index() {
+        let src = MemoryStore::new("src");
+        let up = index(&src, "a");
+        let g = resolve(&src, "a", &tag("v1"), Some(&["linux/amd64".to_string()]))
+            .await
+            .unwrap();
+        assert_eq!(g.upstream.digest, up.digest);
+        assert_ne!(g.top.digest, up.digest, "a new index");
+        assert_eq!(
+            (g.platforms.len(), g.dropped.len(), g.attestations),
+            (1, 1, 1)
+        );
+        assert_eq!(g.children.len(), 2, "amd64 and its attestation");
+        let e = resolve(&src, "a", &tag("v1"), Some(&["linux/s390x".to_string()]))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("linux/amd64, linux/arm64"), "{e}");
+
+        let mut sink = MemoryStore::new("sink");
+        sink.mounts = false;
+        let none = BTreeSet::new();
+        let items = [Item {
+            graph: &g,
+            repo: "x".into(),
+            reference: tag("v1"),
+        }];
+        transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        assert_eq!(sink.tag("x", "v1"), Some(g.top.digest.clone()));
+    }
+
+    #[tokio::test]
+    async fn left_out_blobs_must_be_in_the_sink_before_anything_is_written() {
+        let src = MemoryStore::new("src");
+        index(&src, "a");
+        let g = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        let omitted: BTreeSet<Digest> = [g.blobs[1].digest.clone()].into();
+        src.remove_blob(&g.blobs[1].digest);
+        let sink = MemoryStore::new("sink");
+        let items = [Item {
+            graph: &g,
+            repo: "a".into(),
+            reference: tag("v1"),
+        }];
+        let e = transfer(&src, &sink, &items, &opts(&omitted))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WalkError::MissingOnSite { .. }), "{e}");
+        assert!(sink.log().is_empty(), "nothing written: {:?}", sink.log());
+        // Once the sink holds it, the rest is copied.
+        sink.add_blob("a", &g.blobs[1].media_type, b"base".to_vec());
+        let s = transfer(&src, &sink, &items, &opts(&omitted))
+            .await
+            .unwrap();
+        assert_eq!(s.required_present, 1);
+        assert_eq!(sink.tag("a", "v1"), Some(g.top.digest.clone()));
+    }
+
+    #[tokio::test]
+    async fn nested_indexes_are_walked_and_a_dry_run_writes_nothing() {
+        let src = MemoryStore::new("src");
+        let inner = index(&src, "a");
+        let outer = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": [{"mediaType": media::OCI_INDEX, "digest": inner.digest,
+                               "size": inner.bytes.len()}]}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        src.add_manifest("a", Some("outer"), outer.clone());
+        let g = resolve(&src, "a", &tag("outer"), None).await.unwrap();
+        assert_eq!(
+            g.children.len(),
+            4,
+            "the inner index and its three manifests"
+        );
+        assert_eq!(
+            g.children.last().unwrap().digest,
+            inner.digest,
+            "children first"
+        );
+        let sink = MemoryStore::new("sink");
+        let none = BTreeSet::new();
+        let items = [Item {
+            graph: &g,
+            repo: "a".into(),
+            reference: tag("outer"),
+        }];
+        let mut o = opts(&none);
+        o.dry_run = true;
+        let s = transfer(&src, &sink, &items, &o).await.unwrap();
+        assert!(sink.log().is_empty());
+        assert_eq!(s.manifests_pushed, 5);
+        o.dry_run = false;
+        transfer(&src, &sink, &items, &o).await.unwrap();
+        assert_eq!(sink.tag("a", "outer"), Some(outer.digest));
+    }
+
+    #[tokio::test]
+    async fn a_blob_that_does_not_match_its_descriptor_is_refused() {
+        let src = MemoryStore::new("src");
+        let m = image(&src, "a", "amd64", b"layer");
+        src.add_manifest("a", Some("v1"), m);
+        let g = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        assert_eq!(g.platforms, ["linux/amd64"], "from the config");
+        // The source serves other bytes for a layer than its descriptor says.
+        let mut bad = g.clone();
+        bad.blobs[2].digest = Digest::of(b"something else");
+        let sink = MemoryStore::new("sink");
+        src.add_blob("a", "x", b"something else".to_vec());
+        let none = BTreeSet::new();
+        let items = [Item {
+            graph: &bad,
+            repo: "a".into(),
+            reference: tag("v1"),
+        }];
+        let e = transfer(&src, &sink, &items, &opts(&none))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("bytes but"), "{e}");
     }
 }

@@ -872,19 +872,17 @@ fn pump<R: Read + Send + 'static>(
 }
 
 impl Helm {
-    /// Find helm: `explicit` (`--helm PATH`), else `helm` on `PATH`. Reads its version with
+    /// Find helm: `explicit` (`--helm PATH`), else `helm` on `path_var` (the caller's `PATH`). Reads its version with
     /// `helm version --template '{{.Version}}'` (helm 3 and 4 print e.g. `v3.17.3`/`v4.1.4`),
     /// falling back to `helm version --short`.
     ///
     /// Errors: [`HelmError::NotFound`] (install helm 3.5+ or pass `--helm`),
     /// [`HelmError::TooOld`] below helm 3.5, [`HelmError::VersionUnknown`].
-    pub fn find(explicit: Option<&Path>) -> Result<Helm, HelmError> {
+    pub fn find(explicit: Option<&Path>, path_var: Option<&OsStr>) -> Result<Helm, HelmError> {
         let path = match explicit {
             Some(p) => p.to_path_buf(),
-            None => find_on_path(std::env::var_os("PATH").as_deref()).ok_or_else(|| {
-                HelmError::NotFound {
-                    looked: "on PATH".into(),
-                }
+            None => find_on_path(path_var).ok_or_else(|| HelmError::NotFound {
+                looked: "on PATH".into(),
             })?,
         };
         let not_found = |path: &Path| HelmError::NotFound {
@@ -1702,21 +1700,21 @@ spec:
             d.path(),
             r#"[ "$2" = "--template" ] && { echo "v3.9.4"; exit 0; }; exit 1"#,
         );
-        assert_eq!(Helm::find(Some(&p)).unwrap().version, v("3.9.4"));
+        assert_eq!(Helm::find(Some(&p), None).unwrap().version, v("3.9.4"));
         let d = tempfile::tempdir().unwrap();
         // --template unknown (exit 1): falls back to --short.
         let p = fake_helm(
             d.path(),
             r#"[ "$2" = "--short" ] && { echo "v3.6.3+gd506314"; exit 0; }; echo "Error: unknown flag: --template" >&2; exit 1"#,
         );
-        let h = Helm::find(Some(&p)).unwrap();
+        let h = Helm::find(Some(&p), None).unwrap();
         assert_eq!(
             (h.version.clone(), h.major(), h.supports_oci()),
             (v("3.6.3"), 3, false)
         );
         let d = tempfile::tempdir().unwrap();
         let p = fake_helm(d.path(), "echo v3.4.0");
-        let e = Helm::find(Some(&p)).unwrap_err();
+        let e = Helm::find(Some(&p), None).unwrap_err();
         assert!(
             matches!(e, HelmError::TooOld { .. })
                 && e.to_string().contains("3.4.0")
@@ -1726,10 +1724,10 @@ spec:
         let d = tempfile::tempdir().unwrap();
         let p = fake_helm(d.path(), "echo nothing useful");
         assert!(matches!(
-            Helm::find(Some(&p)),
+            Helm::find(Some(&p), None),
             Err(HelmError::VersionUnknown { .. })
         ));
-        let e = Helm::find(Some(Path::new("/nonexistent/dir/helm"))).unwrap_err();
+        let e = Helm::find(Some(Path::new("/nonexistent/dir/helm")), None).unwrap_err();
         assert!(matches!(e, HelmError::NotFound { .. }), "{e}");
         assert!(
             e.to_string().contains("/nonexistent/dir/helm") && e.to_string().contains("--helm"),

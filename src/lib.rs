@@ -1,10 +1,36 @@
 //! koord-bundle: carry Koordinator (Helm chart, container images, CRDs) into an air-gapped
 //! cluster as one signed, plain-tar bundle whose root is an OCI image layout.
 //!
-//! The crate is organised as a copy between stores (see `bundle-spec/` and ARCHITECTURE):
-//! `oci` holds pure types, `store` the sources and sinks (registry, content-addressed cache),
-//! `copy` the graph walk, `chart` and `bundle` the domain, and `cmd` the commands, the only
-//! place that prints or reads the environment.
+//! # A short tour
+//!
+//! Every command is a copy between stores, done by one engine:
+//!
+//! | command | source → sink |
+//! |---|---|
+//! | `build`  | registry ([`store::registry::RegistryStore`]) → blob cache ([`store::BlobCache`]), then the bundle writer ([`bundle::pack`]) |
+//! | `load`   | bundle read in place ([`bundle::source::BundleSource`]) → registry |
+//! | `verify` | the bundle streamed once, every file hashed; the layout checked by the engine's walk |
+//! | `serve`  | HTTP ([`serve`]) over any [`store::Catalog`] source: a bundle read in place |
+//!
+//! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
+//!
+//! 0. [`oci`] (digests, descriptors, manifests, references: pure types) and [`text`];
+//! 1. [`store`]: the [`store::Source`] and [`store::Sink`] traits and their stores (registry,
+//!    blob cache, memory, file regions), with retries at the transport;
+//! 2. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
+//!    [`copy::transfer`] copies graphs into a sink children first, each blob once;
+//! 3. the domain, side by side: [`bundle`] (format, reader, writer, split parts, the bundle as a
+//!    source), [`chart`] (Helm repository index, chart archive, image discovery, CRDs),
+//!    [`cluster`] (kubeconfig, API client, pre-flight), [`helm`] (the only module that runs
+//!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from);
+//! 4. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
+//! 5. [`cmd`]: one module per command, the only place that prints, prompts or reads the
+//!    environment; settings are resolved there once, before any I/O.
+//!
+//! Where things go: a new store implements [`store::Source`] and/or [`store::Sink`] in
+//! `store/` (or, when it knows the bundle format, in `bundle/`); a new command gets its flags in
+//! `cli/`, a `cmd/<name>.rs` that resolves its settings and calls the engine, and a test in
+//! `tests/it/` that runs the binary against the real peers of the test environment.
 #![deny(missing_docs)]
 
 pub mod bundle;

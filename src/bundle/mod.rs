@@ -8,6 +8,7 @@ pub mod pack;
 pub mod parts;
 pub mod reader;
 pub mod sign;
+pub mod source;
 
 pub use manifest::BundleManifest;
 

@@ -614,48 +614,77 @@ pub fn verify_from(
     else {
         return Err(content("index.json is not an image index".into()));
     };
-    let omitted: BTreeMap<Digest, u64> = manifest
+    report.manifest = Some(manifest);
+    report.small_blobs = small;
+    check_layout(path, report, &roots, &blob_sizes)
+}
+
+/// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy
+/// engine over the verified manifests, finds each manifest and blob it references in the
+/// bundle with its descriptor's size (or, in an incremental bundle, left out with that size).
+fn check_layout(
+    path: &Path,
+    report: VerifyReport,
+    roots: &[crate::oci::Descriptor],
+    blob_sizes: &BTreeMap<Digest, u64>,
+) -> Result<VerifyReport, VerifyError> {
+    use crate::copy;
+    use futures_util::FutureExt as _;
+    let content = |reason: String| VerifyError::Content {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let manifest = report
+        .manifest
+        .clone()
+        .ok_or_else(|| content(format!("{MANIFEST_FILE} is missing")))?;
+    let omitted: BTreeMap<&Digest, u64> = manifest
         .omitted_blobs
         .iter()
-        .map(|o| (o.digest.clone(), o.size))
+        .map(|o| (&o.digest, o.size))
         .collect();
-    let mut stack: Vec<crate::oci::Descriptor> = roots;
-    let mut walked = BTreeSet::new();
-    while let Some(desc) = stack.pop() {
-        match blob_sizes.get(&desc.digest) {
+    let src =
+        super::source::BundleSource::in_memory(path, report).map_err(|e| content(e.to_string()))?;
+    let present = |d: &crate::oci::Descriptor| -> Result<(), VerifyError> {
+        match blob_sizes.get(&d.digest) {
+            Some(&s) if s == d.size => Ok(()),
+            Some(&s) => Err(content(format!(
+                "{} is {s} bytes, its descriptor says {}",
+                d.digest, d.size
+            ))),
             // An incremental bundle leaves out what the site already holds.
-            None if omitted.get(&desc.digest) == Some(&desc.size) => continue,
-            None => {
-                return Err(content(format!(
-                    "{} ({}) is referenced but not in the bundle",
-                    desc.digest, desc.media_type
-                )))
-            }
-            Some(&s) if s != desc.size => {
-                return Err(content(format!(
-                    "{} is {s} bytes, its descriptor says {}",
-                    desc.digest, desc.size
-                )))
-            }
-            _ => {}
+            None if omitted.get(&d.digest) == Some(&d.size) => Ok(()),
+            None => Err(content(format!(
+                "{} ({}) is referenced but not in the bundle",
+                d.digest, d.media_type
+            ))),
         }
-        if !walked.insert(desc.digest.clone()) {
-            continue;
+    };
+    let mut walked = BTreeSet::new();
+    for root in roots {
+        present(root)?;
+        let reference = crate::store::Reference::Digest(root.digest.clone());
+        // Everything the source reads is in memory: the walk completes on its first poll.
+        let graph = copy::resolve(&src, "", &reference, None)
+            .now_or_never()
+            .ok_or_else(|| content("the layout walk did not complete in memory".into()))?
+            .map_err(|e| match e {
+                copy::WalkError::Store(s) if s.is_not_found() => content(format!(
+                    "{s}: a manifest {} references is not in the bundle",
+                    root.digest
+                )),
+                other => content(other.to_string()),
+            })?;
+        for m in graph.manifests() {
+            present(&m.descriptor())?;
+            walked.insert(m.digest.clone());
         }
-        let is_manifest = crate::oci::media::ALL_MANIFESTS.contains(&desc.media_type.as_str());
-        if is_manifest {
-            let bytes = small
-                .get(&desc.digest)
-                .ok_or_else(|| content(format!("manifest {} is not readable", desc.digest)))?;
-            report.manifests += 1;
-            match Manifest::parse(bytes, Some(&desc.media_type))
-                .map_err(|e| content(e.to_string()))?
-            {
-                Manifest::Index { manifests, .. } => stack.extend(manifests),
-                m @ Manifest::Image { .. } => stack.extend(m.blobs().into_iter().cloned()),
-            }
+        for b in &graph.blobs {
+            present(b)?;
         }
     }
+    let mut report = src.into_report();
+    report.manifests = walked.len();
     for img in &manifest.images {
         if !walked.contains(&img.digest) {
             return Err(content(format!(
@@ -664,8 +693,6 @@ pub fn verify_from(
             )));
         }
     }
-    report.manifest = Some(manifest);
-    report.small_blobs = small;
     Ok(report)
 }
 

@@ -109,7 +109,7 @@ impl KubeClient {
         } else {
             b = b.no_proxy();
         }
-        let http = b.build().map_err(|e| setup(chain(&e)))?;
+        let http = b.build().map_err(|e| setup(crate::text::error_chain(&e)))?;
         Ok(KubeClient {
             http,
             base: cfg.server.trim_end_matches('/').to_string(),
@@ -251,7 +251,7 @@ impl KubeClient {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ClusterError {
-        let message = chain(e);
+        let message = crate::text::error_chain(e);
         let lower = message.to_ascii_lowercase();
         if e.is_timeout() {
             return ClusterError::Unreachable {
@@ -324,21 +324,6 @@ fn status_message(body: &[u8]) -> Option<String> {
         short.push_str("...");
     }
     Some(short)
-}
-
-/// An error with its sources, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

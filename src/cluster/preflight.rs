@@ -332,7 +332,10 @@ async fn find_release(
     client: &KubeClient,
     input: &PreflightInput<'_>,
 ) -> Result<(Option<ReleaseInfo>, String, Vec<Finding>), ClusterError> {
-    let selector = format!("owner%3Dhelm%2Cname%3D{}", percent_encode(input.release));
+    let selector = format!(
+        "owner%3Dhelm%2Cname%3D{}",
+        crate::text::percent_encode(input.release)
+    );
     let here = client
         .get_json(&format!(
             "/api/v1/namespaces/{}/secrets?labelSelector={selector}",
@@ -450,7 +453,7 @@ async fn list_nodes(client: &KubeClient) -> Result<Vec<NodeInfo>, ClusterError> 
         let mut path = format!("/api/v1/nodes?limit={NODE_PAGE}");
         if let Some(c) = &cont {
             path.push_str("&continue=");
-            path.push_str(&percent_encode(c));
+            path.push_str(&crate::text::percent_encode(c));
         }
         let Some(list) = client.get_json(&path).await? else {
             return Err(ClusterError::Api {
@@ -1307,19 +1310,6 @@ pub(crate) fn release_findings(
     vec![f]
 }
 
-/// Percent-encode for a query value (RFC 3986 unreserved characters kept).
-fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1795,7 +1785,7 @@ mod tests {
 
     #[test]
     fn selector_encoding() {
-        assert_eq!(percent_encode("koordinator"), "koordinator");
-        assert_eq!(percent_encode("a=b,c"), "a%3Db%2Cc");
+        assert_eq!(crate::text::percent_encode("koordinator"), "koordinator");
+        assert_eq!(crate::text::percent_encode("a=b,c"), "a%3Db%2Cc");
     }
 }

@@ -5,19 +5,23 @@ use crate::bundle::manifest::{
     Tool,
 };
 use crate::bundle::pack::{self, Compression, PackInput};
-use crate::bundle::{sign, BundleManifest, FORMAT_VERSION, REF_NAME};
+use crate::bundle::{BundleManifest, FORMAT_VERSION, REF_NAME};
 use crate::chart::{self, ChartArchive, ChartImage};
 use crate::cli::BuildArgs;
-use crate::copy::{self, human_bytes, ResolvedImage};
+use crate::copy::{self, Graph, Item};
 use crate::oci::{media, Digest, ImageRef};
 use crate::progress::{Mode, Progress};
 use crate::sources::{Source, SourceMap};
 use crate::store::http::HttpFetcher;
-use crate::store::{BlobCache, Registry, RegistryOptions};
+use crate::store::registry::RegistryStore;
+use crate::store::{BlobCache, RawManifest, Reference, Registry, RegistryOptions};
+use crate::text::human_bytes;
 use anyhow::{bail, Context as _};
 use futures_util::StreamExt;
 use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The chart, fetched and checked.
 struct FetchedChart {
@@ -151,60 +155,354 @@ fn load_base(path: &std::path::Path) -> anyhow::Result<(BundleManifest, Digest)>
     Ok((m, Digest::of(&bytes)))
 }
 
-fn load_signer(args: &BuildArgs) -> anyhow::Result<Option<(minisign::SecretKey, PathBuf)>> {
-    if args.unsigned {
-        return Ok(None);
+/// What a build needs, resolved once from the flags and the environment before any I/O: an
+/// error in any of them costs no download.
+struct Settings {
+    sources: Vec<Source>,
+    platforms: Option<Vec<String>>,
+    /// Parsed `--split` size.
+    split: Option<u64>,
+    signer: Option<(minisign::SecretKey, PathBuf)>,
+    /// The bundle `--since` names, and the digest of its manifest.
+    base: Option<(BundleManifest, Digest)>,
+    /// Blobs a site that loaded the base holds.
+    on_site: BTreeSet<Digest>,
+    cache_root: PathBuf,
+    /// Where the output goes (checked writable).
+    output_dir: PathBuf,
+}
+
+impl Settings {
+    fn resolve(args: &BuildArgs, map: &SourceMap) -> anyhow::Result<Settings> {
+        let sources: Vec<Source> = if args.sources.is_empty() {
+            map.default_sources()
+        } else {
+            args.sources
+                .iter()
+                .map(|s| map.parse_source(s))
+                .collect::<Result<_, _>>()?
+        };
+        let platforms = (!args.platform.is_empty()).then(|| args.platform.clone());
+        for p in platforms.iter().flatten() {
+            if p.split('/').count() < 2 {
+                bail!("--platform {p}: expected OS/ARCH[/VARIANT], e.g. linux/amd64");
+            }
+        }
+        let split = args
+            .split
+            .as_deref()
+            .map(crate::bundle::parts::parse_size)
+            .transpose()?;
+        let signer = if args.dry_run || args.unsigned {
+            None
+        } else {
+            super::signing_key(args.sign_key.as_deref(), true)?
+        };
+        let base = args.since.as_deref().map(load_base).transpose()?;
+        let on_site = base
+            .as_ref()
+            .map(|(m, _)| m.blobs_on_site())
+            .unwrap_or_default();
+        let cache_root = match &args.cache {
+            Some(c) => c.clone(),
+            None => super::cache_dir()?,
+        };
+        let output_dir = args
+            .output
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        if !args.dry_run {
+            // The output directory must take a file before a single byte is downloaded.
+            tempfile::Builder::new()
+                .prefix(".koord-bundle-probe.")
+                .tempfile_in(&output_dir)
+                .with_context(|| {
+                    format!(
+                        "cannot write the bundle into {}: the directory must exist and be writable (nothing was downloaded)",
+                        output_dir.display()
+                    )
+                })?;
+        }
+        Ok(Settings {
+            sources,
+            platforms,
+            split,
+            signer,
+            base,
+            on_site,
+            cache_root,
+            output_dir,
+        })
     }
-    let path = match &args.sign_key {
-        Some(p) => p.clone(),
-        None => super::config_dir()?.join(sign::SECRET_KEY_FILE),
-    };
-    if !path.exists() {
-        bail!(
-            "no signing key at {}: create one with `koord-bundle keygen` (writes koord-bundle.key and koord-bundle.pub into {}), pass --sign-key FILE, or --unsigned",
-            path.display(),
-            path.parent().map(|p| p.display().to_string()).unwrap_or_default()
-        );
+}
+
+/// One image, resolved: the graph and which source served it.
+struct Resolved {
+    graph: Graph,
+    /// Label of the source (`ghcr`, `aliyun`, `127.0.0.1:5000`).
+    source: String,
+    source_ref: ImageRef,
+    /// Sources tried before, with why they did not serve it.
+    fallbacks: Vec<String>,
+}
+
+/// The candidate references of an image, in order of preference: (label, reference).
+fn candidates(
+    map: &SourceMap,
+    sources: &[Source],
+    w: &Wanted,
+) -> anyhow::Result<Vec<(String, ImageRef)>> {
+    if let Some(r) = &w.fixed {
+        return Ok(vec![(r.registry.clone(), r.clone())]);
     }
-    let password = if sign::secret_key_is_encrypted(&path)? {
-        super::key_password(false)?
-    } else {
-        None
+    let mut c: Vec<(String, ImageRef)> = Vec::new();
+    for s in sources {
+        let r = map.map(s, &w.host, &w.repository, &w.tag)?;
+        if !c.iter().any(|(_, x)| x == &r) {
+            c.push((map.label(s, &r, &w.repository), r));
+        }
+    }
+    Ok(c)
+}
+
+/// Resolve an image from the first candidate that serves it. A source that does not have it,
+/// refuses access or cannot be reached is passed over (and named in the record); a graph that
+/// is found but cannot be used (platforms, a broken manifest) stops the build.
+async fn resolve_image(
+    store: &RegistryStore,
+    w: &Wanted,
+    candidates: &[(String, ImageRef)],
+    platforms: Option<&[String]>,
+) -> anyhow::Result<Resolved> {
+    let mut fallbacks = Vec::new();
+    for (label, r) in candidates {
+        let repo = format!("{}/{}", r.registry, r.repository);
+        let reference = match (&r.digest, &r.tag) {
+            (Some(d), _) => Reference::Digest(Digest::from_hex(d.trim_start_matches("sha256:"))?),
+            (None, t) => Reference::Tag(t.clone().unwrap_or_else(|| "latest".into())),
+        };
+        match copy::resolve(store, &repo, &reference, platforms).await {
+            Ok(graph) => {
+                return Ok(Resolved {
+                    graph,
+                    source: label.clone(),
+                    source_ref: r.clone(),
+                    fallbacks,
+                })
+            }
+            Err(copy::WalkError::Store(e)) => fallbacks.push(format!("{label} ({r}): {e}")),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bail!(
+        "no source has {}:\n  {}",
+        w.original,
+        fallbacks.join("\n  ")
+    )
+}
+
+fn record(w: &Wanted, r: &Resolved) -> ImageRecord {
+    let g = &r.graph;
+    ImageRecord {
+        ref_name: w.ref_name.clone(),
+        component: w.component.clone(),
+        repository: w.repository.clone(),
+        tag: w.tag.clone(),
+        original: w.original.clone(),
+        source: r.source.clone(),
+        source_ref: r.source_ref.to_string(),
+        fallbacks: r.fallbacks.clone(),
+        digest: g.top.digest.clone(),
+        upstream_digest: g.upstream.digest.clone(),
+        media_type: g.top.media_type.clone(),
+        size: g.top.bytes.len() as u64,
+        platforms: g.platforms.clone(),
+        dropped_platforms: g.dropped.clone(),
+        attestations: g.attestations,
+        total_size: g.total_size(),
+    }
+}
+
+/// Totals of the fetch into the cache.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FetchStats {
+    /// Unique blobs.
+    blobs: usize,
+    /// Their bytes.
+    bytes: u64,
+    /// Blobs found complete in the cache.
+    cached_blobs: usize,
+    /// Bytes found in the cache (complete blobs and resumed prefixes).
+    cached_bytes: u64,
+    /// Bytes downloaded.
+    downloaded_bytes: u64,
+}
+
+/// Every image's blobs and manifests into the cache (the one walk), each blob once; the blobs
+/// the site holds (`--since`) are left out.
+async fn fetch(
+    store: &RegistryStore,
+    cache: &BlobCache,
+    resolved: &[Resolved],
+    settings: &Settings,
+    jobs: usize,
+    progress: &Progress,
+) -> anyhow::Result<(FetchStats, BTreeSet<Digest>)> {
+    let mut unique: BTreeMap<&Digest, u64> = BTreeMap::new();
+    for r in resolved {
+        for b in r
+            .graph
+            .blobs
+            .iter()
+            .filter(|b| !settings.on_site.contains(&b.digest))
+        {
+            unique.insert(&b.digest, b.size);
+        }
+    }
+    let mut stats = FetchStats {
+        blobs: unique.len(),
+        bytes: unique.values().sum(),
+        ..Default::default()
     };
-    let sk = sign::load_secret_key(&path, password)?;
-    Ok(Some((sk, path.with_extension("pub"))))
+    let bar = progress.bytes("fetching blobs", stats.bytes);
+    let on = bar.clone();
+    let items: Vec<Item> = resolved
+        .iter()
+        .map(|r| Item {
+            graph: &r.graph,
+            repo: r.graph.repo.clone(),
+            reference: r.graph.reference.clone(),
+        })
+        .collect();
+    let copied = copy::transfer(
+        store,
+        cache,
+        &items,
+        &copy::Options {
+            jobs,
+            omitted: &settings.on_site,
+            omitted_policy: copy::Omitted::Skip,
+            dry_run: false,
+            on_bytes: Arc::new(move |n| on.inc(n)),
+        },
+    )
+    .await?;
+    // The walk counts (repository, blob) pairs; the cache holds each blob once.
+    stats.cached_blobs = stats.blobs.saturating_sub(copied.copied.len());
+    stats.downloaded_bytes = copied.uploaded_bytes;
+    stats.cached_bytes = stats.bytes.saturating_sub(copied.uploaded_bytes);
+    bar.finish(&format!(
+        "{} blobs, {} downloaded, {} reused from cache",
+        stats.blobs,
+        human_bytes(stats.downloaded_bytes),
+        human_bytes(stats.cached_bytes)
+    ));
+    // Checked in this run (downloaded, or manifests read from the registry): the pack need
+    // not hash them again.
+    let mut verified = copied.copied;
+    for r in resolved {
+        verified.extend(r.graph.manifests().map(|m| m.digest.clone()));
+    }
+    Ok((stats, verified))
+}
+
+/// The chart as a Helm OCI artifact (config: Chart.yaml as JSON; layer: the archive),
+/// written into the cache through the same walk.
+async fn chart_artifact(
+    archive: &ChartArchive,
+    fetched: &FetchedChart,
+    created: &str,
+    cache: &BlobCache,
+) -> anyhow::Result<Graph> {
+    let meta = archive.meta();
+    let config_bytes = bytes::Bytes::from(serde_json::to_vec(archive.chart_yaml_json())?);
+    let config_digest = Digest::of(&config_bytes);
+    let mut annotations = serde_json::Map::new();
+    annotations.insert("org.opencontainers.image.created".into(), json!(created));
+    if let Some(d) = &meta.description {
+        annotations.insert("org.opencontainers.image.description".into(), json!(d));
+    }
+    annotations.insert("org.opencontainers.image.title".into(), json!(meta.name));
+    annotations.insert(
+        "org.opencontainers.image.version".into(),
+        json!(meta.version),
+    );
+    let config = crate::oci::Descriptor {
+        media_type: media::HELM_CONFIG.into(),
+        digest: config_digest.clone(),
+        size: config_bytes.len() as u64,
+        platform: None,
+        annotations: None,
+    };
+    let layer = crate::oci::Descriptor {
+        media_type: media::HELM_CHART.into(),
+        digest: fetched.digest.clone(),
+        size: fetched.bytes.len() as u64,
+        platform: None,
+        annotations: None,
+    };
+    let top = RawManifest::new(
+        serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": media::OCI_MANIFEST,
+            "config": config,
+            "layers": [layer],
+            "annotations": annotations,
+        }))?,
+        media::OCI_MANIFEST,
+    );
+    let repo = format!("charts/{}", meta.name);
+    let graph = Graph {
+        repo: repo.clone(),
+        reference: Reference::Tag(meta.version.clone()),
+        upstream: top.clone(),
+        top,
+        children: vec![],
+        blobs: vec![config, layer],
+        inline: BTreeMap::from([
+            (config_digest, config_bytes),
+            (
+                fetched.digest.clone(),
+                bytes::Bytes::from(fetched.bytes.clone()),
+            ),
+        ]),
+        platforms: vec![],
+        dropped: vec![],
+        attestations: 0,
+    };
+    let items = [Item {
+        graph: &graph,
+        repo,
+        reference: graph.reference.clone(),
+    }];
+    // Its blobs are inline: the cache is only the sink.
+    copy::transfer(
+        cache,
+        cache,
+        &items,
+        &copy::Options {
+            jobs: 2,
+            omitted: &BTreeSet::new(),
+            omitted_policy: copy::Omitted::Skip,
+            dry_run: false,
+            on_bytes: Arc::new(|_| {}),
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
+    .context("writing the chart artifact into the cache")?;
+    Ok(graph)
 }
 
 /// Run the build.
 pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
-    let signer = if args.dry_run {
-        None
-    } else {
-        load_signer(&args)?
-    };
-    let base = args.since.as_deref().map(load_base).transpose()?;
-    let on_site = base
-        .as_ref()
-        .map(|(m, _)| m.blobs_on_site())
-        .unwrap_or_default();
     let map = SourceMap::builtin();
-    let sources: Vec<Source> = if args.sources.is_empty() {
-        map.default_sources()
-    } else {
-        args.sources
-            .iter()
-            .map(|s| map.parse_source(s))
-            .collect::<Result<_, _>>()?
-    };
-    let platforms: Option<Vec<String>> = (!args.platform.is_empty()).then(|| args.platform.clone());
-    if let Some(ps) = &platforms {
-        for p in ps {
-            if p.split('/').count() < 2 {
-                bail!("--platform {p}: expected OS/ARCH[/VARIANT], e.g. linux/amd64");
-            }
-        }
-    }
+    let settings = Settings::resolve(&args, &map)?;
 
     // 1. The chart.
     let http = HttpFetcher::new(&args.ca_file, Default::default())?;
@@ -243,7 +541,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     // 2. Resolve every image from the first source that has it.
     let mut plain_hosts = Vec::new();
     if args.plain_http {
-        for s in &sources {
+        for s in &settings.sources {
             if let Source::Custom(c) = s {
                 plain_hosts.push(c.split('/').next().unwrap_or(c).to_string());
             }
@@ -254,42 +552,25 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let credentials = super::registry_credentials()?;
     let reg = Registry::new(RegistryOptions {
         plain_http_hosts: plain_hosts,
         ca_files: args.ca_file.clone(),
-        credentials,
+        credentials: super::registry_credentials()?,
         on_retry: Some(super::retry_reporter(&progress)),
         ..Default::default()
     })?;
-    let cache_root = match &args.cache {
-        Some(c) => c.clone(),
-        None => super::cache_dir()?,
-    };
-    let cache = BlobCache::open(&cache_root)?;
-    let mut candidates = Vec::new();
-    for w in &wanted {
-        let c: Vec<(String, ImageRef)> = match &w.fixed {
-            Some(r) => vec![(r.registry.clone(), r.clone())],
-            None => {
-                let mut c: Vec<(String, ImageRef)> = Vec::new();
-                for s in &sources {
-                    let r = map.map(s, &w.host, &w.repository, &w.tag)?;
-                    if !c.iter().any(|(_, x)| x == &r) {
-                        c.push((map.label(s, &r, &w.repository), r));
-                    }
-                }
-                c
-            }
-        };
-        candidates.push(c);
-    }
-    let resolved: Vec<anyhow::Result<ResolvedImage>> =
-        futures_util::stream::iter(wanted.iter().zip(&candidates))
+    // Every registry at once: repositories carry their host.
+    let store = RegistryStore::new(Arc::new(reg), "");
+    let cands = wanted
+        .iter()
+        .map(|w| candidates(&map, &settings.sources, w))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let resolved: Vec<anyhow::Result<Resolved>> =
+        futures_util::stream::iter(wanted.iter().zip(&cands))
             .map(|(w, c)| {
-                let (reg, cache, platforms) = (&reg, &cache, platforms.as_deref());
+                let (store, platforms) = (&store, settings.platforms.as_deref());
                 async move {
-                    copy::resolve_image(reg, cache, &w.original, c, platforms)
+                    resolve_image(store, w, c, platforms)
                         .await
                         .with_context(|| {
                             format!("image {} (component {})", w.original, w.component)
@@ -299,7 +580,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             .buffered(args.jobs.max(1))
             .collect()
             .await;
-    let resolved: Vec<ResolvedImage> = resolved.into_iter().collect::<anyhow::Result<_>>()?;
+    let resolved: Vec<Resolved> = resolved.into_iter().collect::<anyhow::Result<_>>()?;
     for (w, r) in wanted.iter().zip(&resolved) {
         if !r.fallbacks.is_empty() {
             progress.warn(format!(
@@ -313,134 +594,56 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let records: Vec<ImageRecord> = wanted
         .iter()
         .zip(&resolved)
-        .map(|(w, r)| ImageRecord {
-            ref_name: w.ref_name.clone(),
-            component: w.component.clone(),
-            repository: w.repository.clone(),
-            tag: w.tag.clone(),
-            original: w.original.clone(),
-            source: r.source.clone(),
-            source_ref: r.source_ref.to_string(),
-            fallbacks: r.fallbacks.clone(),
-            digest: r.digest.clone(),
-            upstream_digest: r.upstream_digest.clone(),
-            media_type: r.media_type.clone(),
-            size: r.size,
-            platforms: r.platforms.clone(),
-            dropped_platforms: r.dropped.clone(),
-            attestations: r.attestations,
-            total_size: r.total_size(),
-        })
+        .map(|(w, r)| record(w, r))
         .collect();
 
     if args.dry_run {
-        let mut unique = std::collections::BTreeMap::new();
-        for r in &resolved {
-            for (d, s) in &r.blobs {
-                unique.insert(d.clone(), *s);
-            }
-        }
-        let total: u64 = unique.values().sum();
-        if args.json {
-            return super::print_json(&json!({
-                "dryRun": true,
-                "chart": {"name": meta.name, "version": meta.version, "digest": fetched.digest, "url": fetched.url},
-                "images": records, "crds": crds.iter().map(|c| &c.name).collect::<Vec<_>>(),
-                "uniqueBlobs": unique.len(), "bytes": total,
-            }));
-        }
-        println!(
-            "plan: chart {} {} ({})",
-            meta.name, meta.version, fetched.digest
-        );
-        for r in &records {
-            println!(
-                "  {:44} {}  from {:16} [{}] {}",
-                r.ref_name,
-                r.digest,
-                r.source,
-                r.platforms.join(", "),
-                human_bytes(r.total_size)
-            );
-        }
-        println!(
-            "  {} CRDs; {} unique blobs, {} to download (nothing was downloaded: --dry-run)",
-            crds.len(),
-            unique.len(),
-            human_bytes(total)
-        );
-        return Ok(());
+        return print_plan(&args, &meta, &fetched, &records, &crds, &resolved);
     }
 
-    // 3. Fetch every blob once.
-    let stats = copy::fetch_all(&reg, &cache, &resolved, &on_site, args.jobs, &progress).await?;
-    let mut verified = stats.verified.clone();
-
-    // 4. The chart as a Helm OCI artifact.
+    // 3. Every blob once, into the cache; then the chart as a Helm OCI artifact.
+    let cache = BlobCache::open(&settings.cache_root)?;
+    let (stats, mut verified) =
+        fetch(&store, &cache, &resolved, &settings, args.jobs, &progress).await?;
     let created_secs = super::creation_time()?;
     let created = super::rfc3339(created_secs);
-    let config_bytes = serde_json::to_vec(archive.chart_yaml_json())?;
-    let config_digest = Digest::of(&config_bytes);
-    let mut annotations = serde_json::Map::new();
-    annotations.insert("org.opencontainers.image.created".into(), json!(created));
-    if let Some(d) = &meta.description {
-        annotations.insert("org.opencontainers.image.description".into(), json!(d));
-    }
-    annotations.insert("org.opencontainers.image.title".into(), json!(meta.name));
-    annotations.insert(
-        "org.opencontainers.image.version".into(),
-        json!(meta.version),
-    );
-    let chart_manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": media::OCI_MANIFEST,
-        "config": {"mediaType": media::HELM_CONFIG, "digest": config_digest, "size": config_bytes.len()},
-        "layers": [{"mediaType": media::HELM_CHART, "digest": fetched.digest, "size": fetched.bytes.len()}],
-        "annotations": annotations,
-    }))?;
-    let chart_manifest_digest = Digest::of(&chart_manifest);
-    cache.put_bytes(&config_digest, &config_bytes)?;
-    cache.put_bytes(&fetched.digest, &fetched.bytes)?;
-    cache.put_bytes(&chart_manifest_digest, &chart_manifest)?;
-    verified.extend([
-        config_digest.clone(),
-        fetched.digest.clone(),
-        chart_manifest_digest.clone(),
-    ]);
+    let chart_graph = chart_artifact(&archive, &fetched, &created, &cache).await?;
+    verified.extend(chart_graph.manifests().map(|m| m.digest.clone()));
+    verified.extend(chart_graph.blobs.iter().map(|b| b.digest.clone()));
     let chart_ref = format!("charts/{}:{}", meta.name, meta.version);
 
-    // 5. Layout index, bundle manifest, files.
+    // 4. Layout index, bundle manifest, files.
     let mut entries: Vec<serde_json::Value> = records
         .iter()
         .map(|r| json!({"mediaType": r.media_type, "digest": r.digest, "size": r.size, "annotations": {REF_NAME: r.ref_name}}))
         .collect();
-    entries.push(json!({"mediaType": media::OCI_MANIFEST, "digest": chart_manifest_digest, "size": chart_manifest.len(),
+    entries.push(json!({"mediaType": media::OCI_MANIFEST, "digest": chart_graph.top.digest, "size": chart_graph.top.bytes.len(),
                         "artifactType": media::HELM_CONFIG, "annotations": {REF_NAME: chart_ref}}));
     let index_json = serde_json::to_vec(
         &json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX, "manifests": entries}),
     )?;
     let mut blobs: Vec<(Digest, u64)> = Vec::new();
     let mut omitted: Vec<OmittedBlob> = Vec::new();
-    for r in &resolved {
+    for g in resolved.iter().map(|r| &r.graph).chain([&chart_graph]) {
         // Manifests are always carried (small, and needed to walk and push the graph); configs
         // and layers the site already holds are left out.
-        blobs.extend(r.manifests.iter().map(|(d, b)| (d.clone(), b.len() as u64)));
-        for (d, size) in &r.blobs {
-            if on_site.contains(d) {
+        blobs.extend(
+            g.manifests()
+                .map(|m| (m.digest.clone(), m.bytes.len() as u64)),
+        );
+        for b in &g.blobs {
+            if settings.on_site.contains(&b.digest) {
                 omitted.push(OmittedBlob {
-                    digest: d.clone(),
-                    size: *size,
+                    digest: b.digest.clone(),
+                    size: b.size,
                 });
             } else {
-                blobs.push((d.clone(), *size));
+                blobs.push((b.digest.clone(), b.size));
             }
         }
     }
     omitted.sort();
     omitted.dedup();
-    blobs.push((config_digest, config_bytes.len() as u64));
-    blobs.push((fetched.digest.clone(), fetched.bytes.len() as u64));
-    blobs.push((chart_manifest_digest.clone(), chart_manifest.len() as u64));
     blobs.sort();
     blobs.dedup();
     let chart_file = format!("charts/{}-{}.tgz", meta.name, meta.version);
@@ -473,14 +676,14 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             digest_mismatch_allowed: fetched.mismatch_allowed,
             oci: OciRecord {
                 ref_name: chart_ref,
-                digest: chart_manifest_digest,
+                digest: chart_graph.top.digest.clone(),
                 media_type: media::OCI_MANIFEST.into(),
-                size: chart_manifest.len() as u64,
+                size: chart_graph.top.bytes.len() as u64,
             },
         },
         images: records,
         crds: crd_records,
-        platform_filter: platforms.clone(),
+        platform_filter: settings.platforms.clone(),
         sources: if args.sources.is_empty() {
             map.default.clone()
         } else {
@@ -511,7 +714,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             bytes: blobs.iter().map(|(_, s)| s).sum(),
         },
         blob_list: blobs.iter().map(|(d, _)| d.clone()).collect(),
-        base: base.as_ref().map(|(m, d)| BaseRecord {
+        base: settings.base.as_ref().map(|(m, d)| BaseRecord {
             manifest_digest: d.clone(),
             chart_version: m.chart.version.clone(),
             created: m.created.clone(),
@@ -532,9 +735,9 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         files.push((format!("crds/{}", c.file_name), c.yaml.clone().into_bytes()));
     }
 
-    // 6. Pack, sign, rename into place.
+    // 5. Pack, sign, rename into place (or split).
     let output = args.output.clone().unwrap_or_else(|| {
-        PathBuf::from(match args.compress {
+        settings.output_dir.join(match args.compress {
             Compression::None => format!("koordinator-{}.tar", meta.version),
             Compression::Gzip => format!("koordinator-{}.tar.gz", meta.version),
         })
@@ -543,17 +746,18 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         "koord-bundle {} {} created {created}",
         meta.name, meta.version
     );
+    let signer = settings.signer.as_ref();
     let input = PackInput {
         files,
         blobs,
         cache: &cache,
         mtime: created_secs,
-        signer: signer.as_ref().map(|(sk, _)| (sk, trusted)),
+        signer: signer.map(|(sk, _)| (sk, trusted)),
         compress: args.compress,
         verified: &verified,
     };
     let bar = progress.bytes("writing bundle", manifest.blobs.bytes);
-    let (out, parts) = match &args.split {
+    let (out, parts) = match settings.split {
         None => (
             tokio::task::block_in_place(|| pack::pack(&input, &output, &|n| bar.inc(n)))?,
             vec![],
@@ -566,22 +770,17 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
                 .context("the output path has no file name")?
                 .to_string_lossy()
                 .to_string();
-            let dir = output
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
             let whole = crate::bundle::atomic::AtomicFile::create(&output)
                 .with_context(|| format!("cannot write next to {}", output.display()))?;
             let out =
                 tokio::task::block_in_place(|| pack::pack_into(&input, &whole, &|n| bar.inc(n)))?;
             let parts = tokio::task::block_in_place(|| {
-                super::split::split_file(
+                crate::bundle::parts::split(
                     whole.path(),
                     size,
-                    &dir,
+                    &settings.output_dir,
                     &name,
-                    signer.as_ref().map(|(sk, _)| sk),
+                    signer.map(|(sk, _)| sk),
                 )
             })?;
             (out, parts)
@@ -591,7 +790,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         "{} written",
         parts.first().unwrap_or(&output).display()
     ));
-    let pubkey = signer.as_ref().map(|(_, p)| p.clone());
+    let pubkey = signer.map(|(_, p)| p.clone());
     if args.json {
         return super::print_json(&json!({
             "bundle": parts.first().unwrap_or(&output), "parts": parts, "sha256": out.sha256, "bytes": out.bytes, "files": out.files,
@@ -635,11 +834,58 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         "fetched  {} downloaded, {} reused from the cache {}",
         human_bytes(stats.downloaded_bytes),
         human_bytes(stats.cached_bytes),
-        cache_root.display()
+        settings.cache_root.display()
     );
     match pubkey {
         Some(p) => println!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), output.display()),
         None => println!("signed   NO (--unsigned): loading needs --insecure-skip-signature"),
     }
+    Ok(())
+}
+
+/// `--dry-run`: the plan, nothing downloaded but manifests.
+fn print_plan(
+    args: &BuildArgs,
+    meta: &crate::chart::ChartMeta,
+    fetched: &FetchedChart,
+    records: &[ImageRecord],
+    crds: &[crate::chart::Crd],
+    resolved: &[Resolved],
+) -> anyhow::Result<()> {
+    let mut unique = BTreeMap::new();
+    for r in resolved {
+        for b in &r.graph.blobs {
+            unique.insert(b.digest.clone(), b.size);
+        }
+    }
+    let total: u64 = unique.values().sum();
+    if args.json {
+        return super::print_json(&json!({
+            "dryRun": true,
+            "chart": {"name": meta.name, "version": meta.version, "digest": fetched.digest, "url": fetched.url},
+            "images": records, "crds": crds.iter().map(|c| &c.name).collect::<Vec<_>>(),
+            "uniqueBlobs": unique.len(), "bytes": total,
+        }));
+    }
+    println!(
+        "plan: chart {} {} ({})",
+        meta.name, meta.version, fetched.digest
+    );
+    for r in records {
+        println!(
+            "  {:44} {}  from {:16} [{}] {}",
+            r.ref_name,
+            r.digest,
+            r.source,
+            r.platforms.join(", "),
+            human_bytes(r.total_size)
+        );
+    }
+    println!(
+        "  {} CRDs; {} unique blobs, {} to download (nothing was downloaded: --dry-run)",
+        crds.len(),
+        unique.len(),
+        human_bytes(total)
+    );
     Ok(())
 }

@@ -77,7 +77,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         "images   {} ({} unique blobs, {})",
         m.images.len(),
         m.blobs.count,
-        crate::copy::human_bytes(m.blobs.bytes)
+        crate::text::human_bytes(m.blobs.bytes)
     );
     for i in &m.images {
         println!(

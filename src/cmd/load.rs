@@ -2,18 +2,25 @@
 //! Nothing is pushed before verification (and, when installing, helm and the pre-flight)
 //! passed; nothing is installed after a failed push.
 
-use crate::bundle::{reader, BundleManifest};
+use crate::bundle::reader;
+use crate::bundle::source::{split_ref, BundleSource};
 use crate::cli::LoadArgs;
 use crate::cluster;
-use crate::copy::{self, human_bytes, PushItem, Target};
+use crate::copy::{self, Item};
 use crate::helm::{self, ChartSource, Helm, InstallPlan, RegistryAccess};
+use crate::oci::Descriptor;
+use crate::oci::Target;
 use crate::progress::{Mode, Progress};
 use crate::store::auth::Login;
-use crate::store::{Registry, RegistryOptions, Secret};
+use crate::store::registry::RegistryStore;
+use crate::store::{Reference, Registry, RegistryOptions, Secret, Source as _};
+use crate::text::human_bytes;
 use anyhow::{bail, Context as _};
+use futures_util::TryStreamExt as _;
 use serde_json::json;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The release namespace of Koordinator's install guide (`helm install koordinator
 /// koordinator-sh/koordinator`): helm keeps its release records there.
@@ -48,20 +55,33 @@ fn find_bundle() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Extract the chart archive from the bundle into `dir` (it is small).
-fn extract_chart(bundle: &Path, file: &str, dir: &Path) -> anyhow::Result<PathBuf> {
-    let mut ar = tar::Archive::new(reader::open(bundle)?);
-    for e in ar.entries()? {
-        let mut e = e?;
-        if e.path()?.to_string_lossy() == file {
-            let mut buf = Vec::new();
-            e.read_to_end(&mut buf)?;
-            let out = dir.join(Path::new(file).file_name().context("chart file name")?);
-            std::fs::write(&out, buf)?;
-            return Ok(out);
-        }
+/// Write the chart archive (the Helm artifact's layer, read from the bundle in place) into
+/// `dir`.
+async fn extract_chart(src: &BundleSource, dir: &Path) -> anyhow::Result<PathBuf> {
+    let chart = &src.manifest().chart;
+    let desc = Descriptor {
+        media_type: crate::oci::media::HELM_CHART.into(),
+        digest: chart.digest.clone(),
+        size: src
+            .blob_size(&chart.digest)
+            .context("the chart archive is not among the bundle's blobs")?,
+        platform: None,
+        annotations: None,
+    };
+    let pieces: Vec<bytes::Bytes> = src.blob("", &desc, 0).await?.try_collect().await?;
+    let bytes = pieces.concat();
+    if crate::oci::Digest::of(&bytes) != chart.digest {
+        bail!(
+            "the chart archive in {} does not match its digest",
+            src.path().display()
+        );
     }
-    bail!("{file} is not in {}", bundle.display())
+    let name = Path::new(&chart.file)
+        .file_name()
+        .context("the chart file has no name")?;
+    let out = dir.join(name);
+    std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
+    Ok(out)
 }
 
 /// Run the load.
@@ -81,7 +101,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
     }
 
-    // 1. Verify everything before anything else.
+    // 1. Verify everything before anything else, and open the bundle for reading in place.
     let pk = if args.insecure_skip_signature {
         progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
         None
@@ -96,16 +116,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    let report = tokio::task::block_in_place(|| reader::verify(&bundle, policy, &|n| bar.inc(n)))
+    let src = tokio::task::block_in_place(|| BundleSource::open(&bundle, policy, &|n| bar.inc(n)))
         .context("the bundle did not verify: nothing was pushed")?;
     bar.finish("verified");
-    let manifest: BundleManifest = report.manifest.clone().context("bundle manifest missing")?;
-    if report.compressed {
-        bail!(
-            "{} changed into a gzip-compressed file while it was verified: nothing was pushed",
-            bundle.display()
-        );
-    }
+    let report = src.report();
+    let manifest = src.manifest().clone();
     progress.say(format!(
         "verified {} files, {} blobs{}",
         report.files,
@@ -165,7 +180,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     // 3. Helm and the cluster, before any push.
     let install = !args.no_install;
     let helm = if install || args.dry_run {
-        match Helm::find(args.helm.as_deref()) {
+        match Helm::find(
+            args.helm.as_deref(),
+            std::env::var_os(super::env::PATH).as_deref(),
+        ) {
             Ok(h) => Some(h),
             Err(e) if !install => {
                 progress.warn(format!("{e}: the chart will not be rendered"));
@@ -268,23 +286,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         }
     }
 
-    // 4. Push (or plan): images, then the chart as a Helm OCI artifact.
-    let mut items = Vec::new();
-    for i in &manifest.images {
-        items.push(PushItem {
-            target: target.image(&i.repository, &i.tag)?,
-            digest: i.digest.clone(),
-            media_type: i.media_type.clone(),
-        });
-    }
+    // 4. Push (or plan): the images and the chart (a Helm OCI artifact), by the one walk.
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
-    items.push(PushItem {
-        target: chart_target.clone(),
-        digest: manifest.chart.oci.digest.clone(),
-        media_type: manifest.chart.oci.media_type.clone(),
-    });
-    let stats = copy::push_bundle(&reg, report.file.as_ref().context("bundle file")?, &report.blob_locations, &report.small_blobs, &items, &manifest.omitted_blobs.iter().map(|o| o.digest.clone()).collect(), args.jobs, args.dry_run, &progress)
+    let sink = RegistryStore::new(Arc::new(reg), &target.host_and_prefix());
+    let stats = push(&src, &sink, args.jobs, args.dry_run, &progress)
         .await
         .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
 
@@ -314,7 +320,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             reference: format!("oci://{}/{chart_repo}", target.host_and_prefix()),
             version: manifest.chart.version.clone(),
         },
-        _ => ChartSource::Archive(extract_chart(&bundle, &manifest.chart.file, tmp.path())?),
+        _ => ChartSource::Archive(extract_chart(&src, tmp.path()).await?),
     };
     let plan = InstallPlan {
         release: args.release.clone(),
@@ -356,8 +362,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         if args.dry_run {
             let mut render = plan.clone();
             if matches!(render.chart, ChartSource::Oci { .. }) {
-                render.chart =
-                    ChartSource::Archive(extract_chart(&bundle, &manifest.chart.file, tmp.path())?);
+                render.chart = ChartSource::Archive(extract_chart(&src, tmp.path()).await?);
             }
             let rendered = h
                 .template(&render)
@@ -394,7 +399,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     if args.json {
         return super::print_json(&json!({
             "bundle": bundle, "registry": target.host_and_prefix(), "dryRun": args.dry_run,
-            "verified": {"files": report.files, "blobs": report.blobs, "bytes": report.bytes, "signature": report.signature_verified},
+            "verified": {"files": src.report().files, "blobs": src.report().blobs, "bytes": src.report().bytes, "signature": src.report().signature_verified},
             "push": stats,
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "preflight": preflight,
@@ -445,4 +450,79 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Copy every graph the bundle names (its images and the chart artifact) into the registry,
+/// each under its repository and tag: the one walk, from the bundle read in place.
+async fn push(
+    src: &BundleSource,
+    sink: &RegistryStore,
+    jobs: usize,
+    dry_run: bool,
+    progress: &Progress,
+) -> anyhow::Result<copy::Stats> {
+    let m = src.manifest();
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    for r in m
+        .images
+        .iter()
+        .map(|i| &i.ref_name)
+        .chain(std::iter::once(&m.chart.oci.ref_name))
+    {
+        names.push(split_ref(r).with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?);
+    }
+    let mut graphs = Vec::new();
+    for (repo, tag) in &names {
+        let g = copy::resolve(src, repo, &Reference::Tag(tag.to_string()), None)
+            .await
+            .with_context(|| format!("{repo}:{tag} in the bundle"))?;
+        graphs.push(g);
+    }
+    let items: Vec<Item> = graphs
+        .iter()
+        .zip(&names)
+        .map(|(g, (repo, tag))| Item {
+            graph: g,
+            repo: repo.to_string(),
+            reference: Reference::Tag(tag.to_string()),
+        })
+        .collect();
+    let omitted = m.omitted_blobs.iter().map(|o| o.digest.clone()).collect();
+    let total: u64 = graphs
+        .iter()
+        .flat_map(|g| g.blobs.iter().map(|b| (&b.digest, b.size)))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .values()
+        .sum();
+    let bar = progress.bytes(
+        if dry_run {
+            "checking registry"
+        } else {
+            "pushing blobs"
+        },
+        total,
+    );
+    let on = bar.clone();
+    let stats = copy::transfer(
+        src,
+        sink,
+        &items,
+        &copy::Options {
+            jobs,
+            omitted: &omitted,
+            omitted_policy: copy::Omitted::Require,
+            dry_run,
+            on_bytes: Arc::new(move |n| on.inc(n)),
+        },
+    )
+    .await?;
+    bar.finish(&format!(
+        "{} uploaded ({}), {} mounted, {} already there ({})",
+        stats.uploaded,
+        human_bytes(stats.uploaded_bytes),
+        stats.mounted,
+        stats.skipped,
+        human_bytes(stats.skipped_bytes)
+    ));
+    Ok(stats)
 }

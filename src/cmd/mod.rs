@@ -57,6 +57,37 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
         .context("no cache directory for this user: pass --cache DIR or set KOORD_BUNDLE_CACHE_DIR")
 }
 
+/// The signing key: `explicit`, else `koord-bundle.key` in the config directory, with the
+/// path of its public key. A missing key is an error saying how to make one when `required`,
+/// else `None`.
+pub fn signing_key(
+    explicit: Option<&std::path::Path>,
+    required: bool,
+) -> anyhow::Result<Option<(minisign::SecretKey, PathBuf)>> {
+    use crate::bundle::sign;
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => config_dir()?.join(sign::SECRET_KEY_FILE),
+    };
+    if !path.exists() {
+        if !required {
+            return Ok(None);
+        }
+        anyhow::bail!(
+            "no signing key at {}: create one with `koord-bundle keygen` (writes koord-bundle.key and koord-bundle.pub into {}), pass --sign-key FILE, or --unsigned",
+            path.display(),
+            path.parent().map(|p| p.display().to_string()).unwrap_or_default()
+        );
+    }
+    let password = if sign::secret_key_is_encrypted(&path)? {
+        key_password(false)?
+    } else {
+        None
+    };
+    let sk = sign::load_secret_key(&path, password)?;
+    Ok(Some((sk, path.with_extension("pub"))))
+}
+
 /// The key password: the environment, else a prompt on a terminal, else `None`.
 pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
     if let Ok(p) = std::env::var(env::KEY_PASSWORD) {
@@ -173,12 +204,18 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
         return EXIT_INTERNAL;
     }
     for cause in e.chain() {
-        let registry = cause.downcast_ref::<RegistryError>().or_else(|| match cause
-            .downcast_ref::<crate::copy::CopyError>(
-        ) {
-            Some(crate::copy::CopyError::Registry(r)) => Some(r),
-            _ => None,
-        });
+        let registry = cause
+            .downcast_ref::<RegistryError>()
+            .or_else(|| {
+                cause
+                    .downcast_ref::<crate::copy::WalkError>()
+                    .and_then(|w| w.registry())
+            })
+            .or_else(|| {
+                cause
+                    .downcast_ref::<crate::store::StoreError>()
+                    .and_then(|s| s.registry())
+            });
         if let Some(r) = registry {
             return if r.is_transient() {
                 EXIT_INTERNAL

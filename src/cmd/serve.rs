@@ -4,9 +4,11 @@
 
 use crate::bundle::parts::BundleFile;
 use crate::bundle::reader;
+use crate::bundle::source::BundleSource;
+use crate::bundle::BundleManifest;
 use crate::cli::ServeArgs;
 use crate::progress::{Mode, Progress};
-use crate::serve::{self, Event, Htpasswd, Listener, Options, Served};
+use crate::serve::{self, Event, Htpasswd, Index, Listener, Options};
 use anyhow::Context as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -40,17 +42,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map(|b| b.size)
         .or_else(|_| std::fs::metadata(&args.bundle).map(|m| m.len()))
         .with_context(|| format!("cannot read {}", args.bundle.display()))?;
+    // An incremental bundle leaves out layers the site holds: say so before verifying it.
+    if let Ok(head) = reader::read_head(&args.bundle) {
+        if let Ok(m) = serde_json::from_slice::<BundleManifest>(&head.manifest) {
+            refuse_incremental(&m)?;
+        }
+    }
     let bar = progress.bytes("verifying", total);
     let policy = match &pk {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    let served =
-        tokio::task::block_in_place(|| Served::open(&args.bundle, policy, &|n| bar.inc(n)))
+    let src =
+        tokio::task::block_in_place(|| BundleSource::open(&args.bundle, policy, &|n| bar.inc(n)))
             .context("the bundle did not verify: nothing is served")?;
     bar.finish("verified");
+    refuse_incremental(src.manifest())?;
+    let index = Index::build(&src)
+        .await
+        .context("the bundle's layout cannot be served")?;
 
-    print_banner(&args, &served, addr, tls.is_some(), htpasswd.as_ref());
+    print_banner(&args, &src, &index, addr, tls.is_some(), htpasswd.as_ref());
 
     let events: serve::EventSink = Arc::new(|e: Event| {
         let mut err = std::io::stderr().lock();
@@ -72,7 +84,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     serve::serve(
         listener,
-        served,
+        Arc::new(src),
+        index,
         Options {
             htpasswd,
             tls,
@@ -115,15 +128,32 @@ async fn shutdown_signal() {
     );
 }
 
+/// An incremental bundle cannot be served alone: its left-out layers are not in it.
+fn refuse_incremental(m: &BundleManifest) -> anyhow::Result<()> {
+    if m.omitted_blobs.is_empty() {
+        return Ok(());
+    }
+    let base = m
+        .base
+        .as_ref()
+        .map(|b| format!(" on the {} bundle created {}", b.chart_version, b.created))
+        .unwrap_or_default();
+    anyhow::bail!(
+        "an incremental bundle (it builds{base} and leaves out {} blobs the site already holds) cannot be served on its own: serve the full bundle, or load this one into the registry that holds its base",
+        m.omitted_blobs.len()
+    )
+}
+
 /// What verified, where it listens, what it serves and how to use it (stdout).
 fn print_banner(
     args: &ServeArgs,
-    served: &Served,
+    src: &BundleSource,
+    index: &Index,
     addr: SocketAddr,
     tls: bool,
     htpasswd: Option<&Htpasswd>,
 ) {
-    let report = served.report();
+    let report = src.report();
     let signature = match &report.signature {
         Some(s) if report.signature_verified => {
             format!("signature OK (key {}; {})", s.key_id, s.trusted_comment)
@@ -132,7 +162,7 @@ fn print_banner(
     };
     println!(
         "bundle {} verified: {signature}; {} files, {} blobs, {} bytes",
-        served.path().display(),
+        src.path().display(),
         report.files,
         report.blobs,
         report.bytes
@@ -156,7 +186,7 @@ fn print_banner(
         println!("  (HOST below: an address of this machine that the clients reach)");
     }
     println!("repositories:");
-    let tags = serve::tags(served);
+    let tags = index.tags();
     let width = tags.iter().map(|(r, _)| r.len()).max().unwrap_or(0);
     for (repo, tag) in &tags {
         println!("  {repo:width$}  {tag}");

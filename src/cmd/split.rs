@@ -1,29 +1,9 @@
 //! `koord-bundle split` and `koord-bundle join`.
 
-use crate::bundle::{parts, sign};
+use crate::bundle::parts;
 use crate::cli::{JoinArgs, SplitArgs};
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
-
-/// The signing key for split headers: the given one, else the default one if it exists.
-pub fn header_signer(explicit: Option<&Path>) -> anyhow::Result<Option<minisign::SecretKey>> {
-    let path = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => {
-            let p = super::config_dir()?.join(sign::SECRET_KEY_FILE);
-            if !p.exists() {
-                return Ok(None);
-            }
-            p
-        }
-    };
-    let password = if sign::secret_key_is_encrypted(&path)? {
-        super::key_password(false)?
-    } else {
-        None
-    };
-    Ok(Some(sign::load_secret_key(&path, password)?))
-}
 
 /// Split `bundle` into `dir`; returns the part paths.
 pub fn split_file(
@@ -54,7 +34,9 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
     };
-    let key = header_signer(args.sign_key.as_deref())?;
+    // The parts' header is signed with the given key, else the default one when there is one.
+    let key =
+        super::signing_key(args.sign_key.as_deref(), args.sign_key.is_some())?.map(|(sk, _)| sk);
     let written = split_file(&args.bundle, &args.size, &dir, &name, key.as_ref())?;
     if args.json {
         return super::print_json(
@@ -65,7 +47,7 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         println!(
             "{} ({})",
             p.display(),
-            crate::copy::human_bytes(std::fs::metadata(p)?.len())
+            crate::text::human_bytes(std::fs::metadata(p)?.len())
         );
     }
     println!(

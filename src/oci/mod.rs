@@ -4,10 +4,12 @@
 mod digest;
 mod manifest;
 mod reference;
+mod target;
 
 pub use digest::{Digest, DigestError, Sha256Writer};
 pub use manifest::{Descriptor, Manifest, ManifestError, Platform};
 pub use reference::{ImageRef, RefError};
+pub use target::{Target, TargetError};
 
 /// Media types this tool reads and writes.
 pub mod media {

@@ -225,6 +225,147 @@ impl PartialBlob {
     }
 }
 
+// ------------------------------------------------------------------------------------------
+// The cache as a store: content-addressed, so repositories do not matter, and it keeps no tags.
+
+impl super::Store for BlobCache {
+    fn describe(&self) -> String {
+        format!("blob cache {}", self.root.display())
+    }
+}
+
+impl super::Source for BlobCache {
+    /// By digest only (the cache keeps no tags).
+    async fn manifest(
+        &self,
+        repo: &str,
+        reference: &super::Reference,
+    ) -> Result<super::RawManifest, super::StoreError> {
+        let super::Reference::Digest(d) = reference else {
+            return Err(super::StoreError::NotFound {
+                store: super::Store::describe(self),
+                what: format!(
+                    "tag {} (the cache keeps manifests by digest only)",
+                    reference.qualify(repo)
+                ),
+            });
+        };
+        if !self.path(d).is_file() {
+            return Err(super::StoreError::NotFound {
+                store: super::Store::describe(self),
+                what: format!("manifest {d}"),
+            });
+        }
+        let bytes = self.read_small(d, crate::store::registry::MAX_MANIFEST as u64)?;
+        let media_type = crate::oci::Manifest::parse(&bytes, None)
+            .map(|m| m.media_type().to_string())
+            .unwrap_or_default();
+        Ok(super::RawManifest::new(bytes, media_type))
+    }
+
+    async fn blob(
+        &self,
+        _repo: &str,
+        desc: &crate::oci::Descriptor,
+        offset: u64,
+    ) -> Result<super::BlobStream, super::StoreError> {
+        let path = self.path(&desc.digest);
+        let file = File::open(&path).map_err(io_err(&path))?;
+        let len = file.metadata().map_err(io_err(&path))?.len();
+        if len != desc.size {
+            return Err(CacheError::SizeMismatch {
+                digest: desc.digest.clone(),
+                expected: desc.size,
+                actual: len,
+            }
+            .into());
+        }
+        let region = super::file::Region {
+            file: std::sync::Arc::new(file),
+            path,
+            offset: offset.min(len),
+            len: len - offset.min(len),
+        };
+        Ok(super::file::stream(
+            super::Store::describe(self),
+            vec![region],
+        ))
+    }
+}
+
+impl super::Sink for BlobCache {
+    async fn blob_state(
+        &self,
+        _repo: &str,
+        desc: &crate::oci::Descriptor,
+    ) -> Result<super::Have, super::StoreError> {
+        if self.has(&desc.digest, desc.size) {
+            return Ok(super::Have::Complete);
+        }
+        let partial = self.root.join("partial").join(desc.digest.hex());
+        Ok(match fs::metadata(&partial) {
+            Ok(m) if m.len() > 0 && m.len() <= desc.size => super::Have::Partial(m.len()),
+            _ => super::Have::Nothing,
+        })
+    }
+
+    async fn put_blob(
+        &self,
+        _repo: &str,
+        desc: &crate::oci::Descriptor,
+        offset: u64,
+        data: &dyn super::Opener,
+        on_bytes: &super::OnBytes,
+    ) -> Result<(), super::StoreError> {
+        use futures_util::StreamExt as _;
+        let cache = self.clone();
+        let d = desc.digest.clone();
+        let size = desc.size;
+        let mut partial = tokio::task::spawn_blocking(move || cache.begin(&d, size))
+            .await
+            .map_err(|e| super::StoreError::other(super::Store::describe(self), e.to_string()))??;
+        if partial.offset() != offset {
+            // What is held changed since it was asked (or the source restarts at 0).
+            partial.restart()?;
+            if offset != 0 {
+                return Err(super::StoreError::other(
+                    super::Store::describe(self),
+                    format!("blob {}: the partial download moved; retry", desc.digest),
+                ));
+            }
+        }
+        let mut data = data.open(partial.offset()).await?;
+        while let Some(piece) = data.next().await {
+            let piece = piece?;
+            partial.write(&piece)?;
+            on_bytes(piece.len() as u64);
+        }
+        tokio::task::spawn_blocking(move || partial.commit())
+            .await
+            .map_err(|e| super::StoreError::other(super::Store::describe(self), e.to_string()))??;
+        Ok(())
+    }
+
+    /// Tags are not kept: only a manifest asked for by digest can be there.
+    async fn has_manifest(
+        &self,
+        _repo: &str,
+        reference: &super::Reference,
+        digest: &Digest,
+    ) -> Result<bool, super::StoreError> {
+        Ok(matches!(reference, super::Reference::Digest(_)) && self.path(digest).is_file())
+    }
+
+    async fn put_manifest(
+        &self,
+        _repo: &str,
+        _reference: &super::Reference,
+        m: &super::RawManifest,
+    ) -> Result<(), super::StoreError> {
+        Ok(self.put_bytes(&m.digest, &m.bytes)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

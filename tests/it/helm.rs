@@ -46,7 +46,7 @@ const IMAGES_180: [&str; 5] = [
 fn helm(major: u64) -> Helm {
     let e = env();
     let path = if major == 3 { &e.helm3 } else { &e.helm4 };
-    let h = Helm::find(Some(path))
+    let h = Helm::find(Some(path), None)
         .unwrap_or_else(|err| panic!("{err} (scripts/install-deps.sh installs helm)"));
     assert_eq!(h.major(), major);
     assert!(h.supports_oci());
@@ -262,7 +262,7 @@ pub fn memory_driver_helm(real: &Helm, dir: &Path) -> Helm {
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let h = Helm::find(Some(&wrapper)).unwrap();
+    let h = Helm::find(Some(&wrapper), None).unwrap();
     assert_eq!(h.version, real.version);
     h
 }
@@ -609,7 +609,7 @@ mod dry_run {
 #[test]
 fn missing_helm_is_not_found() {
     let dir = tempfile::tempdir().unwrap();
-    let err = Helm::find(Some(&dir.path().join("helm"))).unwrap_err();
+    let err = Helm::find(Some(&dir.path().join("helm")), None).unwrap_err();
     assert!(matches!(err, HelmError::NotFound { .. }), "{err}");
     let text = err.to_string();
     assert!(
@@ -625,7 +625,7 @@ fn old_fake_helm_is_too_old() {
     let fake = dir.path().join("helm");
     std::fs::write(&fake, "#!/bin/sh\necho v3.4.0\n").unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let err = Helm::find(Some(&fake)).unwrap_err();
+    let err = Helm::find(Some(&fake), None).unwrap_err();
     assert!(
         matches!(&err, HelmError::TooOld { version, .. } if version.to_string() == "3.4.0"),
         "{err}"

@@ -369,23 +369,27 @@ impl Transport {
         let resp = match cred {
             Some(Credential::IdentityToken(rt)) => {
                 let scope = scopes_text(scopes);
-                let mut form = url::form_urlencoded::Serializer::new(String::new());
-                form.append_pair("grant_type", "refresh_token")
-                    .append_pair("refresh_token", rt.expose())
-                    .append_pair("client_id", "koord-bundle");
-                if let Some(s) = service {
-                    form.append_pair("service", s);
-                }
-                if !scope.is_empty() {
-                    form.append_pair("scope", &scope);
-                }
+                // Built before the request: the serializer is not Send.
+                let form = {
+                    let mut form = url::form_urlencoded::Serializer::new(String::new());
+                    form.append_pair("grant_type", "refresh_token")
+                        .append_pair("refresh_token", rt.expose())
+                        .append_pair("client_id", "koord-bundle");
+                    if let Some(s) = service {
+                        form.append_pair("service", s);
+                    }
+                    if !scope.is_empty() {
+                        form.append_pair("scope", &scope);
+                    }
+                    form.finish()
+                };
                 self.http
                     .post(url.clone())
                     .header(
                         reqwest::header::CONTENT_TYPE,
                         "application/x-www-form-urlencoded",
                     )
-                    .body(form.finish())
+                    .body(form)
                     .send()
                     .await
             }

@@ -21,9 +21,11 @@
 
 mod auth;
 mod client;
+mod store;
+
+pub use store::RegistryStore;
 
 use super::auth::{AuthError, Credentials};
-use super::cache::{BlobCache, CacheError};
 use super::retry::RetryPolicy;
 use crate::oci::{media, Digest, ImageRef};
 use auth::Scope;
@@ -176,14 +178,6 @@ pub enum RegistryError {
         /// Actual digest.
         actual: Digest,
     },
-    /// The cache refused or failed.
-    #[error("{registry}: {source}")]
-    Cache {
-        /// Registry host.
-        registry: String,
-        /// The cache error.
-        source: CacheError,
-    },
     /// TLS handshake failure (unknown CA, wrong host name): not retried.
     #[error("TLS with {registry} failed for {what}: {message} (pass the registry's CA with --ca-file, or --plain-http if {registry} speaks plain HTTP)")]
     Tls {
@@ -281,21 +275,11 @@ impl RegistryError {
             | RegistryError::Transport { registry, .. }
             | RegistryError::Status { registry, .. }
             | RegistryError::DigestMismatch { registry, .. }
-            | RegistryError::Cache { registry, .. }
             | RegistryError::Tls { registry, .. }
             | RegistryError::PlainHttp { registry, .. } => registry,
             RegistryError::Credentials(_) | RegistryError::Setup(_) => "",
         }
     }
-}
-
-/// What a blob fetch did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fetched {
-    /// Already complete in the cache.
-    Cached,
-    /// Downloaded (bytes downloaded in this run; less than the size when resumed).
-    Downloaded(u64),
 }
 
 /// What a mount request came to. Anything but `Mounted` means "upload it instead".
@@ -412,6 +396,15 @@ impl Registry {
         &self,
         r: &ImageRef,
     ) -> Result<(bytes::Bytes, Digest), RegistryError> {
+        let (bytes, digest, _) = self.get_manifest_typed(r).await?;
+        Ok((bytes, digest))
+    }
+
+    /// [`Registry::get_manifest`], with the `Content-Type` the registry served it as.
+    pub async fn get_manifest_typed(
+        &self,
+        r: &ImageRef,
+    ) -> Result<(bytes::Bytes, Digest, Option<String>), RegistryError> {
         let what = r.to_string();
         let accept = HeaderValue::from_static(
             "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json",
@@ -434,16 +427,24 @@ impl Registry {
                 if resp.status() != StatusCode::OK {
                     return Err(status_error(&r.registry, &what, resp).await);
                 }
-                read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
+                let content_type = resp
+                    .headers()
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| v.split(';').next().unwrap_or(v).trim().to_string())
+                    .filter(|v| !v.is_empty());
+                let bytes = read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
                     BodyError::TooLarge(cap) => RegistryError::Status {
                         registry: r.registry.clone(),
                         what: what.clone(),
                         message: format!("the manifest is larger than {cap} bytes: refused"),
                     },
                     other => other.into_error(&r.registry, &what),
-                })
+                })?;
+                Ok((bytes, content_type))
             })
             .await?;
+        let (bytes, content_type) = bytes;
         let digest = Digest::of(&bytes);
         if let Some(expected) = &r.digest {
             if expected != digest.as_str() {
@@ -455,145 +456,7 @@ impl Registry {
                 });
             }
         }
-        Ok((bytes, digest))
-    }
-
-    /// Stream a blob into the cache, resuming a partial download with a range request where the
-    /// registry (or the storage it redirects to) allows it. Redirects are followed without the
-    /// registry's credentials, and a resumed attempt goes straight to the redirected URL. Nothing
-    /// reaches the cache unless size and digest match.
-    pub async fn fetch_blob(
-        &self,
-        r: &ImageRef,
-        digest: &Digest,
-        size: u64,
-        cache: &BlobCache,
-        on_bytes: &(dyn Fn(u64) + Sync),
-    ) -> Result<Fetched, RegistryError> {
-        if cache.has(digest, size) {
-            on_bytes(size);
-            return Ok(Fetched::Cached);
-        }
-        let what = format!("blob {digest} of {}", r.repository);
-        let cache_err = |source| RegistryError::Cache {
-            registry: r.registry.clone(),
-            source,
-        };
-        let tries = self.opts.retry.tries.max(1);
-        let mut downloaded = 0u64;
-        let mut redirected: Option<Url> = None;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut partial = cache.begin(digest, size).map_err(cache_err)?;
-            if partial.offset() > 0 && attempt == 1 {
-                on_bytes(partial.offset());
-            }
-            let before = partial.offset();
-            let result: Result<(), RegistryError> = async {
-                let offset = partial.offset();
-                if offset >= size {
-                    return Ok(());
-                }
-                // Always a range (0- too), so every byte is hashed once, by the cache.
-                let mut headers = HeaderMap::new();
-                if let Ok(v) = HeaderValue::from_str(&format!("bytes={offset}-{}", size - 1)) {
-                    headers.insert(reqwest::header::RANGE, v);
-                }
-                let resp = self
-                    .blob_get(r, digest, &what, &headers, &mut redirected)
-                    .await?;
-                match resp.status() {
-                    StatusCode::PARTIAL_CONTENT => {
-                        let start = resp
-                            .headers()
-                            .get(reqwest::header::CONTENT_RANGE)
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(|v| v.strip_prefix("bytes "))
-                            .and_then(|v| v.split('-').next())
-                            .and_then(|v| v.trim().parse::<u64>().ok());
-                        if start != Some(offset) {
-                            partial.restart().map_err(cache_err)?;
-                            return Err(RegistryError::transport(
-                                &r.registry,
-                                &what,
-                                format!("asked for bytes from {offset}, got {start:?}"),
-                                String::new(),
-                                true,
-                            ));
-                        }
-                    }
-                    StatusCode::OK => {
-                        if offset > 0 {
-                            partial.restart().map_err(cache_err)?;
-                        }
-                    }
-                    _ => {
-                        let e = status_error(&r.registry, &what, resp).await;
-                        // A stale signed CDN URL: go through the registry again.
-                        redirected = None;
-                        return Err(e);
-                    }
-                }
-                let mut resp = resp;
-                loop {
-                    match resp.chunk().await {
-                        Ok(Some(chunk)) => {
-                            partial.write(&chunk).map_err(cache_err)?;
-                            downloaded += chunk.len() as u64;
-                            on_bytes(chunk.len() as u64);
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            return Err(RegistryError::transport(
-                                &r.registry,
-                                &what,
-                                format!(
-                                    "transfer broke after {} of {size} bytes: {}",
-                                    partial.offset(),
-                                    super::error_chain(&e)
-                                ),
-                                String::new(),
-                                true,
-                            ))
-                        }
-                    }
-                }
-                if partial.offset() < size {
-                    return Err(RegistryError::transport(
-                        &r.registry,
-                        &what,
-                        format!(
-                            "the stream ended after {} of {size} bytes",
-                            partial.offset()
-                        ),
-                        String::new(),
-                        true,
-                    ));
-                }
-                Ok(())
-            }
-            .await;
-            match result {
-                Ok(()) => {
-                    partial.commit().map_err(cache_err)?;
-                    return Ok(Fetched::Downloaded(downloaded));
-                }
-                Err(e) if e.should_retry() && attempt < tries => {
-                    // Progress made in this attempt does not spend a try.
-                    if partial.offset() > before {
-                        attempt -= 1;
-                    }
-                    let wait = e.retry_delay(&self.opts.retry, attempt.max(1));
-                    self.report(&e, &what, attempt.max(1), wait);
-                    tokio::time::sleep(wait).await;
-                }
-                Err(mut e) => {
-                    e.set_attempts(attempt);
-                    return Err(e);
-                }
-            }
-        }
+        Ok((bytes, digest, content_type))
     }
 
     /// GET a blob, following redirects by hand: to another origin without credentials (S3, R2
@@ -756,71 +619,6 @@ impl Registry {
         Ok(out)
     }
 
-    /// Upload a blob from file regions (a blob of a split bundle may span two parts), streamed
-    /// in 1 MiB chunks in one monolithic PUT. A failed upload is restarted from the beginning
-    /// (new session).
-    pub async fn push_blob_from_file(
-        &self,
-        r: &ImageRef,
-        digest: &Digest,
-        segments: &[crate::bundle::parts::Segment],
-        on_bytes: Arc<dyn Fn(u64) + Send + Sync>,
-    ) -> Result<(), RegistryError> {
-        let what = format!("upload of blob {digest} to {}", r.repository);
-        let size: u64 = segments.iter().map(|s| s.len).sum();
-        let scopes = vec![Scope::repository(&r.repository, &["pull", "push"])];
-        let segs: Vec<crate::bundle::parts::Segment> = segments.to_vec();
-        let make_body = move || -> reqwest::Body {
-            let report = on_bytes.clone();
-            reqwest::Body::wrap_stream(file_stream(segs.clone(), report))
-        };
-        self.with_retry(&what, || async {
-            let start = Req {
-                method: Method::POST,
-                host: &r.registry,
-                url: format!("{}/blobs/uploads/", repo_path(r)),
-                scopes: scopes.clone(),
-                headers: vec![(
-                    reqwest::header::CONTENT_LENGTH,
-                    HeaderValue::from_static("0"),
-                )],
-                body: None,
-                what: &what,
-            };
-            let resp = self.transport.send(&start).await?;
-            if resp.status() != StatusCode::ACCEPTED {
-                return Err(status_error(&r.registry, &what, resp).await);
-            }
-            let loc = upload_location(&resp, &r.registry, &what)?;
-            drop(resp);
-            let mut put_url = loc;
-            put_url
-                .query_pairs_mut()
-                .append_pair("digest", digest.as_str());
-            let put = Req {
-                method: Method::PUT,
-                host: &r.registry,
-                url: put_url.to_string(),
-                scopes: scopes.clone(),
-                headers: vec![
-                    (
-                        reqwest::header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/octet-stream"),
-                    ),
-                    (reqwest::header::CONTENT_LENGTH, HeaderValue::from(size)),
-                ],
-                body: Some(&make_body),
-                what: &what,
-            };
-            let resp = self.transport.send(&put).await?;
-            if resp.status() != StatusCode::CREATED {
-                return Err(status_error(&r.registry, &what, resp).await);
-            }
-            Ok(())
-        })
-        .await
-    }
-
     /// Put a manifest as raw bytes under `r`'s tag or digest, then read it back and check the
     /// digest the registry serves.
     pub async fn put_manifest(
@@ -887,47 +685,4 @@ fn upload_location(
             what: what.to_string(),
             message: "202 without a Location for the upload".into(),
         })
-}
-
-/// The bytes of file regions, 1 MiB at a time, each chunk reported.
-fn file_stream(
-    segments: Vec<crate::bundle::parts::Segment>,
-    report: Arc<dyn Fn(u64) + Send + Sync>,
-) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
-    let segs: std::collections::VecDeque<_> = segments.into_iter().collect();
-    futures_util::stream::unfold(
-        (segs, None::<tokio::fs::File>, 0u64, report),
-        |(mut segs, mut file, mut left, report)| async move {
-            use tokio::io::{AsyncReadExt, AsyncSeekExt};
-            while left == 0 {
-                let seg = segs.pop_front()?;
-                let opened = async {
-                    let mut f = tokio::fs::File::open(&seg.path).await?;
-                    f.seek(std::io::SeekFrom::Start(seg.offset)).await?;
-                    Ok::<_, std::io::Error>(f)
-                }
-                .await;
-                match opened {
-                    Ok(f) => {
-                        file = Some(f);
-                        left = seg.len;
-                    }
-                    Err(e) => return Some((Err(e), (Default::default(), None, 0, report))),
-                }
-            }
-            let n = left.min(1 << 20) as usize;
-            let mut buf = vec![0u8; n];
-            let f = file.as_mut()?;
-            match f.read_exact(&mut buf).await {
-                Ok(_) => {
-                    report(n as u64);
-                    Some((
-                        Ok(bytes::Bytes::from(buf)),
-                        (segs, file, left - n as u64, report),
-                    ))
-                }
-                Err(e) => Some((Err(e), (Default::default(), None, 0, report))),
-            }
-        },
-    )
 }

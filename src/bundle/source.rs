@@ -1,0 +1,418 @@
+//! A verified bundle read in place, as a [`Source`]: `load` copies from it into a registry,
+//! `serve` answers from it. Nothing is extracted. Manifests (and every small JSON blob) are the
+//! copies held in memory since verification, so they cannot change afterwards; layers are read
+//! from the bundle file(s), whose size, modification time and identity (device, inode) must stay
+//! those seen before verification began: a changed file is refused before any of it is read.
+//! (A change that puts size and time back is not seen by this check; `serve` hashes what it
+//! sends on top.)
+
+use super::parts::BundleFile;
+use super::reader::{self, SignaturePolicy, VerifyError, VerifyReport};
+use super::BundleManifest;
+use crate::oci::{Descriptor, Digest, Manifest};
+use crate::store::file::{self, Region};
+use crate::store::{BlobStream, Catalog, RawManifest, Reference, Source, Store, StoreError};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Why a bundle cannot be read in place.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// It did not verify.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    /// Its files changed while (or after) they were verified.
+    #[error("bundle file {path} changed since it was verified ({what}): verify it again")]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
+    /// It cannot be read in place.
+    #[error("bundle {path}: {reason}")]
+    Content {
+        /// The bundle.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SourceError + '_ {
+    move |source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What identifies a file's content cheaply: size, modification time and identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    id: (u64, u64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Stamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+            id: (m.dev(), m.ino()),
+        }
+    }
+    /// What differs from `then`, if anything.
+    fn differs(&self, then: &Stamp, identity: bool) -> Option<String> {
+        if self.len != then.len {
+            return Some(format!("{} bytes, was {}", self.len, then.len));
+        }
+        if self.modified != then.modified {
+            return Some("modified".into());
+        }
+        if identity && self.id != then.id {
+            return Some("replaced by another file".into());
+        }
+        None
+    }
+}
+
+/// One file of the bundle, opened once.
+#[derive(Debug)]
+struct Part {
+    path: PathBuf,
+    file: Arc<File>,
+    /// Where this part's bundle bytes start in the bundle stream.
+    start: u64,
+    /// Bundle bytes in this part.
+    len: u64,
+    /// Where they start in the file.
+    file_offset: u64,
+    stamp: Stamp,
+}
+
+/// A verified bundle, read in place.
+#[derive(Debug)]
+pub struct BundleSource {
+    path: PathBuf,
+    report: VerifyReport,
+    manifest: BundleManifest,
+    parts: Vec<Part>,
+    /// Repository → tag → top manifest (digest, media type), from the bundle manifest.
+    tags: BTreeMap<String, BTreeMap<String, (Digest, String)>>,
+    /// Media type of every manifest, as the descriptor that reaches it says.
+    types: BTreeMap<Digest, String>,
+}
+
+/// `REPOSITORY:TAG` of a ref name.
+pub fn split_ref(r: &str) -> Option<(&str, &str)> {
+    match r.rsplit_once(':') {
+        Some((repo, tag)) if !repo.is_empty() && !tag.is_empty() && !tag.contains('/') => {
+            Some((repo, tag))
+        }
+        _ => None,
+    }
+}
+
+impl BundleSource {
+    /// Verify the bundle at `path` (a file or the first part of a split bundle) completely, then
+    /// open it for reading in place. A gzip bundle is refused before verification (it cannot be
+    /// read in place).
+    pub fn open(
+        path: &Path,
+        policy: SignaturePolicy<'_>,
+        on_bytes: &dyn Fn(u64),
+    ) -> Result<BundleSource, SourceError> {
+        let bf = BundleFile::open(path).map_err(|source| VerifyError::Parts {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let gzip = bf
+            .read_range(0, 2)
+            .map_err(|source| VerifyError::Parts {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .starts_with(&[0x1f, 0x8b]);
+        if gzip {
+            return Err(compressed(path));
+        }
+        let before = bf
+            .parts
+            .iter()
+            .map(|s| {
+                std::fs::metadata(&s.path)
+                    .map(|m| Stamp::of(&m))
+                    .map_err(io_err(&s.path))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let report = reader::verify(path, policy, on_bytes)?;
+        if report.compressed {
+            return Err(compressed(path));
+        }
+        let layout = report.file.clone().unwrap_or(bf.clone());
+        if layout.parts != bf.parts {
+            return Err(SourceError::Changed {
+                path: path.to_path_buf(),
+                what: "its parts changed".into(),
+            });
+        }
+        let mut parts = Vec::new();
+        let mut start = 0;
+        for (seg, then) in layout.parts.iter().zip(&before) {
+            let file = File::open(&seg.path).map_err(io_err(&seg.path))?;
+            let stamp = Stamp::of(&file.metadata().map_err(io_err(&seg.path))?);
+            if let Some(what) = stamp.differs(then, true) {
+                return Err(SourceError::Changed {
+                    path: seg.path.clone(),
+                    what,
+                });
+            }
+            parts.push(Part {
+                path: seg.path.clone(),
+                file: Arc::new(file),
+                start,
+                len: seg.len,
+                file_offset: seg.offset,
+                stamp,
+            });
+            start += seg.len;
+        }
+        Self::from_report(path, report, parts)
+    }
+
+    /// A source over a verified report alone: manifests and small blobs from memory, no layer
+    /// can be read (what `verify` walks the layout graph with).
+    pub fn in_memory(path: &Path, report: VerifyReport) -> Result<BundleSource, SourceError> {
+        Self::from_report(path, report, vec![])
+    }
+
+    fn from_report(
+        path: &Path,
+        report: VerifyReport,
+        parts: Vec<Part>,
+    ) -> Result<BundleSource, SourceError> {
+        let content = |reason: String| SourceError::Content {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let manifest = report
+            .manifest
+            .clone()
+            .ok_or_else(|| content("no bundle manifest".into()))?;
+        let mut tags: BTreeMap<String, BTreeMap<String, (Digest, String)>> = BTreeMap::new();
+        let mut tops = Vec::new();
+        for img in &manifest.images {
+            tops.push((&img.ref_name, &img.digest, &img.media_type));
+        }
+        let oci = &manifest.chart.oci;
+        tops.push((&oci.ref_name, &oci.digest, &oci.media_type));
+        let mut types = BTreeMap::new();
+        for (r, d, mt) in tops {
+            let (repo, tag) = split_ref(r)
+                .ok_or_else(|| content(format!("ref name {r:?} is not REPOSITORY:TAG")))?;
+            tags.entry(repo.to_string())
+                .or_default()
+                .insert(tag.to_string(), (d.clone(), mt.clone()));
+            types.insert(d.clone(), mt.clone());
+        }
+        // Child manifests: the media type their parent's descriptor gives.
+        for bytes in report.small_blobs.values() {
+            if let Ok(Manifest::Index { manifests, .. }) = Manifest::parse(bytes, None) {
+                for c in manifests {
+                    types.entry(c.digest).or_insert(c.media_type);
+                }
+            }
+        }
+        let total: u64 = parts.iter().map(|p| p.len).sum();
+        if !parts.is_empty() {
+            for (d, &(offset, size)) in &report.blob_locations {
+                if offset + size > total {
+                    return Err(content(format!("{d} lies beyond the end of the bundle")));
+                }
+            }
+        }
+        Ok(BundleSource {
+            path: path.to_path_buf(),
+            report,
+            manifest,
+            parts,
+            tags,
+            types,
+        })
+    }
+
+    /// The verification report.
+    pub fn report(&self) -> &VerifyReport {
+        &self.report
+    }
+
+    /// The verification report, given back.
+    pub fn into_report(self) -> VerifyReport {
+        self.report
+    }
+
+    /// The bundle manifest.
+    pub fn manifest(&self) -> &BundleManifest {
+        &self.manifest
+    }
+
+    /// The size of a blob the bundle holds.
+    pub fn blob_size(&self, d: &Digest) -> Option<u64> {
+        self.report
+            .blob_locations
+            .get(d)
+            .map(|&(_, size)| size)
+            .or_else(|| self.report.small_blobs.get(d).map(|b| b.len() as u64))
+    }
+
+    /// The bundle (as the user named it).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where bundle bytes `offset..offset+len` are, after checking their files did not change.
+    fn regions(&self, offset: u64, len: u64) -> Result<Vec<Region>, SourceError> {
+        let mut out = Vec::new();
+        let (mut offset, mut len) = (offset, len);
+        for p in &self.parts {
+            if len == 0 {
+                break;
+            }
+            if offset >= p.start + p.len {
+                continue;
+            }
+            let now = Stamp::of(&p.file.metadata().map_err(io_err(&p.path))?);
+            if let Some(what) = now.differs(&p.stamp, false) {
+                return Err(SourceError::Changed {
+                    path: p.path.clone(),
+                    what,
+                });
+            }
+            let within = offset - p.start;
+            let take = (p.len - within).min(len);
+            out.push(Region {
+                file: p.file.clone(),
+                path: p.path.clone(),
+                offset: p.file_offset + within,
+                len: take,
+            });
+            offset += take;
+            len -= take;
+        }
+        if len > 0 {
+            return Err(SourceError::Content {
+                path: self.path.clone(),
+                reason: "a blob lies beyond the end of the bundle".into(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn err(&self, e: SourceError) -> StoreError {
+        StoreError::other(self.describe(), e)
+    }
+}
+
+fn compressed(path: &Path) -> SourceError {
+    SourceError::Content {
+        path: path.to_path_buf(),
+        reason: format!(
+            "it is gzip-compressed, and can only be read in place uncompressed: gunzip -k {}",
+            path.display()
+        ),
+    }
+}
+
+impl Store for BundleSource {
+    fn describe(&self) -> String {
+        format!("bundle {}", self.path.display())
+    }
+}
+
+impl Catalog for BundleSource {
+    fn catalog(&self) -> BTreeMap<String, Vec<String>> {
+        self.tags
+            .iter()
+            .map(|(r, t)| (r.clone(), t.keys().cloned().collect()))
+            .collect()
+    }
+}
+
+impl Source for BundleSource {
+    async fn manifest(&self, repo: &str, reference: &Reference) -> Result<RawManifest, StoreError> {
+        let not_found = || StoreError::NotFound {
+            store: self.describe(),
+            what: format!("manifest {}", reference.qualify(repo)),
+        };
+        let (digest, media_type) = match reference {
+            Reference::Tag(t) => self
+                .tags
+                .get(repo)
+                .and_then(|r| r.get(t))
+                .cloned()
+                .ok_or_else(not_found)?,
+            Reference::Digest(d) => (d.clone(), self.types.get(d).cloned().unwrap_or_default()),
+        };
+        let bytes = self.report.small_blobs.get(&digest).ok_or_else(not_found)?;
+        let media_type = if media_type.is_empty() {
+            Manifest::parse(bytes, None)
+                .map(|m| m.media_type().to_string())
+                .unwrap_or_default()
+        } else {
+            media_type
+        };
+        Ok(RawManifest {
+            bytes: Bytes::from(bytes.clone()),
+            digest,
+            media_type,
+        })
+    }
+
+    async fn blob(
+        &self,
+        _repo: &str,
+        desc: &Descriptor,
+        offset: u64,
+    ) -> Result<BlobStream, StoreError> {
+        if let Some(b) = self.report.small_blobs.get(&desc.digest) {
+            let b = Bytes::from(b.clone());
+            let piece = b.slice((offset as usize).min(b.len())..);
+            return Ok(futures_util::stream::iter([Ok(piece)]).boxed());
+        }
+        let &(at, size) = self
+            .report
+            .blob_locations
+            .get(&desc.digest)
+            .ok_or_else(|| StoreError::NotFound {
+                store: self.describe(),
+                what: format!("blob {}", desc.digest),
+            })?;
+        if self.parts.is_empty() {
+            return Err(StoreError::NotFound {
+                store: self.describe(),
+                what: format!("blob {} (not read in place)", desc.digest),
+            });
+        }
+        let offset = offset.min(size);
+        let regions = self
+            .regions(at + offset, size - offset)
+            .map_err(|e| self.err(e))?;
+        Ok(file::stream(self.describe(), regions))
+    }
+}

@@ -1,0 +1,270 @@
+//! What every store speaks: a narrow content interface in the manner of go-containerregistry's
+//! `v1.Image` / `remote` / `layout`. Raw manifest bytes are the truth (a digest is always that of
+//! the bytes), blobs are streams, and a store is a [`Source`], a [`Sink`], or both.
+//!
+//! Names: a store holds repositories (`koordinator-sh/koordlet`; for a store spanning several
+//! registries the host is the first component, `ghcr.io/koordinator-sh/koordlet`) whose tags and
+//! digests ([`Reference`]) name manifests. Content-addressed stores (the blob cache, the bundle)
+//! hold every blob once, whatever the repository.
+
+use crate::oci::{Descriptor, Digest};
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use std::fmt;
+use std::future::Future;
+
+/// A tag or a digest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reference {
+    /// `v1.8.0`.
+    Tag(String),
+    /// `sha256:...`.
+    Digest(Digest),
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reference::Tag(t) => f.write_str(t),
+            Reference::Digest(d) => f.write_str(d.as_str()),
+        }
+    }
+}
+
+impl Reference {
+    /// `repo:tag` or `repo@digest`.
+    pub fn qualify(&self, repo: &str) -> String {
+        match self {
+            Reference::Tag(t) => format!("{repo}:{t}"),
+            Reference::Digest(d) => format!("{repo}@{d}"),
+        }
+    }
+}
+
+/// A manifest as a store holds it: its exact bytes, their digest, and its media type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawManifest {
+    /// The bytes (never re-serialised).
+    pub bytes: Bytes,
+    /// sha256 of `bytes`.
+    pub digest: Digest,
+    /// Media type (as served or recorded; else the document's own).
+    pub media_type: String,
+}
+
+impl RawManifest {
+    /// Wrap bytes, computing their digest.
+    pub fn new(bytes: impl Into<Bytes>, media_type: impl Into<String>) -> RawManifest {
+        let bytes = bytes.into();
+        RawManifest {
+            digest: Digest::of(&bytes),
+            bytes,
+            media_type: media_type.into(),
+        }
+    }
+
+    /// Its descriptor.
+    pub fn descriptor(&self) -> Descriptor {
+        Descriptor {
+            media_type: self.media_type.clone(),
+            digest: self.digest.clone(),
+            size: self.bytes.len() as u64,
+            platform: None,
+            annotations: None,
+        }
+    }
+}
+
+/// A blob's bytes, in order, from some offset.
+pub type BlobStream = BoxStream<'static, Result<Bytes, StoreError>>;
+
+/// Told of blob bytes as they are taken (a progress bar).
+pub type OnBytes = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Opens a blob's bytes from an offset: the source side of one transfer, handed to
+/// [`Sink::put_blob`], which may open it again to retry (a registry upload restarts with a new
+/// session).
+pub trait Opener: Send + Sync {
+    /// The blob's bytes from `offset` to its end.
+    fn open(&self, offset: u64) -> BoxFuture<'_, Result<BlobStream, StoreError>>;
+}
+
+/// How much of a blob a sink holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Have {
+    /// None of it.
+    Nothing,
+    /// Its first N bytes (a download that was interrupted): resume there.
+    Partial(u64),
+    /// All of it, checked.
+    Complete,
+}
+
+/// A failure of a store. Messages name the store and the content.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The manifest, tag or blob is not there.
+    #[error("{what} not found in {store}")]
+    NotFound {
+        /// The store.
+        store: String,
+        /// What was asked for.
+        what: String,
+    },
+    /// Content that does not match its descriptor.
+    #[error("{store}: {what} has digest {actual} ({size} bytes), expected {expected}: refused")]
+    DigestMismatch {
+        /// The store.
+        store: String,
+        /// What.
+        what: String,
+        /// The descriptor's digest.
+        expected: Digest,
+        /// What arrived.
+        actual: Digest,
+        /// Bytes that arrived.
+        size: u64,
+    },
+    /// More or fewer bytes than the descriptor says.
+    #[error("{store}: {what} should be {expected} bytes but {actual} arrived: refused")]
+    SizeMismatch {
+        /// The store.
+        store: String,
+        /// What.
+        what: String,
+        /// The descriptor's size.
+        expected: u64,
+        /// Bytes that arrived (so far).
+        actual: u64,
+    },
+    /// The registry store failed.
+    #[error(transparent)]
+    Registry(#[from] super::RegistryError),
+    /// The blob cache failed.
+    #[error(transparent)]
+    Cache(#[from] super::CacheError),
+    /// Any other failure of a store (a bundle, a file).
+    #[error("{store}: {source}")]
+    Other {
+        /// The store.
+        store: String,
+        /// The failure.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// "That is not there" (another source may have it; a sink must get it).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            StoreError::NotFound { .. } => true,
+            StoreError::Registry(r) => r.is_not_found(),
+            _ => false,
+        }
+    }
+
+    /// The registry failure underneath, if that is what it is.
+    pub fn registry(&self) -> Option<&super::RegistryError> {
+        match self {
+            StoreError::Registry(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Wrap any error of a store.
+    pub fn other(
+        store: impl Into<String>,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreError {
+        StoreError::Other {
+            store: store.into(),
+            source: e.into(),
+        }
+    }
+}
+
+/// Any store.
+pub trait Store: Send + Sync {
+    /// What it is, for messages (`registry ghcr.io`, `bundle koordinator-1.8.0.tar`).
+    fn describe(&self) -> String;
+}
+
+/// Where content comes from.
+pub trait Source: Store {
+    /// The manifest `repo` names by `reference`: its exact bytes. A digest reference is checked
+    /// against the bytes by the store.
+    fn manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+    ) -> impl Future<Output = Result<RawManifest, StoreError>> + Send;
+
+    /// A blob's bytes from `offset` on. The stream ends after the blob's last byte; its
+    /// content is checked by whoever consumes it (a [`Sink`] refuses what does not match).
+    fn blob(
+        &self,
+        repo: &str,
+        desc: &Descriptor,
+        offset: u64,
+    ) -> impl Future<Output = Result<BlobStream, StoreError>> + Send;
+}
+
+/// A source that can list what it holds: what `serve` answers its catalog and tags from.
+pub trait Catalog: Source {
+    /// Repository → its tags.
+    fn catalog(&self) -> std::collections::BTreeMap<String, Vec<String>>;
+}
+
+/// Where content goes.
+pub trait Sink: Store {
+    /// How much of the blob `repo` already holds.
+    fn blob_state(
+        &self,
+        repo: &str,
+        desc: &Descriptor,
+    ) -> impl Future<Output = Result<Have, StoreError>> + Send;
+
+    /// Take a blob whose bytes from `offset` (what [`Sink::blob_state`] said the sink holds)
+    /// `data` opens. The sink refuses content whose size or digest differs from `desc`
+    /// (nothing of it is then kept); it may open `data` again to retry by its transport's
+    /// policy. `on_bytes` is told of the bytes taken.
+    fn put_blob(
+        &self,
+        repo: &str,
+        desc: &Descriptor,
+        offset: u64,
+        data: &dyn Opener,
+        on_bytes: &OnBytes,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Make a blob that `from_repo` of this sink holds available in `repo` without its bytes
+    /// (a registry's cross-repository mount). `Ok(false)` when the sink cannot or did not:
+    /// the caller then uploads it. A mount is an optimisation, never a reason to fail.
+    fn mount_blob(
+        &self,
+        repo: &str,
+        from_repo: &str,
+        desc: &Descriptor,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (repo, from_repo, desc);
+        async { Ok(false) }
+    }
+
+    /// Does `repo` hold the manifest `digest` under `reference` (a tag must point at it)?
+    fn has_manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Put a manifest's exact bytes under `reference` (a tag, or its own digest). Everything
+    /// it references is already in the sink.
+    fn put_manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        manifest: &RawManifest,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}

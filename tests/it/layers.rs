@@ -1,0 +1,123 @@
+//! The dependency direction of the crate's modules, as go-containerregistry's depcheck holds
+//! its own: a module may use only modules of a lower layer.
+//!
+//! ```text
+//! 0  oci, text          pure types and text helpers; no I/O
+//! 1  store              sources and sinks: registry, blob cache, memory, files
+//! 2  copy               the one graph walk over stores
+//! 3  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
+//! 4  cli, progress      flags and the printer, for the commands only
+//! 5  cmd                the commands: the only place that prints or reads the environment
+//! ```
+
+use std::path::Path;
+
+const LAYERS: &[(&str, u8)] = &[
+    ("oci", 0),
+    ("text", 0),
+    ("store", 1),
+    ("copy", 2),
+    ("bundle", 3),
+    ("chart", 3),
+    ("cluster", 3),
+    ("helm", 3),
+    ("serve", 3),
+    ("sources", 3),
+    ("cli", 4),
+    ("progress", 4),
+    ("cmd", 5),
+];
+
+fn layer(module: &str) -> Option<u8> {
+    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+}
+
+/// `(file's module, used module, line)` for every use of `crate::X` against the direction.
+fn violations(files: &[(String, String)]) -> Vec<String> {
+    let re = regex::Regex::new(r"crate::([a-z_]+)").unwrap();
+    let mut bad = Vec::new();
+    for (path, text) in files {
+        let module = path
+            .trim_start_matches("src/")
+            .split(['/', '.'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let Some(own) = layer(&module) else {
+            bad.push(format!(
+                "{path}: module {module} has no layer (add it to LAYERS)"
+            ));
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for c in re.captures_iter(line) {
+                let used = &c[1];
+                if used == module {
+                    continue;
+                }
+                match layer(used) {
+                    Some(l) if l < own => {}
+                    Some(l) => bad.push(format!(
+                        "{path}:{}: {module} (layer {own}) uses {used} (layer {l})",
+                        n + 1
+                    )),
+                    None => bad.push(format!("{path}:{}: unknown module {used}", n + 1)),
+                }
+            }
+        }
+    }
+    bad
+}
+
+fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            let rel = p
+                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            out.push((rel, std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+}
+
+#[test]
+fn modules_depend_only_on_lower_layers() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    assert!(files.len() > 30, "read the sources");
+    let bad = violations(&files);
+    assert!(bad.is_empty(), "against the layers:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_check_finds_a_use_against_the_direction() {
+    let files = vec![
+        (
+            "src/store/x.rs".to_string(),
+            "use crate::oci::Digest;\nuse crate::copy::transfer;\n// crate::cmd in a comment\n"
+                .to_string(),
+        ),
+        (
+            "src/bundle/y.rs".to_string(),
+            "fn f() { crate::chart::x(); }".to_string(),
+        ),
+    ];
+    let bad = violations(&files);
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(bad[0].contains("store (layer 1) uses copy (layer 2)"));
+    assert!(bad[1].contains("bundle (layer 3) uses chart (layer 3)"));
+}
