@@ -331,21 +331,214 @@ pub enum SignaturePolicy<'a> {
     Skip,
 }
 
+/// Entries at least this large are hashed after the pass over the tar, in parallel, when the
+/// bundle is a plain file (random access); smaller ones as they are read.
+const DEFER_OVER: u64 = 1024 * 1024;
+/// Bytes read per request when hashing a deferred entry.
+const HASH_PIECE: usize = 4 << 20;
+
+/// An entry whose bytes were not hashed in the pass over the tar.
+#[derive(Debug, Clone)]
+struct Deferred {
+    name: String,
+    offset: u64,
+    size: u64,
+    expected: Digest,
+}
+
+/// Files of a verified layout whose bytes are still to be hashed: [`verify_layout`] leaves the
+/// large ones of a plain bundle for [`Unhashed::hash`], which hashes them on every core.
+#[derive(Debug)]
+pub struct Unhashed {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    items: Vec<Deferred>,
+}
+
+impl Unhashed {
+    /// Bytes still to hash.
+    pub fn bytes(&self) -> u64 {
+        self.items.iter().map(|d| d.size).sum()
+    }
+
+    /// How many files.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when nothing is left to hash.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Hash every file left, largest first, one per core at a time (positional reads of the
+    /// bundle file); each must match SHA256SUMS.
+    pub fn hash(mut self, on_bytes: &(dyn Fn(u64) + Sync)) -> Result<(), VerifyError> {
+        let Some(file) = self.file.take() else {
+            return Ok(());
+        };
+        self.items.sort_by_key(|d| std::cmp::Reverse(d.size));
+        let queue = std::sync::Mutex::new(self.items.into_iter());
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(1, 4);
+        let path = &self.path;
+        let hash_one = |d: &Deferred, buf: &mut Vec<u8>| -> Result<(), VerifyError> {
+            let mut hasher = sha2::Sha256::new();
+            let mut at = 0u64;
+            while at < d.size {
+                let n = (d.size - at).min(HASH_PIECE as u64) as usize;
+                crate::store::file::read_at(&file, &mut buf[..n], d.offset + at).map_err(|e| {
+                    VerifyError::Tar {
+                        path: path.clone(),
+                        reason: format!("{} is truncated: {e}", d.name),
+                    }
+                })?;
+                hasher.update(&buf[..n]);
+                on_bytes(n as u64);
+                at += n as u64;
+            }
+            let actual = Digest::from_hasher(hasher);
+            if actual != d.expected {
+                return Err(VerifyError::Mismatch {
+                    path: path.clone(),
+                    entry: d.name.clone(),
+                    expected: d.expected.clone(),
+                    actual,
+                });
+            }
+            Ok(())
+        };
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| -> Result<(), VerifyError> {
+                        let mut buf = vec![0u8; HASH_PIECE];
+                        loop {
+                            let next = match queue.lock() {
+                                Ok(mut q) => q.next(),
+                                Err(_) => None,
+                            };
+                            let Some(d) = next else { return Ok(()) };
+                            hash_one(&d, &mut buf)?;
+                        }
+                    })
+                })
+                .collect();
+            let mut first_err = None;
+            for w in workers {
+                let r = w.join().unwrap_or_else(|_| {
+                    Err(VerifyError::Content {
+                        path: path.clone(),
+                        reason: "a hashing thread panicked".into(),
+                    })
+                });
+                if let (Err(e), None) = (r, &first_err) {
+                    first_err = Some(e);
+                    // Stop the others soon: nothing more is taken from the queue.
+                    if let Ok(mut q) = queue.lock() {
+                        for _ in q.by_ref() {}
+                    }
+                }
+            }
+            first_err.map_or(Ok(()), Err)
+        })
+    }
+}
+
+/// A plain bundle file read with seeks: the pass over the tar skips the bytes of deferred
+/// entries.
+struct SeekInput(BufReader<std::fs::File>);
+
+impl Read for SeekInput {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl io::Seek for SeekInput {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        self.0.seek(pos)
+    }
+}
+
+/// How the pass over the tar gets its entries.
+trait TarInput: Read + Sized {
+    /// Whether large entries may be left for [`Unhashed`] (their bytes are skipped, not read).
+    const DEFER: bool;
+    fn entries(ar: &mut tar::Archive<Self>) -> io::Result<tar::Entries<'_, Self>>;
+}
+
+impl TarInput for Box<dyn Read> {
+    const DEFER: bool = false;
+    fn entries(ar: &mut tar::Archive<Self>) -> io::Result<tar::Entries<'_, Self>> {
+        ar.entries()
+    }
+}
+
+impl TarInput for SeekInput {
+    const DEFER: bool = true;
+    fn entries(ar: &mut tar::Archive<Self>) -> io::Result<tar::Entries<'_, Self>> {
+        ar.entries_with_seek()
+    }
+}
+
 /// Check everything: signature first, then every entry against the checksum file, then that the
 /// layout is complete (every manifest and blob it references is present with the right size).
 pub fn verify(
     path: &Path,
     policy: SignaturePolicy<'_>,
-    on_bytes: &dyn Fn(u64),
+    on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<VerifyReport, VerifyError> {
+    let (report, unhashed) = verify_layout(path, policy, on_bytes)?;
+    unhashed.hash(on_bytes)?;
+    Ok(report)
+}
+
+/// [`verify`] but for the bytes of the large files of a plain bundle, which are left in
+/// [`Unhashed`]: the signature, the checksum file, every entry's name, type and place, the
+/// small files' bytes (manifests, index, bundle manifest) and the layout are checked. A split
+/// or gzip bundle is read as one stream and comes back with nothing left to hash.
+pub fn verify_layout(
+    path: &Path,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<(VerifyReport, Unhashed), VerifyError> {
     let bf = BundleFile::open(path).map_err(|e| parts_err(path, e))?;
     if let (SignaturePolicy::Require(pk), true) = (&policy, bf.is_split()) {
         // A signed split header is checked before any part is read.
         bf.verify_header(pk).map_err(|e| parts_err(path, e))?;
     }
+    let gzip = bf
+        .read_range(0, 2)
+        .map_err(|e| parts_err(path, e))?
+        .starts_with(&[0x1f, 0x8b]);
+    let io_err = |source| VerifyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !bf.is_split() && !gzip {
+        // A plain file: random access, the large files hashed afterwards on every core.
+        let file = std::fs::File::open(path).map_err(io_err)?;
+        let input = SeekInput(BufReader::with_capacity(
+            64 * 1024,
+            file.try_clone().map_err(io_err)?,
+        ));
+        let (mut report, items) = verify_tar(path, input, false, policy, on_bytes)?;
+        report.file = Some(bf);
+        return Ok((
+            report,
+            Unhashed {
+                path: path.to_path_buf(),
+                file: Some(file),
+                items,
+            },
+        ));
+    }
     let (input, compressed) = open_file(&bf)?;
-    let mut report = match verify_from(path, input, compressed, policy, on_bytes) {
-        Ok(r) => r,
+    let mut report = match verify_tar(path, input, compressed, policy, on_bytes) {
+        Ok((r, _)) => r,
         // In a split bundle, name the part that is wrong, not only the file inside it.
         Err(e) if bf.is_split() => {
             return Err(bf
@@ -357,7 +550,14 @@ pub fn verify(
         Err(e) => return Err(e),
     };
     report.file = Some(bf);
-    Ok(report)
+    Ok((
+        report,
+        Unhashed {
+            path: path.to_path_buf(),
+            file: None,
+            items: vec![],
+        },
+    ))
 }
 
 /// [`verify`] over any byte stream (`path` only names it in messages). Blob locations are
@@ -367,8 +567,20 @@ pub fn verify_from(
     input: Box<dyn Read>,
     compressed: bool,
     policy: SignaturePolicy<'_>,
-    on_bytes: &dyn Fn(u64),
+    on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<VerifyReport, VerifyError> {
+    verify_tar(path, input, compressed, policy, on_bytes).map(|(r, _)| r)
+}
+
+/// The one pass over the tar: every entry checked against SHA256SUMS and the rules; with a
+/// seekable input, large entries are deferred (returned, unread).
+fn verify_tar<R: TarInput>(
+    path: &Path,
+    input: R,
+    compressed: bool,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<(VerifyReport, Vec<Deferred>), VerifyError> {
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
         reason: crate::text::printable(&e.to_string()),
@@ -379,7 +591,7 @@ pub fn verify_from(
         reason: reason.to_string(),
     };
     let mut ar = tar::Archive::new(input);
-    let mut entries = ar.entries().map_err(terr)?;
+    let mut entries = R::entries(&mut ar).map_err(terr)?;
 
     // 1. The checksum file, then the signature, checked before anything else is read.
     let first = entries
@@ -454,8 +666,9 @@ pub fn verify_from(
     let mut blob_sizes: BTreeMap<Digest, u64> = BTreeMap::new();
     let mut manifest_bytes = None;
     let mut index_bytes = None;
+    let mut deferred: Vec<Deferred> = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
-    let mut handle = |mut e: tar::Entry<'_, Box<dyn Read>>| -> Result<(), VerifyError> {
+    let mut handle = |mut e: tar::Entry<'_, R>| -> Result<(), VerifyError> {
         let name = e.path().map_err(terr)?.to_string_lossy().to_string();
         let raw_name = String::from_utf8_lossy(&e.path_bytes()).to_string();
         if !safe_path(&raw_name) {
@@ -495,6 +708,29 @@ pub fn verify_from(
             None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
             Some(_) => size <= 4 * 1024 * 1024,
         };
+        if R::DEFER && !keep && size >= DEFER_OVER {
+            // Hashed later, in parallel: its bytes are skipped here.
+            if let Some(Err(_)) = &blob {
+                return Err(entry_err(&name, "blob file name is not a sha256 digest"));
+            }
+            if let Some(Ok(d)) = &blob {
+                if d != expected {
+                    return Err(entry_err(&name, "blob file name is not its digest"));
+                }
+                report.blobs += 1;
+                blob_sizes.insert(d.clone(), size);
+                report.blob_locations.insert(d.clone(), (position, size));
+            }
+            report.files += 1;
+            report.bytes += size;
+            deferred.push(Deferred {
+                name,
+                offset: position,
+                size,
+                expected: expected.clone(),
+            });
+            return Ok(());
+        }
         let mut hasher = sha2::Sha256::new();
         let mut kept = Vec::new();
         let mut n_total = 0u64;
@@ -616,7 +852,7 @@ pub fn verify_from(
     };
     report.manifest = Some(manifest);
     report.small_blobs = small;
-    check_layout(path, report, &roots, &blob_sizes)
+    check_layout(path, report, &roots, &blob_sizes).map(|r| (r, deferred))
 }
 
 /// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy

@@ -7,7 +7,7 @@
 //! sends on top.)
 
 use super::parts::BundleFile;
-use super::reader::{self, SignaturePolicy, VerifyError, VerifyReport};
+use super::reader::{self, SignaturePolicy, Unhashed, VerifyError, VerifyReport};
 use super::BundleManifest;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
@@ -136,8 +136,22 @@ impl BundleSource {
     pub fn open(
         path: &Path,
         policy: SignaturePolicy<'_>,
-        on_bytes: &dyn Fn(u64),
+        on_bytes: &(dyn Fn(u64) + Sync),
     ) -> Result<BundleSource, SourceError> {
+        let (src, unhashed) = Self::open_unhashed(path, policy, on_bytes)?;
+        unhashed.hash(on_bytes)?;
+        Ok(src)
+    }
+
+    /// [`BundleSource::open`] with everything verified but the bytes of the large files of a
+    /// plain bundle (see [`reader::verify_layout`]): the caller hashes them with
+    /// [`Unhashed::hash`] before it reads them, or knows it will not read them (a re-load that
+    /// finds every tag in place pushes nothing).
+    pub fn open_unhashed(
+        path: &Path,
+        policy: SignaturePolicy<'_>,
+        on_bytes: &(dyn Fn(u64) + Sync),
+    ) -> Result<(BundleSource, Unhashed), SourceError> {
         let bf = BundleFile::open(path).map_err(|source| VerifyError::Parts {
             path: path.to_path_buf(),
             source,
@@ -161,7 +175,7 @@ impl BundleSource {
                     .map_err(io_err(&s.path))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let report = reader::verify(path, policy, on_bytes)?;
+        let (report, unhashed) = reader::verify_layout(path, policy, on_bytes)?;
         if report.compressed {
             return Err(compressed(path));
         }
@@ -193,7 +207,7 @@ impl BundleSource {
             });
             start += seg.len;
         }
-        Self::from_report(path, report, parts)
+        Ok((Self::from_report(path, report, parts)?, unhashed))
     }
 
     /// A source over a verified report alone: manifests and small blobs from memory, no layer

@@ -116,9 +116,13 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    let src = tokio::task::block_in_place(|| BundleSource::open(&bundle, policy, &|n| bar.inc(n)))
-        .context("the bundle did not verify: nothing was pushed")?;
-    bar.finish("verified");
+    // Everything but the bytes of the large blobs, which are hashed below unless nothing will
+    // be pushed at all.
+    let (src, unhashed) = tokio::task::block_in_place(|| {
+        BundleSource::open_unhashed(&bundle, policy, &|n| bar.inc(n))
+    })
+    .context("the bundle did not verify: nothing was pushed")?;
+    bar.finish("layout verified");
     let report = src.report();
     let manifest = src.manifest().clone();
     progress.say(format!(
@@ -290,7 +294,28 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
     let sink = RegistryStore::new(Arc::new(reg), &target.host_and_prefix());
-    let stats = push(&src, &sink, args.jobs, args.dry_run, &progress)
+    let graphs = graphs(&src).await?;
+    // A re-load: when every tag already points at the bundle's digests, nothing of the bundle
+    // will be read, so its blobs need not be hashed (verify checks every byte).
+    let all_there = tags_in_place(&sink, &graphs, args.jobs)
+        .await
+        .context("checking the registry")?;
+    let rehashed = if all_there {
+        false
+    } else {
+        let bar = progress.bytes("verifying blobs", unhashed.bytes());
+        tokio::task::block_in_place(|| unhashed.hash(&|n| bar.inc(n)))
+            .context("the bundle did not verify: nothing was pushed")?;
+        bar.finish("verified");
+        true
+    };
+    if !rehashed {
+        progress.say(format!(
+            "every tag in {} already points at the bundle's digests: nothing to push, so the bundle's large blobs were not re-hashed (koord-bundle verify checks every byte)",
+            target.host_and_prefix()
+        ));
+    }
+    let stats = push(&src, &sink, &graphs, args.jobs, args.dry_run, &progress)
         .await
         .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
 
@@ -399,7 +424,8 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     if args.json {
         return super::print_json(&json!({
             "bundle": bundle, "registry": target.host_and_prefix(), "dryRun": args.dry_run,
-            "verified": {"files": src.report().files, "blobs": src.report().blobs, "bytes": src.report().bytes, "signature": src.report().signature_verified},
+            "verified": {"files": src.report().files, "blobs": src.report().blobs, "bytes": src.report().bytes, "signature": src.report().signature_verified,
+                         "blobsRehashed": rehashed},
             "push": stats,
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "preflight": preflight,
@@ -452,45 +478,73 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Copy every graph the bundle names (its images and the chart artifact) into the registry,
-/// each under its repository and tag: the one walk, from the bundle read in place.
-async fn push(
-    src: &BundleSource,
-    sink: &RegistryStore,
-    jobs: usize,
-    dry_run: bool,
-    progress: &Progress,
-) -> anyhow::Result<copy::Stats> {
+/// Every graph the bundle names (its images and the chart artifact), each with the
+/// repository and tag it goes under, resolved by the walk from the verified manifests.
+async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, String)>> {
     let m = src.manifest();
-    let mut names: Vec<(&str, &str)> = Vec::new();
+    let mut out = Vec::new();
     for r in m
         .images
         .iter()
         .map(|i| &i.ref_name)
         .chain(std::iter::once(&m.chart.oci.ref_name))
     {
-        names.push(split_ref(r).with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?);
-    }
-    let mut graphs = Vec::new();
-    for (repo, tag) in &names {
+        let (repo, tag) =
+            split_ref(r).with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?;
         let g = copy::resolve(src, repo, &Reference::Tag(tag.to_string()), None)
             .await
             .with_context(|| format!("{repo}:{tag} in the bundle"))?;
-        graphs.push(g);
+        out.push((g, repo.to_string(), tag.to_string()));
     }
+    Ok(out)
+}
+
+/// Does every tag in the registry already point at its graph's top manifest?
+async fn tags_in_place(
+    sink: &RegistryStore,
+    graphs: &[(copy::Graph, String, String)],
+    jobs: usize,
+) -> anyhow::Result<bool> {
+    use futures_util::StreamExt as _;
+    let found: Vec<bool> = futures_util::stream::iter(graphs)
+        .map(|(g, repo, tag)| async move {
+            crate::store::Sink::has_manifest(
+                sink,
+                repo,
+                &Reference::Tag(tag.clone()),
+                &g.top.digest,
+            )
+            .await
+        })
+        .buffered(jobs.max(1))
+        .try_collect()
+        .await?;
+    Ok(found.iter().all(|f| *f))
+}
+
+/// Copy every graph into the registry, each under its repository and tag: the one walk, from
+/// the bundle read in place.
+async fn push(
+    src: &BundleSource,
+    sink: &RegistryStore,
+    graphs: &[(copy::Graph, String, String)],
+    jobs: usize,
+    dry_run: bool,
+    progress: &Progress,
+) -> anyhow::Result<copy::Stats> {
+    let m = src.manifest();
     let items: Vec<Item> = graphs
         .iter()
-        .zip(&names)
-        .map(|(g, (repo, tag))| Item {
+        .map(|(g, repo, tag)| Item {
             graph: g,
-            repo: repo.to_string(),
-            reference: Reference::Tag(tag.to_string()),
+            repo: repo.clone(),
+            reference: Reference::Tag(tag.clone()),
         })
         .collect();
     let omitted = m.omitted_blobs.iter().map(|o| o.digest.clone()).collect();
     let total: u64 = graphs
         .iter()
-        .flat_map(|g| g.blobs.iter().map(|b| (&b.digest, b.size)))
+        .flat_map(|(g, _, _)| g.blobs.iter().map(|b| (&b.digest, b.size)))
         .collect::<std::collections::BTreeMap<_, _>>()
         .values()
         .sum();

@@ -12,6 +12,7 @@ mod helm;
 mod hostile;
 mod install;
 mod kube_fake;
+mod large_blobs;
 mod layers;
 mod load;
 mod preflight;
