@@ -9,6 +9,7 @@ pub mod parts;
 pub mod reader;
 pub mod sign;
 pub mod source;
+pub mod writer;
 
 pub use manifest::BundleManifest;
 

@@ -170,6 +170,10 @@ pub struct BuildArgs {
     /// Content-addressed blob cache [default: the user's cache directory].
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
+    /// Do not read or write the blob cache: each blob is written once, only into the bundle (for
+    /// one-shot builds; an interrupted build then starts over).
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
     /// Parallel downloads.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 4)]
     pub jobs: usize,

@@ -1,10 +1,12 @@
 //! `koord-bundle build`: chart → images → bundle.
 
+use crate::bundle::atomic::AtomicFile;
 use crate::bundle::manifest::{
     BaseRecord, BlobTotals, ChartRecord, CrdRecord, ImageRecord, OciRecord, OmittedBlob, Overrides,
     Tool,
 };
-use crate::bundle::pack::{self, Compression, PackInput};
+use crate::bundle::pack::{self, Compression};
+use crate::bundle::writer::{BundleWriter, Plan};
 use crate::bundle::{BundleManifest, FORMAT_VERSION, REF_NAME};
 use crate::chart::{self, ChartArchive, ChartImage};
 use crate::cli::BuildArgs;
@@ -167,7 +169,8 @@ struct Settings {
     base: Option<(BundleManifest, Digest)>,
     /// Blobs a site that loaded the base holds.
     on_site: BTreeSet<Digest>,
-    cache_root: PathBuf,
+    /// The blob cache (`None` with `--no-cache`).
+    cache_root: Option<PathBuf>,
     /// Where the output goes (checked writable).
     output_dir: PathBuf,
 }
@@ -203,9 +206,10 @@ impl Settings {
             .as_ref()
             .map(|(m, _)| m.blobs_on_site())
             .unwrap_or_default();
-        let cache_root = match &args.cache {
-            Some(c) => c.clone(),
-            None => super::cache_dir()?,
+        let cache_root = match (&args.cache, args.no_cache) {
+            (_, true) => None,
+            (Some(c), false) => Some(c.clone()),
+            (None, false) => Some(super::cache_dir()?),
         };
         let output_dir = args
             .output
@@ -342,20 +346,19 @@ struct FetchStats {
     downloaded_bytes: u64,
 }
 
-/// Every image's blobs and manifests into the cache (the one walk), each blob once; the blobs
-/// the site holds (`--since`) are left out.
-async fn fetch(
+/// Every graph's blobs and manifests into the bundle writer (the one walk), each blob once,
+/// from the registries or the cache; the blobs the site holds (`--since`) are left out.
+async fn write_blobs(
     store: &RegistryStore,
-    cache: &BlobCache,
-    resolved: &[Resolved],
+    writer: &BundleWriter<'_>,
+    graphs: &[&Graph],
     settings: &Settings,
     jobs: usize,
     progress: &Progress,
-) -> anyhow::Result<(FetchStats, BTreeSet<Digest>)> {
+) -> anyhow::Result<FetchStats> {
     let mut unique: BTreeMap<&Digest, u64> = BTreeMap::new();
-    for r in resolved {
-        for b in r
-            .graph
+    for g in graphs {
+        for b in g
             .blobs
             .iter()
             .filter(|b| !settings.on_site.contains(&b.digest))
@@ -368,19 +371,19 @@ async fn fetch(
         bytes: unique.values().sum(),
         ..Default::default()
     };
-    let bar = progress.bytes("fetching blobs", stats.bytes);
+    let bar = progress.bytes("writing bundle", stats.bytes);
     let on = bar.clone();
-    let items: Vec<Item> = resolved
+    let items: Vec<Item> = graphs
         .iter()
-        .map(|r| Item {
-            graph: &r.graph,
-            repo: r.graph.repo.clone(),
-            reference: r.graph.reference.clone(),
+        .map(|g| Item {
+            graph: g,
+            repo: g.repo.clone(),
+            reference: g.reference.clone(),
         })
         .collect();
-    let copied = copy::transfer(
+    copy::transfer(
         store,
-        cache,
+        writer,
         &items,
         &copy::Options {
             jobs,
@@ -391,32 +394,25 @@ async fn fetch(
         },
     )
     .await?;
-    // The walk counts (repository, blob) pairs; the cache holds each blob once.
-    stats.cached_blobs = stats.blobs.saturating_sub(copied.copied.len());
-    stats.downloaded_bytes = copied.uploaded_bytes;
-    stats.cached_bytes = stats.bytes.saturating_sub(copied.uploaded_bytes);
+    use std::sync::atomic::Ordering::Relaxed;
+    stats.downloaded_bytes = writer.counts.received.load(Relaxed);
+    stats.cached_bytes = writer.counts.from_cache.load(Relaxed);
+    stats.cached_blobs = writer.counts.cached_blobs.load(Relaxed) as usize;
     bar.finish(&format!(
         "{} blobs, {} downloaded, {} reused from cache",
         stats.blobs,
         human_bytes(stats.downloaded_bytes),
         human_bytes(stats.cached_bytes)
     ));
-    // Checked in this run (downloaded, or manifests read from the registry): the pack need
-    // not hash them again.
-    let mut verified = copied.copied;
-    for r in resolved {
-        verified.extend(r.graph.manifests().map(|m| m.digest.clone()));
-    }
-    Ok((stats, verified))
+    Ok(stats)
 }
 
-/// The chart as a Helm OCI artifact (config: Chart.yaml as JSON; layer: the archive),
-/// written into the cache through the same walk.
-async fn chart_artifact(
+/// The chart as a Helm OCI artifact (config: Chart.yaml as JSON; layer: the archive): a graph
+/// whose blobs are inline, copied into the bundle by the same walk as the images.
+fn chart_artifact(
     archive: &ChartArchive,
     fetched: &FetchedChart,
     created: &str,
-    cache: &BlobCache,
 ) -> anyhow::Result<Graph> {
     let meta = archive.meta();
     let config_bytes = bytes::Bytes::from(serde_json::to_vec(archive.chart_yaml_json())?);
@@ -457,7 +453,7 @@ async fn chart_artifact(
     );
     let repo = format!("charts/{}", meta.name);
     let graph = Graph {
-        repo: repo.clone(),
+        repo,
         reference: Reference::Tag(meta.version.clone()),
         upstream: top.clone(),
         top,
@@ -474,27 +470,6 @@ async fn chart_artifact(
         dropped: vec![],
         attestations: 0,
     };
-    let items = [Item {
-        graph: &graph,
-        repo,
-        reference: graph.reference.clone(),
-    }];
-    // Its blobs are inline: the cache is only the sink.
-    copy::transfer(
-        cache,
-        cache,
-        &items,
-        &copy::Options {
-            jobs: 2,
-            omitted: &BTreeSet::new(),
-            omitted_policy: copy::Omitted::Skip,
-            dry_run: false,
-            on_bytes: Arc::new(|_| {}),
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!(e))
-    .context("writing the chart artifact into the cache")?;
     Ok(graph)
 }
 
@@ -601,15 +576,10 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         return print_plan(&args, &meta, &fetched, &records, &crds, &resolved);
     }
 
-    // 3. Every blob once, into the cache; then the chart as a Helm OCI artifact.
-    let cache = BlobCache::open(&settings.cache_root)?;
-    let (stats, mut verified) =
-        fetch(&store, &cache, &resolved, &settings, args.jobs, &progress).await?;
+    // 3. The chart as a Helm OCI artifact (a graph of its own, its blobs inline).
     let created_secs = super::creation_time()?;
     let created = super::rfc3339(created_secs);
-    let chart_graph = chart_artifact(&archive, &fetched, &created, &cache).await?;
-    verified.extend(chart_graph.manifests().map(|m| m.digest.clone()));
-    verified.extend(chart_graph.blobs.iter().map(|b| b.digest.clone()));
+    let chart_graph = chart_artifact(&archive, &fetched, &created)?;
     let chart_ref = format!("charts/{}:{}", meta.name, meta.version);
 
     // 4. Layout index, bundle manifest, files.
@@ -735,7 +705,9 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         files.push((format!("crds/{}", c.file_name), c.yaml.clone().into_bytes()));
     }
 
-    // 5. Pack, sign, rename into place (or split).
+    // 5. The bundle: laid out (checksums and signature first), then every blob copied once
+    // into its place by the one walk, from the registries (or the cache), then renamed into
+    // place (or split, or compressed).
     let output = args.output.clone().unwrap_or_else(|| {
         settings.output_dir.join(match args.compress {
             Compression::None => format!("koordinator-{}.tar", meta.version),
@@ -747,49 +719,74 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         meta.name, meta.version
     );
     let signer = settings.signer.as_ref();
-    let input = PackInput {
-        files,
-        blobs,
-        cache: &cache,
-        mtime: created_secs,
-        signer: signer.map(|(sk, _)| (sk, trusted)),
-        compress: args.compress,
-        verified: &verified,
+    let (checksums, signature) =
+        pack::checksum_and_sign(&files, &blobs, signer.map(|(sk, _)| (sk, trusted.as_str())))?;
+    let cache = match &settings.cache_root {
+        Some(root) => Some(BlobCache::open(root)?),
+        None => None,
     };
-    let bar = progress.bytes("writing bundle", manifest.blobs.bytes);
-    let (out, parts) = match settings.split {
-        None => (
-            tokio::task::block_in_place(|| pack::pack(&input, &output, &|n| bar.inc(n)))?,
-            vec![],
-        ),
-        Some(size) => {
-            // Pack into a temporary file beside the output (removed when dropped, or by the
-            // next build if this one is killed), split it into NAME.partNNN.
+    let werr = |source: std::io::Error| pack::PackError::Write {
+        path: output.clone(),
+        source,
+    };
+    let out = AtomicFile::create(&output).map_err(werr)?;
+    let writer = BundleWriter::create(
+        &out,
+        &output,
+        &Plan {
+            files: &files,
+            blobs: &blobs,
+            mtime: created_secs,
+            checksums: &checksums,
+            signature: signature.as_deref(),
+        },
+        cache.as_ref(),
+    )?;
+    let graphs: Vec<&Graph> = resolved
+        .iter()
+        .map(|r| &r.graph)
+        .chain([&chart_graph])
+        .collect();
+    let stats = write_blobs(&store, &writer, &graphs, &settings, args.jobs, &progress).await?;
+    let written = tokio::task::block_in_place(|| writer.finish())?;
+    let (out, parts) = match (settings.split, args.compress) {
+        (None, Compression::None) => {
+            out.commit().map_err(werr)?;
+            (written, vec![])
+        }
+        (None, Compression::Gzip) => {
+            let gz = AtomicFile::create(&output).map_err(werr)?;
+            let (bytes, sha256) =
+                tokio::task::block_in_place(|| pack::gzip(out.path(), &gz, &output))?;
+            gz.commit().map_err(werr)?;
+            (
+                pack::PackStats {
+                    bytes,
+                    sha256,
+                    ..written
+                },
+                vec![],
+            )
+        }
+        (Some(size), _) => {
+            // Split the written bundle into NAME.partNNN; the whole file goes when dropped.
             let name = output
                 .file_name()
                 .context("the output path has no file name")?
                 .to_string_lossy()
                 .to_string();
-            let whole = crate::bundle::atomic::AtomicFile::create(&output)
-                .with_context(|| format!("cannot write next to {}", output.display()))?;
-            let out =
-                tokio::task::block_in_place(|| pack::pack_into(&input, &whole, &|n| bar.inc(n)))?;
             let parts = tokio::task::block_in_place(|| {
                 crate::bundle::parts::split(
-                    whole.path(),
+                    out.path(),
                     size,
                     &settings.output_dir,
                     &name,
                     signer.map(|(sk, _)| sk),
                 )
             })?;
-            (out, parts)
+            (written, parts)
         }
     };
-    bar.finish(&format!(
-        "{} written",
-        parts.first().unwrap_or(&output).display()
-    ));
     let pubkey = signer.map(|(_, p)| p.clone());
     if args.json {
         return super::print_json(&json!({
@@ -834,7 +831,11 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         "fetched  {} downloaded, {} reused from the cache {}",
         human_bytes(stats.downloaded_bytes),
         human_bytes(stats.cached_bytes),
-        settings.cache_root.display()
+        settings
+            .cache_root
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "(--no-cache)".into())
     );
     match pubkey {
         Some(p) => println!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), output.display()),

@@ -225,6 +225,84 @@ impl PartialBlob {
     }
 }
 
+/// A blob appended to the cache's partial file as a writer that hashes it itself receives it
+/// (not hashed twice): committed when that writer's digest check passed.
+#[derive(Debug)]
+pub struct Tee {
+    file: File,
+    path: PathBuf,
+    final_path: PathBuf,
+    written: u64,
+}
+
+impl BlobCache {
+    /// Bytes of a partial download of `d`, if there is one.
+    pub fn partial_len(&self, d: &Digest) -> Option<u64> {
+        fs::metadata(self.root.join("partial").join(d.hex()))
+            .ok()
+            .map(|m| m.len())
+            .filter(|&n| n > 0)
+    }
+
+    /// Continue (or start) the partial download of `d` without hashing it here.
+    pub fn tee(&self, d: &Digest, size: u64) -> Result<Tee, CacheError> {
+        let path = self.root.join("partial").join(d.hex());
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let mut written = file.metadata().map_err(io_err(&path))?.len();
+        if written > size {
+            file.set_len(0).map_err(io_err(&path))?;
+            written = 0;
+        }
+        Ok(Tee {
+            file,
+            path,
+            final_path: self.path(d),
+            written,
+        })
+    }
+}
+
+impl Tee {
+    /// Bytes already held.
+    pub fn offset(&self) -> u64 {
+        self.written
+    }
+
+    /// The partial file (to read its prefix).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Throw away what is held.
+    pub fn restart(&mut self) -> Result<(), CacheError> {
+        self.file.set_len(0).map_err(io_err(&self.path))?;
+        self.written = 0;
+        Ok(())
+    }
+
+    /// Append a chunk.
+    pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
+        self.file.write_all(chunk).map_err(io_err(&self.path))?;
+        self.written += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// The writer checked size and digest: the blob joins the cache.
+    pub fn commit(self) -> Result<(), CacheError> {
+        fs::rename(&self.path, &self.final_path).map_err(io_err(&self.final_path))
+    }
+
+    /// The content did not match: nothing of it is kept.
+    pub fn discard(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // The cache as a store: content-addressed, so repositories do not matter, and it keeps no tags.
 

@@ -30,6 +30,29 @@ pub fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     file.read_exact_at(buf, offset)
 }
 
+/// Write `buf` at `offset` (positional).
+pub fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    file.write_all_at(buf, offset)
+}
+
+/// Reserve `len` bytes for `file` (`posix_fallocate`): a disk that cannot take them fails now,
+/// with `StorageFull`, not half-way through. Where the file system cannot reserve space
+/// (`EOPNOTSUPP`), the file is only extended.
+pub fn reserve(file: &File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let len_off = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large"))?;
+    // SAFETY: posix_fallocate on an open file descriptor owned by `file`, which outlives the
+    // call; it only reads its integer arguments.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_off) };
+    match rc {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(len),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 /// The regions' bytes in order, `PIECE` at a time, read on the blocking pool.
 pub fn stream(store: String, regions: Vec<Region>) -> BlobStream {
     let pieces = regions.into_iter().flat_map(|r| {
