@@ -318,7 +318,7 @@ images_stamp() {
 gen_args() {
     printf '%s\n' --env-dir "$KB_ENV_DIR" --charts-dir "$CHARTS_SRC" \
         --plain "$HOST:$KB_PLAIN_PORT" --tls "$HOST:$KB_TLS_PORT" \
-        --username "$USERNAME" --password "$PASSWORD"
+        --username "$USERNAME" --password "$PASSWORD" --helm "$KB_TOOLS/helm3/helm"
 }
 
 push_images() {
