@@ -19,3 +19,4 @@ pub mod progress;
 pub mod serve;
 pub mod sources;
 pub mod store;
+pub mod yaml;

@@ -101,22 +101,19 @@ fn split_path(raw: &[u8]) -> Result<(String, String), ChartError> {
 }
 
 fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
-    // Refused before the YAML parser, which needs seconds to reach its own recursion limit on
-    // deeply nested flow collections (found by fuzzing).
-    if super::index::flow_depth(bytes) > 64 {
-        return Err(ChartError::InvalidYaml {
-            file: file.to_string(),
-            reason: "flow collections nested deeper than 64 levels".into(),
-        });
-    }
-    let mut v: Value = serde_yaml_ng::from_slice(bytes).map_err(|e| ChartError::InvalidYaml {
+    // Bounded in size, depth and nodes before the parser builds anything (crate::yaml).
+    let limits = if file == "Chart.yaml" {
+        crate::yaml::CHART_YAML
+    } else {
+        crate::yaml::VALUES
+    };
+    let invalid = |reason: String| ChartError::InvalidYaml {
         file: file.to_string(),
-        reason: e.to_string(),
-    })?;
-    v.apply_merge().map_err(|e| ChartError::InvalidYaml {
-        file: file.to_string(),
-        reason: format!("merge keys: {e}"),
-    })?;
+        reason,
+    };
+    let mut v = crate::yaml::parse_value(file, bytes, &limits).map_err(|e| invalid(e.reason()))?;
+    v.apply_merge()
+        .map_err(|e| invalid(format!("merge keys: {e}")))?;
     Ok(v)
 }
 

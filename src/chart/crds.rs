@@ -186,15 +186,9 @@ fn parse_crd(
     } else {
         String::new()
     };
-    // Refused before the YAML parser (slow to reach its own recursion limit; found by fuzzing).
-    if super::index::flow_depth(yaml.as_bytes()) > 64 {
-        return Err(invalid(
-            file,
-            format!("{which}flow collections nested deeper than 64 levels"),
-        ));
-    }
-    let v: Value = serde_yaml_ng::from_str(yaml)
-        .map_err(|e| invalid(file, format!("{which}not valid YAML: {e}")))?;
+    // Bounded in size, depth and nodes before the parser builds anything (crate::yaml).
+    let v = crate::yaml::parse_value(file, yaml.as_bytes(), &crate::yaml::CRD)
+        .map_err(|e| invalid(file, format!("{which}{}", e.reason())))?;
     let need = |path: &[&str]| {
         str_at(&v, path)
             .filter(|s| !s.is_empty())
@@ -363,7 +357,9 @@ mod tests {
                     format!("{}_{}.yaml", c.group, c.plural),
                     "{version}"
                 );
-                let v: Value = serde_yaml_ng::from_str(&c.yaml).expect("yaml");
+                let v: Value =
+                    crate::yaml::parse_value("crd", c.yaml.as_bytes(), &crate::yaml::CRD)
+                        .expect("yaml");
                 assert_eq!(v["kind"], "CustomResourceDefinition");
                 // The 1.6+ wrappers name the CRD's switch; older ones only `crds.managed`.
                 if version.starts_with("1.6") || version.starts_with("1.8") {

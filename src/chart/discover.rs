@@ -534,6 +534,56 @@ pub fn discover_images(
     Ok(images)
 }
 
+/// The images of a chart as real `helm template` rendered them (see
+/// [`super::rendered::images_in_manifests`]): each rendered reference split Docker-style
+/// (an empty host is Docker Hub), checked as the built-in reader checks its own, and named
+/// after the values component whose `image.repository` it uses (else its container's name).
+/// Sorted and deduplicated like [`discover_images`].
+pub fn images_from_rendered(
+    rendered: &[super::rendered::RenderedImage],
+    values: &Value,
+) -> Result<Vec<ChartImage>, ChartError> {
+    let mut declared = Vec::new();
+    declared_images(values, &mut Vec::new(), &mut declared);
+    let mut images = Vec::new();
+    for r in rendered {
+        let invalid = |reason: String| ChartError::InvalidImage {
+            template: if r.source.is_empty() {
+                "rendered manifests".into()
+            } else {
+                r.source.clone()
+            },
+            line: 0,
+            reference: r.image.clone(),
+            reason,
+        };
+        let piece = Piece {
+            path: None,
+            text: r.image.clone(),
+        };
+        let mut img = build_image(std::slice::from_ref(&piece), &r.source).map_err(invalid)?;
+        let repository = img.repository.clone();
+        img.component = declared
+            .iter()
+            .find(|(_, repo)| *repo == repository || repository.ends_with(&format!("/{repo}")))
+            .map(|(c, _)| c.clone())
+            .unwrap_or_else(|| r.container.clone());
+        images.push(img);
+    }
+    images.sort_by(|a, b| {
+        (&a.repository, &a.host, &a.tag, &a.component, &a.template).cmp(&(
+            &b.repository,
+            &b.host,
+            &b.tag,
+            &b.component,
+            &b.template,
+        ))
+    });
+    let mut seen = BTreeSet::new();
+    images.retain(|i| seen.insert(i.reference()));
+    Ok(images)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -676,7 +726,12 @@ mod tests {
         let mut v = chart.values().clone();
         merge_values(
             &mut v,
-            &serde_yaml_ng::from_str("scheduler: {image: {tag: v1.8.1}}").expect("yaml"),
+            &crate::yaml::parse_value(
+                "t",
+                b"scheduler: {image: {tag: v1.8.1}}",
+                &crate::yaml::VALUES,
+            )
+            .expect("yaml"),
         );
         apply_set(&mut v, "descheduler.image.tag=18").expect("set");
         let images = discover_images(&chart, &v).expect("discover");

@@ -8,11 +8,13 @@
 //! * [`values`]: Helm's merging of `--values` files and the `--set` syntax.
 //! * [`discover`]: find the container images the chart deploys, for given values.
 //! * [`crds`]: extract the CustomResourceDefinitions the chart ships (wrapped in templates).
+//! * [`rendered`]: the container images of rendered manifests (`helm template`'s output).
 
 pub mod archive;
 pub mod crds;
 pub mod discover;
 pub mod index;
+pub mod rendered;
 mod template;
 pub mod values;
 
@@ -20,7 +22,7 @@ pub use archive::{ChartArchive, ChartMeta};
 pub use crds::{extract_crds, Crd};
 pub use discover::{discover_images, ChartImage};
 pub use index::{index_url, resolve_chart_url, ChartEntry, RepoIndex, VersionSpec};
-pub use values::{apply_set, merge_values};
+pub use values::{apply_set, generated_values, merge_values};
 
 /// Errors of the chart module. Every message names its subject (chart, version, URL, file,
 /// template path and line, `--set` expression).

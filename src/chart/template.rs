@@ -343,7 +343,7 @@ mod tests {
     use super::*;
 
     fn vals(y: &str) -> Value {
-        serde_yaml_ng::from_str(y).expect("yaml")
+        crate::yaml::parse_value("t", y.as_bytes(), &crate::yaml::VALUES).expect("yaml")
     }
 
     #[test]
