@@ -13,6 +13,7 @@
 pub mod archive;
 pub mod crds;
 pub mod discover;
+mod engine;
 pub mod index;
 pub mod rendered;
 mod template;
@@ -169,6 +170,30 @@ pub enum ChartError {
         component: String,
         /// The repository value (rendered as text).
         repository: String,
+    },
+
+    /// Rendering failed where helm's would fail too (`required`, `fail`, a field of nil).
+    #[error("{template}:{line}: {reason}")]
+    TemplateFailed {
+        /// Template path relative to the chart root.
+        template: String,
+        /// 1-based line number (0 when unknown).
+        line: usize,
+        /// What failed.
+        reason: String,
+    },
+
+    /// The built-in reader cannot evaluate something the images depend on.
+    #[error("{template}:{line}: cannot evaluate `{action}` without helm: {reason}")]
+    Unevaluable {
+        /// Template path relative to the chart root.
+        template: String,
+        /// 1-based line number.
+        line: usize,
+        /// The template action, as written.
+        action: String,
+        /// What could not be evaluated and why it matters.
+        reason: String,
     },
 
     /// The chart uses a feature this module does not handle.

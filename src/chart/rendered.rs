@@ -22,7 +22,7 @@ pub struct RenderedImage {
 }
 
 /// Split a YAML stream at `---` lines: (the template it came from, the document text).
-fn split_documents(text: &str) -> Vec<(String, String)> {
+pub(crate) fn split_documents(text: &str) -> Vec<(String, String)> {
     let mut docs = vec![(String::new(), String::new())];
     for line in text.lines() {
         if line == "---" || line.starts_with("--- ") || line == "..." {
@@ -48,7 +48,7 @@ fn split_documents(text: &str) -> Vec<(String, String)> {
 
 /// Collect the container images of `v` into `out`. Error: a container whose `image` is not
 /// a string.
-fn collect(v: &Value, source: &str, out: &mut Vec<RenderedImage>) -> Result<(), String> {
+pub(crate) fn collect(v: &Value, source: &str, out: &mut Vec<RenderedImage>) -> Result<(), String> {
     match v {
         Value::Mapping(m) => {
             for (k, val) in m {

@@ -218,3 +218,136 @@ fn every_chart_version_builds_a_bundle_with_helm_and_without() {
         assert_eq!(manifests[0]["crds"], manifests[1]["crds"], "{version}");
     }
 }
+
+/// `helm package` a chart of tests/fixtures/charts-synthetic into `dir`.
+fn package(name: &str, dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/charts-synthetic")
+        .join(name);
+    let o = std::process::Command::new(&env().helm3)
+        .args([
+            "package",
+            src.to_str().unwrap(),
+            "-d",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .expect("helm package");
+    assert_ok(&o);
+    dir.join(format!("{name}-0.1.0.tgz"))
+}
+
+fn helm_template_dir(name: &str, sets: &[&str]) -> BTreeSet<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/charts-synthetic")
+        .join(name);
+    let mut c = std::process::Command::new(&env().helm3);
+    c.args([
+        "template",
+        "koordinator",
+        src.to_str().unwrap(),
+        "--namespace",
+        "koordinator-system",
+    ]);
+    for s in sets {
+        c.args(["--set", s]);
+    }
+    let o = c.output().expect("helm template");
+    assert_ok(&o);
+    images_of(&String::from_utf8_lossy(&o.stdout))
+}
+
+#[test]
+fn synthetic_chart_idioms_read_like_helm_with_and_without_helm() {
+    let e = env();
+    let h = Home::new();
+    let chart = package("idioms", h.path());
+    let helm3 = e.helm3.to_str().unwrap();
+    for sets in [
+        vec![],
+        vec![
+            "sidecar.enabled=true",
+            "global.imageRegistry=mirror.example:5000",
+            "image.tag=v1.6.0",
+        ],
+    ] {
+        let truth = helm_template_dir("idioms", &sets);
+        assert!(truth.len() >= 3, "{truth:?}");
+        for how in [
+            vec!["--discover", "helm", "--helm", helm3],
+            vec!["--discover", "builtin"],
+        ] {
+            let mut args = vec![
+                "build",
+                "--chart",
+                chart.to_str().unwrap(),
+                "--source",
+                &e.plain,
+                "--plain-http",
+                "--dry-run",
+                "--json",
+            ];
+            args.extend_from_slice(&how);
+            for s in &sets {
+                args.extend(["--set", s]);
+            }
+            let o = h.run(&args);
+            assert_ok(&o);
+            let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(originals(&p), truth, "{how:?} {sets:?}");
+            // The optional component is bundled only when enabled.
+            let side = p["images"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["repository"] == "koordinator-sh/koord-device-daemon");
+            assert_eq!(side, !sets.is_empty(), "{how:?} {sets:?}");
+            assert_eq!(p["crds"][0], "widgets.idioms.example.com");
+        }
+    }
+}
+
+#[test]
+fn a_chart_only_helm_can_read_is_refused_without_helm() {
+    let e = env();
+    let h = Home::new();
+    let chart = package("needs-helm", h.path());
+    let base = [
+        "build",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--source",
+        &e.plain,
+        "--plain-http",
+        "--dry-run",
+        "--json",
+    ];
+    // Built-in (also what `auto` does with no helm on PATH): refused, naming file and line.
+    for how in [["--discover", "builtin"], ["--discover", "auto"]] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&how);
+        let o = h.cmd(&args).env("PATH", "/usr/bin:/bin").output().unwrap();
+        crate::common::assert_fails(
+            &o,
+            1,
+            &[
+                "templates/daemonset.yaml:9",
+                ".Capabilities",
+                "install helm",
+            ],
+        );
+    }
+    // With helm: what helm renders.
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--discover", "helm", "--helm", e.helm3.to_str().unwrap()]);
+    let o = h.run(&args);
+    assert_ok(&o);
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(originals(&p), helm_template_dir("needs-helm", &[]));
+    assert_eq!(p["discovery"]["helmVersion"], "v3.17.3");
+    // --discover helm without helm says what to do.
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--discover", "helm"]);
+    let o = h.cmd(&args).env("PATH", "/usr/bin:/bin").output().unwrap();
+    crate::common::assert_fails(&o, 1, &["--discover helm", "helm"]);
+}
