@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::rc::Rc;
 
 use serde_yaml_ng::Value;
 
@@ -51,8 +52,9 @@ pub(crate) enum V {
     Int(i64),
     Float(f64),
     Str(String),
-    List(Vec<V>),
-    Map(BTreeMap<String, V>),
+    /// Lists and maps are shared: passing `.` to a named template copies no values.
+    List(Rc<Vec<V>>),
+    Map(Rc<BTreeMap<String, V>>),
     /// Not known: the index of its [`Unknown`].
     Unknown(usize),
 }
@@ -65,8 +67,8 @@ impl V {
             // Helm reads values through JSON: every number is a float64.
             Value::Number(n) => V::Float(n.as_f64().unwrap_or(0.0)),
             Value::String(s) => V::Str(s.clone()),
-            Value::Sequence(s) => V::List(s.iter().map(V::from_yaml).collect()),
-            Value::Mapping(m) => V::Map(
+            Value::Sequence(s) => V::List(Rc::new(s.iter().map(V::from_yaml).collect())),
+            Value::Mapping(m) => V::Map(Rc::new(
                 m.iter()
                     .map(|(k, v)| {
                         (
@@ -75,7 +77,7 @@ impl V {
                         )
                     })
                     .collect(),
-            ),
+            )),
             Value::Tagged(t) => V::from_yaml(&t.value),
         }
     }
@@ -694,7 +696,18 @@ pub(crate) struct Engine<'c> {
     files: &'c super::ChartArchive,
     pub unknowns: Vec<Unknown>,
     depth: usize,
+    /// Evaluation steps left (nodes, commands, range iterations): a hostile chart (a template
+    /// including itself twice per level, `range 1000000000`) must end, and soon.
+    budget: usize,
 }
+
+/// Evaluation steps one chart may take (the 21 Koordinator charts take under 100 000).
+const BUDGET: usize = 20_000_000;
+/// Deepest nesting of `include`/`template` (helm allows more; charts use a handful, and the
+/// engine recurses on the stack).
+const MAX_INCLUDE_DEPTH: usize = 30;
+/// Largest text one file may render.
+const MAX_OUTPUT: usize = 64 * 1024 * 1024;
 
 #[derive(Clone)]
 struct Scope {
@@ -776,15 +789,16 @@ impl<'c> Engine<'c> {
         rel.insert("Revision".into(), V::Int(1));
         let mut root = BTreeMap::new();
         root.insert("Values".into(), V::from_yaml(values));
-        root.insert("Chart".into(), V::Map(chart_map));
-        root.insert("Release".into(), V::Map(rel));
+        root.insert("Chart".into(), V::Map(Rc::new(chart_map)));
+        root.insert("Release".into(), V::Map(Rc::new(rel)));
         Ok((
             Engine {
                 defines,
-                root: V::Map(root),
+                root: V::Map(Rc::new(root)),
                 files: chart,
                 unknowns: Vec::new(),
                 depth: 0,
+                budget: BUDGET,
             },
             parsed,
         ))
@@ -806,6 +820,7 @@ impl<'c> Engine<'c> {
     pub(crate) fn render(&mut self, file: &str, parsed: &Parsed) -> Result<Rendered, ChartError> {
         let mut root = self.root.clone();
         if let V::Map(m) = &mut root {
+            let m = Rc::make_mut(m);
             let mut t = BTreeMap::new();
             t.insert(
                 "Name".into(),
@@ -815,7 +830,7 @@ impl<'c> Engine<'c> {
                 "BasePath".into(),
                 V::Str(format!("{}/templates", self.files.top_dir())),
             );
-            m.insert("Template".into(), V::Map(t));
+            m.insert("Template".into(), V::Map(Rc::new(t)));
         }
         let scope = Scope {
             dot: root.clone(),
@@ -868,6 +883,12 @@ impl<'c> Engine<'c> {
             lines: Vec::new(),
         };
         self.nodes(file, nodes, &mut s, &mut o)?;
+        if o.text.len() > MAX_OUTPUT {
+            return Err(Self::fail(
+                0,
+                format!("renders more than {MAX_OUTPUT} bytes: refused"),
+            ));
+        }
         Ok(o.text)
     }
 
@@ -876,7 +897,24 @@ impl<'c> Engine<'c> {
         text.contains(OPEN) || text.contains("image") || text.contains("ontainers")
     }
 
+    fn step(&mut self, line: usize) -> R<()> {
+        self.budget = self.budget.checked_sub(1).ok_or_else(|| {
+            Self::fail(
+                line,
+                format!("rendering takes more than {BUDGET} steps: refused (a template that never ends?)"),
+            )
+        })?;
+        Ok(())
+    }
+
     fn node(&mut self, file: &str, n: &Node, scope: &mut Scope, out: &mut Rendered) -> R<()> {
+        self.step(0)?;
+        if out.text.len() > MAX_OUTPUT {
+            return Err(Self::fail(
+                0,
+                format!("renders more than {MAX_OUTPUT} bytes: refused"),
+            ));
+        }
         match n {
             Node::Text(t) => {
                 out.text.push_str(t);
@@ -949,7 +987,15 @@ impl<'c> Engine<'c> {
                         .iter()
                         .map(|(k, x)| (V::Str(k.clone()), x.clone()))
                         .collect(),
-                    V::Int(n) => (0..*n).map(|i| (V::Int(i), V::Int(i))).collect(),
+                    V::Int(n) => {
+                        if usize::try_from(*n).unwrap_or(0) > self.budget {
+                            return Err(Self::fail(
+                                *line,
+                                format!("range over {n}: more steps than allowed"),
+                            ));
+                        }
+                        (0..*n).map(|i| (V::Int(i), V::Int(i))).collect()
+                    }
                     V::Nil => Vec::new(),
                     V::Unknown(u) => {
                         let mut s = scope.clone();
@@ -979,6 +1025,7 @@ impl<'c> Engine<'c> {
                     return self.nodes(file, els, scope, out);
                 }
                 for (k, x) in items {
+                    self.step(*line)?;
                     let mut s = scope.clone();
                     s.dot = x.clone();
                     match names.as_slice() {
@@ -1039,16 +1086,17 @@ impl<'c> Engine<'c> {
                 format!("no template {name:?} associated with template"),
             ));
         };
-        if self.depth > 100 {
+        if self.depth > MAX_INCLUDE_DEPTH {
             return Err(Self::fail(
                 line,
-                format!("template {name:?}: includes nested more than 100 deep"),
+                format!("template {name:?}: includes nested more than {MAX_INCLUDE_DEPTH} deep"),
             ));
         }
         self.depth += 1;
+        // As Go's text/template: `$` is the data the template is executed with.
         let scope = Scope {
-            dot,
-            vars: vec![("$".into(), self.root.clone())],
+            dot: dot.clone(),
+            vars: vec![("$".into(), dot)],
         };
         let r = self.sub(&def_file, &nodes, &scope);
         self.depth -= 1;
@@ -1246,7 +1294,7 @@ impl<'c> Engine<'c> {
                     return Ok(if c.truthy() { a.clone() } else { b.clone() });
                 }
             }
-            "lookup" => return Ok(V::Map(BTreeMap::new())),
+            "lookup" => return Ok(V::Map(Rc::new(BTreeMap::new()))),
             _ => {}
         }
         if let Some(u) = args.iter().find_map(V::unknown) {
@@ -1284,9 +1332,10 @@ impl<'c> Engine<'c> {
                     self.defines
                         .insert(n.clone(), (file.to_string(), nodes.clone()));
                 }
+                let data = args.get(1).cloned().unwrap_or(V::Nil);
                 let scope = Scope {
-                    dot: args.get(1).cloned().unwrap_or(V::Nil),
-                    vars: vec![("$".into(), self.root.clone())],
+                    dot: data.clone(),
+                    vars: vec![("$".into(), data)],
                 };
                 let out = self.sub(file, &parsed.nodes, &scope)?;
                 match first_marker(&out) {
@@ -1388,9 +1437,9 @@ impl<'c> Engine<'c> {
                 for pair in args.chunks(2) {
                     m.insert(print_v(&pair[0]), pair.get(1).cloned().unwrap_or(V::Nil));
                 }
-                V::Map(m)
+                V::Map(Rc::new(m))
             }
-            "list" | "tuple" => V::List(args.clone()),
+            "list" | "tuple" => V::List(Rc::new(args.clone())),
             "get" => match args.first() {
                 Some(V::Map(m)) => m.get(&s(1)).cloned().unwrap_or(V::Str(String::new())),
                 _ => V::Str(String::new()),
@@ -1448,7 +1497,9 @@ impl<'c> Engine<'c> {
                 Some(V::List(l)) => l.iter().map(print_v).collect::<Vec<_>>().join(&s(0)),
                 other => other.map(print_v).unwrap_or_default(),
             }),
-            "splitList" => V::List(s(1).split(&s(0)).map(|x| V::Str(x.to_string())).collect()),
+            "splitList" => V::List(Rc::new(
+                s(1).split(&s(0)).map(|x| V::Str(x.to_string())).collect(),
+            )),
             "first" => match args.first() {
                 Some(V::List(l)) => l.first().cloned().unwrap_or(V::Nil),
                 _ => V::Nil,
@@ -1486,19 +1537,19 @@ impl<'c> Engine<'c> {
             "deepCopy" => args.first().cloned().unwrap_or(V::Nil),
             "merge" | "mergeOverwrite" => {
                 let mut base = match args.first() {
-                    Some(V::Map(m)) => m.clone(),
+                    Some(V::Map(m)) => (**m).clone(),
                     _ => BTreeMap::new(),
                 };
                 for a in &args[1.min(args.len())..] {
                     if let V::Map(m) = a {
-                        for (k, v) in m {
+                        for (k, v) in m.iter() {
                             if f == "mergeOverwrite" || !base.contains_key(k) {
                                 base.insert(k.clone(), v.clone());
                             }
                         }
                     }
                 }
-                V::Map(base)
+                V::Map(Rc::new(base))
             }
             other => {
                 let reason = format!("the function `{other}`");
@@ -1647,6 +1698,76 @@ fn printf(fmt: &str, args: &[V]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn render(values: &str, templates: &[(&str, &str)]) -> Result<String, ChartError> {
+        let mut entries: Vec<(String, tar::EntryType, Vec<u8>)> = vec![
+            (
+                "c/Chart.yaml".into(),
+                tar::EntryType::Regular,
+                b"apiVersion: v2\nname: c\nversion: 1.0.0\n".to_vec(),
+            ),
+            (
+                "c/values.yaml".into(),
+                tar::EntryType::Regular,
+                values.as_bytes().to_vec(),
+            ),
+        ];
+        for (p, t) in templates {
+            entries.push((
+                format!("c/{p}"),
+                tar::EntryType::Regular,
+                t.as_bytes().to_vec(),
+            ));
+        }
+        let refs: Vec<(&str, tar::EntryType, &[u8])> = entries
+            .iter()
+            .map(|(p, k, d)| (p.as_str(), *k, d.as_slice()))
+            .collect();
+        let chart = super::super::ChartArchive::from_tgz(&crate::chart::archive::tests::tgz(&refs))
+            .expect("chart");
+        let (mut e, parsed) = Engine::new(&chart, chart.values(), "rel", "ns")?;
+        let (file, p) = parsed
+            .iter()
+            .find(|(f, _)| f == "templates/x.yaml")
+            .expect("x");
+        Ok(e.render(file, p)?.text)
+    }
+
+    #[test]
+    fn hostile_templates_end() {
+        // Exponential includes, a huge range: refused, not run.
+        let bomb = "{{ define \"a\" }}{{ include \"a\" . }}{{ include \"a\" . }}{{ end }}{{ include \"a\" . }}";
+        let err = render("{}", &[("templates/x.yaml", bomb)]).expect_err("bomb");
+        assert!(
+            err.to_string().contains("nested more than 30") || err.to_string().contains("steps"),
+            "{err}"
+        );
+        let err = render(
+            "{}",
+            &[("templates/x.yaml", "{{ range 1000000000 }}x{{ end }}")],
+        )
+        .expect_err("range");
+        assert!(err.to_string().contains("more steps than allowed"), "{err}");
+        let err = render(
+            "{}",
+            &[("templates/x.yaml", "{{ define \"b\" }}{{ include \"b\" . }}{{ include \"b\" . }}{{ end }}{{ range 30 }}{{ include \"b\" . }}{{ end }}")],
+        )
+        .expect_err("fan-out");
+        assert!(err.to_string().contains("templates/x.yaml"), "{err}");
+    }
+
+    #[test]
+    fn renders_like_helm() {
+        let out = render(
+            "a: {b: [1, 2], s: x}\nn: 1000000\n",
+            &[("templates/x.yaml", "{{- $x := .Values.a -}}\n{{ range $i, $v := $x.b }}{{ $i }}={{ $v }},{{ end }} {{ .Values.n }} {{ .Release.Name }}/{{ .Chart.Name }} {{ $x.s | upper | quote }} {{ toYaml .Values.a | nindent 2 }}{{ with .Values.missing }}no{{ else }}else{{ end }}")],
+        )
+        .expect("render");
+        assert_eq!(
+            out,
+            "0=1,1=2, 1e+06 rel/c \"X\" \n  b:\n  - 1\n  - 2\n  s: xelse"
+        );
+    }
 
     #[test]
     fn go_formatting() {
