@@ -8,6 +8,8 @@
 #   bundle_reader  verify_from / verify / read_head, Checksums::parse, koord-bundle.json
 #   helm_index     RepoIndex::parse, versions, resolve with VersionSpec::parse
 #   chart_archive  ChartArchive::from_tgz, discover_images, extract_crds
+#   yaml_sources   YAML from every source (--values, index.yaml, kubeconfig, rendered
+#                  manifests, Chart.yaml, values.yaml, CRDs, templates for the built-in engine)
 #
 # Exit status: 0 when every target ran its time without a finding; 1 when one crashed (the
 # crash input's path is printed: fuzz/artifacts/<target>/crash-*, leak-*, timeout-*, oom-*);
@@ -56,7 +58,7 @@ fi
 if [[ $# -gt 0 ]]; then
     TARGETS=("$@")
 else
-    TARGETS=(bundle_reader helm_index chart_archive)
+    TARGETS=(bundle_reader helm_index chart_archive yaml_sources)
 fi
 
 SANITIZER="${KB_FUZZ_SANITIZER:-address}"
@@ -71,6 +73,7 @@ max_len() {
         bundle_reader) echo 65536 ;;
         helm_index) echo 65536 ;;
         chart_archive) echo 262144 ;;
+        yaml_sources) echo 131072 ;;
         *) echo 65536 ;;
     esac
 }

@@ -1,27 +1,22 @@
-//! Find the container images a chart deploys, for given values, without a template engine.
+//! Find the container images a chart deploys, for given values.
 //!
-//! Rules (written for the Koordinator charts, strict so that nothing is silently missed):
+//! Two ways, one rule. The truth is the rendered manifests: the `image` of every container,
+//! init container and ephemeral container, at any depth of any document
+//! ([`super::rendered`]).
 //!
-//! * Every rendered file under `templates/` is read (not partials `_*`, not `NOTES.txt`, not
-//!   `templates/crd/` nor any file that declares a `CustomResourceDefinition`).
-//! * An image is the value of a YAML `image:` key with a value on the same line (`image: x`,
-//!   `- image: x`, quoted or not). Keys without a value on the line (a mapping follows) and
-//!   YAML comment lines are not images.
-//! * Control structures are followed: `if`/`else if`/`else`/`with`/`range` on plain values
-//!   references (`.Values.a.b`, `not`, `and`, `or`) are evaluated with the given values, so
-//!   the 0.1–0.4 charts' `if .Values.imageRepositoryHost` / `else` pair yields one line per
-//!   component. A line under a condition that cannot be evaluated (`semverCompare`,
-//!   `.Capabilities`...) is taken (better one image too many in an air-gapped bundle than one
-//!   too few). Lines in branches known not to render are ignored; lines in `define` blocks
-//!   too.
-//! * The value may only contain text and plain `{{ .Values.a.b }}` references (trim markers
-//!   allowed) to scalar values. Anything else (`include`, pipelines, `.Chart`, a missing,
-//!   null or non-scalar value) fails with [`ChartError::UnresolvedImage`].
-//! * Cross-check: every `<component>.image.repository` of the values (a mapping `image` with
-//!   a `repository` key, at any depth of mappings) must be used by some `image:` line
-//!   (rendered or not). Otherwise [`ChartError::UnusedImageValue`]: a misspelt `--set` or an
-//!   image the chart deploys some other way must be looked at, not ignored.
-//! * A chart with subcharts (`charts/`) is refused ([`ChartError::UnsupportedChart`]).
+//! * [`images_from_rendered`]: from what real `helm template` printed (the command layer runs
+//!   helm; `--discover helm|auto`).
+//! * [`discover_images`]: without helm. Every rendered file under `templates/` (not partials
+//!   `_*`, not `NOTES.txt`, not CRDs) is rendered by the built-in engine (`engine.rs`) as
+//!   helm would, with release `koordinator` in `koordinator-system`, and read the same way.
+//!   What the engine cannot know is refused where an image depends on it, never guessed.
+//!   Cross-check: every `<component>.image.repository` of the values must be mentioned by some
+//!   template (or rendered): a misspelt `--set` is looked at, not ignored
+//!   ([`ChartError::UnusedImageValue`]). Subcharts are refused ([`ChartError::UnsupportedChart`]).
+//!
+//! Both split each reference Docker-style (an empty host is Docker Hub: the 0.1–0.4 charts),
+//! check host, repository and tag, name each image after the values component whose
+//! `image.repository` it uses, and return them sorted, one per reference.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
