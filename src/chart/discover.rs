@@ -467,13 +467,12 @@ pub fn images_from_rendered(
     declared_images(values, &mut Vec::new(), &mut declared);
     let mut images = Vec::new();
     for r in rendered {
-        let invalid = |reason: String| ChartError::InvalidImage {
+        let invalid = |reason: String| ChartError::InvalidRenderedImage {
             template: if r.source.is_empty() {
                 "rendered manifests".into()
             } else {
                 r.source.clone()
             },
-            line: 0,
             reference: r.image.clone(),
             reason,
         };

@@ -159,6 +159,19 @@ pub enum ChartError {
         reason: String,
     },
 
+    /// A rendered container image (from `helm template`) is not a usable image reference.
+    #[error(
+        "{template} (as rendered): image {reference:?} is not a valid image reference: {reason}"
+    )]
+    InvalidRenderedImage {
+        /// The template the document came from ("rendered manifests" when unknown).
+        template: String,
+        /// The rendered value.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The values declare an image (`<component>.image.repository`) that no template uses:
     /// the bundle would not know whether it must carry it.
     #[error(
