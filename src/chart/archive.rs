@@ -111,7 +111,13 @@ fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
         file: file.to_string(),
         reason,
     };
-    let mut v = crate::yaml::parse_value(file, bytes, &limits).map_err(|e| invalid(e.reason()))?;
+    // Values are read as Helm reads them (YAML 1.1 booleans: `enabled: no` is false).
+    let parsed = if file == "Chart.yaml" {
+        crate::yaml::parse_value(file, bytes, &limits)
+    } else {
+        crate::yaml::parse_helm_values(file, bytes, &limits)
+    };
+    let mut v = parsed.map_err(|e| invalid(e.reason()))?;
     v.apply_merge()
         .map_err(|e| invalid(format!("merge keys: {e}")))?;
     Ok(v)

@@ -1026,18 +1026,23 @@ impl<'c> Engine<'c> {
                 }
                 for (k, x) in items {
                     self.step(*line)?;
-                    let mut s = scope.clone();
-                    s.dot = x.clone();
+                    // The body runs in this scope (an `=` to an outer variable is kept, as in
+                    // Go); its own variables end with the iteration.
+                    let saved = std::mem::replace(&mut scope.dot, x.clone());
+                    let before = scope.vars.len();
                     match names.as_slice() {
                         [] => {}
-                        [one] => s.vars.push((one.clone(), x.clone())),
+                        [one] => scope.vars.push((one.clone(), x.clone())),
                         [a, b, ..] => {
-                            s.vars.push((a.clone(), k));
-                            s.vars.push((b.clone(), x.clone()));
+                            scope.vars.push((a.clone(), k));
+                            scope.vars.push((b.clone(), x.clone()));
                         }
                     }
                     out.lines.push((out.text.len(), *line));
-                    self.nodes(file, body, &mut s, out)?;
+                    let r = self.nodes(file, body, scope, out);
+                    scope.vars.truncate(before);
+                    scope.dot = saved;
+                    r?;
                 }
             }
             Node::Template(name, arg, line) => {
@@ -1759,13 +1764,37 @@ mod tests {
     #[test]
     fn renders_like_helm() {
         let out = render(
-            "a: {b: [1, 2], s: x}\nn: 1000000\n",
-            &[("templates/x.yaml", "{{- $x := .Values.a -}}\n{{ range $i, $v := $x.b }}{{ $i }}={{ $v }},{{ end }} {{ .Values.n }} {{ .Release.Name }}/{{ .Chart.Name }} {{ $x.s | upper | quote }} {{ toYaml .Values.a | nindent 2 }}{{ with .Values.missing }}no{{ else }}else{{ end }}")],
+            "a: {b: [1, 2], s: x}\nbig: 1000000\n",
+            &[("templates/x.yaml", "{{- $x := .Values.a -}}\n{{ range $i, $v := $x.b }}{{ $i }}={{ $v }},{{ end }} {{ .Values.big }} {{ .Release.Name }}/{{ .Chart.Name }} {{ $x.s | upper | quote }} {{ toYaml .Values.a | nindent 2 }}{{ with .Values.missing }}no{{ else }}else{{ end }}")],
         )
         .expect("render");
         assert_eq!(
             out,
             "0=1,1=2, 1e+06 rel/c \"X\" \n  b:\n  - 1\n  - 2\n  s: xelse"
+        );
+    }
+
+    /// The expected text is what helm 3.17.3 renders from the same chart (`y` and `n` are YAML
+    /// 1.1 booleans to helm: `b.y` is the key "true", `.Values.n` does not exist).
+    #[test]
+    fn control_structures_like_helm() {
+        let t = r#"{{- define "d" -}}d:{{ . }}{{- end -}}
+r1: {{ with .Values.a.x }}A{{ else with .Values.b.y }}{{ . }}{{ else }}none{{ end }}
+r2: {{ template "d" "t" }}
+r3: {{ block "blk" . }}{{ .Chart.Name }}{{ end }}
+r4: {{ tpl .Values.t . }}
+r5: {{ if eq .Values.n 3.0 }}three{{ end }} {{ ternary "yes" "no" (gt (len .Values.b) 0) }}
+r6: {{ coalesce .Values.a.x "" "c" }} {{ .Values.b | toJson }} {{ printf "%q" "q" }}
+r7: {{ $v := "" }}{{ range $k, $x := .Values.b }}{{ $v = $k }}{{ end }}{{ $v }}
+"#;
+        let out = render(
+            "a: {x: \"\"}\nb: {y: \"why\"}\nt: \"{{ .Values.b.y }}-tpl\"\nn: 3\n",
+            &[("templates/x.yaml", t)],
+        )
+        .expect("render");
+        assert_eq!(
+            out,
+            "r1: none\nr2: d:t\nr3: c\nr4: -tpl\nr5:  yes\nr6: c {\"true\":\"why\"} \"q\"\nr7: true\n"
         );
     }
 

@@ -242,8 +242,11 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         let limits = crate::yaml::VALUES_FILE;
         let text = read_bounded(f, limits.max_bytes)
             .with_context(|| format!("cannot read values file {}", f.display()))?;
-        let overlay =
-            crate::yaml::parse_value(&format!("values file {}", f.display()), &text, &limits)?;
+        let overlay = crate::yaml::parse_helm_values(
+            &format!("values file {}", f.display()),
+            &text,
+            &limits,
+        )?;
         chart::merge_values(&mut values, &overlay);
     }
     for s in &args.set {
