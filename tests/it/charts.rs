@@ -322,11 +322,14 @@ fn a_chart_only_helm_can_read_is_refused_without_helm() {
         "--dry-run",
         "--json",
     ];
+    // A PATH without helm, whatever the machine has installed.
+    let no_helm = h.path().join("empty-path");
+    std::fs::create_dir_all(&no_helm).unwrap();
     // Built-in (also what `auto` does with no helm on PATH): refused, naming file and line.
     for how in [["--discover", "builtin"], ["--discover", "auto"]] {
         let mut args = base.to_vec();
         args.extend_from_slice(&how);
-        let o = h.cmd(&args).env("PATH", "/usr/bin:/bin").output().unwrap();
+        let o = h.cmd(&args).env("PATH", &no_helm).output().unwrap();
         crate::common::assert_fails(
             &o,
             1,
@@ -348,6 +351,6 @@ fn a_chart_only_helm_can_read_is_refused_without_helm() {
     // --discover helm without helm says what to do.
     let mut args = base.to_vec();
     args.extend_from_slice(&["--discover", "helm"]);
-    let o = h.cmd(&args).env("PATH", "/usr/bin:/bin").output().unwrap();
+    let o = h.cmd(&args).env("PATH", &no_helm).output().unwrap();
     crate::common::assert_fails(&o, 1, &["--discover helm", "helm"]);
 }
