@@ -40,11 +40,15 @@
 //! so without a reachable Kubernetes API server it fails with "Kubernetes cluster unreachable".
 //! Only `helm template` ([`Helm::template`]) renders without any cluster.
 
+// The Koordinator chart's values and the images of rendered manifests are chart logic: they
+// live in `crate::chart` and are re-exported here for the callers of this module.
+pub use crate::chart::rendered::rendered_images;
+pub use crate::chart::values::generated_values;
 use crate::store::Secret;
 use regex::Regex;
 use semver::Version;
-use serde_yaml_ng::{Mapping, Value};
-use std::collections::{BTreeSet, HashSet};
+use serde_yaml_ng::Value;
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -366,52 +370,6 @@ pub struct InstallPlan {
     pub timeout: Option<String>,
 }
 
-/// The values koord-bundle sets for the Koordinator chart:
-///
-/// * `imageRepositoryHost` (the chart prefixes every image with it),
-/// * `featureGates` when given,
-/// * `crds.<key>: false` for each CRD switched off (values keys such as `reservations`),
-/// * `manager.hostNetwork: true` when asked (only then: `false` is the chart's default, and
-///   leaving it out keeps a value reused with `--reuse-values`),
-/// * `imagePullSecrets` as a list of `{name: …}` when any.
-pub fn generated_values(
-    image_repository_host: &str,
-    feature_gates: Option<&str>,
-    crds_off: &[String],
-    host_network: bool,
-    image_pull_secrets: &[String],
-) -> Value {
-    let mut root = Mapping::new();
-    root.insert("imageRepositoryHost".into(), image_repository_host.into());
-    if let Some(fg) = feature_gates {
-        root.insert("featureGates".into(), fg.into());
-    }
-    if !crds_off.is_empty() {
-        let mut crds = Mapping::new();
-        for k in crds_off {
-            crds.insert(k.as_str().into(), Value::Bool(false));
-        }
-        root.insert("crds".into(), Value::Mapping(crds));
-    }
-    if host_network {
-        let mut manager = Mapping::new();
-        manager.insert("hostNetwork".into(), Value::Bool(true));
-        root.insert("manager".into(), Value::Mapping(manager));
-    }
-    if !image_pull_secrets.is_empty() {
-        let list = image_pull_secrets
-            .iter()
-            .map(|s| {
-                let mut m = Mapping::new();
-                m.insert("name".into(), s.as_str().into());
-                Value::Mapping(m)
-            })
-            .collect();
-        root.insert("imagePullSecrets".into(), Value::Sequence(list));
-    }
-    Value::Mapping(root)
-}
-
 /// Write the plan's generated values (0600) into a new private directory (0700) that is kept
 /// after the process ends, for a command printed to be run by hand (`load --dry-run`). Returns
 /// the values file; the registry config of [`InstallPlan::command_line`] goes next to it.
@@ -469,64 +427,6 @@ impl HelmOutput {
                 acc.push('\n');
                 acc
             })
-    }
-}
-
-/// Every container image (`image:` of `containers`, `initContainers` and
-/// `ephemeralContainers`, at any depth) in rendered YAML documents, deduplicated and sorted.
-/// Documents that are not YAML are skipped.
-pub fn rendered_images(manifests: &str) -> Vec<String> {
-    let mut images = BTreeSet::new();
-    for doc in split_documents(manifests) {
-        if let Ok(v) = serde_yaml_ng::from_str::<Value>(&doc) {
-            collect_images(&v, &mut images);
-        }
-    }
-    images.into_iter().collect()
-}
-
-/// Split a YAML stream at `---` lines, each part parsed on its own so that one bad document
-/// does not hide the others.
-fn split_documents(text: &str) -> Vec<String> {
-    let mut docs = vec![String::new()];
-    for line in text.lines() {
-        if line == "---" || line.starts_with("--- ") || line == "..." {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-            d.push('\n');
-        }
-    }
-    docs.retain(|d| !d.trim().is_empty());
-    docs
-}
-
-fn collect_images(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Mapping(m) => {
-            for (k, val) in m {
-                let is_containers = matches!(
-                    k.as_str(),
-                    Some("containers" | "initContainers" | "ephemeralContainers")
-                );
-                if is_containers {
-                    if let Value::Sequence(list) = val {
-                        for c in list {
-                            if let Some(img) = c.get("image").and_then(Value::as_str) {
-                                let img = img.trim();
-                                if !img.is_empty() {
-                                    out.insert(img.to_string());
-                                }
-                            }
-                        }
-                    }
-                }
-                collect_images(val, out);
-            }
-        }
-        Value::Sequence(list) => list.iter().for_each(|x| collect_images(x, out)),
-        Value::Tagged(t) => collect_images(&t.value, out),
-        _ => {}
     }
 }
 
@@ -1370,27 +1270,6 @@ mod tests {
         );
         assert_eq!(parse_version("<no value>"), None);
         assert_eq!(parse_version(""), None);
-    }
-
-    #[test]
-    fn generated_values_shape() {
-        let val = generated_values(
-            "h:1/p",
-            Some("X=true,Y=false"),
-            &["reservations".into(), "devices".into()],
-            true,
-            &["regcred".into(), "other".into()],
-        );
-        let expected: Value = serde_yaml_ng::from_str(
-            "imageRepositoryHost: h:1/p\nfeatureGates: X=true,Y=false\ncrds: {reservations: false, devices: false}\nmanager: {hostNetwork: true}\nimagePullSecrets: [{name: regcred}, {name: other}]\n",
-        )
-        .unwrap();
-        assert_eq!(val, expected);
-        let minimal = generated_values("h", None, &[], false, &[]);
-        assert_eq!(
-            minimal,
-            serde_yaml_ng::from_str::<Value>("imageRepositoryHost: h").unwrap()
-        );
     }
 
     #[test]

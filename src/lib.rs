@@ -46,3 +46,4 @@ pub mod serve;
 pub mod sources;
 pub mod store;
 pub mod text;
+pub mod yaml;
