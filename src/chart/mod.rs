@@ -23,6 +23,7 @@ pub use archive::{ChartArchive, ChartMeta};
 pub use crds::{extract_crds, Crd};
 pub use discover::{discover_images, ChartImage};
 pub use index::{index_url, resolve_chart_url, ChartEntry, RepoIndex, VersionSpec};
+pub use rendered::rendered_images;
 pub use values::{apply_set, generated_values, merge_values};
 
 /// Errors of the chart module. Every message names its subject (chart, version, URL, file,
