@@ -9,6 +9,8 @@
 #   split_header   BundleFile::open of a split bundle's parts, reader, check_parts, join
 #   helm_index     RepoIndex::parse, versions, resolve with VersionSpec::parse
 #   chart_archive  ChartArchive::from_tgz, discover_images, extract_crds
+#   yaml_sources   YAML from every source (--values, index.yaml, kubeconfig, rendered
+#                  manifests, Chart.yaml, values.yaml, CRDs, templates for the built-in engine)
 #
 # Exit status: 0 when every target ran its time without a finding; 1 when one crashed (the
 # crash input's path is printed: fuzz/artifacts/<target>/crash-*, leak-*, timeout-*, oom-*);
@@ -57,7 +59,7 @@ fi
 if [[ $# -gt 0 ]]; then
     TARGETS=("$@")
 else
-    TARGETS=(bundle_reader helm_index chart_archive)
+    TARGETS=(bundle_reader helm_index chart_archive yaml_sources)
 fi
 
 SANITIZER="${KB_FUZZ_SANITIZER:-address}"
@@ -72,6 +74,7 @@ max_len() {
         bundle_reader) echo 65536 ;;
         helm_index) echo 65536 ;;
         chart_archive) echo 262144 ;;
+        yaml_sources) echo 131072 ;;
         *) echo 65536 ;;
     esac
 }

@@ -6,11 +6,14 @@ layout (shared blobs) and pushed with `skopeo copy --all --preserve-digests`.
 
 Default mode (used by scripts/test-env.sh):
 
-  * For every chart in tests/fixtures/charts, every image named in its
-    values.yaml (`<component>.image.repository` + `.image.tag`) is pushed to the
-    PLAIN registry under exactly that repository path and tag.
-  * Every image is an OCI image index with linux/amd64 and linux/arm64
-    manifests; each manifest has a shared per-arch BASE layer and a small
+  * For every chart in tests/fixtures/charts (all 21 published versions), every
+    image that real `helm template` renders from it with its default values is
+    pushed to the PLAIN registry under exactly that repository path and tag
+    (`koordinatorsh/*` for 0.1-0.4, `koordinator-sh/*` after; the host is
+    dropped). helm comes from --helm (default .tools/helm3/helm).
+  * As upstream: images of charts 1.4.0 and later are OCI image indexes with
+    linux/amd64 and linux/arm64 manifests; older ones a single linux/amd64
+    image manifest. Each manifest has a shared per-arch BASE layer and a tiny
     per-image layer. The 1.8.0 koordlet index also carries a buildx-style
     attestation manifest (platform unknown/unknown).
   * The 1.8.0 images are also pushed to the TLS registry (with credentials)
@@ -39,6 +42,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -87,89 +91,60 @@ def sha256_hex(data: bytes) -> str:
 
 
 # --------------------------------------------------------------------------- #
-# values.yaml parsing
+# what each chart deploys: rendered by real helm
 # --------------------------------------------------------------------------- #
 
-def _strip_scalar(v: str) -> str:
-    v = v.strip()
-    # drop trailing comment (only when preceded by whitespace, outside quotes)
-    if v and v[0] in "\"'":
-        q = v[0]
-        end = v.find(q, 1)
-        return v[1:end] if end > 0 else v[1:]
-    if " #" in v:
-        v = v.split(" #", 1)[0].rstrip()
-    return v
+IMAGE_LINE = re.compile(r"""^\s*(?:-\s+)?image:\s*["']?([^"'\s#]+)["']?\s*(?:#.*)?$""")
+MULTI_ARCH_SINCE = (1, 4, 0)  # upstream publishes linux/amd64 + linux/arm64 since v1.4.0
 
 
-def parse_chart_images(values_text: str) -> list[tuple[str, str, str]]:
-    """Return [(component, repository, tag)] for every `<component>.image`.
-
-    A small indentation-tracking parser: finds `image:` mappings and reads their
-    `repository:` and `tag:` children; the component is the top-level key above.
-    """
-    out = []
-    stack: list[tuple[int, str]] = []  # (indent, key) of open mappings
-    cur_image = None  # (indent_of_image_key, component, dict)
-
-    def flush():
-        nonlocal cur_image
-        if cur_image is not None:
-            _, comp, d = cur_image
-            if d.get("repository") and d.get("tag"):
-                out.append((comp, d["repository"], d["tag"]))
-            cur_image = None
-
-    for raw in values_text.splitlines():
-        line = raw.rstrip()
-        stripped = line.lstrip()
-        if not stripped or stripped.startswith("#") or stripped.startswith("- "):
-            continue
-        if ":" not in stripped:
-            continue
-        indent = len(line) - len(stripped)
-        key, _, rest = stripped.partition(":")
-        key = key.strip().strip("\"'")
-        rest = rest.strip()
-        if cur_image is not None and indent <= cur_image[0]:
-            flush()
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        if cur_image is not None:
-            if indent > cur_image[0] and key in ("repository", "tag"):
-                cur_image[2][key] = _strip_scalar(rest)
-            continue
-        if key == "image" and rest == "" and stack:
-            cur_image = (indent, stack[0][1], {})
-            continue
-        if rest == "" or rest.startswith("#"):
-            stack.append((indent, key))
-    flush()
-    return out
+def split_image(ref: str) -> tuple[str, str, str]:
+    """Docker-style split of `[host/]repository:tag` into (host, repository, tag)."""
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:
+        die(f"image {ref!r} has no tag")
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest, tag
+    return "", name, tag
 
 
-def chart_images(charts_dir: Path) -> dict[str, list[tuple[str, str, str]]]:
+def render_chart(helm: str, tgz: Path) -> list[tuple[str, str, str]]:
+    """[(component, repository, tag)] of every image `helm template` renders from `tgz`
+    with its default values (the component is the repository's last path segment)."""
+    p = subprocess.run([helm, "template", "koordinator", str(tgz)], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        die(f"helm template {tgz} failed: {p.stderr.strip()[-500:]}")
+    out = set()
+    for line in p.stdout.splitlines():
+        m = IMAGE_LINE.match(line)
+        if m:
+            _, repo, tag = split_image(m.group(1))
+            out.add((repo.rsplit("/", 1)[-1], repo, tag))
+    return sorted(out)
+
+
+def chart_images(charts_dir: Path, helm: str) -> dict[str, list[tuple[str, str, str]]]:
     """{chart_version: [(component, repository, tag)]} for every koordinator-*.tgz."""
-    result = {}
-    for tgz in sorted(charts_dir.glob("koordinator-*.tgz")):
-        version = tgz.name[len("koordinator-"):-len(".tgz")]
-        with tarfile.open(tgz, "r:gz") as tf:
-            member = None
-            for m in tf.getmembers():
-                parts = m.name.split("/")
-                if len(parts) == 2 and parts[1] == "values.yaml":
-                    member = m
-                    break
-            if member is None:
-                die(f"{tgz}: no <chart>/values.yaml")
-            text = tf.extractfile(member).read().decode()
-        imgs = parse_chart_images(text)
-        if not imgs:
-            die(f"{tgz}: no images found in values.yaml")
-        result[version] = imgs
-    if not result:
+    if not helm or not os.access(helm, os.X_OK):
+        die(f"helm not found at {helm!r} (run scripts/install-deps.sh, or pass --helm)")
+    charts = sorted(charts_dir.glob("koordinator-*.tgz"))
+    if not charts:
         die(f"no koordinator-*.tgz in {charts_dir}")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
+        rendered = list(ex.map(lambda t: render_chart(helm, t), charts))
+    result = {}
+    for tgz, imgs in zip(charts, rendered):
+        version = tgz.name[len("koordinator-"):-len(".tgz")]
+        if not imgs:
+            die(f"{tgz}: helm template renders no image")
+        result[version] = imgs
     return result
+
+
+def version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("-")[0].split("."))
 
 
 # --------------------------------------------------------------------------- #
@@ -352,7 +327,13 @@ class Generator:
             },
         )
 
-    def image(self, repo: str, tag: str, attestation: bool = False) -> tuple[dict, list[dict]]:
+    def image(self, repo: str, tag: str, attestation: bool = False,
+              multi_arch: bool = True) -> tuple[dict, list[dict]]:
+        if not multi_arch:
+            # As upstream before v1.4.0: one linux/amd64 image manifest, no index.
+            m = self.platform_manifest(repo, tag, "amd64")
+            top = {k: v for k, v in m.items() if k != "platform"}
+            return top, [m]
         manifests = [self.platform_manifest(repo, tag, arch) for arch in ARCHES]
         if attestation:
             manifests.append(self.attestation_manifest(repo, tag, manifests[0]))
@@ -580,7 +561,9 @@ def main() -> int:
     ap.add_argument("--username", default="koord")
     ap.add_argument("--password", default="koord-test-pw")
     ap.add_argument("--no-push", action="store_true", help="only write the OCI layout")
-    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--helm", default=os.environ.get("KB_HELM", str(REPO_ROOT / ".tools" / "helm3" / "helm")),
+                    help="helm binary that renders the charts (default .tools/helm3/helm)")
     ap.add_argument("--big", type=int, metavar="MiB", help="generate one big single-layer amd64 image")
     ap.add_argument("--repo", help="repository for --big")
     ap.add_argument("--tag", help="tag for --big")
@@ -629,7 +612,7 @@ def main() -> int:
 
     # ---- default mode
     t0 = time.time()
-    charts = chart_images(Path(args.charts_dir))
+    charts = chart_images(Path(args.charts_dir), args.helm)
     gen = Generator(layout)
     images: dict[tuple[str, str], dict] = {}
     for version, imgs in charts.items():
@@ -639,7 +622,8 @@ def main() -> int:
                 images[key]["charts"].append(version)
                 continue
             attest = key == ATTESTATION_IMAGE
-            desc, manifests = gen.image(repo, tag, attestation=attest)
+            multi = version_key(version) >= MULTI_ARCH_SINCE
+            desc, manifests = gen.image(repo, tag, attestation=attest, multi_arch=multi)
             ref = layout_ref(repo, tag)
             layout.tag(ref, desc)
             images[key] = {
@@ -648,6 +632,7 @@ def main() -> int:
                 "component": comp,
                 "charts": [version],
                 "index_digest": desc["digest"],
+                "media_type": desc["mediaType"],
                 "platforms": [f"{m['platform']['os']}/{m['platform']['architecture']}" for m in manifests
                               if m["platform"]["os"] != "unknown"],
                 "manifests": [{"digest": m["digest"],

@@ -444,7 +444,7 @@ gen_args() {
         --plain "$HOST:$KB_PLAIN_PORT" --tls "$HOST:$KB_TLS_PORT" \
         --token "$HOST:$KB_TOKEN_PORT" --token-auth "https://$HOST:$KB_AUTH_PORT/token" \
         --token-service "$TOKEN_SERVICE" \
-        --username "$USERNAME" --password "$PASSWORD"
+        --username "$USERNAME" --password "$PASSWORD" --helm "$KB_TOOLS/helm3/helm"
 }
 
 push_images() {

@@ -40,11 +40,13 @@
 //! so without a reachable Kubernetes API server it fails with "Kubernetes cluster unreachable".
 //! Only `helm template` ([`Helm::template`]) renders without any cluster.
 
+// The Koordinator chart's values and the images of rendered manifests are chart logic: they
+// live in `crate::chart` and are re-exported here for the callers of this module.
 use crate::store::Secret;
 use regex::Regex;
 use semver::Version;
-use serde_yaml_ng::{Mapping, Value};
-use std::collections::{BTreeSet, HashSet};
+use serde_yaml_ng::Value;
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -343,7 +345,7 @@ pub struct InstallPlan {
     pub create_namespace: bool,
     /// The chart.
     pub chart: ChartSource,
-    /// The values koord-bundle decides (see [`generated_values`]); written to a private
+    /// The values koord-bundle decides (see `chart::generated_values`); written to a private
     /// temporary file and passed first.
     pub generated_values: Value,
     /// The user's values files (`--values`), passed after the generated ones, in order.
@@ -364,52 +366,6 @@ pub struct InstallPlan {
     pub wait: bool,
     /// `--timeout` (a Go duration, e.g. `10m`).
     pub timeout: Option<String>,
-}
-
-/// The values koord-bundle sets for the Koordinator chart:
-///
-/// * `imageRepositoryHost` (the chart prefixes every image with it),
-/// * `featureGates` when given,
-/// * `crds.<key>: false` for each CRD switched off (values keys such as `reservations`),
-/// * `manager.hostNetwork: true` when asked (only then: `false` is the chart's default, and
-///   leaving it out keeps a value reused with `--reuse-values`),
-/// * `imagePullSecrets` as a list of `{name: …}` when any.
-pub fn generated_values(
-    image_repository_host: &str,
-    feature_gates: Option<&str>,
-    crds_off: &[String],
-    host_network: bool,
-    image_pull_secrets: &[String],
-) -> Value {
-    let mut root = Mapping::new();
-    root.insert("imageRepositoryHost".into(), image_repository_host.into());
-    if let Some(fg) = feature_gates {
-        root.insert("featureGates".into(), fg.into());
-    }
-    if !crds_off.is_empty() {
-        let mut crds = Mapping::new();
-        for k in crds_off {
-            crds.insert(k.as_str().into(), Value::Bool(false));
-        }
-        root.insert("crds".into(), Value::Mapping(crds));
-    }
-    if host_network {
-        let mut manager = Mapping::new();
-        manager.insert("hostNetwork".into(), Value::Bool(true));
-        root.insert("manager".into(), Value::Mapping(manager));
-    }
-    if !image_pull_secrets.is_empty() {
-        let list = image_pull_secrets
-            .iter()
-            .map(|s| {
-                let mut m = Mapping::new();
-                m.insert("name".into(), s.as_str().into());
-                Value::Mapping(m)
-            })
-            .collect();
-        root.insert("imagePullSecrets".into(), Value::Sequence(list));
-    }
-    Value::Mapping(root)
 }
 
 /// Write the plan's generated values (0600) into a new private directory (0700) that is kept
@@ -469,64 +425,6 @@ impl HelmOutput {
                 acc.push('\n');
                 acc
             })
-    }
-}
-
-/// Every container image (`image:` of `containers`, `initContainers` and
-/// `ephemeralContainers`, at any depth) in rendered YAML documents, deduplicated and sorted.
-/// Documents that are not YAML are skipped.
-pub fn rendered_images(manifests: &str) -> Vec<String> {
-    let mut images = BTreeSet::new();
-    for doc in split_documents(manifests) {
-        if let Ok(v) = serde_yaml_ng::from_str::<Value>(&doc) {
-            collect_images(&v, &mut images);
-        }
-    }
-    images.into_iter().collect()
-}
-
-/// Split a YAML stream at `---` lines, each part parsed on its own so that one bad document
-/// does not hide the others.
-fn split_documents(text: &str) -> Vec<String> {
-    let mut docs = vec![String::new()];
-    for line in text.lines() {
-        if line == "---" || line.starts_with("--- ") || line == "..." {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-            d.push('\n');
-        }
-    }
-    docs.retain(|d| !d.trim().is_empty());
-    docs
-}
-
-fn collect_images(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Mapping(m) => {
-            for (k, val) in m {
-                let is_containers = matches!(
-                    k.as_str(),
-                    Some("containers" | "initContainers" | "ephemeralContainers")
-                );
-                if is_containers {
-                    if let Value::Sequence(list) = val {
-                        for c in list {
-                            if let Some(img) = c.get("image").and_then(Value::as_str) {
-                                let img = img.trim();
-                                if !img.is_empty() {
-                                    out.insert(img.to_string());
-                                }
-                            }
-                        }
-                    }
-                }
-                collect_images(val, out);
-            }
-        }
-        Value::Sequence(list) => list.iter().for_each(|x| collect_images(x, out)),
-        Value::Tagged(t) => collect_images(&t.value, out),
-        _ => {}
     }
 }
 
@@ -1329,18 +1227,37 @@ mod tests {
         }
     }
 
+    /// What `chart::generated_values` gives for a prefixed registry, a feature gate, one CRD
+    /// off, the host network and a pull secret.
+    fn values_of_the_test() -> Value {
+        use serde_yaml_ng::Mapping;
+        let mut crds = Mapping::new();
+        crds.insert("reservations".into(), Value::Bool(false));
+        let mut manager = Mapping::new();
+        manager.insert("hostNetwork".into(), Value::Bool(true));
+        let mut secret = Mapping::new();
+        secret.insert("name".into(), "regcred".into());
+        let mut root = Mapping::new();
+        root.insert(
+            "imageRepositoryHost".into(),
+            "reg.example:5000/prefix".into(),
+        );
+        root.insert("featureGates".into(), "A=true".into());
+        root.insert("crds".into(), Value::Mapping(crds));
+        root.insert("manager".into(), Value::Mapping(manager));
+        root.insert(
+            "imagePullSecrets".into(),
+            Value::Sequence(vec![Value::Mapping(secret)]),
+        );
+        Value::Mapping(root)
+    }
+
     fn plan(chart: ChartSource, registry: Option<RegistryAccess>) -> InstallPlan {
         let mut p = InstallPlan::new(
             "koordinator",
             "koordinator-system",
             chart,
-            generated_values(
-                "reg.example:5000/prefix",
-                Some("A=true"),
-                &["reservations".into()],
-                true,
-                &["regcred".into()],
-            ),
+            values_of_the_test(),
         );
         p.registry = registry;
         p.user_values = vec!["/u/one.yaml".into(), "/u/two.yaml".into()];
@@ -1370,27 +1287,6 @@ mod tests {
         );
         assert_eq!(parse_version("<no value>"), None);
         assert_eq!(parse_version(""), None);
-    }
-
-    #[test]
-    fn generated_values_shape() {
-        let val = generated_values(
-            "h:1/p",
-            Some("X=true,Y=false"),
-            &["reservations".into(), "devices".into()],
-            true,
-            &["regcred".into(), "other".into()],
-        );
-        let expected: Value = serde_yaml_ng::from_str(
-            "imageRepositoryHost: h:1/p\nfeatureGates: X=true,Y=false\ncrds: {reservations: false, devices: false}\nmanager: {hostNetwork: true}\nimagePullSecrets: [{name: regcred}, {name: other}]\n",
-        )
-        .unwrap();
-        assert_eq!(val, expected);
-        let minimal = generated_values("h", None, &[], false, &[]);
-        assert_eq!(
-            minimal,
-            serde_yaml_ng::from_str::<Value>("imageRepositoryHost: h").unwrap()
-        );
     }
 
     #[test]
@@ -1603,49 +1499,6 @@ mod tests {
     }
 
     #[test]
-    fn images_of_rendered_documents() {
-        let text = r#"---
-# Source: a.yaml
-apiVersion: apps/v1
-kind: Deployment
-spec:
-  template:
-    spec:
-      initContainers:
-        - name: init
-          image: "r/x/init:v1"
-      containers:
-        - name: a
-          image: r/x/b:v1
-        - name: b
-          image: r/x/a:v1
----
-this: [is not: yaml
----
-apiVersion: batch/v1
-kind: CronJob
-spec:
-  jobTemplate:
-    spec:
-      template:
-        spec:
-          containers:
-          - image: r/x/a:v1
----
-kind: CustomResourceDefinition
-spec:
-  properties:
-    image: {type: string}
-    containers: {type: array}
-"#;
-        assert_eq!(
-            rendered_images(text),
-            vec!["r/x/a:v1", "r/x/b:v1", "r/x/init:v1"]
-        );
-        assert!(rendered_images("").is_empty());
-    }
-
-    #[test]
     fn manifest_of_dry_run_report() {
         let out = HelmOutput {
             stdout: "Release \"k\" does not exist. Installing it now.\nNAME: k\nSTATUS: pending-install\nHOOKS:\n---\nkind: Pod\nspec: {containers: [{image: h/hook:1}]}\nMANIFEST:\n---\nkind: Pod\nspec: {containers: [{image: h/a:1}]}\n\nNOTES:\nhello image: h/notes:1\n".into(),
@@ -1656,7 +1509,10 @@ spec:
             !m.contains("NAME:") && !m.contains("NOTES") && !m.contains("MANIFEST:"),
             "{m}"
         );
-        assert_eq!(rendered_images(&m), vec!["h/a:1", "h/hook:1"]);
+        assert!(
+            m.contains("image: h/a:1") && m.contains("image: h/hook:1"),
+            "{m}"
+        );
         let plain = HelmOutput {
             stdout: "kind: Pod\n".into(),
             stderr: String::new(),

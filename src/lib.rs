@@ -14,7 +14,8 @@
 //!
 //! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
 //!
-//! 0. [`oci`] (digests, descriptors, manifests, references: pure types) and [`text`];
+//! 0. [`oci`] (digests, descriptors, manifests, references: pure types), [`text`] and [`yaml`]
+//!    (every YAML input goes through its bounds);
 //! 1. [`store`]: the [`store::Source`] and [`store::Sink`] traits and their stores (registry,
 //!    blob cache, memory, file regions), with retries at the transport;
 //! 2. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
@@ -46,3 +47,4 @@ pub mod serve;
 pub mod sources;
 pub mod store;
 pub mod text;
+pub mod yaml;

@@ -333,6 +333,30 @@ def chart_archive(out, charts):
           gz(tar_bytes([("demo/", None)] + small)))
 
 
+def yaml_sources(out, repo):
+    """One selector byte (see fuzz_targets/yaml_sources.rs), then YAML of that source."""
+    charts = os.path.join(repo, "tests", "fixtures", "charts")
+    synth = os.path.join(repo, "tests", "fixtures", "charts-synthetic", "idioms")
+    local = open(os.path.join(charts, "index.yaml"), "rb").read()
+    kube = b"apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\nclusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\nusers: [{name: u, user: {token: t}}]\n"
+    manifests = b"---\n# Source: c/templates/a.yaml\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers: [{name: a, image: 'r/a:1'}]\n"
+    seeds = {
+        "values": b"\0image: {tag: v2}\nlist: [a, {b: c}]\nanchor: &a {x: 1}\nref: *a\n",
+        "values-walkaround": b"\0a: it's\nb: [[[[[[[[x]]]]]]]]\n",
+        "index-local": b"\1" + local,
+        "index-json": b"\1" + b'{"apiVersion":"v1","entries":{"koordinator":[{"version":"1.0.0","urls":["a.tgz"]}],"x":[]}}',
+        "kubeconfig": b"\2" + kube,
+        "manifests": b"\3" + manifests,
+        "chart-yaml": b"\4apiVersion: v2\nname: demo\nversion: 1.0.0\nkeywords: [a, b]\n",
+        "values-yaml": b"\5image: {repository: org/app, tag: v1}\nregistry: ''\n",
+        "crd": b"\6apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: foos.x.io}\nspec: {group: x.io, names: {kind: Foo, plural: foos}}\n",
+    }
+    for name in ("deployment.yaml", "cronjob.yaml", "_helpers.tpl"):
+        seeds["template-" + name] = b"\7" + open(os.path.join(synth, "templates", name), "rb").read()
+    for name, data in seeds.items():
+        write(os.path.join(out, "yaml_sources", name), data)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -342,6 +366,7 @@ def main():
     split_header(out)
     helm_index(out, charts)
     chart_archive(out, charts)
+    yaml_sources(out, repo)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,20 @@ pub struct BundleManifest {
     /// bundle (or one before it) carried them; `load` requires them in the target registry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub omitted_blobs: Vec<OmittedBlob>,
+    /// How the chart's images were found (absent in bundles of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<DiscoveryRecord>,
+}
+
+/// How the chart's images were found.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryRecord {
+    /// `helm` (real `helm template`) or `builtin` (the built-in template reader).
+    pub method: String,
+    /// The helm version that rendered the chart (`v3.17.3`), for `helm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm_version: Option<String>,
 }
 
 /// The bundle an incremental bundle builds on.

@@ -101,22 +101,25 @@ fn split_path(raw: &[u8]) -> Result<(String, String), ChartError> {
 }
 
 fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
-    // Refused before the YAML parser, which needs seconds to reach its own recursion limit on
-    // deeply nested flow collections (found by fuzzing).
-    if super::index::flow_depth(bytes) > 64 {
-        return Err(ChartError::InvalidYaml {
-            file: file.to_string(),
-            reason: "flow collections nested deeper than 64 levels".into(),
-        });
-    }
-    let mut v: Value = serde_yaml_ng::from_slice(bytes).map_err(|e| ChartError::InvalidYaml {
+    // Bounded in size, depth and nodes before the parser builds anything (crate::yaml).
+    let limits = if file == "Chart.yaml" {
+        crate::yaml::CHART_YAML
+    } else {
+        crate::yaml::VALUES
+    };
+    let invalid = |reason: String| ChartError::InvalidYaml {
         file: file.to_string(),
-        reason: e.to_string(),
-    })?;
-    v.apply_merge().map_err(|e| ChartError::InvalidYaml {
-        file: file.to_string(),
-        reason: format!("merge keys: {e}"),
-    })?;
+        reason,
+    };
+    // Values are read as Helm reads them (YAML 1.1 booleans: `enabled: no` is false).
+    let parsed = if file == "Chart.yaml" {
+        crate::yaml::parse_value(file, bytes, &limits)
+    } else {
+        crate::yaml::parse_helm_values(file, bytes, &limits)
+    };
+    let mut v = parsed.map_err(|e| invalid(e.reason()))?;
+    v.apply_merge()
+        .map_err(|e| invalid(format!("merge keys: {e}")))?;
     Ok(v)
 }
 
@@ -328,6 +331,137 @@ pub(crate) mod tests {
         ("1.4.1", V141),
         ("1.6.0", V160),
         ("1.8.0", V180),
+    ];
+
+    /// Every published chart version: (version, archive, images deployed with the default
+    /// values, CRDs), the counts as `helm template` renders them (helm 3.17.3).
+    pub(crate) const EVERY: [(&str, &[u8], usize, usize); 21] = [
+        (
+            "0.1.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.1.0.tgz"),
+            3,
+            3,
+        ),
+        (
+            "0.2.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.2.0.tgz"),
+            3,
+            3,
+        ),
+        (
+            "0.3.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.3.0.tgz"),
+            3,
+            3,
+        ),
+        (
+            "0.3.1",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.3.1.tgz"),
+            3,
+            3,
+        ),
+        (
+            "0.4.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.4.0.tgz"),
+            3,
+            3,
+        ),
+        (
+            "0.4.1",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.4.1.tgz"),
+            3,
+            3,
+        ),
+        (
+            "0.5.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.5.0.tgz"),
+            3,
+            4,
+        ),
+        (
+            "0.6.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.6.0.tgz"),
+            4,
+            7,
+        ),
+        (
+            "0.6.2",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.6.2.tgz"),
+            4,
+            7,
+        ),
+        (
+            "0.7.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-0.7.0.tgz"),
+            4,
+            9,
+        ),
+        (
+            "1.0.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.0.0.tgz"),
+            4,
+            9,
+        ),
+        (
+            "1.1.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.1.0.tgz"),
+            4,
+            9,
+        ),
+        (
+            "1.1.1",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.1.1.tgz"),
+            4,
+            9,
+        ),
+        (
+            "1.2.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.2.0.tgz"),
+            4,
+            9,
+        ),
+        (
+            "1.3.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.3.0.tgz"),
+            4,
+            9,
+        ),
+        (
+            "1.4.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.4.0.tgz"),
+            4,
+            10,
+        ),
+        (
+            "1.4.1",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.4.1.tgz"),
+            4,
+            10,
+        ),
+        (
+            "1.5.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.5.0.tgz"),
+            4,
+            11,
+        ),
+        (
+            "1.6.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.6.0.tgz"),
+            4,
+            11,
+        ),
+        (
+            "1.7.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.7.0.tgz"),
+            5,
+            13,
+        ),
+        (
+            "1.8.0",
+            include_bytes!("../../tests/fixtures/charts/koordinator-1.8.0.tgz"),
+            5,
+            13,
+        ),
     ];
 
     /// Build a .tgz from (path, type, data); raw header names so that unsafe paths can be written.

@@ -28,10 +28,15 @@ use super::{line_of, ChartArchive, ChartError};
 /// A CustomResourceDefinition shipped by a chart.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Crd {
-    /// Base name of the file it comes from (`scheduling.koordinator.sh_reservations.yaml`),
-    /// unique within the result of [`extract_crds`]: if the file holds several CRDs, or
-    /// another CRD file has the same base name, `<group>_<plural>.yaml` instead.
+    /// The file name the bundle stores it under: `<group>_<plural>.yaml` (kubebuilder's
+    /// naming, `scheduling.koordinator.sh_reservations.yaml`), always taken from the CRD
+    /// itself and never from the name of the file it came from (the 0.5.0–1.0.0 charts name
+    /// one file `topology.node.k8s.io_ noderesourcetopologies.yaml`, with a space). The group
+    /// is checked to be a DNS subdomain and the plural a DNS label, so the name is one plain
+    /// path component; unique since CRD names are.
     pub file_name: String,
+    /// The chart file it comes from (`templates/crd/...`, `crds/...`).
+    pub source: String,
     /// `metadata.name` (`reservations.scheduling.koordinator.sh`).
     pub name: String,
     /// `spec.group`.
@@ -181,15 +186,9 @@ fn parse_crd(
     } else {
         String::new()
     };
-    // Refused before the YAML parser (slow to reach its own recursion limit; found by fuzzing).
-    if super::index::flow_depth(yaml.as_bytes()) > 64 {
-        return Err(invalid(
-            file,
-            format!("{which}flow collections nested deeper than 64 levels"),
-        ));
-    }
-    let v: Value = serde_yaml_ng::from_str(yaml)
-        .map_err(|e| invalid(file, format!("{which}not valid YAML: {e}")))?;
+    // Bounded in size, depth and nodes before the parser builds anything (crate::yaml).
+    let v = crate::yaml::parse_value(file, yaml.as_bytes(), &crate::yaml::CRD)
+        .map_err(|e| invalid(file, format!("{which}{}", e.reason())))?;
     let need = |path: &[&str]| {
         str_at(&v, path)
             .filter(|s| !s.is_empty())
@@ -220,8 +219,23 @@ fn parse_crd(
             format!("{which}metadata.name {name:?} is not <plural>.<group> ({plural}.{group})"),
         ));
     }
+    // Both become the bundle's file name: DNS names as the API server requires them (which
+    // also keeps `/`, `..` and spaces out; regression: fuzzing found a group `../x`).
+    if !is_dns_subdomain(&group) {
+        return Err(invalid(
+            file,
+            format!("{which}spec.group {group:?} is not a DNS subdomain (lower-case letters, digits, '-' and '.')"),
+        ));
+    }
+    if !is_dns_label(&plural) {
+        return Err(invalid(
+            file,
+            format!("{which}spec.names.plural {plural:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"),
+        ));
+    }
     Ok(Crd {
-        file_name: file.rsplit('/').next().unwrap_or(file).to_string(),
+        file_name: format!("{group}_{plural}.yaml"),
+        source: file.to_string(),
         name,
         group,
         plural,
@@ -229,6 +243,23 @@ fn parse_crd(
         values_key,
         yaml: yaml.to_string(),
     })
+}
+
+/// An RFC 1123 label: 1–63 lower-case letters, digits and `-`, starting and ending with a
+/// letter or digit.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// An RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// The CRDs of a chart, in file order (`crds/` first, then `templates/`). See the module
@@ -276,55 +307,13 @@ pub fn extract_crds(chart: &ChartArchive) -> Result<Vec<Crd>, ChartError> {
             found.push((path.to_string(), docs.len(), crd));
         }
     }
-    // File names must be unique (the bundle stores `crds/<file_name>`): keep the source's
-    // base name when it holds one CRD and no other CRD file has that base name; otherwise use
-    // kubebuilder's `<group>_<plural>.yaml`.
-    let mut base_count: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, _, crd) in &found {
-        *base_count.entry(crd.file_name.clone()).or_default() += 1;
-    }
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut out = Vec::with_capacity(found.len());
-    for (path, docs, mut crd) in found {
-        if docs > 1 || base_count.get(&crd.file_name).copied().unwrap_or(0) > 1 {
-            crd.file_name = format!("{}_{}.yaml", crd.group, crd.plural);
-        }
-        // It becomes a path in the bundle: one plain component, as Kubernetes' own DNS-name
-        // rules for groups and plurals would give (regression: fuzzing found a group `../x`).
-        let plain = !crd.file_name.is_empty()
-            && crd.file_name.len() <= 90
-            && !crd.file_name.starts_with('.')
-            && crd
-                .file_name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if !plain {
-            return Err(invalid(
-                &path,
-                format!(
-                    "CRD file name {:?} is not a plain file name (the CRD's group and plural must be DNS names)",
-                    crd.file_name
-                ),
-            ));
-        }
-        if let Some(other) = names.insert(crd.file_name.clone(), path.clone()) {
-            return Err(invalid(
-                &path,
-                format!(
-                    "CRD file name {} is also used for a CRD of {other}",
-                    crd.file_name
-                ),
-            ));
-        }
-        out.push(crd);
-    }
-    Ok(out)
+    Ok(found.into_iter().map(|(_, _, crd)| crd).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chart::archive::tests::{tgz, ALL, V041, V111, V180};
+    use crate::chart::archive::tests::{tgz, ALL, EVERY, V041, V111, V180};
 
     fn chart_with(files: &[(&str, &str)]) -> ChartArchive {
         let mut entries: Vec<(String, Vec<u8>)> = vec![(
@@ -368,7 +357,9 @@ mod tests {
                     format!("{}_{}.yaml", c.group, c.plural),
                     "{version}"
                 );
-                let v: Value = serde_yaml_ng::from_str(&c.yaml).expect("yaml");
+                let v: Value =
+                    crate::yaml::parse_value("crd", c.yaml.as_bytes(), &crate::yaml::CRD)
+                        .expect("yaml");
                 assert_eq!(v["kind"], "CustomResourceDefinition");
                 // The 1.6+ wrappers name the CRD's switch; older ones only `crds.managed`.
                 if version.starts_with("1.6") || version.starts_with("1.8") {
@@ -387,6 +378,60 @@ mod tests {
                     assert_eq!(c.values_key, None);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn every_published_version_names_crds_after_the_crd() {
+        for (version, bytes, _, n) in EVERY {
+            let chart = ChartArchive::from_tgz(bytes).expect(version);
+            let crds = extract_crds(&chart).expect(version);
+            assert_eq!(crds.len(), n, "{version}");
+            for c in &crds {
+                assert_eq!(c.file_name, format!("{}_{}.yaml", c.group, c.plural));
+                assert!(!c.file_name.contains(' '), "{version}: {}", c.file_name);
+            }
+            // 0.5.0 – 1.0.0 ship `topology.node.k8s.io_ noderesourcetopologies.yaml`.
+            if let Some(nrt) = crds.iter().find(|c| c.source.contains(' ')) {
+                assert_eq!(
+                    nrt.file_name, "topology.node.k8s.io_noderesourcetopologies.yaml",
+                    "{version}"
+                );
+            }
+        }
+        let spaced = EVERY
+            .iter()
+            .filter(|(_, b, _, _)| {
+                let chart = ChartArchive::from_tgz(b).expect("chart");
+                let spaced = chart.files().any(|(p, _)| p.contains(' '));
+                spaced
+            })
+            .map(|(v, _, _, _)| *v)
+            .collect::<Vec<_>>();
+        assert_eq!(spaced, ["0.5.0", "0.6.0", "0.6.2", "0.7.0", "1.0.0"]);
+    }
+
+    #[test]
+    fn group_and_plural_must_be_dns_names() {
+        let clean = CRD.replace("{{ like this }}", "like this");
+        for (from, to, why) in [
+            ("group: x.io", "group: ../x.io", "spec.group"),
+            ("group: x.io", "group: X.io", "spec.group"),
+            ("plural: foos", "plural: 'fo os'", "spec.names.plural"),
+            ("plural: foos", "plural: foos/..", "spec.names.plural"),
+        ] {
+            let name_from = "name: foos.x.io";
+            let group = to.trim_start_matches("group: ");
+            let plural = to.trim_start_matches("plural: ").trim_matches('\'');
+            let name_to = if to.starts_with("group") {
+                format!("name: foos.{group}")
+            } else {
+                format!("name: '{plural}.x.io'")
+            };
+            let text = clean.replace(from, to).replace(name_from, &name_to);
+            let chart = chart_with(&[("crds/x.yaml", &text)]);
+            let err = extract_crds(&chart).expect_err(to);
+            assert!(err.to_string().contains(why), "{to}: {err}");
         }
     }
 
@@ -478,9 +523,13 @@ mod tests {
         assert_eq!(crds[1].values_key.as_deref(), Some("extra"));
         assert_eq!(crds[1].yaml, format!("---\n{bars}"));
         assert_eq!(crds[2].yaml, format!("---\n{bazs}\n"));
-        // Several CRDs in one file: named after each CRD.
+        // Named after each CRD, never after the file.
         let files: Vec<&str> = crds.iter().map(|c| c.file_name.as_str()).collect();
-        assert_eq!(files, ["foo.yaml", "x.io_bars.yaml", "x.io_bazs.yaml"]);
+        assert_eq!(
+            files,
+            ["x.io_foos.yaml", "x.io_bars.yaml", "x.io_bazs.yaml"]
+        );
+        assert_eq!(crds[0].source, "crds/foo.yaml");
     }
 
     #[test]

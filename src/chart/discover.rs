@@ -1,27 +1,22 @@
-//! Find the container images a chart deploys, for given values, without a template engine.
+//! Find the container images a chart deploys, for given values.
 //!
-//! Rules (written for the Koordinator charts, strict so that nothing is silently missed):
+//! Two ways, one rule. The truth is the rendered manifests: the `image` of every container,
+//! init container and ephemeral container, at any depth of any document
+//! ([`super::rendered`]).
 //!
-//! * Every rendered file under `templates/` is read (not partials `_*`, not `NOTES.txt`, not
-//!   `templates/crd/` nor any file that declares a `CustomResourceDefinition`).
-//! * An image is the value of a YAML `image:` key with a value on the same line (`image: x`,
-//!   `- image: x`, quoted or not). Keys without a value on the line (a mapping follows) and
-//!   YAML comment lines are not images.
-//! * Control structures are followed: `if`/`else if`/`else`/`with`/`range` on plain values
-//!   references (`.Values.a.b`, `not`, `and`, `or`) are evaluated with the given values, so
-//!   the 0.1–0.4 charts' `if .Values.imageRepositoryHost` / `else` pair yields one line per
-//!   component. A line under a condition that cannot be evaluated (`semverCompare`,
-//!   `.Capabilities`...) is taken (better one image too many in an air-gapped bundle than one
-//!   too few). Lines in branches known not to render are ignored; lines in `define` blocks
-//!   too.
-//! * The value may only contain text and plain `{{ .Values.a.b }}` references (trim markers
-//!   allowed) to scalar values. Anything else (`include`, pipelines, `.Chart`, a missing,
-//!   null or non-scalar value) fails with [`ChartError::UnresolvedImage`].
-//! * Cross-check: every `<component>.image.repository` of the values (a mapping `image` with
-//!   a `repository` key, at any depth of mappings) must be used by some `image:` line
-//!   (rendered or not). Otherwise [`ChartError::UnusedImageValue`]: a misspelt `--set` or an
-//!   image the chart deploys some other way must be looked at, not ignored.
-//! * A chart with subcharts (`charts/`) is refused ([`ChartError::UnsupportedChart`]).
+//! * [`images_from_rendered`]: from what real `helm template` printed (the command layer runs
+//!   helm; `--discover helm|auto`).
+//! * [`discover_images`]: without helm. Every rendered file under `templates/` (not partials
+//!   `_*`, not `NOTES.txt`, not CRDs) is rendered by the built-in engine (`engine.rs`) as
+//!   helm would, with release `koordinator` in `koordinator-system`, and read the same way.
+//!   What the engine cannot know is refused where an image depends on it, never guessed.
+//!   Cross-check: every `<component>.image.repository` of the values must be mentioned by some
+//!   template (or rendered): a misspelt `--set` is looked at, not ignored
+//!   ([`ChartError::UnusedImageValue`]). Subcharts are refused ([`ChartError::UnsupportedChart`]).
+//!
+//! Both split each reference Docker-style (an empty host is Docker Hub: the 0.1–0.4 charts),
+//! check host, repository and tag, name each image after the values component whose
+//! `image.repository` it uses, and return them sorted, one per reference.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -29,8 +24,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde_yaml_ng::Value;
 
-use super::template::{lookup, tokenize, values_ref, Flow, Token, Tri};
-use super::{line_of, scalar_to_string, ChartArchive, ChartError};
+use super::{scalar_to_string, ChartArchive, ChartError};
 
 /// A container image a chart deploys.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -64,22 +58,6 @@ fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
     cell.get_or_init(|| Regex::new(pattern).expect("valid regex literal"))
 }
 
-fn image_key_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(
-        &R,
-        r#"^([ \t]*(?:-[ \t]+)?)(?:image|"image"|'image')[ \t]*:(?:[ \t]|$)"#,
-    )
-}
-
-fn repo_use_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(
-        &R,
-        r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)*?)\.image\.repository\b",
-    )
-}
-
 fn crd_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     re(
@@ -99,173 +77,10 @@ pub(crate) fn is_rendered_template(path: &str) -> bool {
     path.starts_with("templates/") && !base.starts_with('_') && base != "NOTES.txt"
 }
 
-/// An `image:` line found in a template.
-struct ImageLine {
-    /// Offset of the `image` key.
-    key: usize,
-    /// Offsets of the value (after `:`), up to the end of the line (or of an action that
-    /// spans lines).
-    value: (usize, usize),
-    line: usize,
-    text: String,
-}
-
-fn find_image_lines(text: &str, tokens: &[Token<'_>]) -> Vec<ImageLine> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    for raw_line in text.split_inclusive('\n') {
-        let start = offset;
-        offset += raw_line.len();
-        let line = raw_line.trim_end_matches(['\n', '\r']);
-        let Some(m) = image_key_re().find(line) else {
-            continue;
-        };
-        let indent = image_key_re()
-            .captures(line)
-            .and_then(|c| c.get(1))
-            .map_or(0, |g| g.len());
-        let key = start + indent;
-        let mut value_end = start + line.len();
-        // Extend over an action that spans the end of the line.
-        for t in tokens {
-            if let Token::Action(a) = t {
-                if a.start < value_end && a.end > value_end {
-                    let rest = &text[a.end..];
-                    let eol = rest.find('\n').map_or(text.len(), |i| a.end + i);
-                    value_end = eol;
-                }
-            }
-        }
-        let value_start = start + m.end().min(line.len());
-        let value_text = text[value_start..value_end].trim();
-        if value_text.is_empty() || value_text.starts_with('#') {
-            continue; // a mapping key (`image:` followed by nested keys), not an image
-        }
-        out.push(ImageLine {
-            key,
-            value: (value_start, value_end),
-            line: line_of(text, key),
-            text: text[key..value_end].trim().to_string(),
-        });
-    }
-    out
-}
-
 /// One rendered piece of an image value: the text, and the values path it came from.
 struct Piece {
     path: Option<Vec<String>>,
     text: String,
-}
-
-/// Render the value of an `image:` line. Error: the reason it cannot be evaluated.
-fn render_value(value: &str, values: &Value) -> Result<Vec<Piece>, String> {
-    let v = value.trim();
-    if v.starts_with('|') || v.starts_with('>') {
-        return Err("block scalars are not supported for images".into());
-    }
-    if v.starts_with('&') || v.starts_with('*') || v.starts_with('!') {
-        return Err("YAML anchors, aliases and tags are not supported for images".into());
-    }
-    let (inner, quote) = match v.chars().next() {
-        Some(q @ ('"' | '\'')) => {
-            let Some(stripped) = v.strip_prefix(q) else {
-                return Err("quote".into());
-            };
-            // The closing quote may be followed by a comment.
-            let close = stripped
-                .rfind(q)
-                .ok_or_else(|| format!("unterminated {q} quote"))?;
-            let after = stripped[close + 1..].trim();
-            if !(after.is_empty() || after.starts_with('#')) {
-                return Err(format!("unexpected text after the quoted value: {after:?}"));
-            }
-            (&stripped[..close], Some(q))
-        }
-        _ => (v, None),
-    };
-    let tokens = tokenize(inner).map_err(|(_, why)| why)?;
-    let mut pieces: Vec<Piece> = Vec::new();
-    let mut trim_next_left = false;
-    for (i, tok) in tokens.iter().enumerate() {
-        match tok {
-            Token::Text { start, end } => {
-                let mut t = &inner[*start..*end];
-                if trim_next_left {
-                    t = t.trim_start();
-                }
-                if let Some(Token::Action(next)) = tokens.get(i + 1) {
-                    if next.trim_left {
-                        t = t.trim_end();
-                    }
-                }
-                let mut text = t.to_string();
-                if quote.is_none() {
-                    // A YAML comment ends a plain scalar: ` #...`.
-                    if let Some(pos) = text.find(" #").or_else(|| text.find("\t#")) {
-                        text.truncate(pos);
-                        pieces.push(Piece { path: None, text });
-                        return finish(pieces, quote);
-                    }
-                }
-                pieces.push(Piece { path: None, text });
-                trim_next_left = false;
-            }
-            Token::Action(a) => {
-                trim_next_left = a.trim_right;
-                if a.comment {
-                    continue;
-                }
-                let Some(path) = values_ref(a.inner) else {
-                    return Err(format!(
-                        "`{{{{ {} }}}}` is not a plain .Values reference",
-                        a.inner
-                    ));
-                };
-                let shown = format!(".Values.{}", path.join("."));
-                let val = lookup(values, &path).ok_or_else(|| format!("{shown} is not set"))?;
-                let text = match val {
-                    Value::Null => return Err(format!("{shown} is null")),
-                    Value::Sequence(_) => return Err(format!("{shown} is a list, not a scalar")),
-                    Value::Mapping(_) => return Err(format!("{shown} is a mapping, not a scalar")),
-                    other => {
-                        scalar_to_string(other).ok_or_else(|| format!("{shown} is not a scalar"))?
-                    }
-                };
-                pieces.push(Piece {
-                    path: Some(path.iter().map(|s| s.to_string()).collect()),
-                    text,
-                });
-            }
-        }
-    }
-    finish(pieces, quote)
-}
-
-fn finish(mut pieces: Vec<Piece>, quote: Option<char>) -> Result<Vec<Piece>, String> {
-    if quote.is_none() {
-        // Plain scalars lose surrounding whitespace.
-        if let Some(first) = pieces.first_mut() {
-            if first.path.is_none() {
-                first.text = first.text.trim_start().to_string();
-            }
-        }
-        if let Some(last) = pieces.last_mut() {
-            if last.path.is_none() {
-                last.text = last.text.trim_end().to_string();
-            }
-        }
-    } else if quote == Some('"')
-        && pieces
-            .iter()
-            .any(|p| p.path.is_none() && p.text.contains('\\'))
-    {
-        return Err("escape sequences in a double-quoted image are not supported".into());
-    } else if quote == Some('\'') {
-        for p in pieces.iter_mut().filter(|p| p.path.is_none()) {
-            p.text = p.text.replace("''", "'");
-        }
-    }
-    Ok(pieces)
 }
 
 fn host_re() -> &'static Regex {
@@ -372,6 +187,9 @@ fn build_image(pieces: &[Piece], template: &str) -> Result<ChartImage, String> {
         } else {
             String::new()
         };
+        if rendered.starts_with('/') {
+            return Err("empty registry host before '/' (is imageRepositoryHost empty?)".into());
+        }
         let (host, repository, tag) = split_reference(&rendered)?;
         defaulted_tag = !rendered.ends_with(&format!(":{tag}"));
         ChartImage {
@@ -426,9 +244,66 @@ fn declared_images(values: &Value, path: &mut Vec<String>, out: &mut Vec<(String
     }
 }
 
+/// The release name and namespace the built-in reader renders with (the `load` defaults,
+/// and what `--discover helm` passes to `helm template`).
+pub const RELEASE: &str = "koordinator";
+/// See [`RELEASE`].
+pub const NAMESPACE: &str = "koordinator-system";
+
+/// A rendered scalar stands for an unknown: `kbunknown<N>kb`.
+fn placeholder(i: usize) -> String {
+    format!("kbunknown{i}kb")
+}
+
+/// The unknown a placeholder-bearing text stands for.
+fn placeholder_in(text: &str) -> Option<usize> {
+    let start = text.find("kbunknown")? + "kbunknown".len();
+    let end = text[start..].find("kb")? + start;
+    text[start..end].parse().ok()
+}
+
+/// A placeholder where a container (or a list or map of them) could hide: the value of a key
+/// on the way to a pod spec, a whole document, a mapping key.
+fn hidden_structure(v: &Value, key: Option<&str>) -> Option<usize> {
+    const PATH: [&str; 8] = [
+        "spec",
+        "template",
+        "jobTemplate",
+        "containers",
+        "initContainers",
+        "ephemeralContainers",
+        "podTemplate",
+        "items",
+    ];
+    match v {
+        Value::String(s) if key.is_none_or(|k| PATH.contains(&k)) => placeholder_in(s),
+        Value::Mapping(m) => m.iter().find_map(|(k, val)| {
+            let ks = k.as_str();
+            ks.and_then(placeholder_in)
+                .or_else(|| hidden_structure(val, Some(ks.unwrap_or(""))))
+        }),
+        Value::Sequence(l) => l.iter().find_map(|x| match (key, x) {
+            (Some(k), Value::String(s)) if PATH.contains(&k) => placeholder_in(s),
+            _ => hidden_structure(x, Some("")),
+        }),
+        Value::Tagged(t) => hidden_structure(&t.value, key),
+        _ => None,
+    }
+}
+
 /// The images `chart` deploys with `values` (the chart's values merged with the user's
-/// overrides: see [`super::values`]). Sorted by repository (then host, tag), one per reference.
-/// See the module documentation for the rules and errors.
+/// overrides: see [`super::values`]), read without helm: every rendered template is rendered
+/// by the built-in engine (see `engine.rs`) as `helm template` would, and the `image` of every
+/// container, init container and ephemeral container of the result is taken, exactly as from
+/// helm's output ([`images_from_rendered`]). Sorted by repository (then host, tag), one per
+/// reference.
+///
+/// Refused, naming the file and line, never guessed: an image (or a structure that could hold
+/// containers) that depends on something only helm or the cluster knows
+/// ([`ChartError::Unevaluable`], [`ChartError::UnresolvedImage`]); rendering that helm would
+/// fail too ([`ChartError::TemplateFailed`]); a `<component>.image.repository` in the values
+/// that no template mentions ([`ChartError::UnusedImageValue`]: a misspelt `--set`); subcharts
+/// ([`ChartError::UnsupportedChart`]).
 pub fn discover_images(
     chart: &ChartArchive,
     values: &Value,
@@ -439,86 +314,180 @@ pub fn discover_images(
             reason: "subcharts (files under charts/): their images would not be discovered".into(),
         });
     }
-    let mut images: Vec<ChartImage> = Vec::new();
-    let mut used: BTreeSet<String> = BTreeSet::new();
-    for (path, bytes) in chart.templates() {
-        if !is_rendered_template(path) || path.starts_with("templates/crd/") {
+    let (mut engine, parsed) = super::engine::Engine::new(chart, values, RELEASE, NAMESPACE)?;
+    let mut found: Vec<super::rendered::RenderedImage> = Vec::new();
+    let mut all_text = String::new();
+    for (path, p) in &parsed {
+        let Some(text) = chart.file(path).and_then(|b| std::str::from_utf8(b).ok()) else {
+            continue;
+        };
+        all_text.push_str(text);
+        if !is_rendered_template(path) || path.starts_with("templates/crd/") || declares_crd(text) {
             continue;
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| ChartError::TemplateSyntax {
-            template: path.to_string(),
-            line: line_of(&String::from_utf8_lossy(bytes), e.valid_up_to()),
-            reason: "not valid UTF-8".into(),
-        })?;
-        if declares_crd(text) || !text.contains("image") {
-            continue;
+        let rendered = engine.render(path, p)?;
+        let unevaluable = |u: &super::engine::Unknown| ChartError::Unevaluable {
+            template: u.file.clone(),
+            line: u.line,
+            action: u.action.clone(),
+            reason: u.reason.clone(),
+        };
+        // Markers to placeholders; a fatal one refuses the file wherever it landed.
+        let mut text_out = String::with_capacity(rendered.text.len());
+        let mut rest = rendered.text.as_str();
+        while let Some(start) = rest.find(super::engine::OPEN) {
+            text_out.push_str(&rest[..start]);
+            let Some(i) = super::engine::first_marker(&rest[start..]) else {
+                return Err(ChartError::TemplateFailed {
+                    template: path.clone(),
+                    line: 0,
+                    reason: "the template renders a private-use character the built-in reader uses itself".into(),
+                });
+            };
+            if let Some(u) = engine.unknowns.get(i).filter(|u| u.fatal) {
+                return Err(unevaluable(u));
+            }
+            text_out.push_str(&placeholder(i));
+            let close = rest[start..]
+                .find(super::engine::CLOSE)
+                .map_or(rest.len(), |c| start + c + super::engine::CLOSE.len_utf8());
+            rest = &rest[close..];
         }
-        let tokens = tokenize(text).map_err(|(pos, reason)| ChartError::TemplateSyntax {
-            template: path.to_string(),
-            line: line_of(text, pos),
-            reason,
-        })?;
-        let lines = find_image_lines(text, &tokens);
-        if lines.is_empty() {
-            continue;
+        text_out.push_str(rest);
+        if text_out.contains(super::engine::CLOSE) {
+            return Err(ChartError::TemplateFailed {
+                template: path.clone(),
+                line: 0,
+                reason:
+                    "the template renders a private-use character the built-in reader uses itself"
+                        .into(),
+            });
         }
-        // Whether each line is rendered: the flow state at its key.
-        let mut state: Vec<Option<Tri>> = vec![None; lines.len()];
-        let mut flow = Flow::default();
-        for tok in &tokens {
-            match tok {
-                Token::Text { start, end } => {
-                    for (i, l) in lines.iter().enumerate() {
-                        if l.key >= *start && l.key < *end {
-                            state[i] = Some(flow.active());
-                        }
+        let line_at = |offset: usize| {
+            rendered
+                .lines
+                .iter()
+                .rev()
+                .find(|(o, _)| *o <= offset)
+                .map_or(0, |(_, l)| *l)
+        };
+        for (_, doc) in super::rendered::split_documents(&text_out) {
+            let what = format!("{path} (as rendered)");
+            let v = match crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS) {
+                Ok(v) => v,
+                Err(e) => {
+                    if let Some(u) = placeholder_in(&doc).and_then(|i| engine.unknowns.get(i)) {
+                        return Err(unevaluable(u));
                     }
+                    return Err(ChartError::InvalidYaml {
+                        file: what,
+                        reason: e.reason(),
+                    });
                 }
-                Token::Action(a) => {
-                    flow.apply(a, values)
-                        .map_err(|reason| ChartError::TemplateSyntax {
-                            template: path.to_string(),
-                            line: line_of(text, a.start),
-                            reason,
-                        })?
+            };
+            if let Some(u) = hidden_structure(&v, None).and_then(|i| engine.unknowns.get(i)) {
+                return Err(unevaluable(u));
+            }
+            let mut imgs = Vec::new();
+            super::rendered::collect(&v, path, &mut imgs).map_err(|reason| {
+                ChartError::InvalidYaml {
+                    file: what.clone(),
+                    reason,
                 }
+            })?;
+            for img in imgs {
+                if let Some(i) = placeholder_in(&img.image) {
+                    let u = engine.unknowns.get(i);
+                    let offset = text_out.find(&img.image).unwrap_or(0);
+                    return Err(ChartError::UnresolvedImage {
+                        template: u.map_or_else(|| path.clone(), |u| u.file.clone()),
+                        line: u.map_or_else(|| line_at(offset), |u| u.line),
+                        text: u.map(|u| u.action.clone()).unwrap_or_default(),
+                        reason: u.map(|u| u.reason.clone()).unwrap_or_default(),
+                    });
+                }
+                found.push(img);
             }
         }
-        for (l, st) in lines.iter().zip(state) {
-            // `None`: the key sits inside an action (e.g. a template comment): not a line.
-            let Some(st) = st else { continue };
-            let value = &text[l.value.0..l.value.1];
-            // Lines in branches not rendered still count as using their component.
-            for c in repo_use_re().captures_iter(value) {
-                let comp = c.get(1).map_or("", |m| m.as_str());
-                used.insert(comp.strip_prefix('.').unwrap_or(comp).to_string());
-            }
-            if st == Tri::False {
-                continue;
-            }
-            let pieces =
-                render_value(value, values).map_err(|reason| ChartError::UnresolvedImage {
-                    template: path.to_string(),
-                    line: l.line,
-                    text: l.text.clone(),
+        // Invalid references are reported at their line.
+        for img in found.iter().filter(|i| i.source == *path) {
+            let piece = Piece {
+                path: None,
+                text: img.image.clone(),
+            };
+            if let Err(reason) = build_image(std::slice::from_ref(&piece), path) {
+                let offset = text_out.find(&img.image).unwrap_or(0);
+                return Err(ChartError::InvalidImage {
+                    template: path.clone(),
+                    line: line_at(offset),
+                    reference: img.image.clone(),
                     reason,
-                })?;
-            let img = build_image(&pieces, path).map_err(|reason| ChartError::InvalidImage {
-                template: path.to_string(),
-                line: l.line,
-                reference: pieces.iter().map(|p| p.text.as_str()).collect(),
-                reason,
-            })?;
-            images.push(img);
+                });
+            }
         }
     }
+    let images = images_from_rendered(&found, values)?;
+    // Every image the values declare must be mentioned by some template: a misspelt `--set`
+    // (or a component this chart version lacks) is looked at, not ignored.
     let mut declared = Vec::new();
     declared_images(values, &mut Vec::new(), &mut declared);
-    if let Some((component, repository)) = declared.into_iter().find(|(c, _)| !used.contains(c)) {
-        return Err(ChartError::UnusedImageValue {
-            component,
-            repository,
+    for (component, repository) in declared {
+        let needle = if component.is_empty() {
+            ".Values.image".to_string()
+        } else {
+            format!(".Values.{component}")
+        };
+        let mentioned = all_text.match_indices(&needle).any(|(i, _)| {
+            !all_text[i + needle.len()..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
         });
+        let rendered = images.iter().any(|i| i.repository == repository);
+        if !(mentioned || rendered) {
+            return Err(ChartError::UnusedImageValue {
+                component,
+                repository,
+            });
+        }
+    }
+    Ok(images)
+}
+
+/// The images of a chart as real `helm template` rendered them (see
+/// [`super::rendered::images_in_manifests`]): each rendered reference split Docker-style
+/// (an empty host is Docker Hub), checked as the built-in reader checks its own, and named
+/// after the values component whose `image.repository` it uses (else its container's name).
+/// Sorted and deduplicated like [`discover_images`].
+pub fn images_from_rendered(
+    rendered: &[super::rendered::RenderedImage],
+    values: &Value,
+) -> Result<Vec<ChartImage>, ChartError> {
+    let mut declared = Vec::new();
+    declared_images(values, &mut Vec::new(), &mut declared);
+    let mut images = Vec::new();
+    for r in rendered {
+        let invalid = |reason: String| ChartError::InvalidRenderedImage {
+            template: if r.source.is_empty() {
+                "rendered manifests".into()
+            } else {
+                r.source.clone()
+            },
+            reference: r.image.clone(),
+            reason,
+        };
+        let piece = Piece {
+            path: None,
+            text: r.image.clone(),
+        };
+        let mut img = build_image(std::slice::from_ref(&piece), &r.source).map_err(invalid)?;
+        let repository = img.repository.clone();
+        img.component = declared
+            .iter()
+            .find(|(_, repo)| *repo == repository || repository.ends_with(&format!("/{repo}")))
+            .map(|(c, _)| c.clone())
+            .unwrap_or_else(|| r.container.clone());
+        images.push(img);
     }
     images.sort_by(|a, b| {
         (&a.repository, &a.host, &a.tag, &a.component, &a.template).cmp(&(
@@ -676,7 +645,12 @@ mod tests {
         let mut v = chart.values().clone();
         merge_values(
             &mut v,
-            &serde_yaml_ng::from_str("scheduler: {image: {tag: v1.8.1}}").expect("yaml"),
+            &crate::yaml::parse_value(
+                "t",
+                b"scheduler: {image: {tag: v1.8.1}}",
+                &crate::yaml::VALUES,
+            )
+            .expect("yaml"),
         );
         apply_set(&mut v, "descheduler.image.tag=18").expect("set");
         let images = discover_images(&chart, &v).expect("discover");
@@ -711,22 +685,19 @@ mod tests {
             "{msg}"
         );
 
-        // A missing value.
+        // A missing value renders nothing, as in helm: the reference has no tag.
         let err = discover(V180, &["manager.image.tag=null"]).expect_err("missing tag");
         match &err {
-            ChartError::UnresolvedImage {
+            ChartError::InvalidImage {
                 template,
                 line,
-                text,
+                reference,
                 reason,
             } => {
                 assert_eq!(template, "templates/koord-manager.yaml");
                 assert_eq!(*line, 63);
-                assert!(
-                    text.starts_with("image: \"{{ .Values.imageRepositoryHost }}"),
-                    "{text}"
-                );
-                assert!(reason.contains(".Values.manager.image.tag"), "{reason}");
+                assert!(reference.ends_with("koord-manager:"), "{reference}");
+                assert!(reason.contains("invalid tag"), "{reason}");
             }
             other => panic!("unexpected {other}"),
         }
@@ -736,9 +707,9 @@ mod tests {
             "{err}"
         );
 
-        // A non-scalar value.
+        // A non-scalar value prints as Go prints a map.
         let err = discover(V180, &["manager.image.tag.x=1"]).expect_err("mapping tag");
-        assert!(err.to_string().contains("mapping"), "{err}");
+        assert!(err.to_string().contains("map[x:1]"), "{err}");
 
         // An image in values that no template uses.
         let err = discover(
@@ -765,11 +736,19 @@ mod tests {
     }
 
     fn chart_with(templates: &[(&str, &str)], values: &str) -> ChartArchive {
+        chart_with_meta(
+            "apiVersion: v2\nname: c\nversion: 1.0.0\n",
+            templates,
+            values,
+        )
+    }
+
+    fn chart_with_meta(meta: &str, templates: &[(&str, &str)], values: &str) -> ChartArchive {
         let mut entries: Vec<(String, tar::EntryType, Vec<u8>)> = vec![
             (
                 "c/Chart.yaml".into(),
                 tar::EntryType::Regular,
-                b"apiVersion: v2\nname: c\nversion: 1.0.0\n".to_vec(),
+                meta.as_bytes().to_vec(),
             ),
             (
                 "c/values.yaml".into(),
@@ -797,30 +776,35 @@ mod tests {
         let t = r#"
 # image: commented/out:1
 spec:
-  containers:
-  - image: {{ .Values.reg -}} /{{ .Values.a.image.repository }}:{{ .Values.a.image.tag }}  # comment
-    name: a
-  - name: literal
-    image: 'busybox:1.36'
+  template:
+    spec:
+      containers:
+      - image: {{ .Values.reg -}} /{{ .Values.a.image.repository }}:{{ .Values.a.image.tag }}  # comment
+        name: a
+      - name: literal
+        image: 'busybox:1.36'
 {{- if .Values.b.enabled }}
-  - image: "{{ .Values.reg }}/{{ .Values.b.image.repository }}:{{ .Values.b.image.tag }}"
+      - image: "{{ .Values.reg }}/{{ .Values.b.image.repository }}:{{ .Values.b.image.tag }}"
+        name: b
 {{- end }}
-{{- if semverCompare ">=1.22" .Capabilities.KubeVersion.Version }}
-  - image: {{ $.Values.c.image.repository }}
-{{- end }}
+      - image: {{ $.Values.c.image.repository }}
+        name: c
 {{/* image: in a comment {{ include "x" . }} */}}
 {{- define "unused" }}
   image: {{ include "nope" . }}
 {{- end }}
-  volumes:
-  - name: x
-    image:
-      reference: not-an-image
+      volumes:
+      - name: x
+        image:
+          reference: not-an-image
+{{- if semverCompare ">=1.22" .Capabilities.KubeVersion.Version }}
+      priorityClassName: high
+{{- end }}
 "#;
         let chart = chart_with(
             &[
                 ("templates/d.yaml", t),
-                ("templates/_h.tpl", "image: {{ include \"x\" . }}\n"),
+                ("templates/_h.tpl", "{{ define \"x\" }}image: y{{ end }}\n"),
             ],
             values,
         );
@@ -832,7 +816,7 @@ spec:
         assert_eq!(
             got,
             [
-                ("busybox:1.36".to_string(), ""),
+                ("busybox:1.36".to_string(), "literal"),
                 ("r.example:5000/org/a:1.0".to_string(), "a"),
                 ("org/c:latest".to_string(), "c"),
             ]
@@ -845,40 +829,163 @@ spec:
         assert!(refs(&images).contains(&"r.example:5000/org/b:v2".to_string()));
     }
 
+    /// The idioms most charts use, each rendered as helm renders it.
     #[test]
-    fn unresolvable_forms() {
+    fn common_helm_idioms() {
+        let values = r#"
+global:
+  imageRegistry: ""
+image:
+  registry: docker.io
+  repository: org/app
+  tag: ""
+sidecar:
+  enabled: false
+  image: {registry: quay.io, repository: org/side, tag: "2.0"}
+init:
+  image: {registry: "", repository: org/init, tag: "1.1"}
+exporter:
+  image: {repository: org/exporter, tag: v3}
+"#;
+        let helpers = r#"
+{{- define "c.image" -}}
+{{- $registry := .imageRoot.registry -}}
+{{- if .global.imageRegistry }}{{ $registry = .global.imageRegistry }}{{ end -}}
+{{- $tag := .imageRoot.tag | default .chart.AppVersion | toString -}}
+{{- if $registry -}}
+{{- printf "%s/%s:%s" $registry .imageRoot.repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" .imageRoot.repository $tag -}}
+{{- end -}}
+{{- end -}}
+{{- define "c.name" -}}{{ .Release.Name }}-{{ .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+"#;
+        let deploy = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "c.name" . }}
+  namespace: {{ .Release.Namespace | quote }}
+  labels: {{- include "c.labels" . | nindent 4 }}
+spec:
+  template:
+    spec:
+      {{- with .Values.init }}
+      initContainers:
+        - name: init
+          image: {{ include "c.image" (dict "imageRoot" .image "global" $.Values.global "chart" $.Chart) | quote }}
+      {{- end }}
+      containers:
+        - name: app
+          image: "{{ .Values.image.registry }}/{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+          resources: {{- toYaml .Values.resources | nindent 12 }}
+        {{- if .Values.sidecar.enabled }}
+        - name: side
+          image: {{ include "c.image" (dict "imageRoot" .Values.sidecar.image "global" .Values.global "chart" .Chart) }}
+        {{- end }}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: {{ printf "%s-exporter" .Release.Name }}
+spec:
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          {{- range $name, $c := dict "exporter" .Values.exporter }}
+            - name: {{ $name }}
+              image: {{ printf "%s:%s" $c.image.repository $c.image.tag | squote }}
+          {{- end }}
+"#;
+        let labels = "{{- define \"c.labels\" -}}\napp: {{ .Chart.Name }}\nversion: {{ .Chart.Version | quote }}\n{{- end -}}\n";
+        let chart = chart_with_meta(
+            "apiVersion: v2\nname: c\nversion: 1.2.3\nappVersion: \"4.5.6\"\n",
+            &[
+                ("templates/_helpers.tpl", helpers),
+                ("templates/_labels.tpl", labels),
+                ("templates/deploy.yaml", deploy),
+                ("templates/NOTES.txt", "image: {{ .Values.nothing.here }}\n"),
+                (
+                    "crds/x.yaml",
+                    "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n",
+                ),
+            ],
+            values,
+        );
+        let found = |sets: &[&str]| {
+            let mut v = chart.values().clone();
+            for s in sets {
+                apply_set(&mut v, s).expect("set");
+            }
+            refs(&discover_images(&chart, &v).expect("discover"))
+        };
+        assert_eq!(
+            found(&[]),
+            ["docker.io/org/app:4.5.6", "org/exporter:v3", "org/init:1.1",]
+        );
+        assert_eq!(
+            found(&[
+                "sidecar.enabled=true",
+                "image.tag=9",
+                "global.imageRegistry=mirror.example:5000"
+            ]),
+            [
+                "docker.io/org/app:9",
+                "org/exporter:v3",
+                "mirror.example:5000/org/init:1.1",
+                "mirror.example:5000/org/side:2.0",
+            ]
+        );
+    }
+
+    #[test]
+    fn unresolvable_forms_are_refused_with_file_and_line() {
         let values = "a: {image: {repository: org/a, tag: v1}}\n";
-        for (line, why) in [
+        let pod = |line: &str| format!("spec:\n  containers:\n  - name: x\n    {line}\n");
+        for (t, why) in [
             (
-                "image: {{ include \"img\" . }}",
-                "not a plain .Values reference",
+                pod("image: {{ .Values.a.image.repository }}:{{ randAlphaNum 5 }}"),
+                "the function `randAlphaNum`",
             ),
             (
-                "image: \"{{ .Values.a.image.repository }}:{{ .Chart.AppVersion }}\"",
-                ".Chart.AppVersion",
+                pod("image: {{ .Values.a.image.repository }}:{{ .Capabilities.KubeVersion.Minor }}"),
+                ".Capabilities",
             ),
             (
-                "image: {{ .Values.a.image.repository | lower }}:v1",
-                "not a plain",
+                "spec:\n{{- if semverCompare \">=1.22\" .Capabilities.KubeVersion.Version }}\n  containers: [{name: x, image: 'org/a:v1'}]\n{{- end }}\n".to_string(),
+                "a branch renders container images",
             ),
             (
-                "image: {{ .Values.a.image.repository }}:{{ .Values.a.image.tagg }}",
-                ".Values.a.image.tagg is not set",
-            ),
-            ("image: {{ .Values.a.image }}", "mapping"),
-            (
-                "image: {{ .Values.a.image.repository }}:{{ default \"v1\" .Values.a.image.tag }}",
-                "default",
+                "spec:\n  containers: {{ toYaml (list (dict \"name\" \"x\" \"image\" (.Values.a.image.repository | randAlphaNum))) | nindent 4 }}\n".to_string(),
+                "randAlphaNum",
             ),
         ] {
-            let t = format!("spec:\n  {line}\n");
             let chart = chart_with(&[("templates/x.yaml", &t)], values);
-            let err = discover_images(&chart, chart.values()).expect_err(line);
+            let err = discover_images(&chart, chart.values()).expect_err(&t);
             let msg = err.to_string();
-            assert!(matches!(err, ChartError::UnresolvedImage { .. }), "{msg}");
             assert!(
-                msg.starts_with("templates/x.yaml:2:") && msg.contains(why),
-                "{msg}"
+                msg.starts_with("templates/x.yaml:") && msg.contains(why),
+                "{t}\n=> {msg}"
+            );
+        }
+        // What helm fails on, the built-in reader fails on too.
+        for (t, why) in [
+            (
+                pod("image: {{ .Values.missing.image.repository }}"),
+                "nil pointer",
+            ),
+            (
+                pod("image: {{ required \"set a.image.x\" .Values.a.image.x }}"),
+                "set a.image.x",
+            ),
+            (pod("image: {{ include \"img\" . }}"), "no template \"img\""),
+        ] {
+            let chart = chart_with(&[("templates/x.yaml", &t)], values);
+            let err = discover_images(&chart, chart.values()).expect_err(&t);
+            assert!(
+                matches!(err, ChartError::TemplateFailed { .. }) && err.to_string().contains(why),
+                "{t}\n=> {err}"
             );
         }
         let chart = chart_with(
@@ -887,24 +994,18 @@ spec:
         );
         assert!(matches!(
             discover_images(&chart, chart.values()),
-            Err(ChartError::UnusedImageValue { .. })
+            Err(ChartError::TemplateSyntax { .. })
         ));
-        let chart = chart_with(
-            &[(
-                "templates/x.yaml",
-                "image: {{ .Values.a.image.repository }}\n{{ end }}",
-            )],
-            values,
-        );
+        let chart = chart_with(&[("templates/x.yaml", "a: b\n")], values);
         assert!(matches!(
             discover_images(&chart, chart.values()),
-            Err(ChartError::TemplateSyntax { .. })
+            Err(ChartError::UnusedImageValue { .. })
         ));
         let chart = chart_with(
             &[
                 (
                     "templates/x.yaml",
-                    "image: {{ .Values.a.image.repository }}:{{ .Values.a.image.tag }}\n",
+                    &pod("image: {{ .Values.a.image.repository }}:{{ .Values.a.image.tag }}"),
                 ),
                 ("charts/sub/Chart.yaml", "name: sub"),
             ],

@@ -60,8 +60,10 @@ struct Indexed {
 /// A parsed Helm repository index.
 #[derive(Debug, Clone)]
 pub struct RepoIndex {
-    /// chart name -> versions, newest first.
+    /// chart name -> versions, newest first (the charts that were read).
     entries: BTreeMap<String, Vec<Indexed>>,
+    /// Every chart the index names.
+    names: std::collections::BTreeSet<String>,
     skipped: Vec<String>,
 }
 
@@ -226,50 +228,30 @@ fn opt_string(v: Option<&Value>) -> Option<String> {
     v.and_then(scalar_to_string)
 }
 
-/// Deepest nesting of `[`/`{` outside quoted scalars and comments (an upper bound is enough).
-pub(crate) fn flow_depth(bytes: &[u8]) -> usize {
-    let (mut depth, mut max, mut quote, mut comment) = (0usize, 0usize, None::<u8>, false);
-    let mut prev = b'\n';
-    for &b in bytes {
-        match (quote, b) {
-            (_, b'\n') => comment = false,
-            _ if comment => {}
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, b'#') if prev == b' ' || prev == b'\n' => comment = true,
-            (None, b'"' | b'\'') => quote = Some(b),
-            (None, b'[' | b'{') => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            (None, b']' | b'}') => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        prev = b;
-    }
-    max
-}
-
 impl RepoIndex {
-    /// Parse a Helm repository index (`apiVersion: v1`, YAML or JSON). Unknown fields are
-    /// ignored; entries that are not mappings, have no string `version` or a version that is
-    /// not SemVer (after Helm's leniency: `v` prefix, missing minor/patch) are skipped (see
-    /// [`RepoIndex::skipped`]).
+    /// Parse a Helm repository index (`apiVersion: v1`, YAML or JSON), every chart of it.
+    /// Unknown fields are ignored; entries that are not mappings, have no string `version` or
+    /// a version that is not SemVer (after Helm's leniency: `v` prefix, missing minor/patch)
+    /// are skipped (see [`RepoIndex::skipped`]).
     pub fn parse(bytes: &[u8]) -> Result<Self, ChartError> {
+        Self::parse_charts(bytes, None)
+    }
+
+    /// Like [`RepoIndex::parse`], but only the versions of `chart` are read: the index is
+    /// scanned event by event (bounded: [`crate::yaml::INDEX`]) and only the entries of
+    /// `chart` are parsed into values, so memory stays near the size of the input however
+    /// many other charts the repository lists. [`RepoIndex::charts`] still names them all.
+    pub fn parse_chart(bytes: &[u8], chart: &str) -> Result<Self, ChartError> {
+        Self::parse_charts(bytes, Some(chart))
+    }
+
+    fn parse_charts(bytes: &[u8], only: Option<&str>) -> Result<Self, ChartError> {
         let invalid = |reason: String| ChartError::InvalidIndex { reason };
-        // The YAML parser needs seconds to reach its own recursion limit on 100 000 nested
-        // brackets (found by fuzzing); a Helm index never nests flow collections deeply.
-        if flow_depth(bytes) > 64 {
-            return Err(invalid(
-                "flow collections nested deeper than 64 levels (recursion limit exceeded)".into(),
-            ));
-        }
-        let doc: Value = serde_yaml_ng::from_slice(bytes)
-            .map_err(|e| invalid(format!("not valid YAML: {e}")))?;
-        let Value::Mapping(root) = doc else {
-            return Err(invalid("not a mapping".into()));
-        };
-        match root.get("apiVersion").and_then(Value::as_str) {
+        let limits = crate::yaml::INDEX;
+        let text =
+            crate::yaml::text_of("index.yaml", bytes, &limits).map_err(|e| invalid(e.reason()))?;
+        let scan = scan_index(text, &limits).map_err(|e| invalid(e.reason()))?;
+        match scan.api_version.as_deref() {
             Some("v1") => {}
             Some(other) => {
                 return Err(invalid(format!(
@@ -283,39 +265,51 @@ impl RepoIndex {
             }
         }
         let mut entries: BTreeMap<String, Vec<Indexed>> = BTreeMap::new();
+        let mut names = std::collections::BTreeSet::new();
         let mut skipped = Vec::new();
-        match root.get("entries") {
-            None | Some(Value::Null) => {}
-            Some(Value::Mapping(map)) => {
-                for (key, list) in map {
-                    let Some(chart) = scalar_to_string(key) else {
-                        skipped.push(format!("entry with a non-scalar chart name {key:?}"));
-                        continue;
-                    };
-                    let Value::Sequence(list) = list else {
-                        skipped.push(format!("{chart}: entries are not a list"));
-                        continue;
-                    };
-                    let mut versions = Vec::new();
-                    for item in list {
-                        match parse_entry(&chart, item) {
-                            Ok(ix) => versions.push(ix),
-                            Err(why) => skipped.push(format!("{chart}: {why}")),
-                        }
-                    }
-                    // Newest first; equal precedence keeps index order (stable sort).
-                    versions.sort_by(|a: &Indexed, b: &Indexed| b.semver.cmp_precedence(&a.semver));
-                    entries.entry(chart).or_default().extend(versions);
+        for span in &scan.charts {
+            names.insert(span.name.clone());
+            if only.is_some_and(|c| c != span.name) {
+                continue;
+            }
+            if !span.is_sequence {
+                skipped.push(format!("{}: entries are not a list", span.name));
+                continue;
+            }
+            // The entries of one chart on their own: the same bytes, indented as they were.
+            let mut doc = " ".repeat(span.column);
+            doc.push_str(&text[span.start..span.end]);
+            let what = format!("index.yaml entries of {}", span.name);
+            let list = crate::yaml::parse_value(&what, doc.as_bytes(), &limits)
+                .map_err(|e| invalid(e.to_string()))?;
+            let Value::Sequence(list) = list else {
+                skipped.push(format!("{}: entries are not a list", span.name));
+                continue;
+            };
+            let mut versions = Vec::new();
+            for item in &list {
+                match parse_entry(&span.name, item) {
+                    Ok(ix) => versions.push(ix),
+                    Err(why) => skipped.push(format!("{}: {why}", span.name)),
                 }
             }
-            Some(_) => return Err(invalid("`entries` is not a mapping".into())),
+            // Newest first; equal precedence keeps index order (stable sort).
+            versions.sort_by(|a: &Indexed, b: &Indexed| b.semver.cmp_precedence(&a.semver));
+            entries
+                .entry(span.name.clone())
+                .or_default()
+                .extend(versions);
         }
-        Ok(RepoIndex { entries, skipped })
+        Ok(RepoIndex {
+            entries,
+            names,
+            skipped,
+        })
     }
 
-    /// Names of the charts in the index, sorted.
+    /// Names of the charts in the index, sorted (all of them, also those not read).
     pub fn charts(&self) -> Vec<&str> {
-        self.entries.keys().map(String::as_str).collect()
+        self.names.iter().map(String::as_str).collect()
     }
 
     /// Human-readable notes about index entries that were skipped while parsing.
@@ -337,7 +331,7 @@ impl RepoIndex {
         let Some(list) = self.entries.get(chart) else {
             return Err(ChartError::UnknownChart {
                 chart: chart.to_string(),
-                available: self.entries.keys().cloned().collect(),
+                available: self.names.iter().cloned().collect(),
             });
         };
         let found = match spec {
@@ -356,6 +350,185 @@ impl RepoIndex {
                 nearest: nearest(list, spec),
             })
     }
+}
+
+/// Where one chart's value sits in the index text.
+#[derive(Debug)]
+struct ChartSpan {
+    name: String,
+    start: usize,
+    end: usize,
+    column: usize,
+    is_sequence: bool,
+}
+
+/// What [`scan_index`] learns from the events of an index.
+#[derive(Debug, Default)]
+struct IndexScan {
+    api_version: Option<String>,
+    charts: Vec<ChartSpan>,
+}
+
+/// What an open collection of the index is.
+#[derive(Debug, Clone, PartialEq)]
+enum Role {
+    Root,
+    Entries,
+    /// The value of `entries.<name>`, from this byte offset and column.
+    Chart(String, usize, usize),
+    Other,
+}
+
+#[derive(Debug)]
+struct Frame {
+    role: Role,
+    is_map: bool,
+    /// In a mapping: the next node is a key.
+    expect_key: bool,
+    /// In a mapping: the key of the value being read (None for a non-scalar key).
+    key: Option<String>,
+    keys: std::collections::BTreeSet<String>,
+}
+
+fn yaml_err(reason: String) -> crate::yaml::YamlError {
+    crate::yaml::YamlError::Invalid {
+        what: "index.yaml".into(),
+        reason,
+    }
+}
+
+/// One pass over the index's events (bounded by `limits`): `apiVersion`, and where each
+/// `entries.<chart>` value starts and ends. Nothing else is kept.
+fn scan_index(
+    text: &str,
+    limits: &crate::yaml::Limits,
+) -> Result<IndexScan, crate::yaml::YamlError> {
+    use crate::yaml::Kind;
+    let mut out = IndexScan::default();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut documents = 0usize;
+    let mut root_seen = false;
+    crate::yaml::events("index.yaml", text, limits, &mut |ev| {
+        match ev.kind {
+            Kind::DocumentStart => {
+                documents += 1;
+                if documents > 1 {
+                    return Err(yaml_err("holds more than one YAML document".into()));
+                }
+                return Ok(());
+            }
+            Kind::DocumentEnd => return Ok(()),
+            _ => {}
+        }
+        let is_start = matches!(
+            ev.kind,
+            Kind::Scalar | Kind::Alias | Kind::MappingStart | Kind::SequenceStart
+        );
+        if is_start {
+            // What this node is, from its parent.
+            let role = match stack.last_mut() {
+                None => {
+                    if root_seen {
+                        return Ok(());
+                    }
+                    root_seen = true;
+                    if ev.kind != Kind::MappingStart {
+                        return Err(yaml_err("not a mapping".into()));
+                    }
+                    Role::Root
+                }
+                Some(parent) if parent.is_map && parent.expect_key => {
+                    parent.key = (ev.kind == Kind::Scalar)
+                        .then(|| String::from_utf8_lossy(&ev.value).into_owned());
+                    if let Some(k) = &parent.key {
+                        if matches!(parent.role, Role::Root | Role::Entries)
+                            && !parent.keys.insert(k.clone())
+                        {
+                            return Err(yaml_err(format!(
+                                "not valid YAML: line {}: duplicate key {k:?}",
+                                ev.line + 1
+                            )));
+                        }
+                    }
+                    Role::Other
+                }
+                Some(parent) => match (&parent.role, parent.is_map, parent.key.as_deref()) {
+                    (Role::Root, true, Some("apiVersion")) => {
+                        if ev.kind == Kind::Scalar {
+                            out.api_version = Some(String::from_utf8_lossy(&ev.value).into_owned());
+                        }
+                        Role::Other
+                    }
+                    (Role::Root, true, Some("entries")) => match ev.kind {
+                        Kind::MappingStart => Role::Entries,
+                        Kind::Scalar
+                            if ev.plain
+                                && matches!(
+                                    &ev.value[..],
+                                    b"" | b"~" | b"null" | b"Null" | b"NULL"
+                                ) =>
+                        {
+                            Role::Other
+                        }
+                        _ => return Err(yaml_err("`entries` is not a mapping".into())),
+                    },
+                    (Role::Entries, true, Some(name)) => {
+                        let name = name.to_string();
+                        if matches!(ev.kind, Kind::MappingStart | Kind::SequenceStart) {
+                            Role::Chart(name, ev.start, ev.column)
+                        } else {
+                            out.charts.push(ChartSpan {
+                                name,
+                                start: ev.start,
+                                end: ev.end,
+                                column: ev.column,
+                                is_sequence: false,
+                            });
+                            Role::Other
+                        }
+                    }
+                    _ => Role::Other,
+                },
+            };
+            let is_key = stack.last().is_some_and(|p| p.is_map && p.expect_key);
+            if matches!(ev.kind, Kind::MappingStart | Kind::SequenceStart) {
+                stack.push(Frame {
+                    role,
+                    is_map: ev.kind == Kind::MappingStart,
+                    expect_key: true,
+                    key: None,
+                    keys: Default::default(),
+                });
+                return Ok(());
+            }
+            // A scalar or alias is complete at once.
+            if let Some(parent) = stack.last_mut() {
+                if parent.is_map {
+                    parent.expect_key = !is_key;
+                }
+            }
+            return Ok(());
+        }
+        // The end of a collection.
+        if let Some(frame) = stack.pop() {
+            if let Role::Chart(name, start, column) = frame.role {
+                out.charts.push(ChartSpan {
+                    name,
+                    start,
+                    end: ev.end,
+                    column,
+                    is_sequence: !frame.is_map,
+                });
+            }
+            if let Some(parent) = stack.last_mut() {
+                if parent.is_map {
+                    parent.expect_key = !parent.expect_key;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 fn parse_entry(chart: &str, item: &Value) -> Result<Indexed, String> {
@@ -609,7 +782,9 @@ mod tests {
             .iter()
             .map(|e| e.version.as_str())
             .collect();
-        assert_eq!(versions, ["1.8.0", "1.6.0", "1.4.1", "1.1.1", "0.4.1"]);
+        assert_eq!(versions.len(), 21);
+        assert_eq!(versions[..3], ["1.8.0", "1.7.0", "1.6.0"]);
+        assert_eq!(versions[20], "0.1.0");
         let e = ix
             .resolve("koordinator", &VersionSpec::Latest)
             .expect("latest");
@@ -795,6 +970,41 @@ mod tests {
         assert_eq!(r("1.7").expect("r"), "v1.7");
         assert_eq!(r("1.7.0").expect("r"), "v1.7");
         assert!(r("1.9.0").is_err());
+    }
+
+    #[test]
+    fn one_chart_reads_the_same_as_all() {
+        let all = RepoIndex::parse(UPSTREAM).expect("all");
+        let one = RepoIndex::parse_chart(UPSTREAM, "koordinator").expect("one");
+        assert_eq!(one.charts(), all.charts());
+        let v = |ix: &RepoIndex, c: &str| {
+            ix.versions(c)
+                .iter()
+                .map(|e| (e.version.clone(), e.digest.clone(), e.urls.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(v(&one, "koordinator"), v(&all, "koordinator"));
+        assert!(one.versions("koord-queue").is_empty());
+        assert!(!all.versions("koord-queue").is_empty());
+        // Every layout Helm or a hand may write: flow (JSON), compact and indented block
+        // sequences, comments, quoted keys, anchors inside the entries.
+        for text in [
+            r#"{"apiVersion":"v1","entries":{"x":[{"version":"9.0.0"}],"c":[{"version":"1.0.0","urls":["c.tgz"]},{"version":"2.0.0"}]}}"#,
+            "apiVersion: v1\nentries:\n  x:\n  - version: 9.0.0\n  c:\n  - version: 1.0.0\n    urls: [c.tgz]\n  # a comment\n  - {version: 2.0.0}\n",
+            "apiVersion: v1\nentries:\n  'x': [{version: 9.0.0}]\n  \"c\":\n      - version: 1.0.0\n        urls:\n          - c.tgz\n      - &two\n        version: 2.0.0\ngenerated: x\n",
+        ] {
+            let ix = RepoIndex::parse_chart(text.as_bytes(), "c").expect(text);
+            assert_eq!(ix.charts(), ["c", "x"], "{text}");
+            let got: Vec<&str> = ix.versions("c").iter().map(|e| e.version.as_str()).collect();
+            assert_eq!(got, ["2.0.0", "1.0.0"], "{text}");
+            assert_eq!(ix.versions("c")[1].urls, ["c.tgz"], "{text}");
+        }
+        let err = RepoIndex::parse_chart(b"apiVersion: v1\nentries:\n  c: []\n  c: []\n", "c")
+            .expect_err("duplicate");
+        assert!(err.to_string().contains("duplicate key \"c\""), "{err}");
+        let err = RepoIndex::parse_chart(b"apiVersion: v1\n---\napiVersion: v1\n", "c")
+            .expect_err("two documents");
+        assert!(err.to_string().contains("more than one"), "{err}");
     }
 
     #[test]

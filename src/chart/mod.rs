@@ -8,11 +8,14 @@
 //! * [`values`]: Helm's merging of `--values` files and the `--set` syntax.
 //! * [`discover`]: find the container images the chart deploys, for given values.
 //! * [`crds`]: extract the CustomResourceDefinitions the chart ships (wrapped in templates).
+//! * [`rendered`]: the container images of rendered manifests (`helm template`'s output).
 
 pub mod archive;
 pub mod crds;
 pub mod discover;
+mod engine;
 pub mod index;
+pub mod rendered;
 mod template;
 pub mod values;
 
@@ -20,7 +23,8 @@ pub use archive::{ChartArchive, ChartMeta};
 pub use crds::{extract_crds, Crd};
 pub use discover::{discover_images, ChartImage};
 pub use index::{index_url, resolve_chart_url, ChartEntry, RepoIndex, VersionSpec};
-pub use values::{apply_set, merge_values};
+pub use rendered::rendered_images;
+pub use values::{apply_set, generated_values, merge_values};
 
 /// Errors of the chart module. Every message names its subject (chart, version, URL, file,
 /// template path and line, `--set` expression).
@@ -156,6 +160,19 @@ pub enum ChartError {
         reason: String,
     },
 
+    /// A rendered container image (from `helm template`) is not a usable image reference.
+    #[error(
+        "{template} (as rendered): image {reference:?} is not a valid image reference: {reason}"
+    )]
+    InvalidRenderedImage {
+        /// The template the document came from ("rendered manifests" when unknown).
+        template: String,
+        /// The rendered value.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The values declare an image (`<component>.image.repository`) that no template uses:
     /// the bundle would not know whether it must carry it.
     #[error(
@@ -167,6 +184,30 @@ pub enum ChartError {
         component: String,
         /// The repository value (rendered as text).
         repository: String,
+    },
+
+    /// Rendering failed where helm's would fail too (`required`, `fail`, a field of nil).
+    #[error("{template}:{line}: {reason}")]
+    TemplateFailed {
+        /// Template path relative to the chart root.
+        template: String,
+        /// 1-based line number (0 when unknown).
+        line: usize,
+        /// What failed.
+        reason: String,
+    },
+
+    /// The built-in reader cannot evaluate something the images depend on.
+    #[error("{template}:{line}: cannot evaluate `{action}` without helm: {reason}")]
+    Unevaluable {
+        /// Template path relative to the chart root.
+        template: String,
+        /// 1-based line number.
+        line: usize,
+        /// The template action, as written.
+        action: String,
+        /// What could not be evaluated and why it matters.
+        reason: String,
     },
 
     /// The chart uses a feature this module does not handle.

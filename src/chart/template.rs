@@ -1,6 +1,6 @@
 //! A minimal reading of Go text/template as Helm uses it: enough to split a template into text
-//! and actions, follow `if`/`else`/`with`/`range`/`define`/`end` with values that are known,
-//! and evaluate plain `.Values.a.b` references. Everything else is "unknown".
+//! and actions (for the engine and the CRD wrappers), and evaluate the plain conditions of a
+//! CRD wrapper (`.Values.a.b`, `not`, `and`, `or`). Everything else is "unknown".
 
 use serde_yaml_ng::Value;
 
@@ -263,87 +263,12 @@ pub(crate) fn eval_condition(expr: &str, values: &Value) -> Tri {
     }
 }
 
-#[derive(Debug)]
-struct Frame {
-    /// Some earlier branch of this if/else chain was (maybe) taken.
-    taken: Tri,
-    /// The current branch is taken.
-    current: Tri,
-}
-
-/// Follows control structures to tell whether a position of the template is rendered.
-#[derive(Debug, Default)]
-pub(crate) struct Flow {
-    stack: Vec<Frame>,
-}
-
-impl Flow {
-    /// Is the current position rendered? False if any enclosing branch is known not taken.
-    pub(crate) fn active(&self) -> Tri {
-        self.stack
-            .iter()
-            .fold(Tri::True, |acc, f| acc.and(f.current))
-    }
-
-    fn push(&mut self, cond: Tri) {
-        self.stack.push(Frame {
-            taken: cond,
-            current: cond,
-        });
-    }
-
-    /// Process one action. Error on `else`/`end` without an opening action.
-    pub(crate) fn apply(&mut self, action: &Action<'_>, values: &Value) -> Result<(), String> {
-        if action.comment {
-            return Ok(());
-        }
-        let inner = action.inner;
-        let kw = keyword(inner);
-        let rest = inner[kw.len()..].trim();
-        match kw {
-            "if" | "with" => self.push(eval_condition(rest, values)),
-            // A range body renders once per item: taken iff the collection is non-empty.
-            "range" => {
-                let cond = if rest.contains(":=") || rest.contains('|') {
-                    Tri::Unknown
-                } else {
-                    eval_condition(rest, values)
-                };
-                self.push(cond)
-            }
-            // Definitions render where they are used, not here.
-            "define" => self.push(Tri::False),
-            "block" => self.push(Tri::Unknown),
-            "else" => {
-                let Some(f) = self.stack.last_mut() else {
-                    return Err("`{{ else }}` without `if`".into());
-                };
-                let sub = keyword(rest);
-                let cond = if sub == "if" || sub == "with" {
-                    eval_condition(rest[sub.len()..].trim(), values)
-                } else {
-                    Tri::True
-                };
-                f.current = f.taken.not().and(cond);
-                f.taken = f.taken.or(cond);
-            }
-            "end" => {
-                self.stack
-                    .pop()
-                    .ok_or_else(|| "`{{ end }}` without an opening action".to_string())?;
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn vals(y: &str) -> Value {
-        serde_yaml_ng::from_str(y).expect("yaml")
+        crate::yaml::parse_value("t", y.as_bytes(), &crate::yaml::VALUES).expect("yaml")
     }
 
     #[test]
@@ -401,35 +326,5 @@ mod tests {
             Tri::Unknown
         );
         assert_eq!(eval_condition("contains \"x\" .Values.b", &v), Tri::Unknown);
-    }
-
-    #[test]
-    fn flow() {
-        let v = vals("h: ''\n");
-        let t = "{{ if .Values.h }}A{{ else }}B{{ end }}{{ if eq 1 1 }}C{{ else }}D{{ end }}{{ define \"x\" }}E{{ end }}";
-        let mut flow = Flow::default();
-        let mut seen = Vec::new();
-        for tok in tokenize(t).expect("tokens") {
-            match tok {
-                Token::Action(a) => flow.apply(&a, &v).expect("apply"),
-                Token::Text { start, end } => seen.push((&t[start..end], flow.active())),
-            }
-        }
-        assert_eq!(
-            seen,
-            [
-                ("A", Tri::False),
-                ("B", Tri::True),
-                ("C", Tri::Unknown),
-                ("D", Tri::Unknown),
-                ("E", Tri::False)
-            ]
-        );
-        let mut flow = Flow::default();
-        let end = tokenize("{{ end }}").expect("tokens");
-        let Token::Action(a) = &end[0] else {
-            panic!("action")
-        };
-        assert!(flow.apply(a, &v).is_err());
     }
 }

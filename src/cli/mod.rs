@@ -122,6 +122,17 @@ pub struct KeygenArgs {
     pub json: bool,
 }
 
+/// How `build` finds the images of a chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Discover {
+    /// helm when one is found, else the built-in reader.
+    Auto,
+    /// Real `helm template` (fails without helm).
+    Helm,
+    /// The built-in template reader, even when helm is there.
+    Builtin,
+}
+
 /// `build`.
 #[derive(Debug, Args)]
 pub struct BuildArgs {
@@ -152,6 +163,15 @@ pub struct BuildArgs {
     /// Add an image by hand (full reference).
     #[arg(long = "image", value_name = "REF")]
     pub images: Vec<String>,
+    /// How the images the chart deploys are found: `helm` renders the chart with real
+    /// `helm template` (exact; needs helm 3.5+), `builtin` reads the templates without helm
+    /// (the common Helm idioms; refuses what it cannot evaluate), `auto` uses helm when one is
+    /// found (--helm, else PATH) and the built-in reader otherwise. Recorded in the bundle.
+    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
+    pub discover: Discover,
+    /// The helm binary for `--discover helm|auto` [default: helm on PATH].
+    #[arg(long, value_name = "PATH")]
+    pub helm: Option<PathBuf>,
     /// Values file fed to image discovery, as helm would.
     #[arg(long = "values", short = 'f', value_name = "FILE")]
     pub values: Vec<PathBuf>,

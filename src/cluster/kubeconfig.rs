@@ -140,8 +140,10 @@ pub fn parse(text: &str, path: &Path, context: Option<&str>) -> Result<Kubeconfi
     if text.trim().is_empty() {
         return Err(invalid("the file is empty".into()));
     }
-    let raw: RawConfig = serde_yaml_ng::from_str(text)
-        .map_err(|e| invalid(format!("not a valid kubeconfig: {e}")))?;
+    // Bounded in size, depth and nodes like every YAML input (crate::yaml).
+    let raw: RawConfig =
+        crate::yaml::parse("kubeconfig", text.as_bytes(), &crate::yaml::KUBECONFIG)
+            .map_err(|e| invalid(format!("not a valid kubeconfig: {}", e.reason())))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let contexts = raw.contexts.unwrap_or_default();
     let wanted = match context.filter(|c| !c.is_empty()) {

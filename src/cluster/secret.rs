@@ -26,6 +26,7 @@ impl fmt::Debug for SecretBytes {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // typed test parses of tiny literals
 mod tests {
     use super::*;
 

@@ -40,7 +40,7 @@ async fn fetch_chart(
     progress: &Progress,
 ) -> anyhow::Result<FetchedChart> {
     if let Some(file) = &args.chart {
-        let bytes = std::fs::read(file)
+        let bytes = read_bounded(file, chart::archive::MAX_UNCOMPRESSED as usize)
             .with_context(|| format!("cannot read chart archive {}", file.display()))?;
         let digest = Digest::of(&bytes);
         progress.say(format!("chart    {} ({digest})", file.display()));
@@ -53,8 +53,9 @@ async fn fetch_chart(
         });
     }
     let index_url = chart::index_url(&args.repo);
-    let index_bytes = http.get(&index_url).await.context("cannot read the Helm repository index (use --repo URL, or --chart FILE with an archive downloaded by hand)")?;
-    let index = chart::RepoIndex::parse(&index_bytes).with_context(|| index_url.clone())?;
+    let index_bytes = http.get(&index_url, crate::yaml::INDEX.max_bytes).await.context("cannot read the Helm repository index (use --repo URL, or --chart FILE with an archive downloaded by hand)")?;
+    let index = chart::RepoIndex::parse_chart(&index_bytes, "koordinator")
+        .with_context(|| index_url.clone())?;
     let spec = chart::VersionSpec::parse(&args.version)?;
     let entry = index.resolve("koordinator", &spec)?;
     let url_text = entry
@@ -62,7 +63,9 @@ async fn fetch_chart(
         .first()
         .with_context(|| format!("index entry koordinator {} has no urls", entry.version))?;
     let url = chart::resolve_chart_url(&args.repo, url_text);
-    let bytes = http.get(&url).await?;
+    let bytes = http
+        .get(&url, chart::archive::MAX_UNCOMPRESSED as usize)
+        .await?;
     let digest = Digest::of(&bytes);
     let mut mismatch_allowed = false;
     if let Some(expected) = &entry.digest {
@@ -91,6 +94,22 @@ async fn fetch_chart(
         index_digest: entry.digest.clone(),
         mismatch_allowed,
     })
+}
+
+/// Read a file of at most `max` bytes (refused beyond, without reading the rest).
+fn read_bounded(path: &std::path::Path, max: usize) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    std::fs::File::open(path)?
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)?;
+    if out.len() > max {
+        bail!(
+            "{}: larger than the {max} bytes allowed for it",
+            path.display()
+        );
+    }
+    Ok(out)
 }
 
 /// The images to bundle: what the chart deploys plus `--image`.
@@ -493,24 +512,32 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     }
     let mut values = archive.values().clone();
     for f in &args.values {
-        let text =
-            std::fs::read(f).with_context(|| format!("cannot read values file {}", f.display()))?;
-        let overlay: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&text)
-            .with_context(|| format!("values file {} is not YAML", f.display()))?;
+        let limits = crate::yaml::VALUES_FILE;
+        let text = read_bounded(f, limits.max_bytes)
+            .with_context(|| format!("cannot read values file {}", f.display()))?;
+        let overlay = crate::yaml::parse_helm_values(
+            &format!("values file {}", f.display()),
+            &text,
+            &limits,
+        )?;
         chart::merge_values(&mut values, &overlay);
     }
     for s in &args.set {
         chart::apply_set(&mut values, s)?;
     }
-    let images = chart::discover_images(&archive, &values)?;
+    let (images, discovery) = super::discover::images(&args, &archive, &fetched.bytes, &values)?;
     let crds = chart::extract_crds(&archive)?;
     let wanted = wanted_images(&images, &args.images)?;
     progress.say(format!(
-        "found    {} images and {} CRDs in chart {} {}",
+        "found    {} images and {} CRDs in chart {} {} ({})",
         wanted.len(),
         crds.len(),
         meta.name,
-        meta.version
+        meta.version,
+        match &discovery.helm_version {
+            Some(v) => format!("helm template, helm {v}"),
+            None => "built-in chart reader".into(),
+        }
     ));
 
     // 2. Resolve every image from the first source that has it.
@@ -573,7 +600,9 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         .collect();
 
     if args.dry_run {
-        return print_plan(&args, &meta, &fetched, &records, &crds, &resolved);
+        return print_plan(
+            &args, &meta, &fetched, &records, &crds, &resolved, &discovery,
+        );
     }
 
     // 3. The chart as a Helm OCI artifact (a graph of its own, its blobs inline).
@@ -690,6 +719,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             created: m.created.clone(),
         }),
         omitted_blobs: omitted,
+        discovery: Some(discovery.clone()),
     };
     let manifest_json = serde_json::to_vec_pretty(&manifest)?;
     let mut files: Vec<(String, Vec<u8>)> = vec![
@@ -794,6 +824,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             "omittedBlobs": manifest.omitted_blobs.len(), "base": manifest.base,
             "chart": {"name": manifest.chart.name, "version": manifest.chart.version, "digest": manifest.chart.digest},
             "images": manifest.images, "crds": manifest.crds.len(), "fetch": stats, "signed": signer.is_some(),
+            "discovery": manifest.discovery,
             "publicKey": pubkey,
         }));
     }
@@ -852,6 +883,7 @@ fn print_plan(
     records: &[ImageRecord],
     crds: &[crate::chart::Crd],
     resolved: &[Resolved],
+    discovery: &crate::bundle::manifest::DiscoveryRecord,
 ) -> anyhow::Result<()> {
     let mut unique = BTreeMap::new();
     for r in resolved {
@@ -865,6 +897,7 @@ fn print_plan(
             "dryRun": true,
             "chart": {"name": meta.name, "version": meta.version, "digest": fetched.digest, "url": fetched.url},
             "images": records, "crds": crds.iter().map(|c| &c.name).collect::<Vec<_>>(),
+            "discovery": discovery,
             "uniqueBlobs": unique.len(), "bytes": total,
         }));
     }

@@ -330,7 +330,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         }
     }
     let host_network = args.host_network || preflight.as_ref().is_some_and(|r| r.host_network);
-    let values = helm::generated_values(
+    let values = crate::chart::generated_values(
         &target.host_and_prefix(),
         args.feature_gates.as_deref(),
         &crds_off,
@@ -392,7 +392,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             let rendered = h
                 .template(&render)
                 .context("helm template of the bundle's chart")?;
-            let images = helm::rendered_images(&rendered);
+            let images = crate::chart::rendered_images(&rendered);
             let bundled: Vec<String> = manifest
                 .images
                 .iter()

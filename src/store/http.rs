@@ -27,8 +27,18 @@ pub struct HttpFetcher {
     retry: RetryPolicy,
 }
 
-/// Largest document fetched (an index or a chart archive).
-const MAX_BODY: usize = 256 * 1024 * 1024;
+/// Read at most `max` bytes from `r`; more is an error naming `what`.
+fn read_bounded(r: impl std::io::Read, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    r.take(max as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > max {
+        return Err(std::io::Error::other(format!(
+            "larger than the {max} bytes allowed for it"
+        )));
+    }
+    Ok(out)
+}
 
 impl HttpFetcher {
     /// A client trusting the system roots plus `ca_files`.
@@ -53,8 +63,10 @@ impl HttpFetcher {
         })
     }
 
-    /// GET `url` (or read it, for a local path) into memory.
-    pub async fn get(&self, url: &str) -> Result<Vec<u8>, HttpError> {
+    /// GET `url` (or read it, for a local path) into memory, at most `max` bytes: the read
+    /// stops as soon as the body passes `max`, whether the server announced a length or sends
+    /// it chunked (an endless body costs `max` bytes of memory, no more).
+    pub async fn get(&self, url: &str, max: usize) -> Result<Vec<u8>, HttpError> {
         let err = |message: String| HttpError::Get {
             url: url.to_string(),
             message,
@@ -63,7 +75,9 @@ impl HttpFetcher {
             .strip_prefix("file://")
             .or_else(|| (!url.contains("://")).then_some(url))
         {
-            return std::fs::read(path).map_err(|e| err(e.to_string()));
+            return std::fs::File::open(path)
+                .and_then(|f| read_bounded(f, max))
+                .map_err(|e| err(e.to_string()));
         }
         let mut attempt = 0;
         loop {
@@ -88,11 +102,25 @@ impl HttpFetcher {
                         .and_then(|v| v.trim().parse::<u64>().ok());
                     return Err((transient, format!("HTTP {status}"), after));
                 }
-                if resp.content_length().is_some_and(|l| l as usize > MAX_BODY) {
-                    return Err((false, format!("larger than {MAX_BODY} bytes"), None));
+                let too_large = || {
+                    (
+                        false,
+                        format!("larger than the {max} bytes allowed for it"),
+                        None,
+                    )
+                };
+                if resp.content_length().is_some_and(|l| l > max as u64) {
+                    return Err(too_large());
                 }
-                let body = resp.bytes().await.map_err(|e| (true, chain(&e), None))?;
-                Ok(body.to_vec())
+                let mut resp = resp;
+                let mut body: Vec<u8> = Vec::new();
+                while let Some(chunk) = resp.chunk().await.map_err(|e| (true, chain(&e), None))? {
+                    if body.len() + chunk.len() > max {
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(body)
             }
             .await;
             match res {

@@ -20,9 +20,8 @@
 //! helm 4 against the TLS registry with basic auth, verifying its certificate with the CA file.
 
 use crate::common::{env, fixtures};
-use koord_bundle::helm::{
-    generated_values, rendered_images, ChartSource, Helm, HelmError, InstallPlan, RegistryAccess,
-};
+use koord_bundle::chart::{generated_values, rendered_images};
+use koord_bundle::helm::{ChartSource, Helm, HelmError, InstallPlan, RegistryAccess};
 use koord_bundle::store::Secret;
 use serde_yaml_ng::Value;
 use sha2::{Digest, Sha256};

@@ -2,7 +2,7 @@
 //! its own: a module may use only modules of a lower layer.
 //!
 //! ```text
-//! 0  oci, text          pure types and text helpers; no I/O
+//! 0  oci, text, yaml    pure types, text helpers, the one bounded YAML entry; no I/O
 //! 1  store              sources and sinks: registry, blob cache, memory, files
 //! 2  copy               the one graph walk over stores
 //! 3  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
@@ -15,6 +15,7 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     ("oci", 0),
     ("text", 0),
+    ("yaml", 0),
     ("store", 1),
     ("copy", 2),
     ("bundle", 3),

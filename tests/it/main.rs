@@ -2,7 +2,12 @@
 //! (CNCF distribution 2.8 over plain HTTP and over TLS with basic auth, skopeo, minisign,
 //! sha256sum, helm). Start them with scripts/test.sh.
 
+// The tests read what the binary wrote with serde_yaml_ng directly, as an outside peer would
+// (the crate itself parses YAML only through koord_bundle::yaml).
+#![allow(clippy::disallowed_methods)]
+
 mod build;
+mod charts;
 mod common;
 mod fake_registry;
 mod fault_proxy;
@@ -20,3 +25,4 @@ mod proxy;
 mod serve;
 mod sneakernet;
 mod token_registry;
+mod yaml_bounds;

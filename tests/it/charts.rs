@@ -1,0 +1,356 @@
+//! Every published chart version, 0.1.0 – 1.8.0 (issue 8 part 2 and part 4): the images
+//! `build` bundles are exactly those real `helm template` renders from the chart, whether
+//! build renders it with helm or reads it with its built-in reader, and a real build of every
+//! version succeeds both ways.
+
+use crate::common::{assert_ok, env, fixtures, pushed_digest, tar_entries, Home};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Every chart version of the fixtures, oldest first.
+fn versions() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            name.strip_prefix("koordinator-")
+                .and_then(|n| n.strip_suffix(".tgz"))
+                .map(str::to_string)
+        })
+        .collect();
+    v.sort_by_key(|s| {
+        s.split('.')
+            .map(|p| p.parse::<u32>().unwrap())
+            .collect::<Vec<_>>()
+    });
+    v
+}
+
+/// The container images of `helm template` output, read with serde_yaml_ng as a peer would.
+fn images_of(rendered: &str) -> BTreeSet<String> {
+    fn walk(v: &serde_yaml_ng::Value, out: &mut BTreeSet<String>) {
+        use serde_yaml_ng::Value as Y;
+        match v {
+            Y::Mapping(m) => {
+                for (k, val) in m {
+                    if matches!(
+                        k.as_str(),
+                        Some("containers" | "initContainers" | "ephemeralContainers")
+                    ) {
+                        for c in val.as_sequence().into_iter().flatten() {
+                            if let Some(i) = c.get("image").and_then(Y::as_str) {
+                                out.insert(i.to_string());
+                            }
+                        }
+                    }
+                    walk(val, out);
+                }
+            }
+            Y::Sequence(s) => s.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for doc in rendered.split("\n---") {
+        if let Ok(v) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(doc) {
+            walk(&v, &mut out);
+        }
+    }
+    out
+}
+
+/// What real helm renders from a fixture chart, with `--set`s.
+fn helm_images(helm: &Path, version: &str, sets: &[&str]) -> BTreeSet<String> {
+    let chart = fixtures().join(format!("koordinator-{version}.tgz"));
+    let mut c = std::process::Command::new(helm);
+    c.args(["template", "koordinator", chart.to_str().unwrap()]);
+    for s in sets {
+        c.args(["--set", s]);
+    }
+    let o = c.output().expect("run helm");
+    assert_ok(&o);
+    let images = images_of(&String::from_utf8_lossy(&o.stdout));
+    assert!(!images.is_empty(), "helm renders no image from {version}");
+    images
+}
+
+fn plan(h: &Home, version: &str, extra: &[&str]) -> Value {
+    let e = env();
+    let mut args = vec![
+        "build",
+        version,
+        "--repo",
+        &e.helm_repo,
+        "--source",
+        &e.plain,
+        "--plain-http",
+        "--dry-run",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let o = h.run(&args);
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout).expect("build --json prints JSON")
+}
+
+fn originals(plan: &Value) -> BTreeSet<String> {
+    plan["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["original"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_chart_version_bundles_exactly_what_helm_renders() {
+    let e = env();
+    let h = Home::new();
+    let helm3 = e.helm3.to_str().unwrap();
+    let all = versions();
+    assert_eq!(all.len(), 21, "{all:?}");
+    for (i, version) in all.iter().enumerate() {
+        let truth = helm_images(&e.helm3, version, &[]);
+        // Real helm 3 and 4 render the same images.
+        if i % 5 == 0 {
+            assert_eq!(helm_images(&e.helm4, version, &[]), truth, "{version}");
+        }
+        for (how, extra) in [
+            ("helm", vec!["--discover", "helm", "--helm", helm3]),
+            ("builtin", vec!["--discover", "builtin"]),
+        ] {
+            let p = plan(&h, version, &extra);
+            assert_eq!(originals(&p), truth, "{version} with {how}");
+            assert_eq!(p["discovery"]["method"], how, "{version}");
+            for img in p["images"].as_array().unwrap() {
+                assert_eq!(
+                    img["digest"],
+                    pushed_digest(
+                        img["repository"].as_str().unwrap(),
+                        img["tag"].as_str().unwrap()
+                    ),
+                    "{version} {how}: {img}"
+                );
+            }
+        }
+    }
+    // Overrides as helm takes them: an image tag changed and the host switched.
+    let sets = ["imageRepositoryHost=ghcr.io", "koordlet.image.tag=v1.6.0"];
+    let truth = helm_images(&e.helm3, "1.8.0", &sets);
+    for extra in [
+        vec!["--discover", "helm", "--helm", helm3],
+        vec!["--discover", "builtin"],
+    ] {
+        let mut x: Vec<&str> = extra.clone();
+        for s in &sets {
+            x.extend(["--set", s]);
+        }
+        let p = plan(&h, "1.8.0", &x);
+        assert_eq!(originals(&p), truth, "{extra:?}");
+    }
+}
+
+#[test]
+fn every_chart_version_builds_a_bundle_with_helm_and_without() {
+    let e = env();
+    let h = Home::new();
+    let helm4 = e.helm4.to_str().unwrap();
+    for version in versions() {
+        let mut manifests = Vec::new();
+        for (how, extra) in [
+            ("helm", vec!["--discover", "helm", "--helm", helm4]),
+            ("builtin", vec!["--discover", "builtin"]),
+        ] {
+            let out = h.path().join(format!("k-{version}-{how}.tar"));
+            let mut args = vec![
+                "build",
+                &version,
+                "--repo",
+                &e.helm_repo,
+                "--source",
+                &e.plain,
+                "--plain-http",
+                "--unsigned",
+                "--json",
+                "-o",
+                out.to_str().unwrap(),
+            ];
+            args.extend_from_slice(&extra);
+            let o = h.run(&args);
+            assert_ok(&o);
+            let entries = tar_entries(&out);
+            let crds: Vec<&String> = entries
+                .iter()
+                .filter(|n| n.starts_with("crds/") && !n.ends_with('/'))
+                .collect();
+            assert!(!crds.is_empty(), "{version}");
+            for c in &crds {
+                let name = c.trim_start_matches("crds/");
+                assert!(
+                    !name.contains(' ') && name.ends_with(".yaml") && name.contains('_'),
+                    "{version}: {c}"
+                );
+            }
+            let mut ar = tar::Archive::new(std::fs::File::open(&out).unwrap());
+            let manifest: Value = ar
+                .entries()
+                .unwrap()
+                .map(|e| e.unwrap())
+                .find(|e| e.path().unwrap().to_string_lossy() == "koord-bundle.json")
+                .map(|mut e| {
+                    let mut s = String::new();
+                    std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+                    serde_json::from_str(&s).unwrap()
+                })
+                .expect("koord-bundle.json");
+            assert_eq!(manifest["discovery"]["method"], how, "{version}");
+            if how == "helm" {
+                assert_eq!(manifest["discovery"]["helmVersion"], "v4.1.4");
+            }
+            manifests.push(manifest);
+            std::fs::remove_file(&out).unwrap();
+        }
+        assert_eq!(
+            manifests[0]["images"], manifests[1]["images"],
+            "{version}: helm and built-in discovery bundle the same images"
+        );
+        assert_eq!(manifests[0]["crds"], manifests[1]["crds"], "{version}");
+    }
+}
+
+/// `helm package` a chart of tests/fixtures/charts-synthetic into `dir`.
+fn package(name: &str, dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/charts-synthetic")
+        .join(name);
+    let o = std::process::Command::new(&env().helm3)
+        .args([
+            "package",
+            src.to_str().unwrap(),
+            "-d",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .expect("helm package");
+    assert_ok(&o);
+    dir.join(format!("{name}-0.1.0.tgz"))
+}
+
+fn helm_template_dir(name: &str, sets: &[&str]) -> BTreeSet<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/charts-synthetic")
+        .join(name);
+    let mut c = std::process::Command::new(&env().helm3);
+    c.args([
+        "template",
+        "koordinator",
+        src.to_str().unwrap(),
+        "--namespace",
+        "koordinator-system",
+    ]);
+    for s in sets {
+        c.args(["--set", s]);
+    }
+    let o = c.output().expect("helm template");
+    assert_ok(&o);
+    images_of(&String::from_utf8_lossy(&o.stdout))
+}
+
+#[test]
+fn synthetic_chart_idioms_read_like_helm_with_and_without_helm() {
+    let e = env();
+    let h = Home::new();
+    let chart = package("idioms", h.path());
+    let helm3 = e.helm3.to_str().unwrap();
+    for sets in [
+        vec![],
+        vec![
+            "sidecar.enabled=true",
+            "global.imageRegistry=mirror.example:5000",
+            "image.tag=v1.6.0",
+        ],
+    ] {
+        let truth = helm_template_dir("idioms", &sets);
+        assert!(truth.len() >= 3, "{truth:?}");
+        for how in [
+            vec!["--discover", "helm", "--helm", helm3],
+            vec!["--discover", "builtin"],
+        ] {
+            let mut args = vec![
+                "build",
+                "--chart",
+                chart.to_str().unwrap(),
+                "--source",
+                &e.plain,
+                "--plain-http",
+                "--dry-run",
+                "--json",
+            ];
+            args.extend_from_slice(&how);
+            for s in &sets {
+                args.extend(["--set", s]);
+            }
+            let o = h.run(&args);
+            assert_ok(&o);
+            let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(originals(&p), truth, "{how:?} {sets:?}");
+            // The optional component is bundled only when enabled.
+            let side = p["images"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["repository"] == "koordinator-sh/koord-device-daemon");
+            assert_eq!(side, !sets.is_empty(), "{how:?} {sets:?}");
+            assert_eq!(p["crds"][0], "widgets.idioms.example.com");
+        }
+    }
+}
+
+#[test]
+fn a_chart_only_helm_can_read_is_refused_without_helm() {
+    let e = env();
+    let h = Home::new();
+    let chart = package("needs-helm", h.path());
+    let base = [
+        "build",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--source",
+        &e.plain,
+        "--plain-http",
+        "--dry-run",
+        "--json",
+    ];
+    // A PATH without helm, whatever the machine has installed.
+    let no_helm = h.path().join("empty-path");
+    std::fs::create_dir_all(&no_helm).unwrap();
+    // Built-in (also what `auto` does with no helm on PATH): refused, naming file and line.
+    for how in [["--discover", "builtin"], ["--discover", "auto"]] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&how);
+        let o = h.cmd(&args).env("PATH", &no_helm).output().unwrap();
+        crate::common::assert_fails(
+            &o,
+            1,
+            &[
+                "templates/daemonset.yaml:9",
+                ".Capabilities",
+                "install helm",
+            ],
+        );
+    }
+    // With helm: what helm renders.
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--discover", "helm", "--helm", e.helm3.to_str().unwrap()]);
+    let o = h.run(&args);
+    assert_ok(&o);
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(originals(&p), helm_template_dir("needs-helm", &[]));
+    assert_eq!(p["discovery"]["helmVersion"], "v3.17.3");
+    // --discover helm without helm says what to do.
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--discover", "helm"]);
+    let o = h.cmd(&args).env("PATH", &no_helm).output().unwrap();
+    crate::common::assert_fails(&o, 1, &["--discover helm", "helm"]);
+}
