@@ -15,6 +15,9 @@ pub enum HttpError {
         url: String,
         /// What went wrong.
         message: String,
+        /// A transport failure, 5xx, 408 or 429 that outlived the retries (another try later may
+        /// work), as opposed to an answer such as 404.
+        transient: bool,
     },
     /// Client setup failure.
     #[error("HTTP client setup: {0}")]
@@ -29,6 +32,19 @@ pub struct HttpFetcher {
 
 /// Largest document fetched (an index or a chart archive).
 const MAX_BODY: usize = 256 * 1024 * 1024;
+
+impl HttpError {
+    /// The repository could not be reached, or failed on its side, after every retry.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            HttpError::Get {
+                transient: true,
+                ..
+            }
+        )
+    }
+}
 
 impl HttpFetcher {
     /// A client trusting the system roots plus `ca_files`.
@@ -55,17 +71,48 @@ impl HttpFetcher {
 
     /// GET `url` (or read it, for a local path) into memory.
     pub async fn get(&self, url: &str) -> Result<Vec<u8>, HttpError> {
-        let err = |message: String| HttpError::Get {
+        let err = |message: String, transient: bool| HttpError::Get {
             url: url.to_string(),
             message,
+            transient,
         };
         if let Some(path) = url
             .strip_prefix("file://")
             .or_else(|| (!url.contains("://")).then_some(url))
         {
-            return std::fs::read(path).map_err(|e| err(e.to_string()));
+            return std::fs::read(path).map_err(|e| err(e.to_string(), false));
         }
         let mut attempt = 0;
+        // Why an attempt failed: worth another try, transient (a try later may work), the text.
+        struct Fail {
+            retry: bool,
+            transient: bool,
+            message: String,
+            after: Option<u64>,
+        }
+        let transport = |e: &reqwest::Error| {
+            // As for registries: refused on a loopback address or no such host is said at
+            // once, with a hint, instead of after every retry.
+            let host = reqwest::Url::parse(url)
+                .map(|u| crate::store::registry::host_of(&u, url).into_owned())
+                .unwrap_or_else(|_| url.to_string());
+            match crate::store::registry::classify_send_error(&host, url, e) {
+                crate::store::RegistryError::Transport {
+                    message, retryable, ..
+                } => Fail {
+                    retry: retryable,
+                    transient: true,
+                    message,
+                    after: None,
+                },
+                _ => Fail {
+                    retry: false,
+                    transient: false,
+                    message: chain(e),
+                    after: None,
+                },
+            }
+        };
         loop {
             attempt += 1;
             let res = async {
@@ -74,7 +121,7 @@ impl HttpFetcher {
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| (true, chain(&e), None))?;
+                    .map_err(|e| transport(&e))?;
                 let status = resp.status();
                 if !status.is_success() {
                     let transient = status.is_server_error()
@@ -86,25 +133,47 @@ impl HttpFetcher {
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok());
-                    return Err((transient, format!("HTTP {status}"), after));
+                    return Err(Fail {
+                        retry: transient,
+                        transient,
+                        message: format!("HTTP {status}"),
+                        after,
+                    });
                 }
                 if resp.content_length().is_some_and(|l| l as usize > MAX_BODY) {
-                    return Err((false, format!("larger than {MAX_BODY} bytes"), None));
+                    return Err(Fail {
+                        retry: false,
+                        transient: false,
+                        message: format!("larger than {MAX_BODY} bytes"),
+                        after: None,
+                    });
                 }
-                let body = resp.bytes().await.map_err(|e| (true, chain(&e), None))?;
+                let body = resp.bytes().await.map_err(|e| transport(&e))?;
                 Ok(body.to_vec())
             }
             .await;
             match res {
                 Ok(b) => return Ok(b),
-                Err((true, _, after)) if attempt < self.retry.tries => {
+                Err(f) if f.retry && attempt < self.retry.tries => {
                     let wait = self.retry.backoff(attempt);
-                    let wait = after
+                    let wait = f
+                        .after
                         .map(|s| std::time::Duration::from_secs(s.min(60)).max(wait))
                         .unwrap_or(wait);
                     tokio::time::sleep(wait).await
                 }
-                Err((_, m, _)) => return Err(err(m)),
+                Err(f) => {
+                    let tries = match attempt {
+                        1 => "gave up after 1 attempt".to_string(),
+                        n => format!("after {n} attempts"),
+                    };
+                    let message = if f.transient {
+                        format!("{} ({tries})", f.message)
+                    } else {
+                        f.message
+                    };
+                    return Err(err(message, f.transient));
+                }
             }
         }
     }

@@ -4,6 +4,7 @@
 
 mod build;
 mod common;
+mod exit_codes;
 mod fake_registry;
 mod fault_proxy;
 mod faults;
