@@ -15,6 +15,7 @@ mod install;
 mod kube_fake;
 mod layers;
 mod load;
+mod messages;
 mod preflight;
 mod proxy;
 mod serve;
