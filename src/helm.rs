@@ -203,8 +203,9 @@ impl HelmError {
     /// exits 1 for every failure, so its words are all there is to go by. Another try later may
     /// work; any other failure of helm is taken as an answer about the input.
     pub fn is_transient(&self) -> bool {
-        const TRANSIENT: [&str; 12] = [
+        const TRANSIENT: [&str; 13] = [
             "connection refused",
+            "timed out",
             "connection reset",
             "no route to host",
             "i/o timeout",
@@ -828,6 +829,20 @@ fn redact(text: &str, secret: Option<&Secret>) -> String {
     out
 }
 
+/// helm's error: `text` from its last line starting with `Error:` (helm's prefix of the
+/// error it exits with), or all of it when there is none.
+fn error_part(text: &str) -> &str {
+    let mut at = None;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("Error:") {
+            at = Some(offset);
+        }
+        offset += line.len();
+    }
+    &text[at.unwrap_or(0)..]
+}
+
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(n);
@@ -1288,7 +1303,9 @@ impl Helm {
             return Err(HelmError::Failed {
                 command,
                 status: status_text(&status),
-                stderr_tail: tail(&stderr, TAIL_LINES),
+                // The whole output was just shown as it came: the error repeats only helm's
+                // own error (from its last `Error:` line on).
+                stderr_tail: tail(error_part(&stderr), TAIL_LINES),
                 hint,
             });
         }
@@ -1653,6 +1670,30 @@ mod tests {
     }
 
     #[test]
+    fn helm_failures_on_the_network_or_the_far_side_are_transient() {
+        let failed = |tail: &str| HelmError::Failed {
+            command: "helm upgrade --install".into(),
+            status: "exit status: 1".into(),
+            stderr_tail: tail.into(),
+            hint: None,
+        };
+        for t in [
+            "Error: Kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": dial tcp 10.0.0.1:6443: connect: connection refused",
+            "Error: etcdserver: request timed out",
+            "Error: the server is currently unable to handle the request",
+            "Error: Get \"https://r/v2/\": net/http: TLS handshake timeout",
+        ] {
+            assert!(failed(t).is_transient(), "{t}");
+        }
+        for t in [
+            "Error: INSTALLATION FAILED: namespaces \"x\" not found",
+            "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress",
+        ] {
+            assert!(!failed(t).is_transient(), "{t}");
+        }
+    }
+
+    #[test]
     fn redaction_and_tail() {
         let s = Secret::new(PW);
         assert_eq!(
@@ -1673,6 +1714,11 @@ mod tests {
             "%40<redacted> and x<redacted>"
         );
         assert_eq!(tail("1\n2\n\n3\n4\n", 2), "3\n4");
+        assert_eq!(
+            error_part("Pulled: x\nError: one\nmore\nError: two\nwhy\n"),
+            "Error: two\nwhy\n"
+        );
+        assert_eq!(error_part("no prefix\n"), "no prefix\n");
     }
 
     #[test]

@@ -436,3 +436,64 @@ fn io_code(e: &std::io::Error) -> i32 {
         _ => EXIT_INTERNAL,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RegistryError, StoreError};
+
+    fn transport() -> RegistryError {
+        RegistryError::Transport {
+            registry: "r.example".into(),
+            what: "x:1".into(),
+            message: "connection reset".into(),
+            throttled: false,
+            retry_after: None,
+            retryable: true,
+            attempts: 6,
+        }
+    }
+
+    #[test]
+    fn transparent_wrappers_are_looked_into() {
+        // WalkError::Store and StoreError::Registry forward their source: the RegistryError
+        // is not in the chain of its own, only inside them.
+        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::Registry(
+            transport(),
+        )))
+        .context("push failed");
+        assert_eq!(exit_code(&e), EXIT_INTERNAL);
+        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::Registry(
+            RegistryError::NotFound {
+                what: "x:1".into(),
+                registry: "r.example".into(),
+            },
+        )));
+        assert_eq!(exit_code(&e), EXIT_USER);
+    }
+
+    #[test]
+    fn io_errors_decide_by_kind_and_a_full_disk_always_wins() {
+        let io = |k| anyhow::Error::from(std::io::Error::from(k)).context("reading x");
+        assert_eq!(exit_code(&io(std::io::ErrorKind::NotFound)), EXIT_USER);
+        assert_eq!(exit_code(&io(std::io::ErrorKind::IsADirectory)), EXIT_USER);
+        assert_eq!(exit_code(&io(std::io::ErrorKind::Other)), EXIT_INTERNAL);
+        // A decisive "input" error outside a full disk does not hide it.
+        let e = anyhow::Error::from(crate::bundle::parts::PartsError::Io {
+            path: "p".into(),
+            source: std::io::ErrorKind::StorageFull.into(),
+        });
+        assert_eq!(exit_code(&e), EXIT_INTERNAL);
+        assert_eq!(exit_code(&anyhow::anyhow!("bad --platform")), EXIT_USER);
+    }
+
+    #[test]
+    fn report_drops_repeated_causes_and_escapes() {
+        let e = anyhow::Error::from(std::io::Error::other("Is a directory"))
+            .context("x: Is a directory")
+            .context("bundle x: Is a directory\u{1b}[2J");
+        assert_eq!(report(&e), "error: bundle x: Is a directory\\u{1b}[2J\n");
+        let e = anyhow::anyhow!("cause").context("outer");
+        assert_eq!(report(&e), "error: outer\n  caused by: cause\n");
+    }
+}
