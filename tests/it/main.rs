@@ -9,6 +9,7 @@
 mod build;
 mod charts;
 mod common;
+mod exit_codes;
 mod fake_registry;
 mod fault_proxy;
 mod faults;
@@ -19,6 +20,7 @@ mod install;
 mod kube_fake;
 mod layers;
 mod load;
+mod messages;
 mod preflight;
 mod proxy;
 mod serve;
