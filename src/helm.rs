@@ -199,6 +199,37 @@ pub enum HelmError {
     },
 }
 
+impl HelmError {
+    /// helm failed on the network or on the other side (a refused or reset connection, a
+    /// timeout, a 5xx or 429 of the cluster or registry), as far as its output tells: helm
+    /// exits 1 for every failure, so its words are all there is to go by. Another try later may
+    /// work; any other failure of helm is taken as an answer about the input.
+    pub fn is_transient(&self) -> bool {
+        const TRANSIENT: [&str; 13] = [
+            "connection refused",
+            "timed out",
+            "connection reset",
+            "no route to host",
+            "i/o timeout",
+            "tls handshake timeout",
+            "context deadline exceeded",
+            "internal server error",
+            "bad gateway",
+            "service unavailable",
+            "gateway timeout",
+            "too many requests",
+            "unable to handle the request",
+        ];
+        match self {
+            HelmError::LoginFailed { stderr_tail, .. } | HelmError::Failed { stderr_tail, .. } => {
+                let t = stderr_tail.to_ascii_lowercase();
+                TRANSIENT.iter().any(|w| t.contains(w))
+            }
+            _ => false,
+        }
+    }
+}
+
 fn hint_suffix(hint: &Option<String>) -> String {
     match hint {
         Some(h) => format!(" [hint: {h}]"),
@@ -659,12 +690,55 @@ fn join_quoted(args: &[String]) -> String {
         .join(" ")
 }
 
-/// Replace every occurrence of the secret in `text`.
+/// A secret this long, found inside a longer word, is still taken for the secret (it can be
+/// glued to other text, e.g. after a percent-escape); a shorter one is replaced only where it
+/// stands alone.
+const SCRUB_INSIDE_WORDS: usize = 8;
+
+/// `text` with the secret replaced by `<redacted>`.
+///
+/// The password only ever reaches helm on its stdin (`--password-stdin`), so helm has no
+/// reason to print it; this is a second line of defence, and it must not mangle the rest:
+/// with the password `p`, replacing every `p` turned "unexpected" into `unex<redacted>ected`.
+/// So an occurrence is replaced when it stands alone as a word (nothing alphanumeric right
+/// before or after it: `user:p@host`, `"p"`, `p` at the end of a line), whatever its length; and
+/// inside a longer word only for secrets of [`SCRUB_INSIDE_WORDS`] characters or more, which
+/// ordinary words do not contain by chance.
 fn redact(text: &str, secret: Option<&Secret>) -> String {
-    match secret.map(Secret::expose) {
-        Some(s) if !s.is_empty() => text.replace(s, "<redacted>"),
-        _ => text.to_string(),
+    let Some(secret) = secret.map(Secret::expose).filter(|s| !s.is_empty()) else {
+        return text.to_string();
+    };
+    let inside_words = secret.chars().count() >= SCRUB_INSIDE_WORDS;
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(secret) {
+        let before = rest[..at].chars().next_back().or(out.chars().next_back());
+        let after = rest[at + secret.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        if inside_words || (!word(before) && !word(after)) {
+            out.push_str("<redacted>");
+        } else {
+            out.push_str(secret);
+        }
+        rest = &rest[at + secret.len()..];
     }
+    out.push_str(rest);
+    out
+}
+
+/// helm's error: `text` from its last line starting with `Error:` (helm's prefix of the
+/// error it exits with), or all of it when there is none.
+fn error_part(text: &str) -> &str {
+    let mut at = None;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("Error:") {
+            at = Some(offset);
+        }
+        offset += line.len();
+    }
+    &text[at.unwrap_or(0)..]
 }
 
 fn tail(text: &str, n: usize) -> String {
@@ -758,8 +832,10 @@ fn pump<R: Read + Send + 'static>(
                 Ok(_) => {
                     let line = redact(&String::from_utf8_lossy(&buf), secret.as_ref());
                     if echo {
-                        // eprint! (not a raw stderr handle) so that test harnesses capture it.
-                        eprint!("{line}");
+                        // eprint! (not a raw stderr handle) so that test harnesses capture it;
+                        // helm quotes the cluster and the chart: no control character of
+                        // theirs reaches the terminal raw.
+                        eprint!("{}", crate::text::terminal_safe(&line));
                     }
                     all.push_str(&line);
                 }
@@ -1125,7 +1201,9 @@ impl Helm {
             return Err(HelmError::Failed {
                 command,
                 status: status_text(&status),
-                stderr_tail: tail(&stderr, TAIL_LINES),
+                // The whole output was just shown as it came: the error repeats only helm's
+                // own error (from its last `Error:` line on).
+                stderr_tail: tail(error_part(&stderr), TAIL_LINES),
                 hint,
             });
         }
@@ -1488,6 +1566,30 @@ mod tests {
     }
 
     #[test]
+    fn helm_failures_on_the_network_or_the_far_side_are_transient() {
+        let failed = |tail: &str| HelmError::Failed {
+            command: "helm upgrade --install".into(),
+            status: "exit status: 1".into(),
+            stderr_tail: tail.into(),
+            hint: None,
+        };
+        for t in [
+            "Error: Kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": dial tcp 10.0.0.1:6443: connect: connection refused",
+            "Error: etcdserver: request timed out",
+            "Error: the server is currently unable to handle the request",
+            "Error: Get \"https://r/v2/\": net/http: TLS handshake timeout",
+        ] {
+            assert!(failed(t).is_transient(), "{t}");
+        }
+        for t in [
+            "Error: INSTALLATION FAILED: namespaces \"x\" not found",
+            "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress",
+        ] {
+            assert!(!failed(t).is_transient(), "{t}");
+        }
+    }
+
+    #[test]
     fn redaction_and_tail() {
         let s = Secret::new(PW);
         assert_eq!(
@@ -1495,7 +1597,24 @@ mod tests {
             "x <redacted> y <redacted>"
         );
         assert_eq!(redact("abc", Some(&Secret::new(String::new()))), "abc");
+        // A short password only where it stands alone: other words keep their letters.
+        let p = Secret::new("p");
+        assert_eq!(
+            redact("unexpected http://u:p@host \"p\" p", Some(&p)),
+            "unexpected http://u:<redacted>@host \"<redacted>\" <redacted>"
+        );
+        // A long one wherever it is, glued to other text too.
+        let long = Secret::new("Tr0ub4dor3x");
+        assert_eq!(
+            redact("%40Tr0ub4dor3x and xTr0ub4dor3x", Some(&long)),
+            "%40<redacted> and x<redacted>"
+        );
         assert_eq!(tail("1\n2\n\n3\n4\n", 2), "3\n4");
+        assert_eq!(
+            error_part("Pulled: x\nError: one\nmore\nError: two\nwhy\n"),
+            "Error: two\nwhy\n"
+        );
+        assert_eq!(error_part("no prefix\n"), "no prefix\n");
     }
 
     #[test]

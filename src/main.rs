@@ -5,7 +5,18 @@ use koord_bundle::cli::{Cli, Command};
 use koord_bundle::cmd;
 
 fn main() {
+    // clap exits 2 on a usage error (cmd::EXIT_USAGE) and 0 for --help and --version.
     let cli = Cli::parse();
+    // A panic is a bug: its message is printed by the default hook, and the exit code is that
+    // of an internal failure rather than Rust's 101.
+    let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(code) => code,
+        Err(_) => cmd::EXIT_INTERNAL,
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -13,7 +24,7 @@ fn main() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            std::process::exit(cmd::EXIT_INTERNAL);
+            return cmd::EXIT_INTERNAL;
         }
     };
     let result = runtime.block_on(async {
@@ -28,11 +39,13 @@ fn main() {
             Command::Serve(a) => cmd::serve::run(a).await,
         }
     });
-    if let Err(e) = result {
-        eprintln!("error: {e}");
-        for cause in e.chain().skip(1) {
-            eprintln!("  caused by: {cause}");
+    // Leave tasks still blocked (a stdin read, a stalled download) behind rather than wait.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => cmd::EXIT_OK,
+        Err(e) => {
+            eprint!("{}", cmd::report(&e));
+            cmd::exit_code(&e)
         }
-        std::process::exit(cmd::exit_code(&e));
     }
 }

@@ -1,6 +1,7 @@
 //! One printer for long work: progress bars on a TTY (indicatif), plain lines otherwise, and
 //! nothing but the final JSON document with `--json`. Messages go to stderr; results to stdout.
 
+use crate::text::terminal_safe;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ pub struct Progress {
 #[derive(Clone)]
 pub struct Bar {
     bar: Option<ProgressBar>,
+    multi: Arc<MultiProgress>,
     label: String,
     mode: Mode,
 }
@@ -63,24 +65,27 @@ impl Progress {
         self.mode
     }
 
-    /// Say something (not in JSON mode).
+    /// Say something (not in JSON mode). Messages quote registries and bundles: they are
+    /// made safe for a terminal here.
     pub fn say(&self, msg: impl AsRef<str>) {
+        let msg = terminal_safe(msg.as_ref());
         match self.mode {
             Mode::Tty => {
-                let _ = self.multi.println(msg.as_ref());
+                let _ = self.multi.println(msg);
             }
-            Mode::Plain => eprintln!("{}", msg.as_ref()),
+            Mode::Plain => eprintln!("{msg}"),
             Mode::Json => {}
         }
     }
 
     /// A warning: always shown on stderr, JSON mode included.
     pub fn warn(&self, msg: impl AsRef<str>) {
+        let msg = terminal_safe(msg.as_ref());
         match self.mode {
             Mode::Tty => {
-                let _ = self.multi.println(format!("warning: {}", msg.as_ref()));
+                let _ = self.multi.println(format!("warning: {msg}"));
             }
-            _ => eprintln!("warning: {}", msg.as_ref()),
+            _ => eprintln!("warning: {msg}"),
         }
     }
 
@@ -100,6 +105,7 @@ impl Progress {
         });
         Bar {
             bar,
+            multi: self.multi.clone(),
             label: label.to_string(),
             mode: self.mode,
         }
@@ -113,10 +119,14 @@ impl Bar {
             b.inc(n);
         }
     }
-    /// Done, with a closing word.
+    /// Done, with a closing word: the same line on a terminal as in plain mode (the bar's
+    /// message column would cut it short).
     pub fn finish(&self, msg: &str) {
         match (&self.bar, self.mode) {
-            (Some(b), _) => b.finish_with_message(format!("{} {msg}", self.label)),
+            (Some(b), _) => {
+                b.finish_and_clear();
+                let _ = self.multi.println(format!("{}: {msg}", self.label));
+            }
             (None, Mode::Plain) => eprintln!("{}: {msg}", self.label),
             _ => {}
         }

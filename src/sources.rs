@@ -55,6 +55,19 @@ pub enum SourceError {
     Ref(#[from] RefError),
 }
 
+/// No source served an image; each one tried is named with why.
+#[derive(Debug, thiserror::Error)]
+#[error("no source has {image}:\n  {}", tried.join("\n  "))]
+pub struct NoSourceError {
+    /// The image as the chart names it.
+    pub image: String,
+    /// `label (reference): why`, one per source tried, in order.
+    pub tried: Vec<String>,
+    /// At least one source could not be reached (after its retries): another try later may
+    /// find the image there.
+    pub unreachable: bool,
+}
+
 impl SourceMap {
     /// The compiled-in map.
     pub fn builtin() -> Self {
@@ -80,7 +93,9 @@ impl SourceMap {
         if host.contains('.') || host.contains(':') || host == "localhost" {
             return Ok(Source::Custom(s.trim_end_matches('/').to_string()));
         }
-        let names: Vec<_> = self.sources.keys().map(String::as_str).collect();
+        let names: Vec<_> = std::iter::once("chart")
+            .chain(self.sources.keys().map(String::as_str))
+            .collect();
         Err(SourceError::Unknown(s.to_string(), names.join(", ")))
     }
 

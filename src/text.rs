@@ -5,7 +5,9 @@
 const MAX_QUOTED: usize = 200;
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`), cut to 200 characters (`…` marks a
-/// cut). Printable Unicode is kept.
+/// cut). Printable Unicode is kept; invisible format characters that reorder or hide text
+/// (bidi overrides, zero-width characters) and the replacement character of undecodable bytes
+/// are escaped too.
 pub fn printable(s: &str) -> String {
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
@@ -13,13 +15,54 @@ pub fn printable(s: &str) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() || c == '\u{7f}' {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// A whole message made safe for a terminal, however long: every line as [`printable`] makes
+/// it (nothing cut), line breaks kept.
+pub fn terminal_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        for c in line.chars() {
+            if c == '\t' {
+                out.push(c);
+            } else {
+                push_escaped(&mut out, c);
+            }
         }
     }
     out
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    if c.is_control() || c == '\u{7f}' || is_invisible_format(c) || c == char::REPLACEMENT_CHARACTER
+    {
+        out.extend(c.escape_default());
+    } else {
+        out.push(c);
+    }
+}
+
+/// Unicode format characters that can make a terminal show text other than the bytes hold:
+/// bidi embeddings, overrides and isolates (the "Trojan Source" characters), zero-width
+/// characters, the byte-order mark, interlinear annotation marks.
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
 }
 
 /// Bytes that may not be UTF-8, made printable as [`printable`] does (invalid sequences become
@@ -123,5 +166,19 @@ mod tests {
         let long = "x".repeat(1000);
         assert_eq!(printable(&long).chars().count(), MAX_QUOTED + 1);
         assert_eq!(printable("größe"), "größe");
+        // Trojan Source: an override that shows text reversed, and a zero-width space.
+        assert_eq!(printable("a\u{202e}b\u{200b}"), "a\\u{202e}b\\u{200b}");
+        assert_eq!(printable_bytes(b"x\xff"), "x\\xff");
+    }
+
+    #[test]
+    fn terminal_safe_keeps_lines_and_length() {
+        let long = format!("{}\n  b\u{1b}[2J\tc\u{fffd}", "x".repeat(500));
+        let safe = terminal_safe(&long);
+        assert_eq!(
+            safe,
+            format!("{}\n  b\\u{{1b}}[2J\tc\\u{{fffd}}", "x".repeat(500))
+        );
+        assert_eq!(terminal_safe("größe: ok"), "größe: ok");
     }
 }

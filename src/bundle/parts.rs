@@ -96,6 +96,26 @@ pub enum PartsError {
     /// Bad size argument.
     #[error("invalid size {0:?}: use bytes with K, M, G or T (powers of 1024; KB, MB, GB, TB for powers of 1000), or dvd (4.7 GB), dl-dvd (8.5 GB), bd (25 GB), fat32 (4 GiB - 1)")]
     BadSize(String),
+    /// A size below [`MIN_PART_SIZE`].
+    #[error("part size {given:?} ({bytes} B) is below the minimum part size of {} KiB ({MIN_PART_SIZE} B): give {}K or more", MIN_PART_SIZE / 1024, MIN_PART_SIZE / 1024)]
+    SizeTooSmall {
+        /// The size as given.
+        given: String,
+        /// What it means in bytes.
+        bytes: u64,
+    },
+    /// Parts this small leave no room for the first part's header, which lists every part.
+    #[error("parts of {size} bytes are too small for {bundle} ({total} bytes): the first part's header lists every part and needs about {header} bytes of it; give a larger size")]
+    HeaderTooLarge {
+        /// The bundle.
+        bundle: PathBuf,
+        /// The part size asked for.
+        size: u64,
+        /// The bundle's size.
+        total: u64,
+        /// Room the header needs.
+        header: u64,
+    },
     /// The header signature does not verify.
     #[error("{path}: split header signature: {source}")]
     Signature {
@@ -113,7 +133,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PartsError + '_ {
     }
 }
 
-/// `4G`, `700M`, `4GB`, `dvd`, `bd`, `fat32`, or plain bytes.
+/// The smallest part `split` writes (and `build --split` accepts): smaller parts would be mostly
+/// header, and no medium is that small.
+pub const MIN_PART_SIZE: u64 = 64 * 1024;
+
+/// `4G`, `700M`, `4GB`, `dvd`, `bd`, `fat32`, or plain bytes; at least [`MIN_PART_SIZE`].
 pub fn parse_size(s: &str) -> Result<u64, PartsError> {
     let bad = || PartsError::BadSize(s.to_string());
     let t = s.trim().to_ascii_lowercase();
@@ -145,8 +169,11 @@ pub fn parse_size(s: &str) -> Result<u64, PartsError> {
         _ => return Err(bad()),
     };
     let n = (num * mult) as u64;
-    if n < 64 * 1024 {
-        return Err(bad());
+    if n < MIN_PART_SIZE {
+        return Err(PartsError::SizeTooSmall {
+            given: s.to_string(),
+            bytes: n,
+        });
     }
     Ok(n)
 }
@@ -511,8 +538,14 @@ pub fn split(
     // Reserve room for the header in the first part (it grows with the part count).
     let estimate_parts = total / size.max(1) + 2;
     let reserve = 512 + estimate_parts * 160 + if signer.is_some() { 400 } else { 0 };
+    let too_small = |header: u64| PartsError::HeaderTooLarge {
+        bundle: bundle.to_path_buf(),
+        size,
+        total,
+        header,
+    };
     if size <= reserve * 2 {
-        return Err(PartsError::BadSize(size.to_string()));
+        return Err(too_small(reserve));
     }
     let first_data = (size - reserve).min(total);
     let mut sizes = vec![first_data];
@@ -576,7 +609,7 @@ pub fn split(
     head.extend_from_slice(format!("\n{}\n", sig.len()).as_bytes());
     head.extend_from_slice(&sig);
     if head.len() as u64 + first_data > size {
-        return Err(PartsError::BadSize(size.to_string()));
+        return Err(too_small(head.len() as u64));
     }
     // Pass 2: write the parts (each to a temporary file, then renamed).
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
@@ -641,6 +674,11 @@ mod tests {
         assert_eq!(parse_size("4GB").unwrap(), 4_000_000_000);
         assert_eq!(parse_size("dvd").unwrap(), 4_700_000_000);
         assert_eq!(parse_size("fat32").unwrap(), (4u64 << 30) - 1);
+        assert!(matches!(
+            parse_size("1K"),
+            Err(PartsError::SizeTooSmall { bytes: 1024, .. })
+        ));
+        assert_eq!(parse_size("64K").unwrap(), MIN_PART_SIZE);
         assert!(parse_size("12").is_err());
         assert!(parse_size("4Q").is_err());
     }

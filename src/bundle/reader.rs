@@ -31,7 +31,8 @@ pub fn safe_path(p: &str) -> bool {
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     /// A part of a split bundle is missing, short or altered, or its header is bad.
-    #[error("bundle {path}: {source}")]
+    // Every PartsError names its file (the bundle itself, or a part of it).
+    #[error("bundle {source}")]
     Parts {
         /// The bundle (first part).
         path: PathBuf,

@@ -237,7 +237,8 @@ pub struct InspectArgs {
 /// `verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The bundle.
+    /// The bundle, or the first part (NAME.part000) of a split bundle (every part is checked
+    /// against the size and sha256 the first part's header lists).
     pub bundle: PathBuf,
     /// Public key [default: koord-bundle.pub in the user's config directory].
     #[arg(long, value_name = "PUB")]
@@ -253,7 +254,8 @@ pub struct VerifyArgs {
 /// `load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The bundle [default: the single koordinator-* bundle in the current directory].
+    /// The bundle, or the first part (NAME.part000) of a split bundle [default: the single
+    /// koordinator-* bundle, or first part, in the current directory].
     pub bundle: Option<PathBuf>,
     /// Target registry: HOST[:PORT][/PREFIX].
     #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]

@@ -225,12 +225,14 @@ impl KubeClient {
             BodyError::TooLarge => ClusterError::Api {
                 url: url.clone(),
                 message: format!("answer larger than {MAX_BODY} bytes"),
+                transient: false,
             },
         })?;
         match status.as_u16() {
             200..=299 => serde_json::from_slice(&body).map(Some).map_err(|e| ClusterError::Api {
                 url,
                 message: format!("HTTP {status} but the answer is not JSON ({e}); is {} a Kubernetes API server?", self.server),
+                transient: false,
             }),
             404 => Ok(None),
             401 => Err(ClusterError::Unauthorized { server: self.server.clone(), user: self.user.clone(), resource: path.to_string() }),
@@ -246,6 +248,7 @@ impl KubeClient {
                     Some(m) => format!("HTTP {status}: {m}"),
                     None => format!("HTTP {status}"),
                 },
+                transient: status.is_server_error() || status.as_u16() == 429,
             }),
         }
     }
@@ -277,9 +280,11 @@ impl KubeClient {
                 message,
             };
         }
+        // A connection that broke after it was made (reset, a body cut short).
         ClusterError::Api {
             url: self.server.clone(),
             message,
+            transient: true,
         }
     }
 }

@@ -197,5 +197,8 @@ pub enum ClusterError {
         url: String,
         /// What went wrong.
         message: String,
+        /// The server failed on its side (5xx, 429) or the connection broke mid-answer: another
+        /// try later may work.
+        transient: bool,
     },
 }

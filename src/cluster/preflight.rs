@@ -252,6 +252,7 @@ pub async fn preflight(
                 "404: {} does not look like a Kubernetes API server",
                 client.server()
             ),
+            transient: false,
         })?;
     let git = version
         .get("gitVersion")
@@ -459,6 +460,7 @@ async fn list_nodes(client: &KubeClient) -> Result<Vec<NodeInfo>, ClusterError> 
             return Err(ClusterError::Api {
                 url: format!("{}{path}", client.server().trim_end_matches('/')),
                 message: "404: the API server does not serve nodes".into(),
+                transient: false,
             });
         };
         nodes.extend(node_infos(&list));
@@ -471,6 +473,7 @@ async fn list_nodes(client: &KubeClient) -> Result<Vec<NodeInfo>, ClusterError> 
             return Err(ClusterError::Api {
                 url: format!("{}{path}", client.server().trim_end_matches('/')),
                 message: "the node list repeats its continue token".into(),
+                transient: false,
             });
         }
         cont = next;

@@ -301,6 +301,7 @@ async fn resolve_image(
     platforms: Option<&[String]>,
 ) -> anyhow::Result<Resolved> {
     let mut fallbacks = Vec::new();
+    let mut unreachable = false;
     for (label, r) in candidates {
         let repo = format!("{}/{}", r.registry, r.repository);
         let reference = match (&r.digest, &r.tag) {
@@ -316,15 +317,19 @@ async fn resolve_image(
                     fallbacks,
                 })
             }
-            Err(copy::WalkError::Store(e)) => fallbacks.push(format!("{label} ({r}): {e}")),
+            Err(copy::WalkError::Store(e)) => {
+                unreachable |= e.registry().is_some_and(|r| r.is_transient());
+                fallbacks.push(format!("{label} ({r}): {e}"))
+            }
             Err(e) => return Err(e.into()),
         }
     }
-    bail!(
-        "no source has {}:\n  {}",
-        w.original,
-        fallbacks.join("\n  ")
-    )
+    Err(crate::sources::NoSourceError {
+        image: w.original.clone(),
+        tried: fallbacks,
+        unreachable,
+    }
+    .into())
 }
 
 fn record(w: &Wanted, r: &Resolved) -> ImageRecord {

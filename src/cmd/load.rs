@@ -436,13 +436,9 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     }
     let verb = if args.dry_run { "would push" } else { "pushed" };
     println!(
-        "registry {}: {verb} {} blobs ({}), mounted {}, {} already there ({}); manifests {verb} {}, present {}",
+        "registry {}: {}; manifests {verb} {}, present {}",
         target.host_and_prefix(),
-        stats.uploaded,
-        human_bytes(stats.uploaded_bytes),
-        stats.mounted,
-        stats.skipped,
-        human_bytes(stats.skipped_bytes),
+        blob_counts(&stats, args.dry_run),
         stats.manifests_pushed,
         stats.manifests_skipped
     );
@@ -552,7 +548,7 @@ async fn push(
         if dry_run {
             "checking registry"
         } else {
-            "pushing blobs"
+            "pushing"
         },
         total,
     );
@@ -570,13 +566,25 @@ async fn push(
         },
     )
     .await?;
-    bar.finish(&format!(
-        "{} uploaded ({}), {} mounted, {} already there ({})",
+    bar.finish(&blob_counts(&stats, dry_run));
+    Ok(stats)
+}
+
+/// What the push did with the blobs, in the same words on the progress line and in the
+/// summary: `pushed 3 blobs (1.2 MiB), mounted 2, 30 already there (3.8 MiB)` (counts of
+/// repository and blob pairs), `would push …, would mount …` in a dry run.
+fn blob_counts(stats: &copy::Stats, dry_run: bool) -> String {
+    let (push, mount) = if dry_run {
+        ("would push", "would mount")
+    } else {
+        ("pushed", "mounted")
+    };
+    format!(
+        "{push} {} blobs ({}), {mount} {}, {} already there ({})",
         stats.uploaded,
         human_bytes(stats.uploaded_bytes),
         stats.mounted,
         stats.skipped,
         human_bytes(stats.skipped_bytes)
-    ));
-    Ok(stats)
+    )
 }

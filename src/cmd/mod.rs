@@ -33,10 +33,18 @@ pub mod env {
     pub const PATH: &str = "PATH";
 }
 
-/// Exit code for verification and user errors.
+/// Exit code of success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code when the input is wrong: a user error, a verification failure, refused
+/// credentials, a failed pre-flight, a bad bundle. Fix the input; a retry as it is fails again.
 pub const EXIT_USER: i32 = 1;
-/// Exit code for internal failures.
-pub const EXIT_INTERNAL: i32 = 2;
+/// Exit code of a usage error: an unknown flag or subcommand, a missing or conflicting
+/// argument (clap's own code, as most command-line tools).
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code of an internal or transient failure: a registry, cluster or chart repository
+/// unreachable after the retries, a full disk, I/O errors on koord-bundle's own files, a bug.
+/// A retry later, or an operator, may help.
+pub const EXIT_INTERNAL: i32 = 3;
 
 /// The config directory holding the default key pair.
 pub fn config_dir() -> anyhow::Result<PathBuf> {
@@ -189,44 +197,304 @@ pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Exit code for an error chain: user/verification errors are 1, internal failures 2.
+/// The error chain as printed on stderr: `error: …`, then a `caused by: …` line per cause
+/// whose text the line before does not already hold (a wrapper that quotes its cause, as most
+/// do, would otherwise print it twice), every line made safe for a terminal (errors quote
+/// bundles, registries and files: no control character of theirs reaches it raw).
+pub fn report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for (i, cause) in e.chain().enumerate() {
+        let text = cause.to_string();
+        if i > 0 && last.contains(&text) {
+            continue;
+        }
+        let prefix = if i == 0 { "error: " } else { "  caused by: " };
+        out.push_str(prefix);
+        out.push_str(&crate::text::terminal_safe(&text));
+        out.push('\n');
+        last = text;
+    }
+    out
+}
+
+/// The exit code of an error chain: the contract of [`EXIT_USER`], [`EXIT_INTERNAL`] (usage
+/// errors, [`EXIT_USAGE`], are clap's). This is the one place where error types meet exit
+/// codes: the chain is walked from the outermost error in, and the first error that is
+/// decisive decides ([`classify`]); a chain with none is the input's fault (`bail!` in the
+/// commands checks the input). A full disk anywhere in the chain is always
+/// [`EXIT_INTERNAL`], whoever wrapped it.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
-    use crate::store::RegistryError;
-    // A full disk (or quota) is never the user's input at fault, whichever command hit it.
-    let disk_full = e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            matches!(
-                io.kind(),
-                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-            )
-        })
-    });
-    if disk_full {
+    if e.chain()
+        .any(|c| c.downcast_ref().is_some_and(is_disk_full))
+    {
         return EXIT_INTERNAL;
     }
-    for cause in e.chain() {
-        let registry = cause
-            .downcast_ref::<RegistryError>()
-            .or_else(|| {
-                cause
-                    .downcast_ref::<crate::copy::WalkError>()
-                    .and_then(|w| w.registry())
-            })
-            .or_else(|| {
-                cause
-                    .downcast_ref::<crate::store::StoreError>()
-                    .and_then(|s| s.registry())
-            });
-        if let Some(r) = registry {
-            return if r.is_transient() {
-                EXIT_INTERNAL
-            } else {
-                EXIT_USER
-            };
-        }
-        if let Some(crate::bundle::pack::PackError::Write { .. }) = cause.downcast_ref() {
-            return EXIT_INTERNAL;
+    e.chain().find_map(classify).unwrap_or(EXIT_USER)
+}
+
+/// No room left: a full disk or an exhausted quota.
+fn is_disk_full(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::StorageFull | K::QuotaExceeded | K::FileTooLarge
+    )
+}
+
+/// One error of a chain: `Some(code)` if it decides, `None` to let its cause decide (a
+/// wrapper such as "cannot read FILE" around an `io::Error`). Errors whose message forwards to
+/// an inner error (`#[error(transparent)]`) hide that error from the chain, so they are
+/// looked into here.
+fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    use crate::bundle::pack::PackError;
+    use crate::bundle::parts::PartsError;
+    use crate::bundle::reader::VerifyError;
+    use crate::bundle::source::SourceError as BundleSourceError;
+    use crate::cluster::ClusterError;
+    use crate::copy::WalkError;
+    use crate::helm::HelmError;
+    use crate::store::http::HttpError;
+    use crate::store::{CacheError, RegistryError, StoreError};
+    if let Some(e) = c.downcast_ref::<RegistryError>() {
+        return Some(registry_code(e));
+    }
+    if let Some(e) = c.downcast_ref::<StoreError>() {
+        return store_code(e);
+    }
+    if let Some(e) = c.downcast_ref::<WalkError>() {
+        return match e {
+            WalkError::Store(s) => store_code(s),
+            // A graph that cannot be walked, a platform filter that leaves nothing, blobs an
+            // incremental bundle needs: the input.
+            _ => Some(EXIT_USER),
+        };
+    }
+    if let Some(e) = c.downcast_ref::<CacheError>() {
+        return Some(cache_code(e));
+    }
+    if let Some(e) = c.downcast_ref::<crate::sources::NoSourceError>() {
+        // One source unreachable is enough: the image may be there on the next try.
+        return Some(if e.unreachable {
+            EXIT_INTERNAL
+        } else {
+            EXIT_USER
+        });
+    }
+    if let Some(e) = c.downcast_ref::<HttpError>() {
+        return match e {
+            HttpError::Get { .. } if e.is_transient() => Some(EXIT_INTERNAL),
+            _ => Some(EXIT_USER),
+        };
+    }
+    if let Some(e) = c.downcast_ref::<VerifyError>() {
+        return verify_code(e);
+    }
+    if let Some(e) = c.downcast_ref::<PartsError>() {
+        return parts_code(e);
+    }
+    if let Some(e) = c.downcast_ref::<BundleSourceError>() {
+        return match e {
+            BundleSourceError::Verify(v) => verify_code(v),
+            BundleSourceError::Io { .. } => None,
+            BundleSourceError::Changed { .. } | BundleSourceError::Content { .. } => {
+                Some(EXIT_USER)
+            }
+        };
+    }
+    if let Some(e) = c.downcast_ref::<PackError>() {
+        return match e {
+            // The output and the cache are ours: a failure there is the machine's.
+            PackError::Write { .. } | PackError::CorruptCache { .. } => Some(EXIT_INTERNAL),
+            PackError::Sign(s) => sign_code(s),
+        };
+    }
+    if let Some(e) = c.downcast_ref::<crate::bundle::sign::SignError>() {
+        return sign_code(e);
+    }
+    if let Some(e) = c.downcast_ref::<ClusterError>() {
+        return Some(match e {
+            ClusterError::Unreachable { .. }
+            | ClusterError::Api {
+                transient: true, ..
+            } => EXIT_INTERNAL,
+            ClusterError::ReadKubeconfig { .. } | ClusterError::CredentialFile { .. } => {
+                return None
+            }
+            _ => EXIT_USER,
+        });
+    }
+    if let Some(e) = c.downcast_ref::<HelmError>() {
+        return match e {
+            HelmError::Spawn { .. } => None,
+            HelmError::Io { .. }
+            | HelmError::Values { .. }
+            | HelmError::PulledArchiveMissing { .. } => Some(EXIT_INTERNAL),
+            HelmError::LoginFailed { .. } | HelmError::Failed { .. } if e.is_transient() => {
+                Some(EXIT_INTERNAL)
+            }
+            _ => Some(EXIT_USER),
+        };
+    }
+    if let Some(e) = c.downcast_ref::<crate::serve::ServeError>() {
+        return match e {
+            crate::serve::ServeError::Io { .. } | crate::serve::ServeError::Bind { .. } => None,
+            _ => Some(EXIT_USER),
+        };
+    }
+    if let Some(e) = c.downcast_ref::<std::io::Error>() {
+        return Some(io_code(e));
+    }
+    if c.downcast_ref::<tokio::task::JoinError>().is_some() {
+        // A task that panicked or was cancelled: a bug.
+        return Some(EXIT_INTERNAL);
+    }
+    // Everything else that is typed is about the input: chart and index errors, manifests,
+    // references, digests, targets, sources, auth files, checksums.
+    None
+}
+
+fn registry_code(e: &crate::store::RegistryError) -> i32 {
+    use crate::store::RegistryError as R;
+    match e {
+        // Unreachable, reset, 5xx, 429 after the retries.
+        R::Transport { .. } => EXIT_INTERNAL,
+        // Not there, no login, refused, denied, TLS, plain HTTP, an answer that is wrong.
+        _ => EXIT_USER,
+    }
+}
+
+fn store_code(e: &crate::store::StoreError) -> Option<i32> {
+    use crate::store::StoreError as S;
+    match e {
+        S::Registry(r) => Some(registry_code(r)),
+        S::Cache(c) => Some(cache_code(c)),
+        // A bundle or file store: its cause decides.
+        S::Other { .. } => None,
+        S::NotFound { .. } | S::DigestMismatch { .. } | S::SizeMismatch { .. } => Some(EXIT_USER),
+    }
+}
+
+fn cache_code(e: &crate::store::CacheError) -> i32 {
+    use crate::store::CacheError as C;
+    match e {
+        // The cache is koord-bundle's own: an I/O failure there is the machine's.
+        C::Io { .. } => EXIT_INTERNAL,
+        // Content that does not match its digest was refused: what the source served.
+        C::DigestMismatch { .. } | C::SizeMismatch { .. } => EXIT_USER,
+    }
+}
+
+fn verify_code(e: &crate::bundle::reader::VerifyError) -> Option<i32> {
+    use crate::bundle::reader::VerifyError as V;
+    match e {
+        V::Parts { source, .. } => parts_code(source),
+        // Reading the bundle given: the kind of error decides (missing, a directory: the input;
+        // an I/O error of the disk: the machine).
+        V::Io { .. } => None,
+        _ => Some(EXIT_USER),
+    }
+}
+
+fn parts_code(e: &crate::bundle::parts::PartsError) -> Option<i32> {
+    use crate::bundle::parts::PartsError as P;
+    match e {
+        P::Io { .. } => None,
+        _ => Some(EXIT_USER),
+    }
+}
+
+fn sign_code(e: &crate::bundle::sign::SignError) -> Option<i32> {
+    use crate::bundle::sign::SignError as S;
+    match e {
+        S::Io { .. } => None,
+        // minisign failed to sign with a key it loaded: not the input.
+        S::Sign(_) => Some(EXIT_INTERNAL),
+        S::Key { .. } | S::Exists(_) | S::Bad(_) => Some(EXIT_USER),
+    }
+}
+
+/// An `io::Error` on its own: a path given that is missing, a directory, not allowed, an
+/// address in use are the input; everything else (EIO, a full disk, timeouts, resets) is the
+/// machine's.
+fn io_code(e: &std::io::Error) -> i32 {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound
+        | K::PermissionDenied
+        | K::AlreadyExists
+        | K::IsADirectory
+        | K::NotADirectory
+        | K::DirectoryNotEmpty
+        | K::ReadOnlyFilesystem
+        | K::InvalidFilename
+        | K::InvalidInput
+        | K::InvalidData
+        | K::UnexpectedEof
+        | K::AddrInUse
+        | K::AddrNotAvailable
+        | K::Unsupported => EXIT_USER,
+        _ => EXIT_INTERNAL,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RegistryError, StoreError};
+
+    fn transport() -> RegistryError {
+        RegistryError::Transport {
+            registry: "r.example".into(),
+            what: "x:1".into(),
+            message: "connection reset".into(),
+            throttled: false,
+            retry_after: None,
+            retryable: true,
+            attempts: 6,
         }
     }
-    EXIT_USER
+
+    #[test]
+    fn transparent_wrappers_are_looked_into() {
+        // WalkError::Store and StoreError::Registry forward their source: the RegistryError
+        // is not in the chain of its own, only inside them.
+        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::Registry(
+            transport(),
+        )))
+        .context("push failed");
+        assert_eq!(exit_code(&e), EXIT_INTERNAL);
+        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::Registry(
+            RegistryError::NotFound {
+                what: "x:1".into(),
+                registry: "r.example".into(),
+            },
+        )));
+        assert_eq!(exit_code(&e), EXIT_USER);
+    }
+
+    #[test]
+    fn io_errors_decide_by_kind_and_a_full_disk_always_wins() {
+        let io = |k| anyhow::Error::from(std::io::Error::from(k)).context("reading x");
+        assert_eq!(exit_code(&io(std::io::ErrorKind::NotFound)), EXIT_USER);
+        assert_eq!(exit_code(&io(std::io::ErrorKind::IsADirectory)), EXIT_USER);
+        assert_eq!(exit_code(&io(std::io::ErrorKind::Other)), EXIT_INTERNAL);
+        // A decisive "input" error outside a full disk does not hide it.
+        let e = anyhow::Error::from(crate::bundle::parts::PartsError::Io {
+            path: "p".into(),
+            source: std::io::ErrorKind::StorageFull.into(),
+        });
+        assert_eq!(exit_code(&e), EXIT_INTERNAL);
+        assert_eq!(exit_code(&anyhow::anyhow!("bad --platform")), EXIT_USER);
+    }
+
+    #[test]
+    fn report_drops_repeated_causes_and_escapes() {
+        let e = anyhow::Error::from(std::io::Error::other("Is a directory"))
+            .context("x: Is a directory")
+            .context("bundle x: Is a directory\u{1b}[2J");
+        assert_eq!(report(&e), "error: bundle x: Is a directory\\u{1b}[2J\n");
+        let e = anyhow::anyhow!("cause").context("outer");
+        assert_eq!(report(&e), "error: outer\n  caused by: cause\n");
+    }
 }

@@ -15,6 +15,9 @@ pub enum HttpError {
         url: String,
         /// What went wrong.
         message: String,
+        /// A transport failure, 5xx, 408 or 429 that outlived the retries (another try later may
+        /// work), as opposed to an answer such as 404.
+        transient: bool,
     },
     /// Client setup failure.
     #[error("HTTP client setup: {0}")]
@@ -27,7 +30,7 @@ pub struct HttpFetcher {
     retry: RetryPolicy,
 }
 
-/// Read at most `max` bytes from `r`; more is an error naming `what`.
+/// Read at most `max` bytes from `r`; more is an error.
 fn read_bounded(r: impl std::io::Read, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut out = Vec::new();
@@ -38,6 +41,19 @@ fn read_bounded(r: impl std::io::Read, max: usize) -> std::io::Result<Vec<u8>> {
         )));
     }
     Ok(out)
+}
+
+impl HttpError {
+    /// The repository could not be reached, or failed on its side, after every retry.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            HttpError::Get {
+                transient: true,
+                ..
+            }
+        )
+    }
 }
 
 impl HttpFetcher {
@@ -67,9 +83,10 @@ impl HttpFetcher {
     /// stops as soon as the body passes `max`, whether the server announced a length or sends
     /// it chunked (an endless body costs `max` bytes of memory, no more).
     pub async fn get(&self, url: &str, max: usize) -> Result<Vec<u8>, HttpError> {
-        let err = |message: String| HttpError::Get {
+        let err = |message: String, transient: bool| HttpError::Get {
             url: url.to_string(),
             message,
+            transient,
         };
         if let Some(path) = url
             .strip_prefix("file://")
@@ -77,9 +94,39 @@ impl HttpFetcher {
         {
             return std::fs::File::open(path)
                 .and_then(|f| read_bounded(f, max))
-                .map_err(|e| err(e.to_string()));
+                .map_err(|e| err(e.to_string(), false));
         }
         let mut attempt = 0;
+        // Why an attempt failed: worth another try, transient (a try later may work), the text.
+        struct Fail {
+            retry: bool,
+            transient: bool,
+            message: String,
+            after: Option<u64>,
+        }
+        let transport = |e: &reqwest::Error| {
+            // As for registries: refused on a loopback address or no such host is said at
+            // once, with a hint, instead of after every retry.
+            let host = reqwest::Url::parse(url)
+                .map(|u| crate::store::registry::host_of(&u, url).into_owned())
+                .unwrap_or_else(|_| url.to_string());
+            match crate::store::registry::classify_send_error(&host, url, e) {
+                crate::store::RegistryError::Transport {
+                    message, retryable, ..
+                } => Fail {
+                    retry: retryable,
+                    transient: true,
+                    message,
+                    after: None,
+                },
+                _ => Fail {
+                    retry: false,
+                    transient: false,
+                    message: chain(e),
+                    after: None,
+                },
+            }
+        };
         loop {
             attempt += 1;
             let res = async {
@@ -88,7 +135,7 @@ impl HttpFetcher {
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| (true, chain(&e), None))?;
+                    .map_err(|e| transport(&e))?;
                 let status = resp.status();
                 if !status.is_success() {
                     let transient = status.is_server_error()
@@ -100,21 +147,25 @@ impl HttpFetcher {
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok());
-                    return Err((transient, format!("HTTP {status}"), after));
+                    return Err(Fail {
+                        retry: transient,
+                        transient,
+                        message: format!("HTTP {status}"),
+                        after,
+                    });
                 }
-                let too_large = || {
-                    (
-                        false,
-                        format!("larger than the {max} bytes allowed for it"),
-                        None,
-                    )
+                let too_large = || Fail {
+                    retry: false,
+                    transient: false,
+                    message: format!("larger than the {max} bytes allowed for it"),
+                    after: None,
                 };
                 if resp.content_length().is_some_and(|l| l > max as u64) {
                     return Err(too_large());
                 }
                 let mut resp = resp;
                 let mut body: Vec<u8> = Vec::new();
-                while let Some(chunk) = resp.chunk().await.map_err(|e| (true, chain(&e), None))? {
+                while let Some(chunk) = resp.chunk().await.map_err(|e| transport(&e))? {
                     if body.len() + chunk.len() > max {
                         return Err(too_large());
                     }
@@ -125,14 +176,26 @@ impl HttpFetcher {
             .await;
             match res {
                 Ok(b) => return Ok(b),
-                Err((true, _, after)) if attempt < self.retry.tries => {
+                Err(f) if f.retry && attempt < self.retry.tries => {
                     let wait = self.retry.backoff(attempt);
-                    let wait = after
+                    let wait = f
+                        .after
                         .map(|s| std::time::Duration::from_secs(s.min(60)).max(wait))
                         .unwrap_or(wait);
                     tokio::time::sleep(wait).await
                 }
-                Err((_, m, _)) => return Err(err(m)),
+                Err(f) => {
+                    let tries = match attempt {
+                        1 => "gave up after 1 attempt".to_string(),
+                        n => format!("after {n} attempts"),
+                    };
+                    let message = if f.transient {
+                        format!("{} ({tries})", f.message)
+                    } else {
+                        f.message
+                    };
+                    return Err(err(message, f.transient));
+                }
             }
         }
     }

@@ -150,8 +150,8 @@ fn disk_full_leaves_no_bundle_and_a_valid_cache() {
     assert!(!err.contains("mount:"), "cannot mount a tmpfs here: {err}");
     assert_eq!(
         o.status.code(),
-        Some(2),
-        "disk full is an internal failure (exit 2)\n{err}"
+        Some(3),
+        "disk full is an internal failure (exit 3)\n{err}"
     );
     assert!(
         err.contains("No space left on device") && err.contains("nothing was left at that path"),

@@ -434,7 +434,7 @@ fn in_small_disk(h: &Home, dir: &Path, script: &str) -> std::process::Output {
 }
 
 #[test]
-fn a_full_disk_is_exit_2_in_the_cache_in_split_and_in_join() {
+fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
     let e = env();
     let h = Home::with_key();
     let (bundle, _) = h.build_plain("1.8.0", &[]);
@@ -444,8 +444,8 @@ fn a_full_disk_is_exit_2_in_the_cache_in_split_and_in_join() {
         let err = String::from_utf8_lossy(&o.stderr).to_string();
         assert_eq!(
             o.status.code(),
-            Some(2),
-            "{what}: exit 2 for a full disk\n{err}"
+            Some(3),
+            "{what}: exit 3 for a full disk\n{err}"
         );
         assert!(err.contains("No space left on device"), "{what}: {err}");
     };

@@ -559,7 +559,7 @@ fn registry_down_mid_push_then_rerun_completes() {
         &format!("{}/{prefix}", proxy.addr),
         &["--plain-http"],
     );
-    let err = assert_fails(&o, 2, &["re-run"]);
+    let err = assert_fails(&o, 3, &["re-run"]);
     assert!(err.contains(&proxy.addr), "{err}");
     assert!(proxy.down.load(std::sync::atomic::Ordering::SeqCst));
     // Back up (straight to the registry): the re-run completes, skipping what got there.

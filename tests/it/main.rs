@@ -9,6 +9,7 @@
 mod build;
 mod charts;
 mod common;
+mod exit_codes;
 mod fake_registry;
 mod fault_proxy;
 mod faults;
@@ -20,6 +21,7 @@ mod kube_fake;
 mod large_blobs;
 mod layers;
 mod load;
+mod messages;
 mod preflight;
 mod proxy;
 mod serve;

@@ -837,7 +837,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
     ]);
     let err = assert_fails(
         &o,
-        2,
+        3,
         &[
             "gave up after 1 attempt",
             &format!("nothing listens on {addr}"),
@@ -858,7 +858,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
         "--plain-http",
         "--dry-run",
     ]);
-    let err = assert_fails(&o, 1, &["gave up after 1 attempt", "nothing listens on"]);
+    let err = assert_fails(&o, 3, &["gave up after 1 attempt", "nothing listens on"]);
     assert!(!err.contains("retrying"), "{err}");
 }
 

@@ -722,7 +722,7 @@ pub(crate) fn classify_send_error(host: &str, what: &str, e: &reqwest::Error) ->
             what,
             message,
             format!(
-                " (nothing listens on {host}: is the registry running, and is the port right?)"
+                " (nothing listens on {host}: is the service running there, and is the port right?)"
             ),
             false,
         );

@@ -21,6 +21,7 @@
 
 mod auth;
 mod client;
+pub(crate) use client::{classify_send_error, host_of};
 mod store;
 
 pub use store::RegistryStore;
@@ -229,7 +230,8 @@ impl RegistryError {
             attempts: 1,
         }
     }
-    /// A transport failure (exit code 2: an internal or transport failure).
+    /// A transport failure: unreachable, reset, 5xx or 429 after the retries (exit code 3, an
+    /// internal or transient failure).
     pub fn is_transient(&self) -> bool {
         matches!(self, RegistryError::Transport { .. })
     }
