@@ -6,6 +6,13 @@
       push it only when it is not already there. Prints a JSON summary on stdout.
   bench_report.py report --records TSV --meta TSV --set JSON --out FILE
       Medians, ratios and targets as markdown: printed and written to FILE.
+  bench_report.py gen-scale --registry HOST:PORT --prefix P --work DIR --layers N [--layer-mib M]
+      Push <prefix>/scale:l<k> images (linux/amd64, k layers of M MiB of incompressible data,
+      the first k of N layers) for k in --tags (default 6 and N): the big images of the scaling
+      run. Layers are made with openssl's AES-CTR keystream (fast), one at a time in DIR.
+  bench_report.py scale-report --records TSV --sizes TSV --meta TSV --out FILE
+      The scaling section (seconds per GiB and peak RSS per size, koord-bundle next to the
+      peers), printed and put into FILE in place of its former "## Scaling" section.
 
 The image set (deterministic, incompressible data, so sizes are real):
 
@@ -306,6 +313,154 @@ def cmd_gen_set(a) -> int:
 
 
 # ------------------------------------------------------------------------------------------ #
+# gen-scale
+# ------------------------------------------------------------------------------------------ #
+
+def _http(method: str, url: str, data=None, headers=None, length: int | None = None):
+    h = dict(headers or {})
+    if length is not None:
+        h["Content-Length"] = str(length)
+    req = urllib.request.Request(url, method=method, data=data, headers=h)
+    return urllib.request.urlopen(req, timeout=600)
+
+
+def _blob_exists(registry: str, repo: str, digest: str) -> bool:
+    try:
+        with _http("HEAD", f"http://{registry}/v2/{repo}/blobs/{digest}"):
+            return True
+    except urllib.error.HTTPError:
+        return False
+
+
+def _push_blob(registry: str, repo: str, digest: str, path: Path | None, data: bytes | None) -> None:
+    if _blob_exists(registry, repo, digest):
+        return
+    with _http("POST", f"http://{registry}/v2/{repo}/blobs/uploads/", data=b"", length=0) as r:
+        loc = r.headers["Location"]
+    if not loc.startswith("http"):
+        loc = f"http://{registry}{loc}"
+    url = loc + ("&" if "?" in loc else "?") + f"digest={digest}"
+    hdr = {"Content-Type": "application/octet-stream"}
+    if path is not None:
+        with open(path, "rb") as f, _http("PUT", url, data=f, headers=hdr, length=path.stat().st_size):
+            pass
+    else:
+        with _http("PUT", url, data=data, headers=hdr, length=len(data)):
+            pass
+
+
+def cmd_gen_scale(a) -> int:
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    repo = f"{a.prefix}/scale"
+    size = a.layer_mib * MIB
+    tags = sorted(set(a.tags + [a.layers]))
+    layers = []
+    t0 = time.time()
+    for i in range(a.layers):
+        path = work / f"layer-{i}"
+        # AES-CTR keystream of a fixed key: deterministic, incompressible, ~1 GB/s.
+        key = hashlib.sha256(f"koord-bundle scale layer {i}".encode()).hexdigest()[:64]
+        with open(path, "wb") as out:
+            gen = subprocess.Popen(["openssl", "enc", "-aes-256-ctr", "-nosalt", "-K", key,
+                                    "-iv", "0" * 32, "-in", "/dev/zero"], stdout=subprocess.PIPE)
+            h = hashlib.sha256()
+            left = size
+            while left:
+                chunk = gen.stdout.read(min(left, 4 * MIB))
+                if not chunk:
+                    raise RuntimeError("openssl ended early")
+                h.update(chunk)
+                out.write(chunk)
+                left -= len(chunk)
+            gen.kill()
+            gen.wait()
+        digest = "sha256:" + h.hexdigest()
+        _push_blob(a.registry, repo, digest, path, None)
+        path.unlink()
+        layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                       "digest": digest, "size": size})
+        log(f"scale layer {i + 1}/{a.layers} pushed ({time.time() - t0:.0f}s)")
+    images = []
+    for k in tags:
+        lyrs = layers[:k]
+        config = canonical({"architecture": "amd64", "os": "linux",
+                            "rootfs": {"type": "layers", "diff_ids": [l["digest"] for l in lyrs]}})
+        cdig = "sha256:" + hashlib.sha256(config).hexdigest()
+        _push_blob(a.registry, repo, cdig, None, config)
+        manifest = canonical({"schemaVersion": 2, "mediaType": MT_MANIFEST,
+                              "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                         "digest": cdig, "size": len(config)},
+                              "layers": lyrs})
+        with _http("PUT", f"http://{a.registry}/v2/{repo}/manifests/l{k}", data=manifest,
+                   headers={"Content-Type": MT_MANIFEST}, length=len(manifest)):
+            pass
+        images.append({"ref": f"scale:l{k}", "layers": k, "bytes": k * size})
+    print(json.dumps({"images": images}))
+    return 0
+
+
+def cmd_scale_report(a) -> int:
+    rec: dict[tuple[str, str, str], dict] = {}
+    for line in Path(a.records).read_text().splitlines():
+        f = line.split("\t")
+        if len(f) < 8:
+            continue
+        measure, tool, size = f[0], f[1], f[2]
+        rec[(measure, tool, size)] = {"wall": float(f[3]), "rss": int(f[4]), "cpu": float(f[5]),
+                                      "reg": float(f[7])}
+    sizes = []
+    for line in Path(a.sizes).read_text().splitlines():
+        name, blob_bytes = line.split("\t")
+        sizes.append((name, int(blob_bytes)))
+    meta = read_meta(Path(a.meta))
+    L = ["## Scaling", ""]
+    L.append(f"Written by `scripts/bench --scale` on {meta.get('date', '?')} (one run per size; "
+             "wall-clock seconds per GiB of unique blob bytes, and peak RSS). The sets: the image "
+             "set above (about 0.5 GiB), then the same plus `bench/scale:l6` (6 × 256 MiB) and "
+             "plus `bench/scale:l30` (30 × 256 MiB). koord-bundle builds with its cache (each blob "
+             "written once into the bundle, once appended to the cache).")
+    L.append("")
+    L.append("| set | measure | koord-bundle s | s/GiB | peak RSS | peer | peer s | peer s/GiB | peer RSS |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    peers = {"build": "skopeo copy + tar", "verify": "openssl dgst -sha256", "load": "skopeo copy"}
+    for name, nbytes in sizes:
+        gib = nbytes / (1 << 30)
+        for m in ("build", "verify", "load"):
+            k = rec.get((m, "kb", name))
+            p = rec.get((m, "peer", name))
+            if not k:
+                continue
+            row = [f"{name} ({gib:.2f} GiB)", m, f"{k['wall']:.2f}", f"{k['wall'] / gib:.2f}",
+                   f"{k['rss'] / 1024:.0f} MiB", peers[m]]
+            if p:
+                row += [f"{p['wall']:.2f}", f"{p['wall'] / gib:.2f}", f"{p['rss'] / 1024:.0f} MiB"]
+            else:
+                row += ["", "", ""]
+            L.append("| " + " | ".join(row) + " |")
+    L.append("")
+    for k in ("loadavg_before", "loadavg_after", "cpu_summary", "other_builds", "disk"):
+        if k in meta:
+            L.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    L.append("")
+    section = "\n".join(L)
+    print(section)
+    out = Path(a.out)
+    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
+    if "\n## Scaling" in text:
+        head, _, rest = text.partition("\n## Scaling")
+        nxt = rest.find("\n## ")
+        tail = rest[nxt:] if nxt >= 0 else ""
+        text = head.rstrip("\n") + "\n\n" + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ #
 # report
 # ------------------------------------------------------------------------------------------ #
 
@@ -478,8 +633,21 @@ def main() -> int:
     r.add_argument("--meta", required=True)
     r.add_argument("--set", required=True)
     r.add_argument("--out", required=True)
+    gs = sub.add_parser("gen-scale")
+    gs.add_argument("--registry", required=True)
+    gs.add_argument("--prefix", required=True)
+    gs.add_argument("--work", required=True)
+    gs.add_argument("--layers", type=int, required=True)
+    gs.add_argument("--layer-mib", type=int, default=256)
+    gs.add_argument("--tags", type=int, nargs="*", default=[6])
+    sr = sub.add_parser("scale-report")
+    sr.add_argument("--records", required=True)
+    sr.add_argument("--sizes", required=True)
+    sr.add_argument("--meta", required=True)
+    sr.add_argument("--out", required=True)
     a = ap.parse_args()
-    return cmd_gen_set(a) if a.cmd == "gen-set" else cmd_report(a)
+    return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
+            "scale-report": cmd_scale_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ fi
 if [[ $# -gt 0 ]]; then
     TARGETS=("$@")
 else
-    TARGETS=(bundle_reader helm_index chart_archive yaml_sources)
+    TARGETS=(bundle_reader split_header helm_index chart_archive yaml_sources)
 fi
 
 SANITIZER="${KB_FUZZ_SANITIZER:-address}"
