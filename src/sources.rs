@@ -32,7 +32,7 @@ pub struct NamedSource {
 
 /// One source a user can pick with `--source`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub enum Origin {
     /// The chart's own `imageRepositoryHost` (DockerHub when empty).
     Chart,
     /// A named source of the map.
@@ -76,12 +76,12 @@ impl SourceMap {
     }
 
     /// Parse a `--source` value.
-    pub fn parse_source(&self, s: &str) -> Result<Source, SourceError> {
+    pub fn parse_source(&self, s: &str) -> Result<Origin, SourceError> {
         if s == "@chart" || s == "chart" {
-            return Ok(Source::Chart);
+            return Ok(Origin::Chart);
         }
         if self.sources.contains_key(s) {
-            return Ok(Source::Named(s.to_string()));
+            return Ok(Origin::Named(s.to_string()));
         }
         if let Some(at) = s.rfind('@') {
             return Err(SourceError::Userinfo(format!(
@@ -91,7 +91,7 @@ impl SourceMap {
         }
         let host = s.split('/').next().unwrap_or("");
         if host.contains('.') || host.contains(':') || host == "localhost" {
-            return Ok(Source::Custom(s.trim_end_matches('/').to_string()));
+            return Ok(Origin::Custom(s.trim_end_matches('/').to_string()));
         }
         let names: Vec<_> = std::iter::once("chart")
             .chain(self.sources.keys().map(String::as_str))
@@ -100,7 +100,7 @@ impl SourceMap {
     }
 
     /// The default order.
-    pub fn default_sources(&self) -> Vec<Source> {
+    pub fn default_sources(&self) -> Vec<Origin> {
         self.default
             .iter()
             .filter_map(|s| self.parse_source(s).ok())
@@ -124,16 +124,16 @@ impl SourceMap {
     /// Where `source` publishes the chart image `host/repository:tag`.
     pub fn map(
         &self,
-        source: &Source,
+        source: &Origin,
         host: &str,
         repository: &str,
         tag: &str,
     ) -> Result<ImageRef, SourceError> {
         let text = match source {
-            Source::Chart if host.is_empty() => format!("docker.io/{repository}:{tag}"),
-            Source::Chart => format!("{host}/{repository}:{tag}"),
-            Source::Custom(prefix) => format!("{prefix}/{repository}:{tag}"),
-            Source::Named(name) => {
+            Origin::Chart if host.is_empty() => format!("docker.io/{repository}:{tag}"),
+            Origin::Chart => format!("{host}/{repository}:{tag}"),
+            Origin::Custom(prefix) => format!("{prefix}/{repository}:{tag}"),
+            Origin::Named(name) => {
                 let s = &self.sources[name];
                 format!(
                     "{}/{}/{}:{tag}",
@@ -147,11 +147,11 @@ impl SourceMap {
     }
 
     /// A name for the record: the named source whose mapping equals `r`, else the source's text.
-    pub fn label(&self, source: &Source, r: &ImageRef, repository: &str) -> String {
+    pub fn label(&self, source: &Origin, r: &ImageRef, repository: &str) -> String {
         match source {
-            Source::Named(n) => n.clone(),
-            Source::Custom(c) => c.clone(),
-            Source::Chart => self
+            Origin::Named(n) => n.clone(),
+            Origin::Custom(c) => c.clone(),
+            Origin::Chart => self
                 .sources
                 .iter()
                 .find(|(_, s)| {
@@ -185,7 +185,7 @@ mod tests {
         let r = m.map(&dh, "", "koordinator-sh/koordlet", "v1.8.0").unwrap();
         assert_eq!(r.to_string(), "docker.io/koordinatorsh/koordlet:v1.8.0");
         let r = m
-            .map(&Source::Chart, "", "koordinatorsh/koordlet", "v0.4.1")
+            .map(&Origin::Chart, "", "koordinatorsh/koordlet", "v0.4.1")
             .unwrap();
         assert_eq!(r.to_string(), "docker.io/koordinatorsh/koordlet:v0.4.1");
         let c = m.parse_source("127.0.0.1:5000/mirror").unwrap();
@@ -203,14 +203,14 @@ mod tests {
         );
         let r = m
             .map(
-                &Source::Chart,
+                &Origin::Chart,
                 "registry.cn-beijing.aliyuncs.com",
                 "koordinator-sh/koordlet",
                 "v1",
             )
             .unwrap();
         assert_eq!(
-            m.label(&Source::Chart, &r, "koordinator-sh/koordlet"),
+            m.label(&Origin::Chart, &r, "koordinator-sh/koordlet"),
             "aliyun"
         );
         assert!(m.parse_source("nosuch").is_err());

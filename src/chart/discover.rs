@@ -54,9 +54,7 @@ impl ChartImage {
     }
 }
 
-fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| Regex::new(pattern).expect("valid regex literal"))
-}
+use super::re;
 
 fn crd_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();

@@ -19,6 +19,15 @@ pub mod rendered;
 mod template;
 pub mod values;
 
+/// A regex literal of this module, compiled once (a literal that does not compile is a bug
+/// caught by the tests that use it).
+pub(crate) fn re(
+    cell: &'static std::sync::OnceLock<regex::Regex>,
+    pattern: &str,
+) -> &'static regex::Regex {
+    cell.get_or_init(|| regex::Regex::new(pattern).expect("valid regex literal"))
+}
+
 pub use archive::{ChartArchive, ChartMeta};
 pub use crds::{extract_crds, Crd};
 pub use discover::{discover_images, ChartImage};

@@ -13,7 +13,7 @@ use crate::cli::BuildArgs;
 use crate::copy::{self, Graph, Item};
 use crate::oci::{media, Digest, ImageRef};
 use crate::progress::{Mode, Progress};
-use crate::sources::{Source, SourceMap};
+use crate::sources::{Origin, SourceMap};
 use crate::store::http::HttpFetcher;
 use crate::store::registry::RegistryStore;
 use crate::store::{BlobCache, RawManifest, Reference, Registry, RegistryOptions};
@@ -179,7 +179,9 @@ fn load_base(path: &std::path::Path) -> anyhow::Result<(BundleManifest, Digest)>
 /// What a build needs, resolved once from the flags and the environment before any I/O: an
 /// error in any of them costs no download.
 struct Settings {
-    sources: Vec<Source>,
+    sources: Vec<Origin>,
+    /// The sources as given (or the default list), for the bundle manifest.
+    recorded_sources: Vec<String>,
     platforms: Option<Vec<String>>,
     /// Parsed `--split` size.
     split: Option<u64>,
@@ -196,7 +198,7 @@ struct Settings {
 
 impl Settings {
     fn resolve(args: &BuildArgs, map: &SourceMap) -> anyhow::Result<Settings> {
-        let sources: Vec<Source> = if args.sources.is_empty() {
+        let sources: Vec<Origin> = if args.sources.is_empty() {
             map.default_sources()
         } else {
             args.sources
@@ -251,6 +253,11 @@ impl Settings {
         }
         Ok(Settings {
             sources,
+            recorded_sources: if args.sources.is_empty() {
+                map.default.clone()
+            } else {
+                args.sources.clone()
+            },
             platforms,
             split,
             signer,
@@ -275,7 +282,7 @@ struct Resolved {
 /// The candidate references of an image, in order of preference: (label, reference).
 fn candidates(
     map: &SourceMap,
-    sources: &[Source],
+    sources: &[Origin],
     w: &Wanted,
 ) -> anyhow::Result<Vec<(String, ImageRef)>> {
     if let Some(r) = &w.fixed {
@@ -497,15 +504,21 @@ fn chart_artifact(
     Ok(graph)
 }
 
-/// Run the build.
-pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
-    let progress = Progress::new(Mode::detect(args.json));
-    let map = SourceMap::builtin();
-    let settings = Settings::resolve(&args, &map)?;
+/// The chart and what it asks for.
+struct ChartInput {
+    fetched: FetchedChart,
+    archive: ChartArchive,
+    meta: crate::chart::ChartMeta,
+    crds: Vec<crate::chart::Crd>,
+    wanted: Vec<Wanted>,
+    discovery: crate::bundle::manifest::DiscoveryRecord,
+}
 
-    // 1. The chart.
+/// The chart (from the repository index, or `--chart`), its values with `--values`/`--set`,
+/// the images it deploys plus `--image`, and its CRDs.
+async fn read_chart(args: &BuildArgs, progress: &Progress) -> anyhow::Result<ChartInput> {
     let http = HttpFetcher::new(&args.ca_file, Default::default())?;
-    let fetched = fetch_chart(&args, &http, &progress).await?;
+    let fetched = fetch_chart(args, &http, progress).await?;
     let archive = ChartArchive::from_tgz(&fetched.bytes)
         .context("the chart archive is not a readable Helm chart")?;
     let meta = archive.meta().clone();
@@ -530,7 +543,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     for s in &args.set {
         chart::apply_set(&mut values, s)?;
     }
-    let (images, discovery) = super::discover::images(&args, &archive, &fetched.bytes, &values)?;
+    let (images, discovery) = super::discover::images(args, &archive, &fetched.bytes, &values)?;
     let crds = chart::extract_crds(&archive)?;
     let wanted = wanted_images(&images, &args.images)?;
     progress.say(format!(
@@ -545,15 +558,31 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         }
     ));
 
-    // 2. Resolve every image from the first source that has it.
+    Ok(ChartInput {
+        fetched,
+        archive,
+        meta,
+        crds,
+        wanted,
+        discovery,
+    })
+}
+
+/// Every registry the images may come from, as one store (repositories carry their host).
+fn registry_store(
+    args: &BuildArgs,
+    settings: &Settings,
+    wanted: &[Wanted],
+    progress: &Progress,
+) -> anyhow::Result<RegistryStore> {
     let mut plain_hosts = Vec::new();
     if args.plain_http {
         for s in &settings.sources {
-            if let Source::Custom(c) = s {
+            if let Origin::Custom(c) = s {
                 plain_hosts.push(c.split('/').next().unwrap_or(c).to_string());
             }
         }
-        for w in &wanted {
+        for w in wanted {
             if let Some(r) = &w.fixed {
                 plain_hosts.push(r.registry.clone());
             }
@@ -563,19 +592,29 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         plain_http_hosts: plain_hosts,
         ca_files: args.ca_file.clone(),
         credentials: super::registry_credentials()?,
-        on_retry: Some(super::retry_reporter(&progress)),
+        on_retry: Some(super::retry_reporter(progress)),
         ..Default::default()
     })?;
-    // Every registry at once: repositories carry their host.
-    let store = RegistryStore::new(Arc::new(reg), "");
+    Ok(RegistryStore::new(Arc::new(reg), ""))
+}
+
+/// Every image resolved from the first source that has it (`jobs` at a time).
+async fn resolve_all(
+    store: &RegistryStore,
+    map: &SourceMap,
+    settings: &Settings,
+    wanted: &[Wanted],
+    jobs: usize,
+    progress: &Progress,
+) -> anyhow::Result<Vec<Resolved>> {
     let cands = wanted
         .iter()
-        .map(|w| candidates(&map, &settings.sources, w))
+        .map(|w| candidates(map, &settings.sources, w))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let resolved: Vec<anyhow::Result<Resolved>> =
         futures_util::stream::iter(wanted.iter().zip(&cands))
             .map(|(w, c)| {
-                let (store, platforms) = (&store, settings.platforms.as_deref());
+                let platforms = settings.platforms.as_deref();
                 async move {
                     resolve_image(store, w, c, platforms)
                         .await
@@ -584,7 +623,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
                         })
                 }
             })
-            .buffered(args.jobs.max(1))
+            .buffered(jobs.max(1))
             .collect()
             .await;
     let resolved: Vec<Resolved> = resolved.into_iter().collect::<anyhow::Result<_>>()?;
@@ -598,25 +637,31 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             ));
         }
     }
-    let records: Vec<ImageRecord> = wanted
-        .iter()
-        .zip(&resolved)
-        .map(|(w, r)| record(w, r))
-        .collect();
+    Ok(resolved)
+}
 
-    if args.dry_run {
-        return print_plan(
-            &args, &meta, &fetched, &records, &crds, &resolved, &discovery,
-        );
-    }
+/// What goes into the bundle besides the blobs' bytes: its manifest, the small files, and the
+/// list of blobs.
+struct Layout {
+    manifest: BundleManifest,
+    files: Vec<(String, Vec<u8>)>,
+    blobs: Vec<(Digest, u64)>,
+}
 
-    // 3. The chart as a Helm OCI artifact (a graph of its own, its blobs inline).
-    let created_secs = super::creation_time()?;
-    let created = super::rfc3339(created_secs);
-    let chart_graph = chart_artifact(&archive, &fetched, &created)?;
+/// The layout index, the bundle manifest and the files; blobs the site holds (`--since`) are
+/// left out (and recorded).
+fn assemble(
+    args: &BuildArgs,
+    settings: &Settings,
+    chart: &ChartInput,
+    records: Vec<ImageRecord>,
+    resolved: &[Resolved],
+    chart_graph: &Graph,
+    created: &str,
+) -> anyhow::Result<Layout> {
+    let (meta, fetched, crds, discovery) =
+        (&chart.meta, &chart.fetched, &chart.crds, &chart.discovery);
     let chart_ref = format!("charts/{}:{}", meta.name, meta.version);
-
-    // 4. Layout index, bundle manifest, files.
     let mut entries: Vec<serde_json::Value> = records
         .iter()
         .map(|r| json!({"mediaType": r.media_type, "digest": r.digest, "size": r.size, "annotations": {REF_NAME: r.ref_name}}))
@@ -628,7 +673,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     )?;
     let mut blobs: Vec<(Digest, u64)> = Vec::new();
     let mut omitted: Vec<OmittedBlob> = Vec::new();
-    for g in resolved.iter().map(|r| &r.graph).chain([&chart_graph]) {
+    for g in resolved.iter().map(|r| &r.graph).chain([chart_graph]) {
         // Manifests are always carried (small, and needed to walk and push the graph); configs
         // and layers the site already holds are left out.
         blobs.extend(
@@ -668,7 +713,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             name: "koord-bundle".into(),
             version: env!("CARGO_PKG_VERSION").into(),
         },
-        created: created.clone(),
+        created: created.to_string(),
         chart: ChartRecord {
             name: meta.name.clone(),
             version: meta.version.clone(),
@@ -688,11 +733,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         images: records,
         crds: crd_records,
         platform_filter: settings.platforms.clone(),
-        sources: if args.sources.is_empty() {
-            map.default.clone()
-        } else {
-            args.sources.clone()
-        },
+        sources: settings.recorded_sources.clone(),
         overrides: Overrides {
             values_files: args
                 .values
@@ -736,13 +777,40 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         ("index.json".into(), index_json),
         (chart_file, fetched.bytes.clone()),
     ];
-    for c in &crds {
+    for c in crds {
         files.push((format!("crds/{}", c.file_name), c.yaml.clone().into_bytes()));
     }
 
-    // 5. The bundle: laid out (checksums and signature first), then every blob copied once
-    // into its place by the one walk, from the registries (or the cache), then renamed into
-    // place (or split, or compressed).
+    Ok(Layout {
+        manifest,
+        files,
+        blobs,
+    })
+}
+
+/// What was written: the bundle (or its parts) and where its blobs came from.
+struct Written {
+    output: PathBuf,
+    out: pack::PackStats,
+    parts: Vec<PathBuf>,
+    stats: FetchStats,
+}
+
+/// The bundle: laid out (checksums and signature first), then every blob copied once into its
+/// place by the one walk, from the registries (or the cache), then renamed into place (or
+/// split, or compressed).
+async fn write_bundle(
+    args: &BuildArgs,
+    settings: &Settings,
+    store: &RegistryStore,
+    layout: &Layout,
+    graphs: &[&Graph],
+    created_secs: u64,
+    progress: &Progress,
+) -> anyhow::Result<Written> {
+    let (manifest, files, blobs) = (&layout.manifest, &layout.files, &layout.blobs);
+    let meta = &manifest.chart;
+    let created = &manifest.created;
     let output = args.output.clone().unwrap_or_else(|| {
         settings.output_dir.join(match args.compress {
             Compression::None => format!("koordinator-{}.tar", meta.version),
@@ -755,7 +823,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     );
     let signer = settings.signer.as_ref();
     let (checksums, signature) =
-        pack::checksum_and_sign(&files, &blobs, signer.map(|(sk, _)| (sk, trusted.as_str())))?;
+        pack::checksum_and_sign(files, blobs, signer.map(|(sk, _)| (sk, trusted.as_str())))?;
     let cache = match &settings.cache_root {
         Some(root) => Some(BlobCache::open(root)?),
         None => None,
@@ -769,20 +837,15 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         &out,
         &output,
         &Plan {
-            files: &files,
-            blobs: &blobs,
+            files,
+            blobs,
             mtime: created_secs,
             checksums: &checksums,
             signature: signature.as_deref(),
         },
         cache.as_ref(),
     )?;
-    let graphs: Vec<&Graph> = resolved
-        .iter()
-        .map(|r| &r.graph)
-        .chain([&chart_graph])
-        .collect();
-    let stats = write_blobs(&store, &writer, &graphs, &settings, args.jobs, &progress).await?;
+    let stats = write_blobs(store, &writer, graphs, settings, args.jobs, progress).await?;
     let written = tokio::task::block_in_place(|| writer.finish())?;
     let (out, parts) = match (settings.split, args.compress) {
         (None, Compression::None) => {
@@ -822,10 +885,83 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
             (written, parts)
         }
     };
+    Ok(Written {
+        output,
+        out,
+        parts,
+        stats,
+    })
+}
+
+/// Run the build.
+pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
+    let progress = Progress::new(Mode::detect(args.json));
+    let map = SourceMap::builtin();
+    let settings = Settings::resolve(&args, &map)?;
+    let chart = read_chart(&args, &progress).await?;
+    let store = registry_store(&args, &settings, &chart.wanted, &progress)?;
+    let resolved =
+        resolve_all(&store, &map, &settings, &chart.wanted, args.jobs, &progress).await?;
+    let records: Vec<ImageRecord> = chart
+        .wanted
+        .iter()
+        .zip(&resolved)
+        .map(|(w, r)| record(w, r))
+        .collect();
+    if args.dry_run {
+        return print_plan(
+            &args,
+            &chart.meta,
+            &chart.fetched,
+            &records,
+            &chart.crds,
+            &resolved,
+            &chart.discovery,
+        );
+    }
+    let created_secs = super::creation_time()?;
+    let created = super::rfc3339(created_secs);
+    let chart_graph = chart_artifact(&chart.archive, &chart.fetched, &created)?;
+    let layout = assemble(
+        &args,
+        &settings,
+        &chart,
+        records,
+        &resolved,
+        &chart_graph,
+        &created,
+    )?;
+    let graphs: Vec<&Graph> = resolved
+        .iter()
+        .map(|r| &r.graph)
+        .chain([&chart_graph])
+        .collect();
+    let w = write_bundle(
+        &args,
+        &settings,
+        &store,
+        &layout,
+        &graphs,
+        created_secs,
+        &progress,
+    )
+    .await?;
+    print_result(&args, &settings, &layout.manifest, &w)
+}
+
+/// What was built (stdout, or one JSON document).
+fn print_result(
+    args: &BuildArgs,
+    settings: &Settings,
+    manifest: &BundleManifest,
+    w: &Written,
+) -> anyhow::Result<()> {
+    let (output, out, parts, stats) = (&w.output, &w.out, &w.parts, &w.stats);
+    let signer = settings.signer.as_ref();
     let pubkey = signer.map(|(_, p)| p.clone());
     if args.json {
         return super::print_json(&json!({
-            "bundle": parts.first().unwrap_or(&output), "parts": parts, "sha256": out.sha256, "bytes": out.bytes, "files": out.files,
+            "bundle": parts.first().unwrap_or(output), "parts": parts, "sha256": out.sha256, "bytes": out.bytes, "files": out.files,
             "omittedBlobs": manifest.omitted_blobs.len(), "base": manifest.base,
             "chart": {"name": manifest.chart.name, "version": manifest.chart.version, "digest": manifest.chart.digest},
             "images": manifest.images, "crds": manifest.crds.len(), "fetch": stats, "signed": signer.is_some(),

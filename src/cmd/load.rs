@@ -2,8 +2,9 @@
 //! Nothing is pushed before verification (and, when installing, helm and the pre-flight)
 //! passed; nothing is installed after a failed push.
 
-use crate::bundle::reader;
+use crate::bundle::reader::{self, Unhashed};
 use crate::bundle::source::{split_ref, BundleSource};
+use crate::bundle::BundleManifest;
 use crate::cli::LoadArgs;
 use crate::cluster;
 use crate::copy::{self, Item};
@@ -84,47 +85,111 @@ async fn extract_chart(src: &BundleSource, dir: &Path) -> anyhow::Result<PathBuf
     Ok(out)
 }
 
-/// Run the load.
-pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
-    let progress = Progress::new(Mode::detect(args.json));
-    let bundle = match &args.bundle {
-        Some(b) => b.clone(),
-        None => find_bundle()?,
-    };
-    let target = Target::parse(&args.registry)?;
+/// What a load needs from the flags and the environment, resolved before the bundle is read:
+/// which bundle, where it goes, the key, the registry's login.
+struct Settings {
+    bundle: PathBuf,
+    target: Target,
+    key: Option<minisign::PublicKey>,
+    /// The registry client (credentials read, `--password-stdin` taken).
+    reg: Arc<Registry>,
+    /// The login helm gets (a user and password; an identity token stays with koord-bundle).
+    login: Option<Login>,
+}
 
-    // A gzip bundle cannot be read in place: say so before spending a verification on it.
-    let head = crate::bundle::parts::BundleFile::open(&bundle)
-        .and_then(|bf| bf.read_range(0, 2))
-        .with_context(|| format!("cannot read {}", bundle.display()))?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
+impl Settings {
+    async fn resolve(args: &LoadArgs, progress: &Progress) -> anyhow::Result<Settings> {
+        let bundle = match &args.bundle {
+            Some(b) => b.clone(),
+            None => find_bundle()?,
+        };
+        let target = Target::parse(&args.registry)?;
+        // A gzip bundle cannot be read in place: say so before spending a verification on it.
+        let head = crate::bundle::parts::BundleFile::open(&bundle)
+            .and_then(|bf| bf.read_range(0, 2))
+            .with_context(|| format!("cannot read {}", bundle.display()))?;
+        if head.starts_with(&[0x1f, 0x8b]) {
+            bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
+        }
+        let key = if args.insecure_skip_signature {
+            progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
+            None
+        } else {
+            Some(super::verify::public_key(args.key.as_deref())?)
+        };
+        let mut credentials = super::registry_credentials()?;
+        if let Some(user) = &args.username {
+            let mut pw = String::new();
+            std::io::stdin()
+                .read_to_string(&mut pw)
+                .context("reading the password from standard input")?;
+            let pw = pw.trim_end_matches(['\r', '\n']).to_string();
+            if pw.is_empty() {
+                bail!("--password-stdin: standard input held no password");
+            }
+            credentials.insert(
+                &target.registry,
+                Login {
+                    username: user.clone(),
+                    password: Secret::new(pw),
+                },
+            );
+        }
+        if args.insecure_skip_tls_verify {
+            progress.warn(format!(
+                "--insecure-skip-tls-verify: the certificate of {} is NOT checked",
+                target.registry
+            ));
+        }
+        // helm logs in with a user and password; an identity token stays with koord-bundle. A
+        // broken credential helper is reported by the push, where it matters.
+        let login = credentials
+            .resolve(&target.registry)
+            .await
+            .ok()
+            .and_then(|l| l.found)
+            .and_then(|f| f.credential.login().cloned());
+        let reg = Registry::new(RegistryOptions {
+            plain_http_hosts: if args.plain_http {
+                vec![target.registry.clone()]
+            } else {
+                vec![]
+            },
+            ca_files: args.ca_file.clone(),
+            insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+            credentials,
+            on_retry: Some(super::retry_reporter(progress)),
+            ..Default::default()
+        })?;
+
+        Ok(Settings {
+            bundle,
+            target,
+            key,
+            reg: Arc::new(reg),
+            login,
+        })
     }
+}
 
-    // 1. Verify everything before anything else, and open the bundle for reading in place.
-    let pk = if args.insecure_skip_signature {
-        progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
-        None
-    } else {
-        Some(super::verify::public_key(args.key.as_deref())?)
-    };
-    let total = std::fs::metadata(&bundle)
+/// Verify the bundle and open it for reading in place: everything but the bytes of its large
+/// blobs, which [`push`] hashes unless nothing will be pushed at all.
+fn verify(settings: &Settings, progress: &Progress) -> anyhow::Result<(BundleSource, Unhashed)> {
+    let bundle = &settings.bundle;
+    let total = std::fs::metadata(bundle)
         .with_context(|| format!("cannot read {}", bundle.display()))?
         .len();
     let bar = progress.bytes("verifying", total);
-    let policy = match &pk {
+    let policy = match &settings.key {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    // Everything but the bytes of the large blobs, which are hashed below unless nothing will
-    // be pushed at all.
     let (src, unhashed) = tokio::task::block_in_place(|| {
-        BundleSource::open_unhashed(&bundle, policy, &|n| bar.inc(n))
+        BundleSource::open_unhashed(bundle, policy, &|n| bar.inc(n))
     })
     .context("the bundle did not verify: nothing was pushed")?;
     bar.finish("layout verified");
     let report = src.report();
-    let manifest = src.manifest().clone();
     progress.say(format!(
         "verified {} files, {} blobs{}",
         report.files,
@@ -134,56 +199,13 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             _ => ", signature not checked".into(),
         }
     ));
+    Ok((src, unhashed))
+}
 
-    // 2. Credentials (never echoed) and the registry client.
-    let mut credentials = super::registry_credentials()?;
-    if let Some(user) = &args.username {
-        let mut pw = String::new();
-        std::io::stdin()
-            .read_to_string(&mut pw)
-            .context("reading the password from standard input")?;
-        let pw = pw.trim_end_matches(['\r', '\n']).to_string();
-        if pw.is_empty() {
-            bail!("--password-stdin: standard input held no password");
-        }
-        credentials.insert(
-            &target.registry,
-            Login {
-                username: user.clone(),
-                password: Secret::new(pw),
-            },
-        );
-    }
-    if args.insecure_skip_tls_verify {
-        progress.warn(format!(
-            "--insecure-skip-tls-verify: the certificate of {} is NOT checked",
-            target.registry
-        ));
-    }
-    // helm logs in with a user and password; an identity token stays with koord-bundle. A
-    // broken credential helper is reported by the push, where it matters.
-    let login = credentials
-        .resolve(&target.registry)
-        .await
-        .ok()
-        .and_then(|l| l.found)
-        .and_then(|f| f.credential.login().cloned());
-    let reg = Registry::new(RegistryOptions {
-        plain_http_hosts: if args.plain_http {
-            vec![target.registry.clone()]
-        } else {
-            vec![]
-        },
-        ca_files: args.ca_file.clone(),
-        insecure_skip_tls_verify: args.insecure_skip_tls_verify,
-        credentials,
-        on_retry: Some(super::retry_reporter(&progress)),
-        ..Default::default()
-    })?;
-
-    // 3. Helm and the cluster, before any push.
+/// helm, when it will be used (an install, or a dry run's rendering).
+fn find_helm(args: &LoadArgs, progress: &Progress) -> anyhow::Result<Option<Helm>> {
     let install = !args.no_install;
-    let helm = if install || args.dry_run {
+    Ok(if install || args.dry_run {
         match Helm::find(
             args.helm.as_deref(),
             std::env::var_os(super::env::PATH).as_deref(),
@@ -201,7 +223,17 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         }
     } else {
         None
-    };
+    })
+}
+
+/// The cluster's pre-flight, before any push: its report (when a cluster was reached) and the
+/// release namespace to install into.
+async fn preflight(
+    args: &LoadArgs,
+    manifest: &BundleManifest,
+    progress: &Progress,
+) -> anyhow::Result<(Option<cluster::PreflightReport>, String)> {
+    let install = !args.no_install;
     let platforms: Vec<String> = {
         let mut p: Vec<String> = manifest
             .images
@@ -290,14 +322,23 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         }
     }
 
-    // 4. Push (or plan): the images and the chart (a Helm OCI artifact), by the one walk.
-    let chart_repo = format!("charts/{}", manifest.chart.name);
-    let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
-    let sink = RegistryStore::new(Arc::new(reg), &target.host_and_prefix());
-    let graphs = graphs(&src).await?;
-    // A re-load: when every tag already points at the bundle's digests, nothing of the bundle
-    // will be read, so its blobs need not be hashed (verify checks every byte).
-    let all_there = tags_in_place(&sink, &graphs, args.jobs)
+    Ok((preflight, namespace))
+}
+
+/// The re-hash decision and the push: when every tag already points at the bundle's digests,
+/// nothing of the bundle will be read, so its blobs are not hashed (verify checks every byte);
+/// else they are, before anything is pushed.
+async fn hash_and_push(
+    args: &LoadArgs,
+    settings: &Settings,
+    src: &BundleSource,
+    unhashed: Unhashed,
+    sink: &RegistryStore,
+    progress: &Progress,
+) -> anyhow::Result<(copy::Stats, bool)> {
+    let target = &settings.target;
+    let graphs = graphs(src).await?;
+    let all_there = tags_in_place(sink, &graphs, args.jobs)
         .await
         .context("checking the registry")?;
     let rehashed = if all_there {
@@ -315,13 +356,37 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             target.host_and_prefix()
         ));
     }
-    let stats = push(&src, &sink, &graphs, args.jobs, args.dry_run, &progress)
+    let stats = push(src, sink, &graphs, args.jobs, args.dry_run, progress)
         .await
         .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
+    Ok((stats, rehashed))
+}
 
-    // 5. Helm.
+/// What the helm step did.
+struct Installed {
+    plan: InstallPlan,
+    command: Option<String>,
+    rendered: Option<Vec<String>>,
+    kept_values: Option<PathBuf>,
+    installed: bool,
+}
+
+/// helm: the install plan (the chart from the registry, the generated values), its exact
+/// command line, and the install itself (a dry run renders the chart and checks its images
+/// instead).
+async fn install(
+    args: &LoadArgs,
+    settings: &Settings,
+    src: &BundleSource,
+    helm: Option<&Helm>,
+    preflight: Option<&cluster::PreflightReport>,
+    namespace: &str,
+) -> anyhow::Result<Installed> {
+    let (target, login, manifest) = (&settings.target, &settings.login, src.manifest());
+    let install = !args.no_install;
+    let chart_repo = format!("charts/{}", manifest.chart.name);
     let mut crds_off: Vec<String> = args.skip_crds.clone();
-    if let Some(r) = &preflight {
+    if let Some(r) = preflight {
         for k in &r.crd_values_off {
             let k = k.trim_start_matches("crds.").to_string();
             if !crds_off.contains(&k) {
@@ -345,11 +410,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             reference: format!("oci://{}/{chart_repo}", target.host_and_prefix()),
             version: manifest.chart.version.clone(),
         },
-        _ => ChartSource::Archive(extract_chart(&src, tmp.path()).await?),
+        _ => ChartSource::Archive(extract_chart(src, tmp.path()).await?),
     };
     let plan = InstallPlan {
         release: args.release.clone(),
-        namespace: namespace.clone(),
+        namespace: namespace.to_string(),
         create_namespace: preflight.as_ref().is_some_and(|r| r.create_namespace),
         chart: chart_source,
         generated_values: values,
@@ -373,7 +438,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let mut rendered_ok = None;
     let mut command = None;
     let mut kept_values = None;
-    if let Some(h) = &helm {
+    if let Some(h) = helm {
         // A dry run keeps the values file, so that the printed command can be run as it is.
         let values_file = if args.dry_run {
             let f = helm::keep_values_file(&plan)
@@ -387,7 +452,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         if args.dry_run {
             let mut render = plan.clone();
             if matches!(render.chart, ChartSource::Oci { .. }) {
-                render.chart = ChartSource::Archive(extract_chart(&src, tmp.path()).await?);
+                render.chart = ChartSource::Archive(extract_chart(src, tmp.path()).await?);
             }
             let rendered = h
                 .template(&render)
@@ -415,12 +480,53 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     }
     let mut installed = false;
     if install && !args.dry_run {
-        if let Some(h) = &helm {
+        if let Some(h) = helm {
             tokio::task::block_in_place(|| h.upgrade_install(&plan, false)).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
             installed = true;
         }
     }
 
+    Ok(Installed {
+        plan,
+        command,
+        rendered: rendered_ok,
+        kept_values,
+        installed,
+    })
+}
+
+/// Run the load: settings, verify, helm and the pre-flight, push (nothing before verification,
+/// helm and the pre-flight passed), install (nothing after a failed push), report.
+pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
+    let progress = Progress::new(Mode::detect(args.json));
+    let settings = Settings::resolve(&args, &progress).await?;
+    let (src, unhashed) = verify(&settings, &progress)?;
+    let manifest = src.manifest().clone();
+    let helm = find_helm(&args, &progress)?;
+    let (preflight, namespace) = preflight(&args, &manifest, &progress).await?;
+    let target = settings.target.clone();
+    let sink = RegistryStore::new(settings.reg.clone(), &target.host_and_prefix());
+    let (stats, rehashed) =
+        hash_and_push(&args, &settings, &src, unhashed, &sink, &progress).await?;
+    let done = install(
+        &args,
+        &settings,
+        &src,
+        helm.as_ref(),
+        preflight.as_ref(),
+        &namespace,
+    )
+    .await?;
+    let chart_repo = format!("charts/{}", manifest.chart.name);
+    let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
+    let (plan, command, rendered_ok, kept_values, installed) = (
+        &done.plan,
+        &done.command,
+        &done.rendered,
+        &done.kept_values,
+        done.installed,
+    );
+    let bundle = &settings.bundle;
     if args.json {
         return super::print_json(&json!({
             "bundle": bundle, "registry": target.host_and_prefix(), "dryRun": args.dry_run,
