@@ -63,6 +63,11 @@ pub struct BundleWriter<'a> {
     /// Digest → (offset of its data, size).
     regions: BTreeMap<Digest, (u64, u64)>,
     done: Mutex<BTreeSet<Digest>>,
+    /// Wakes the whole-file hasher when a blob is done.
+    done_cv: Arc<(Mutex<BTreeSet<u64>>, std::sync::Condvar)>,
+    /// The sha256 of the whole file, taken on another thread in file order as regions are
+    /// written (so it overlaps the downloads), joined by [`BundleWriter::finish`].
+    whole: Mutex<Option<std::thread::JoinHandle<io::Result<Digest>>>>,
     cache: Option<&'a BlobCache>,
     len: u64,
     files: usize,
@@ -154,8 +159,18 @@ impl<'a> BundleWriter<'a> {
         for (offset, h) in &headers {
             crate::store::file::write_at(&file, h.as_bytes(), *offset).map_err(werr)?;
         }
+        let file = Arc::new(file);
+        // The hasher's map: offset of each blob's data → its end; everything else is written.
+        let pending: BTreeMap<u64, u64> = regions.values().map(|&(at, n)| (at, at + n)).collect();
+        let done_cv = Arc::new((Mutex::new(BTreeSet::new()), std::sync::Condvar::new()));
+        let whole = {
+            let (file, done_cv) = (file.clone(), done_cv.clone());
+            std::thread::spawn(move || hash_in_order(&file, len, &pending, &done_cv))
+        };
         Ok(BundleWriter {
-            file: Arc::new(file),
+            done_cv,
+            whole: Mutex::new(Some(whole)),
+            file,
             dest: dest.to_path_buf(),
             regions,
             done: Mutex::new(BTreeSet::new()),
@@ -166,7 +181,8 @@ impl<'a> BundleWriter<'a> {
         })
     }
 
-    /// Every blob is in: hash the whole file (its sha256 is what sites compare copies by).
+    /// Every blob is in: the whole file's sha256 (what sites compare copies by), from the
+    /// hasher that followed the writes.
     pub fn finish(&self) -> Result<PackStats, PackError> {
         let done = self.done.lock().map(|d| d.len()).unwrap_or(0);
         if done != self.regions.len() {
@@ -185,24 +201,19 @@ impl<'a> BundleWriter<'a> {
                 )),
             });
         }
-        let mut hasher = sha2::Sha256::new();
-        let mut buf = vec![0u8; 4 << 20];
-        let mut at = 0u64;
-        while at < self.len {
-            let n = (self.len - at).min(buf.len() as u64) as usize;
-            crate::store::file::read_at(&self.file, &mut buf[..n], at).map_err(|source| {
-                PackError::Write {
-                    path: self.dest.clone(),
-                    source,
-                }
-            })?;
-            hasher.update(&buf[..n]);
-            at += n as u64;
-        }
+        let handle = self.whole.lock().ok().and_then(|mut h| h.take());
+        let werr = |source: io::Error| PackError::Write {
+            path: self.dest.clone(),
+            source,
+        };
+        let sha256 = match handle.map(|h| h.join()) {
+            Some(Ok(r)) => r.map_err(werr)?,
+            _ => return Err(werr(io::Error::other("the whole-file hasher stopped"))),
+        };
         Ok(PackStats {
             bytes: self.len,
             files: self.files,
-            sha256: Digest::from_hasher(hasher),
+            sha256,
         })
     }
 
@@ -220,6 +231,13 @@ impl<'a> BundleWriter<'a> {
     fn mark_done(&self, d: &Digest) {
         if let Ok(mut s) = self.done.lock() {
             s.insert(d.clone());
+        }
+        if let Some(&(at, _)) = self.regions.get(d) {
+            let (lock, cv) = &*self.done_cv;
+            if let Ok(mut written) = lock.lock() {
+                written.insert(at);
+            }
+            cv.notify_all();
         }
     }
 
@@ -308,6 +326,58 @@ impl<'a> BundleWriter<'a> {
         self.counts.cached_blobs.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
+}
+
+impl Drop for BundleWriter<'_> {
+    /// A writer dropped before every blob is in (a failed build): the hasher is told to stop.
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.done_cv;
+        if let Ok(mut written) = lock.lock() {
+            written.insert(u64::MAX);
+        }
+        cv.notify_all();
+    }
+}
+
+/// The sha256 of the file's `len` bytes, read in order; the data of a blob region (`pending`:
+/// offset → end) is read only once the writer marked it written (`u64::MAX`: give up).
+fn hash_in_order(
+    file: &File,
+    len: u64,
+    pending: &BTreeMap<u64, u64>,
+    done: &(Mutex<BTreeSet<u64>>, std::sync::Condvar),
+) -> io::Result<Digest> {
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 4 << 20];
+    let mut at = 0u64;
+    let mut read = |from: u64, to: u64, hasher: &mut sha2::Sha256| -> io::Result<()> {
+        let mut p = from;
+        while p < to {
+            let n = (to - p).min(buf.len() as u64) as usize;
+            crate::store::file::read_at(file, &mut buf[..n], p)?;
+            hasher.update(&buf[..n]);
+            p += n as u64;
+        }
+        Ok(())
+    };
+    for (&start, &end) in pending {
+        read(at, start, &mut hasher)?;
+        let (lock, cv) = done;
+        let mut written = lock.lock().map_err(|_| io::Error::other("lock poisoned"))?;
+        while !written.contains(&start) {
+            if written.contains(&u64::MAX) {
+                return Err(io::Error::other("the bundle was abandoned"));
+            }
+            written = cv
+                .wait(written)
+                .map_err(|_| io::Error::other("lock poisoned"))?;
+        }
+        drop(written);
+        read(start, end, &mut hasher)?;
+        at = end;
+    }
+    read(at, len, &mut hasher)?;
+    Ok(Digest::from_hasher(hasher))
 }
 
 impl Store for BundleWriter<'_> {
