@@ -170,19 +170,11 @@ fn verify_refuses_data_after_the_end_of_the_archive() {
 
     // The same with a gzip bundle and a second gzip member.
     let gz = h.path().join("b.tar.gz");
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &env().plain,
-        "--plain-http",
-        "--compress",
-        "gzip",
-        "-o",
-        gz.to_str().unwrap(),
-    ]);
+    let o = h
+        .build("1.8.0")
+        .args(&["--compress", "gzip"])
+        .out(&gz)
+        .run();
     assert_ok(&o);
     assert_ok(&h.run(&["verify", gz.to_str().unwrap()]));
     let evil_gz = h.path().join("evil.tar.gz");
@@ -435,7 +427,6 @@ fn in_small_disk(h: &Home, dir: &Path, script: &str) -> std::process::Output {
 
 #[test]
 fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
-    let e = env();
     let h = Home::with_key();
     let (bundle, _) = h.build_plain("1.8.0", &[]);
     let bin = env!("CARGO_BIN_EXE_koord-bundle");
@@ -453,13 +444,10 @@ fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
     let o = in_small_disk(
         &h,
         &small,
-        &format!(
-            "{bin} build 1.8.0 --repo {} --source {} --plain-http --cache {}/cache -o {}/b.tar",
-            e.helm_repo,
-            e.plain,
-            small.display(),
-            h.path().display()
-        ),
+        &h.build("1.8.0")
+            .args(&["--cache", &format!("{}/cache", small.display())])
+            .out(&h.path().join("b.tar"))
+            .shell_line(),
     );
     check("cache", o);
     // split's parts, and join's output.

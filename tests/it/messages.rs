@@ -300,19 +300,13 @@ fn build_into_a_missing_directory_fails_before_any_network_access() {
     };
     let cache = h.path().join("fresh-cache");
     let out = h.path().join("no-such-dir/koordinator.tar");
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &format!("http://{dead}/"),
-        "--source",
-        &dead,
-        "--plain-http",
-        "--cache",
-        cache.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = h
+        .build("1.8.0")
+        .repo(&format!("http://{dead}/"))
+        .source(&dead)
+        .args(&["--cache", cache.to_str().unwrap()])
+        .out(&out)
+        .run();
     let err = assert_fails(&o, 1, &["no-such-dir", "nothing was downloaded"]);
     assert!(!err.contains("nothing listens"), "{err}");
     let cached = walkdir(&cache);

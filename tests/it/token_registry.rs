@@ -112,19 +112,12 @@ fn cdn_stats() -> Value {
 
 fn build_from_token(h: &Home, out: &Path) -> Output {
     let t = tenv();
-    h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &t.registry,
-        "--ca-file",
-        t.ca_file.to_str().unwrap(),
-        "--json",
-        "-o",
-        out.to_str().unwrap(),
-    ])
+    h.build("1.8.0")
+        .source(&t.registry)
+        .https()
+        .args(&["--ca-file", t.ca_file.to_str().unwrap(), "--json"])
+        .out(out)
+        .run()
 }
 
 /// One signed bundle built from the token registry, shared by the load tests.
@@ -631,17 +624,12 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
     assert!(!all_output(&o).contains(&t.pull_user.1));
     // The htpasswd registry without credentials: a login is needed, nothing was refused.
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &env().tls,
-        "--ca-file",
-        env().ca_file.to_str().unwrap(),
-        "--dry-run",
-    ]);
+    let o = h
+        .build("1.8.0")
+        .source(&env().tls)
+        .https()
+        .args(&["--ca-file", env().ca_file.to_str().unwrap(), "--dry-run"])
+        .run();
     let err = assert_fails(&o, 1, &["no credentials for", "docker login"]);
     assert!(!err.contains("refused the credentials"), "{err}");
 }
@@ -663,15 +651,7 @@ fn plain_http_registry_without_the_flag_says_so() {
     let err = assert_fails(&o, 1, &["speaks plain HTTP", "--plain-http", &e.plain]);
     assert!(!err.contains("InvalidContentType"), "{err}");
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--dry-run",
-    ]);
+    let o = h.build("1.8.0").https().arg("--dry-run").run();
     assert_fails(&o, 1, &["speaks plain HTTP", "--plain-http"]);
 }
 
@@ -712,25 +692,17 @@ fn registry_with_user_and_password_is_refused_and_never_echoed() {
     let h = Home::new();
     let source = format!("koord:{secret}@{}", env().plain);
     let image = format!("koord:{secret}@{}/x/y:v1", env().plain);
-    for args in [
-        vec!["--source", source.as_str()],
-        vec!["--source", env().plain.as_str(), "--image", image.as_str()],
+    for build in [
+        h.build("1.8.0").source(&source),
+        h.build("1.8.0").args(&["--image", &image]),
     ] {
-        let mut a = vec![
-            "build",
-            "1.8.0",
-            "--repo",
-            &env().helm_repo,
-            "--plain-http",
-            "--dry-run",
-            "--json",
-        ];
-        a.extend_from_slice(&args);
-        let o = h.run(&a);
+        let build = build.args(&["--dry-run", "--json"]);
+        let o = build.run();
         assert_fails(&o, 1, &["docker login"]);
         assert!(
             !all_output(&o).contains(secret),
-            "{args:?}: the password was echoed:\n{}",
+            "{:?}: the password was echoed:\n{}",
+            build.to_vec(),
             all_output(&o)
         );
     }
@@ -795,18 +767,11 @@ fn endless_manifest_registry() -> (String, std::sync::Arc<std::sync::atomic::Ato
 fn endless_chunked_manifest_stops_at_the_cap_while_reading() {
     let (addr, sent) = endless_manifest_registry();
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &addr,
-        "--plain-http",
-        "--dry-run",
-        "--image",
-        &format!("{addr}/x/endless:v1"),
-    ]);
+    let o = h
+        .build("1.8.0")
+        .source(&addr)
+        .args(&["--dry-run", "--image", &format!("{addr}/x/endless:v1")])
+        .run();
     assert_fails(&o, 1, &["larger than 4194304 bytes"]);
     let n = sent.load(std::sync::atomic::Ordering::SeqCst);
     assert!(
@@ -848,16 +813,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
         "a refused loopback address was retried:\n{err}"
     );
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &addr,
-        "--plain-http",
-        "--dry-run",
-    ]);
+    let o = h.build("1.8.0").source(&addr).arg("--dry-run").run();
     let err = assert_fails(&o, 3, &["gave up after 1 attempt", "nothing listens on"]);
     assert!(!err.contains("retrying"), "{err}");
 }
@@ -1051,20 +1007,10 @@ fn redirected_blob_goes_without_credentials_and_resumes_at_the_redirected_url() 
     .unwrap();
     let out = h.path().join("r.tar");
     let o = h
-        .cmd(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &env().helm_repo,
-            "--source",
-            &env().plain,
-            "--plain-http",
-            "--image",
-            &format!("{reg}/x/big:v1"),
-            "--unsigned",
-            "-o",
-            out.to_str().unwrap(),
-        ])
+        .build("1.8.0")
+        .args(&["--image", &format!("{reg}/x/big:v1"), "--unsigned"])
+        .out(&out)
+        .cmd()
         .env("REGISTRY_AUTH_FILE", &auth)
         .output()
         .unwrap();
