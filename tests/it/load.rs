@@ -2,6 +2,7 @@
 //! pulled back with real helm, bad bundles refused before any push.
 
 use crate::common::*;
+use crate::fault_proxy::{self, Mode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -552,7 +553,7 @@ fn registry_down_mid_push_then_rerun_completes() {
     let e = env();
     let prefix = unique_prefix("down");
     // The registry "goes down" after ~400 KiB of requests: some blobs are in, the rest are not.
-    let proxy = crate::proxy::start(&e.plain, 400 * 1024);
+    let proxy = fault_proxy::start(&e.plain, Mode::DownAfter(400 * 1024));
     let o = load(
         &b.home,
         &b.bundle,
@@ -561,7 +562,7 @@ fn registry_down_mid_push_then_rerun_completes() {
     );
     let err = assert_fails(&o, 3, &["re-run"]);
     assert!(err.contains(&proxy.addr), "{err}");
-    assert!(proxy.down.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(proxy.counts.down.load(std::sync::atomic::Ordering::SeqCst));
     // Back up (straight to the registry): the re-run completes, skipping what got there.
     let o = load(
         &b.home,
