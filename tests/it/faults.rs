@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use crate::fault_proxy::{self, Mode};
-use crate::load::{built, unique_prefix};
+use crate::load::{unique_prefix, Built};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 
@@ -88,11 +88,11 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
 #[test]
 fn source_date_epoch_gives_byte_identical_bundles() {
     let mut sums = Vec::new();
+    let key_home = Built::new();
     for _ in 0..2 {
         let h = Home::new();
         // The same key in both homes.
         std::fs::create_dir_all(h.config()).unwrap();
-        let key_home = built();
         for f in ["koord-bundle.key", "koord-bundle.pub"] {
             std::fs::copy(key_home.home.config().join(f), h.config().join(f)).unwrap();
         }
@@ -158,7 +158,7 @@ fn disk_full_leaves_no_bundle_and_a_valid_cache() {
 #[test]
 fn load_killed_mid_push_resumes_without_pushing_again() {
     let e = env();
-    let b = built();
+    let b = Built::new();
     let prefix = unique_prefix("killed");
     // Let ~500 KiB of uploads through, then hang; SIGKILL the load there.
     let proxy = fault_proxy::start(&e.plain, Mode::StallAfter(500 * 1024));

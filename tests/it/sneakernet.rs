@@ -1,7 +1,7 @@
 //! Split bundles (parts for media) and incremental bundles, with the real registry.
 
 use crate::common::*;
-use crate::load::{built, repos_under, unique_prefix};
+use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -106,7 +106,7 @@ fn build_split_parts_verify_inspect_load_and_join_byte_identical() {
 
 #[test]
 fn damaged_missing_or_swapped_parts_are_named() {
-    let b = built();
+    let b = Built::new();
     let h = &b.home;
     let dir = h.path().join(format!("split-{}", unique_prefix("d")));
     let o = h.run(&[
