@@ -178,16 +178,21 @@ fn load_killed_mid_push_resumes_without_pushing_again() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Kill it once it hangs at the stall: some uploads went through, one is held.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while proxy.counts.requests.load(Ordering::SeqCst) < 10 {
+    while proxy.counts.stalled.load(Ordering::SeqCst) == 0 {
         assert!(
             std::time::Instant::now() < deadline,
-            "the load never got going"
+            "the load never reached the stall ({:?})",
+            proxy.counts
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the load ended before the stall ({:?})",
+            proxy.counts
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    // Let it reach the stall.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
     child.kill().unwrap();
     child.wait().unwrap();
     let o = b.home.run(&[

@@ -6,7 +6,7 @@ use crate::serve::{curl, flip_byte, largest_blob, manifest, pubkey, sha256, star
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -252,11 +252,13 @@ fn a_build_removes_what_a_killed_build_left_next_to_its_output() {
 
 /// Open `n` idle connections from `src` (a loopback address) to `addr` and keep them open,
 /// reopening those the server closes, until `stop` is set; returns how many were reopened.
+/// `held` counts, as it goes, the clients holding their `n` sockets and the sockets reopened.
 fn hold_idle(
     src: &'static str,
     addr: &str,
     n: usize,
     stop: Arc<AtomicBool>,
+    held: Arc<Held>,
 ) -> std::thread::JoinHandle<usize> {
     let addr: std::net::SocketAddr = addr.parse().unwrap();
     std::thread::spawn(move || {
@@ -272,6 +274,7 @@ fn hold_idle(
             })
         };
         let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| connect()).collect();
+        held.clients.fetch_add(1, Ordering::SeqCst);
         let mut reopened = 0;
         let mut buf = [0u8; 64];
         while !stop.load(Ordering::SeqCst) {
@@ -284,12 +287,22 @@ fn hold_idle(
                 if closed {
                     *s = connect();
                     reopened += 1;
+                    held.reopened.fetch_add(1, Ordering::SeqCst);
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         reopened
     })
+}
+
+/// What the clients of [`hold_idle`] did so far.
+#[derive(Default)]
+struct Held {
+    /// Clients that opened their sockets.
+    clients: AtomicUsize,
+    /// Sockets the server closed and a client reopened.
+    reopened: AtomicUsize,
 }
 
 #[test]
@@ -305,11 +318,22 @@ fn serve_is_not_starved_by_one_client_holding_idle_sockets() {
     // Three clients hold 100 idle sockets each, reopening what is closed: more than all 128
     // places, and more than each one's share (64).
     let stop = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(Held::default());
     let attackers: Vec<_> = ["127.0.0.1", "127.0.0.3", "127.0.0.4"]
         .into_iter()
-        .map(|src| hold_idle(src, &addr, 100, stop.clone()))
+        .map(|src| hold_idle(src, &addr, 100, stop.clone(), held.clone()))
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
+    // Probe once the server is full: all three hold their sockets, and it has begun closing
+    // those beyond a client's share.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while held.clients.load(Ordering::SeqCst) < 3 || held.reopened.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server closed no socket beyond a client's share ({} of 3 clients holding)",
+            held.clients.load(Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A new client's requests are all answered (each probe is a new connection).
     let url = format!("http://{addr}/v2/");
     let mut answered = 0;

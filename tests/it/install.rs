@@ -198,7 +198,7 @@ fn fresh(major: u64) {
     assert_eq!(list[0]["chart"], "koordinator-1.8.0", "{list}");
     let o = helm(major, &fake, &["uninstall", RELEASE, "-n", "default"]);
     assert_ok(&o);
-    std::thread::sleep(std::time::Duration::from_secs(1)); // namespace finalization
+    fake.wait_namespaces_finalized();
     assert!(fake.releases("default").is_empty());
     assert!(fake.names("CustomResourceDefinition", None).is_empty());
     assert!(!fake
@@ -428,7 +428,7 @@ fn pending_install(major: u64) {
         &fake,
         &["uninstall", RELEASE, "-n", "default"],
     ));
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    fake.wait_namespaces_finalized();
     let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_ok(&o);
     assert_installed(&fake, &registry, "1");

@@ -92,7 +92,7 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
     let stdout = Arc::new(Mutex::new(String::new()));
     let stderr = Arc::new(Mutex::new(String::new()));
     let (tx, rx) = mpsc::channel::<String>();
-    {
+    let stderr_read = {
         let out = child.stdout.take().unwrap();
         let buf = stdout.clone();
         std::thread::spawn(move || {
@@ -108,8 +108,8 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 buf.lock().unwrap().push_str(&format!("{line}\n"));
             }
-        });
-    }
+        })
+    };
     let mut server = Server {
         child,
         addr: String::new(),
@@ -133,7 +133,8 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // stdout closed: the process is exiting.
                 let status = server.child.wait().unwrap();
-                std::thread::sleep(Duration::from_millis(100));
+                // All of stderr: read until the pipe's end.
+                stderr_read.join().unwrap();
                 return Err(Refused {
                     code: status.code(),
                     stderr: server.stderr(),
