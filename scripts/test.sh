@@ -7,11 +7,15 @@
 #
 #   KB_KEEP_ENV=1   leave the test environment running afterwards
 #   KB_ENV_DIR      state dir of the environment (default <repo>/target/test-env)
+#   KB_TEST_TMPDIR  the tests' temporary directory (TMPDIR; default <repo>/target/test-tmp):
+#                   emptied before the run; whatever is left in it after the run is a leak
+#                   (listed, removed, and the run fails)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 export KB_ENV_DIR="${KB_ENV_DIR:-$REPO_ROOT/target/test-env}"
+KB_TEST_TMPDIR="${KB_TEST_TMPDIR:-$REPO_ROOT/target/test-tmp}"
 
 log() { printf '[test] %s\n' "$*" >&2; }
 
@@ -43,13 +47,24 @@ source "$KB_ENV_DIR/env.sh"
 export KB_ENV_JSON="$KB_ENV_DIR/env.json"
 [[ -f "$KB_ENV_JSON" ]] || { log "ERROR: $KB_ENV_JSON was not written"; exit 1; }
 
+# Every test removes what it wrote (its homes are tempfile::TempDir, dropped also when it
+# fails). The tests and everything they run get a temporary directory of their own, so what a
+# run leaves behind is seen here, and never piles up in /tmp.
+rm -rf "$KB_TEST_TMPDIR"
+mkdir -p "$KB_TEST_TMPDIR"
 rc=0
 if cargo nextest --version >/dev/null 2>&1; then
     log "running: cargo nextest run --no-fail-fast $*"
-    cargo nextest run --no-fail-fast "$@" || rc=$?
+    TMPDIR="$KB_TEST_TMPDIR" cargo nextest run --no-fail-fast "$@" || rc=$?
 else
     log "cargo-nextest not installed; running: cargo test --no-fail-fast $*"
-    cargo test --no-fail-fast "$@" || rc=$?
+    TMPDIR="$KB_TEST_TMPDIR" cargo test --no-fail-fast "$@" || rc=$?
 fi
 log "test runner exited with $rc"
+if [[ -n "$(ls -A "$KB_TEST_TMPDIR")" ]]; then
+    log "ERROR: the tests left $(du -sh "$KB_TEST_TMPDIR" | cut -f1) in their temporary directory (a test that keeps a file past its end, or a test killed):"
+    (cd "$KB_TEST_TMPDIR" && du -sh -- * .[!.]* 2>/dev/null | head -20) >&2 || true
+    ((rc == 0)) && rc=1
+fi
+rm -rf "$KB_TEST_TMPDIR"
 exit "$rc"

@@ -218,20 +218,15 @@ fn shared_layers_are_stored_once() {
 #[test]
 fn values_and_set_feed_discovery() {
     let h = Home::new();
-    let e = env();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--dry-run",
-        "--json",
-        "--set",
-        "koordlet.image.tag=v1.6.0,manager.image.tag=v1.6.0",
-    ]);
+    let o = h
+        .build("1.8.0")
+        .args(&[
+            "--dry-run",
+            "--json",
+            "--set",
+            "koordlet.image.tag=v1.6.0,manager.image.tag=v1.6.0",
+        ])
+        .run();
     assert_ok(&o);
     let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
     let r = refs(&plan);
@@ -255,53 +250,22 @@ fn build_from_tls_registry_with_basic_auth() {
     let e = env();
     let out = h.path().join("b.tar");
     // Without credentials: a clear refusal naming the registry, nothing at the output path.
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.tls,
-        "--ca-file",
-        e.ca_file.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let tls = h.build("1.8.0").source(&e.tls).https().out(&out);
+    let o = tls
+        .clone()
+        .args(&["--ca-file", e.ca_file.to_str().unwrap()])
+        .run();
     assert_fails(&o, 1, &[&e.tls, "docker login"]);
     assert!(!out.exists());
     // Without the CA: a TLS error that says what to do.
     let auth = h.login_tls();
-    let o = h
-        .cmd(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &e.helm_repo,
-            "--source",
-            &e.tls,
-            "-o",
-            out.to_str().unwrap(),
-        ])
-        .env("REGISTRY_AUTH_FILE", &auth)
-        .output()
-        .unwrap();
+    let o = tls.cmd().env("REGISTRY_AUTH_FILE", &auth).output().unwrap();
     assert_fails(&o, 1, &["--ca-file", "UnknownIssuer"]);
     assert!(!out.exists());
     // With both.
-    let o = h
-        .cmd(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &e.helm_repo,
-            "--source",
-            &e.tls,
-            "--ca-file",
-            e.ca_file.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--json",
-        ])
+    let o = tls
+        .args(&["--ca-file", e.ca_file.to_str().unwrap(), "--json"])
+        .cmd()
         .env("REGISTRY_AUTH_FILE", &auth)
         .output()
         .unwrap();
@@ -372,19 +336,10 @@ fn platform_filter_keeps_only_those_platforms() {
     let o = h.run(&["verify", bundle.to_str().unwrap()]);
     assert_ok(&o);
     // An impossible filter is a clear error.
-    let e = env();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--platform",
-        "linux/s390x",
-        "--dry-run",
-    ]);
+    let o = h
+        .build("1.8.0")
+        .args(&["--platform", "linux/s390x", "--dry-run"])
+        .run();
     assert_fails(&o, 1, &["linux/s390x", "linux/amd64, linux/arm64"]);
 }
 
@@ -393,19 +348,11 @@ fn source_fallback_per_image() {
     let h = Home::new();
     let e = env();
     let partial = format!("{}/mirror-partial", e.plain);
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &partial,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--dry-run",
-        "--json",
-    ]);
+    let o = h
+        .build("1.8.0")
+        .sources(&[&partial, &e.plain])
+        .args(&["--dry-run", "--json"])
+        .run();
     assert_ok(&o);
     let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
     for img in plan["images"].as_array().unwrap() {
@@ -431,16 +378,7 @@ fn source_fallback_per_image() {
         "{d}"
     );
     // No source has it: every attempt is named.
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &partial,
-        "--plain-http",
-        "--dry-run",
-    ]);
+    let o = h.build("1.8.0").source(&partial).arg("--dry-run").run();
     assert_fails(
         &o,
         1,
@@ -451,7 +389,6 @@ fn source_fallback_per_image() {
 #[test]
 fn chart_digest_mismatch_stops_the_build_unless_overridden() {
     let h = Home::with_key();
-    let e = env();
     // A repository (local directory) whose index digest for 1.8.0 does not match the archive.
     let repo = h.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -467,18 +404,8 @@ fn chart_digest_mismatch_stops_the_build_unless_overridden() {
         .replace(&real, &fake);
     std::fs::write(repo.join("index.yaml"), index).unwrap();
     let out = h.path().join("m.tar");
-    let args = [
-        "build",
-        "1.8.0",
-        "--repo",
-        repo.to_str().unwrap(),
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    let o = h.run(&args);
+    let build = h.build("1.8.0").repo(repo.to_str().unwrap()).out(&out);
+    let o = build.run();
     assert_fails(
         &o,
         1,
@@ -490,9 +417,7 @@ fn chart_digest_mismatch_stops_the_build_unless_overridden() {
         ],
     );
     assert!(!out.exists());
-    let mut with = args.to_vec();
-    with.push("--allow-chart-digest-mismatch");
-    let o = h.run(&with);
+    let o = build.arg("--allow-chart-digest-mismatch").run();
     assert_ok(&o);
     assert!(String::from_utf8_lossy(&o.stderr).contains("does not match"));
     let i: Value =
@@ -505,43 +430,16 @@ fn chart_digest_mismatch_stops_the_build_unless_overridden() {
 fn unknown_version_lists_the_nearest() {
     let h = Home::with_key();
     let e = env();
-    let o = h.run(&[
-        "build",
-        "1.7.5",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-    ]);
+    let o = h.build("1.7.5").run();
     assert_fails(&o, 1, &["1.7.5", "1.8.0", "1.6.0"]);
     let o = h.run(&["build", "~1.9", "--repo", &e.helm_repo]);
     assert_fails(&o, 1, &["~1.9"]);
     // Ranges and `latest` resolve.
-    let o = h.run(&[
-        "build",
-        ">=1.4 <1.7",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--dry-run",
-        "--json",
-    ]);
+    let o = h.build(">=1.4 <1.7").args(&["--dry-run", "--json"]).run();
     assert_ok(&o);
     let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(plan["chart"]["version"], "1.6.0");
-    let o = h.run(&[
-        "build",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--dry-run",
-        "--json",
-    ]);
+    let o = h.build_latest().args(&["--dry-run", "--json"]).run();
     assert_ok(&o);
     assert_eq!(
         serde_json::from_slice::<Value>(&o.stdout).unwrap()["chart"]["version"],
@@ -552,19 +450,9 @@ fn unknown_version_lists_the_nearest() {
 #[test]
 fn no_key_says_how_to_make_one() {
     let h = Home::new();
-    let e = env();
     let out = h.path().join("k.tar");
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let build = h.build("1.8.0").out(&out);
+    let o = build.run();
     assert_fails(&o, 1, &["koord-bundle keygen", "--sign-key"]);
     assert!(!out.exists());
     // An encrypted key with its password from the environment.
@@ -574,33 +462,10 @@ fn no_key_says_how_to_make_one() {
         .output()
         .unwrap();
     assert_ok(&o);
-    let o = h
-        .cmd(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &e.helm_repo,
-            "--source",
-            &e.plain,
-            "--plain-http",
-            "-o",
-            out.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let o = build.run();
     assert_fails(&o, 1, &["KOORD_BUNDLE_KEY_PASSWORD"]);
-    let o = h
-        .cmd(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &e.helm_repo,
-            "--source",
-            &e.plain,
-            "--plain-http",
-            "-o",
-            out.to_str().unwrap(),
-        ])
+    let o = build
+        .cmd()
         .env("KOORD_BUNDLE_KEY_PASSWORD", "pw")
         .output()
         .unwrap();
@@ -619,22 +484,10 @@ fn blob_digest_mismatch_is_refused_and_never_cached() {
     let h = Home::with_key();
     let layer: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let fake = fake_registry::start("bad/img", "v1", layer, BlobMode::Corrupt);
-    let e = env();
     let out = h.path().join("bad.tar");
     let img = format!("{}/bad/img:v1", fake.addr);
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--image",
-        &img,
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let build = h.build("1.8.0").args(&["--image", &img]).out(&out);
+    let o = build.run();
     assert_fails(&o, 1, &[&fake.layer_digest, "refused"]);
     assert!(!out.exists(), "no bundle after a refused blob");
     let hex = &fake.layer_digest[7..];
@@ -644,20 +497,7 @@ fn blob_digest_mismatch_is_refused_and_never_cached() {
     );
     // The same image served correctly: the build completes and the image is in the bundle.
     *fake.mode.lock().unwrap() = BlobMode::Good;
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--image",
-        &img,
-        "-o",
-        out.to_str().unwrap(),
-        "--json",
-    ]);
+    let o = build.arg("--json").run();
     assert_ok(&o);
     let b: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(refs(&b).contains(&"bad/img:v1".to_string()));
@@ -670,25 +510,13 @@ fn interrupted_build_resumes_without_refetching() {
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     let fake = fake_registry::start("slow/img", "v1", layer, BlobMode::StallAfter(1_000_000));
-    let e = env();
     let out = h.path().join("r.tar");
     let img = format!("{}/slow/img:v1", fake.addr);
-    let args = [
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--image",
-        &img,
-        "-o",
-        out.to_str().unwrap(),
-        "--json",
-    ];
-    let mut child = h
-        .cmd(&args)
+    let build = h.build("1.8.0").args(&["--image", &img, "--json"]);
+    let mut child = build
+        .clone()
+        .out(&out)
+        .cmd()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -710,7 +538,7 @@ fn interrupted_build_resumes_without_refetching() {
         "a killed build left a file at the output path"
     );
     *fake.mode.lock().unwrap() = BlobMode::Good;
-    let o = h.run(&args);
+    let o = build.clone().out(&out).run();
     assert_ok(&o);
     let b: Value = serde_json::from_slice(&o.stdout).unwrap();
     // Resumed with a range request at the byte where it stopped; the rest came from the cache.
@@ -732,10 +560,7 @@ fn interrupted_build_resumes_without_refetching() {
     );
     // A second bundle from the same cache downloads nothing.
     let out2 = h.path().join("r2.tar");
-    let mut again = args.to_vec();
-    let n = again.len() - 2;
-    again[n] = out2.to_str().unwrap();
-    let o = h.run(&again);
+    let o = build.out(&out2).run();
     assert_ok(&o);
     let b2: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(b2["fetch"]["downloadedBytes"], 0);

@@ -76,20 +76,11 @@ fn helm_images(helm: &Path, version: &str, sets: &[&str]) -> BTreeSet<String> {
 }
 
 fn plan(h: &Home, version: &str, extra: &[&str]) -> Value {
-    let e = env();
-    let mut args = vec![
-        "build",
-        version,
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--dry-run",
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let o = h.run(&args);
+    let o = h
+        .build(version)
+        .args(&["--dry-run", "--json"])
+        .args(extra)
+        .run();
     assert_ok(&o);
     serde_json::from_slice(&o.stdout).expect("build --json prints JSON")
 }
@@ -163,21 +154,12 @@ fn every_chart_version_builds_a_bundle_with_helm_and_without() {
             ("builtin", vec!["--discover", "builtin"]),
         ] {
             let out = h.path().join(format!("k-{version}-{how}.tar"));
-            let mut args = vec![
-                "build",
-                &version,
-                "--repo",
-                &e.helm_repo,
-                "--source",
-                &e.plain,
-                "--plain-http",
-                "--unsigned",
-                "--json",
-                "-o",
-                out.to_str().unwrap(),
-            ];
-            args.extend_from_slice(&extra);
-            let o = h.run(&args);
+            let o = h
+                .build(&version)
+                .args(&["--unsigned", "--json"])
+                .out(&out)
+                .args(&extra)
+                .run();
             assert_ok(&o);
             let entries = tar_entries(&out);
             let crds: Vec<&String> = entries
@@ -277,21 +259,15 @@ fn synthetic_chart_idioms_read_like_helm_with_and_without_helm() {
             vec!["--discover", "helm", "--helm", helm3],
             vec!["--discover", "builtin"],
         ] {
-            let mut args = vec![
-                "build",
-                "--chart",
-                chart.to_str().unwrap(),
-                "--source",
-                &e.plain,
-                "--plain-http",
-                "--dry-run",
-                "--json",
-            ];
-            args.extend_from_slice(&how);
+            let mut build = h
+                .build("")
+                .chart(&chart)
+                .args(&["--dry-run", "--json"])
+                .args(&how);
             for s in &sets {
-                args.extend(["--set", s]);
+                build = build.args(&["--set", s]);
             }
-            let o = h.run(&args);
+            let o = build.run();
             assert_ok(&o);
             let p: Value = serde_json::from_slice(&o.stdout).unwrap();
             assert_eq!(originals(&p), truth, "{how:?} {sets:?}");
@@ -312,24 +288,19 @@ fn a_chart_only_helm_can_read_is_refused_without_helm() {
     let e = env();
     let h = Home::new();
     let chart = package("needs-helm", h.path());
-    let base = [
-        "build",
-        "--chart",
-        chart.to_str().unwrap(),
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--dry-run",
-        "--json",
-    ];
+    let base = h.build("").chart(&chart).args(&["--dry-run", "--json"]);
     // A PATH without helm, whatever the machine has installed.
     let no_helm = h.path().join("empty-path");
     std::fs::create_dir_all(&no_helm).unwrap();
     // Built-in (also what `auto` does with no helm on PATH): refused, naming file and line.
     for how in [["--discover", "builtin"], ["--discover", "auto"]] {
-        let mut args = base.to_vec();
-        args.extend_from_slice(&how);
-        let o = h.cmd(&args).env("PATH", &no_helm).output().unwrap();
+        let o = base
+            .clone()
+            .args(&how)
+            .cmd()
+            .env("PATH", &no_helm)
+            .output()
+            .unwrap();
         crate::common::assert_fails(
             &o,
             1,
@@ -341,16 +312,20 @@ fn a_chart_only_helm_can_read_is_refused_without_helm() {
         );
     }
     // With helm: what helm renders.
-    let mut args = base.to_vec();
-    args.extend_from_slice(&["--discover", "helm", "--helm", e.helm3.to_str().unwrap()]);
-    let o = h.run(&args);
+    let o = base
+        .clone()
+        .args(&["--discover", "helm", "--helm", e.helm3.to_str().unwrap()])
+        .run();
     assert_ok(&o);
     let p: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(originals(&p), helm_template_dir("needs-helm", &[]));
     assert_eq!(p["discovery"]["helmVersion"], "v3.17.3");
     // --discover helm without helm says what to do.
-    let mut args = base.to_vec();
-    args.extend_from_slice(&["--discover", "helm"]);
-    let o = h.cmd(&args).env("PATH", &no_helm).output().unwrap();
+    let o = base
+        .args(&["--discover", "helm"])
+        .cmd()
+        .env("PATH", &no_helm)
+        .output()
+        .unwrap();
     crate::common::assert_fails(&o, 1, &["--discover helm", "helm"]);
 }

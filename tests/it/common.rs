@@ -61,16 +61,18 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts")
 }
 
-/// A temporary home: config dir (keys), cache dir, work dir.
+/// A temporary home: config dir (keys), cache dir, work dir, and the temporary directory of
+/// the commands run in it (`TMPDIR`), all removed when the home is dropped (at the end of the
+/// test, also when it fails).
 pub struct Home {
     pub dir: tempfile::TempDir,
 }
 
 impl Home {
     pub fn new() -> Self {
-        Home {
-            dir: tempfile::tempdir().expect("tempdir"),
-        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("tmp")).expect("the home's tmp directory");
+        Home { dir }
     }
     /// A home with an unencrypted default key pair.
     pub fn with_key() -> Self {
@@ -98,6 +100,9 @@ impl Home {
             .env("KOORD_BUNDLE_CONFIG_DIR", self.config())
             .env("KOORD_BUNDLE_CACHE_DIR", self.cache())
             .env("HOME", self.path())
+            // What the binary keeps in the temporary directory (`load --dry-run` keeps its
+            // values file there) goes with the home.
+            .env("TMPDIR", self.path().join("tmp"))
             .env_remove("DOCKER_CONFIG")
             .env_remove("REGISTRY_AUTH_FILE")
             .env_remove("SOURCE_DATE_EPOCH");
@@ -120,30 +125,145 @@ impl Home {
         .unwrap();
         p
     }
-    /// Build the 1.8.0 bundle from the plain registry; returns (path, build JSON).
-    pub fn build_plain(&self, version: &str, extra: &[&str]) -> (PathBuf, Value) {
+    /// `build VERSION --repo <chart repo> --source <plain registry> --plain-http` in this home:
+    /// the argument list most tests start from (see [`Build`]).
+    pub fn build(&self, version: &str) -> Build<'_> {
         let e = env();
+        Build {
+            home: self,
+            version: Some(version.to_string()),
+            repo: Some(e.helm_repo.clone()),
+            sources: vec![e.plain.clone()],
+            plain_http: true,
+            out: None,
+            extra: Vec::new(),
+        }
+    }
+    /// `build --repo <chart repo> --source <plain registry> --plain-http`: no VERSION, the
+    /// newest chart of the repository.
+    pub fn build_latest(&self) -> Build<'_> {
+        Build {
+            version: None,
+            ..self.build("")
+        }
+    }
+    /// Build a signed bundle of `version` from the plain registry into
+    /// `koordinator-VERSION.tar` of the home (`extra` added); returns (path, build JSON).
+    pub fn build_plain(&self, version: &str, extra: &[&str]) -> (PathBuf, Value) {
         let out = self.path().join(format!("koordinator-{version}.tar"));
-        let mut args = vec![
-            "build",
-            version,
-            "--repo",
-            &e.helm_repo,
-            "--source",
-            &e.plain,
-            "--plain-http",
-            "--json",
-            "-o",
-        ];
-        let out_s = out.to_string_lossy().to_string();
-        args.push(&out_s);
-        args.extend_from_slice(extra);
-        let o = self.run(&args);
+        let o = self
+            .build(version)
+            .arg("--json")
+            .out(&out)
+            .args(extra)
+            .run();
         assert_ok(&o);
         (
             out,
             serde_json::from_slice(&o.stdout).expect("build --json prints JSON"),
         )
+    }
+}
+
+/// A `build` command line of a [`Home`]: `build VERSION --repo R --source S --plain-http
+/// [-o OUT] EXTRA...`, by default from the test environment's chart repository and plain
+/// registry. A test changes the part it is about ([`Build::repo`], [`Build::source`],
+/// [`Build::https`], [`Build::chart`], [`Build::out`]), adds the rest
+/// ([`Build::arg`], [`Build::args`]) and runs it ([`Build::run`], or [`Build::cmd`] to set
+/// environment variables first).
+#[derive(Clone)]
+pub struct Build<'h> {
+    home: &'h Home,
+    version: Option<String>,
+    repo: Option<String>,
+    sources: Vec<String>,
+    plain_http: bool,
+    out: Option<PathBuf>,
+    extra: Vec<String>,
+}
+
+#[allow(dead_code)] // not every method is used by every test module
+impl Build<'_> {
+    /// `--repo REPO` instead of the environment's chart repository (a URL or a directory).
+    pub fn repo(mut self, repo: &str) -> Self {
+        self.repo = Some(repo.to_string());
+        self
+    }
+    /// `--chart ARCHIVE` instead of VERSION and `--repo`.
+    pub fn chart(mut self, chart: &Path) -> Self {
+        self.version = None;
+        self.repo = None;
+        self.extra
+            .extend(["--chart".to_string(), chart.to_string_lossy().to_string()]);
+        self
+    }
+    /// `--source SOURCE` instead of the plain registry.
+    pub fn source(self, source: &str) -> Self {
+        self.sources(&[source])
+    }
+    /// One `--source` for each of `sources`, in order, instead of the plain registry.
+    pub fn sources(mut self, sources: &[&str]) -> Self {
+        self.sources = sources.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    /// Without `--plain-http` (a TLS source, or a test of the flag's absence).
+    pub fn https(mut self) -> Self {
+        self.plain_http = false;
+        self
+    }
+    /// `-o OUT`.
+    pub fn out(mut self, out: &Path) -> Self {
+        self.out = Some(out.to_path_buf());
+        self
+    }
+    /// One more argument.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.extra.push(arg.to_string());
+        self
+    }
+    /// More arguments.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.extra.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+    /// The argument list (without the program).
+    pub fn to_vec(&self) -> Vec<String> {
+        let mut v = vec!["build".to_string()];
+        v.extend(self.version.clone());
+        if let Some(repo) = &self.repo {
+            v.extend(["--repo".to_string(), repo.clone()]);
+        }
+        for s in &self.sources {
+            v.extend(["--source".to_string(), s.clone()]);
+        }
+        if self.plain_http {
+            v.push("--plain-http".to_string());
+        }
+        if let Some(out) = &self.out {
+            v.extend(["-o".to_string(), out.to_string_lossy().to_string()]);
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+    /// The command line for `sh -c`: the binary and the arguments, each single-quoted. Run it
+    /// with the home's variables (see [`Home::cmd`]) where they matter.
+    pub fn shell_line(&self) -> String {
+        let quote = |a: &str| format!("'{}'", a.replace('\'', r"'\''"));
+        std::iter::once(env!("CARGO_BIN_EXE_koord-bundle"))
+            .chain(self.to_vec().iter().map(String::as_str))
+            .map(quote)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+    /// The command, in the home (see [`Home::cmd`]).
+    pub fn cmd(&self) -> Command {
+        let v = self.to_vec();
+        let args: Vec<&str> = v.iter().map(String::as_str).collect();
+        self.home.cmd(&args)
+    }
+    /// Run it; its output.
+    pub fn run(&self) -> Output {
+        self.cmd().output().expect("run koord-bundle")
     }
 }
 

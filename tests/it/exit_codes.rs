@@ -3,7 +3,7 @@
 //! internal or transient failure (a retry or an operator may help).
 
 use crate::common::*;
-use crate::load::{built, unique_prefix};
+use crate::load::{unique_prefix, Built};
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Stdio;
@@ -25,8 +25,7 @@ fn build(h: &Home, extra: &[&str]) -> std::process::Output {
     h.run(&args)
 }
 
-fn load(extra: &[&str]) -> std::process::Output {
-    let b = built();
+fn load(b: &Built, extra: &[&str]) -> std::process::Output {
     let key = b.home.pubkey();
     let mut args = vec![
         "load",
@@ -138,17 +137,21 @@ fn build_of_a_version_that_does_not_exist_is_1() {
 #[test]
 fn load_into_a_plain_http_registry_without_the_flag_is_1() {
     let e = env();
-    let o = load(&[
-        "--registry",
-        &format!("{}/{}", e.plain, unique_prefix("noflag")),
-    ]);
+    let b = Built::new();
+    let o = load(
+        &b,
+        &[
+            "--registry",
+            &format!("{}/{}", e.plain, unique_prefix("noflag")),
+        ],
+    );
     assert_fails(&o, INPUT, &["speaks plain HTTP", "--plain-http"]);
 }
 
 #[test]
 fn load_with_a_wrong_password_is_1() {
     let e = env();
-    let b = built();
+    let b = Built::new();
     let key = b.home.pubkey();
     let mut child = b
         .home
@@ -185,7 +188,8 @@ fn load_with_a_wrong_password_is_1() {
 #[test]
 fn load_into_an_unreachable_registry_is_3() {
     let dead = dead_addr();
-    let o = load(&["--registry", &format!("{dead}/x"), "--plain-http"]);
+    let b = Built::new();
+    let o = load(&b, &["--registry", &format!("{dead}/x"), "--plain-http"]);
     assert_fails(&o, INTERNAL, &["cannot reach", &dead]);
 }
 
@@ -226,7 +230,7 @@ fn usage_errors_are_2() {
 
 #[test]
 fn verification_failures_and_bad_bundles_are_1() {
-    let b = built();
+    let b = Built::new();
     let h = Home::new();
     // One byte changed in the middle of a bundle.
     let mut bytes = std::fs::read(&b.bundle).unwrap();
@@ -295,7 +299,7 @@ fn on_a_full_disk(h: &Home, dir: &Path, script: &str) -> std::process::Output {
 fn a_full_disk_is_3() {
     // build's output, the cache, split and join on a full disk: tests/it/faults.rs and
     // hostile.rs. Here: the two small writers, keygen and inspect --manifest.
-    let b = built();
+    let b = Built::new();
     let h = Home::new();
     let full = h.path().join("full");
     let bin = env!("CARGO_BIN_EXE_koord-bundle");

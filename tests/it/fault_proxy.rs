@@ -1,12 +1,15 @@
 //! An HTTP fault proxy on 127.0.0.1 in front of a real registry. Every request gets its own
 //! upstream connection (`Connection: close`), and, drawn from a seeded generator, is answered
 //! 503, answered 429 with `Retry-After: 1`, cut after a random number of response bytes, cut
-//! half-way through its request body, or passed through. `stall_after` instead lets everything
-//! through until that many request-body bytes went by, then hangs (for SIGKILL tests).
+//! half-way through its request body, or passed through. [`Mode::StallAfter`] instead lets
+//! everything through until that many request-body bytes went by, then hangs (for SIGKILL
+//! tests); [`Mode::DownAfter`] lets that many request bytes through, then "goes down": every
+//! open connection is cut and new ones are closed at once.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default, Debug)]
@@ -16,6 +19,10 @@ pub struct Counts {
     pub s429: AtomicUsize,
     pub cut_response: AtomicUsize,
     pub cut_request: AtomicUsize,
+    /// Requests held at the stall of [`Mode::StallAfter`].
+    pub stalled: AtomicUsize,
+    /// [`Mode::DownAfter`]: the budget is spent, the registry is down.
+    pub down: AtomicBool,
 }
 
 pub struct FaultProxy {
@@ -29,6 +36,9 @@ pub enum Mode {
     Faults { seed: u64, percent: u64 },
     /// Pass everything until this many request-body bytes went upstream, then hang.
     StallAfter(u64),
+    /// Pass everything until this many request bytes (heads and bodies) went upstream, then
+    /// cut every open connection and close every new one at once.
+    DownAfter(u64),
 }
 
 struct Rng(u64);
@@ -42,37 +52,78 @@ impl Rng {
     }
 }
 
+/// What the connections of one proxy share.
+struct Shared {
+    upstream: String,
+    mode: Mode,
+    counts: Arc<Counts>,
+    rng: Mutex<Rng>,
+    /// Request bytes that went upstream (bodies for `StallAfter`, heads too for `DownAfter`).
+    uploaded: AtomicU64,
+    /// `DownAfter`: the streams of every open connection, by connection number, to cut them all.
+    open: Mutex<HashMap<usize, Vec<TcpStream>>>,
+}
+
+impl Shared {
+    /// Count `n` more request bytes; with `DownAfter`, true (and everything cut) once the
+    /// budget is spent.
+    fn spend(&self, n: usize) -> bool {
+        let Mode::DownAfter(budget) = self.mode else {
+            return false;
+        };
+        if self.uploaded.fetch_add(n as u64, Ordering::SeqCst) + n as u64 <= budget {
+            return false;
+        }
+        self.counts.down.store(true, Ordering::SeqCst);
+        for s in self.open.lock().unwrap().values().flatten() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        true
+    }
+    /// `DownAfter`: keep a handle on `stream` of connection `id` to cut it when going down.
+    fn track(&self, id: usize, stream: &TcpStream) -> std::io::Result<()> {
+        if let Mode::DownAfter(_) = self.mode {
+            let clone = stream.try_clone()?;
+            self.open.lock().unwrap().entry(id).or_default().push(clone);
+        }
+        Ok(())
+    }
+}
+
 pub fn start(upstream: &str, mode: Mode) -> FaultProxy {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let counts = Arc::new(Counts::default());
-    let rng = Arc::new(Mutex::new(Rng(match mode {
-        Mode::Faults { seed, .. } => seed.wrapping_mul(0x9E3779B97F4A7C15) | 1,
-        Mode::StallAfter(_) => 1,
-    })));
-    let uploaded = Arc::new(AtomicU64::new(0));
-    let upstream = upstream.to_string();
-    let c = counts.clone();
+    let shared = Arc::new(Shared {
+        upstream: upstream.to_string(),
+        mode,
+        counts: counts.clone(),
+        rng: Mutex::new(Rng(match mode {
+            Mode::Faults { seed, .. } => seed.wrapping_mul(0x9E3779B97F4A7C15) | 1,
+            Mode::StallAfter(_) | Mode::DownAfter(_) => 1,
+        })),
+        uploaded: AtomicU64::new(0),
+        open: Mutex::new(HashMap::new()),
+    });
     std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let (upstream, counts, rng, uploaded) =
-                (upstream.clone(), c.clone(), rng.clone(), uploaded.clone());
+        for (id, client) in listener.incoming().flatten().enumerate() {
+            if shared.counts.down.load(Ordering::SeqCst) {
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            }
+            let shared = shared.clone();
             std::thread::spawn(move || {
-                let _ = handle(client, &upstream, mode, &counts, &rng, &uploaded);
+                let _ = handle(client, id, &shared);
+                shared.open.lock().unwrap().remove(&id);
             });
         }
     });
     FaultProxy { addr, counts }
 }
 
-fn handle(
-    client: TcpStream,
-    upstream: &str,
-    mode: Mode,
-    counts: &Counts,
-    rng: &Mutex<Rng>,
-    uploaded: &AtomicU64,
-) -> std::io::Result<()> {
+fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> {
+    let (mode, counts, rng) = (shared.mode, &*shared.counts, &shared.rng);
+    shared.track(id, &client)?;
     let mut reader = BufReader::new(client.try_clone()?);
     let mut client_w = client;
     {
@@ -106,7 +157,7 @@ fn handle(
             out_head.push_str(l);
         }
         let fault = match mode {
-            Mode::StallAfter(_) => 0,
+            Mode::StallAfter(_) | Mode::DownAfter(_) => 0,
             Mode::Faults { percent, .. } => {
                 let roll = rng.lock().unwrap().next() % 100;
                 // 1: 503, 2: 429, 3: cut response, 4: cut request body (only when there is one)
@@ -139,7 +190,11 @@ fn handle(
             let _ = client_w.shutdown(Shutdown::Both);
             return Ok(());
         }
-        let mut up = TcpStream::connect(upstream)?;
+        let mut up = TcpStream::connect(&shared.upstream)?;
+        shared.track(id, &up)?;
+        if shared.spend(out_head.len()) {
+            return Ok(());
+        }
         up.write_all(out_head.as_bytes())?;
         // Request body, streamed.
         let mut left = length;
@@ -163,10 +218,14 @@ fn handle(
                 return Ok(());
             }
             if let Mode::StallAfter(limit) = mode {
-                if uploaded.fetch_add(n as u64, Ordering::SeqCst) + n as u64 > limit {
+                if shared.uploaded.fetch_add(n as u64, Ordering::SeqCst) + n as u64 > limit {
+                    counts.stalled.fetch_add(1, Ordering::SeqCst);
                     std::thread::sleep(std::time::Duration::from_secs(600));
                     return Ok(());
                 }
+            }
+            if shared.spend(n) {
+                return Ok(());
             }
             up.write_all(&buf[..n])?;
             sent += n as u64;

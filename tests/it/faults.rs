@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use crate::fault_proxy::{self, Mode};
-use crate::load::{built, unique_prefix};
+use crate::load::{unique_prefix, Built};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 
@@ -19,18 +19,12 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
         // build through the proxy: same image digests as the clean build.
         let h = Home::with_key();
         let out = h.path().join("flaky.tar");
-        let o = h.run(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &e.helm_repo,
-            "--source",
-            &proxy.addr,
-            "--plain-http",
-            "--json",
-            "-o",
-            out.to_str().unwrap(),
-        ]);
+        let o = h
+            .build("1.8.0")
+            .source(&proxy.addr)
+            .arg("--json")
+            .out(&out)
+            .run();
         assert_ok(&o);
         stderr.push_str(&String::from_utf8_lossy(&o.stderr));
         let b: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -93,29 +87,20 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
 
 #[test]
 fn source_date_epoch_gives_byte_identical_bundles() {
-    let e = env();
     let mut sums = Vec::new();
+    let key_home = Built::new();
     for _ in 0..2 {
         let h = Home::new();
         // The same key in both homes.
         std::fs::create_dir_all(h.config()).unwrap();
-        let key_home = built();
         for f in ["koord-bundle.key", "koord-bundle.pub"] {
             std::fs::copy(key_home.home.config().join(f), h.config().join(f)).unwrap();
         }
         let out = h.path().join("r.tar");
         let o = h
-            .cmd(&[
-                "build",
-                "1.8.0",
-                "--repo",
-                &e.helm_repo,
-                "--source",
-                &e.plain,
-                "--plain-http",
-                "-o",
-                out.to_str().unwrap(),
-            ])
+            .build("1.8.0")
+            .out(&out)
+            .cmd()
             .env("SOURCE_DATE_EPOCH", "1700000000")
             .output()
             .unwrap();
@@ -127,18 +112,15 @@ fn source_date_epoch_gives_byte_identical_bundles() {
 
 #[test]
 fn disk_full_leaves_no_bundle_and_a_valid_cache() {
-    let e = env();
     let h = Home::with_key();
     let small = h.path().join("small");
     std::fs::create_dir(&small).unwrap();
-    let bin = env!("CARGO_BIN_EXE_koord-bundle");
     // A private mount namespace with a 600 KiB tmpfs as the output directory (the bundle is
     // about 1.3 MiB); the cache stays on the real disk.
     let script = format!(
-        "mount -t tmpfs -o size=600k tmpfs {small} && {bin} build 1.8.0 --repo {repo} --source {src} --plain-http -o {small}/b.tar; rc=$?; ls -A {small}; exit $rc",
+        "mount -t tmpfs -o size=600k tmpfs {small} && {build}; rc=$?; ls -A {small}; exit $rc",
         small = small.display(),
-        repo = e.helm_repo,
-        src = e.plain
+        build = h.build("1.8.0").out(&small.join("b.tar")).shell_line(),
     );
     let o = std::process::Command::new("unshare")
         .args(["-m", "sh", "-c", &script])
@@ -176,7 +158,7 @@ fn disk_full_leaves_no_bundle_and_a_valid_cache() {
 #[test]
 fn load_killed_mid_push_resumes_without_pushing_again() {
     let e = env();
-    let b = built();
+    let b = Built::new();
     let prefix = unique_prefix("killed");
     // Let ~500 KiB of uploads through, then hang; SIGKILL the load there.
     let proxy = fault_proxy::start(&e.plain, Mode::StallAfter(500 * 1024));
@@ -196,16 +178,21 @@ fn load_killed_mid_push_resumes_without_pushing_again() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Kill it once it hangs at the stall: some uploads went through, one is held.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while proxy.counts.requests.load(Ordering::SeqCst) < 10 {
+    while proxy.counts.stalled.load(Ordering::SeqCst) == 0 {
         assert!(
             std::time::Instant::now() < deadline,
-            "the load never got going"
+            "the load never reached the stall ({:?})",
+            proxy.counts
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the load ended before the stall ({:?})",
+            proxy.counts
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    // Let it reach the stall.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
     child.kill().unwrap();
     child.wait().unwrap();
     let o = b.home.run(&[

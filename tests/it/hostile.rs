@@ -6,7 +6,7 @@ use crate::serve::{curl, flip_byte, largest_blob, manifest, pubkey, sha256, star
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -170,19 +170,11 @@ fn verify_refuses_data_after_the_end_of_the_archive() {
 
     // The same with a gzip bundle and a second gzip member.
     let gz = h.path().join("b.tar.gz");
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &env().plain,
-        "--plain-http",
-        "--compress",
-        "gzip",
-        "-o",
-        gz.to_str().unwrap(),
-    ]);
+    let o = h
+        .build("1.8.0")
+        .args(&["--compress", "gzip"])
+        .out(&gz)
+        .run();
     assert_ok(&o);
     assert_ok(&h.run(&["verify", gz.to_str().unwrap()]));
     let evil_gz = h.path().join("evil.tar.gz");
@@ -260,11 +252,13 @@ fn a_build_removes_what_a_killed_build_left_next_to_its_output() {
 
 /// Open `n` idle connections from `src` (a loopback address) to `addr` and keep them open,
 /// reopening those the server closes, until `stop` is set; returns how many were reopened.
+/// `held` counts, as it goes, the clients holding their `n` sockets and the sockets reopened.
 fn hold_idle(
     src: &'static str,
     addr: &str,
     n: usize,
     stop: Arc<AtomicBool>,
+    held: Arc<Held>,
 ) -> std::thread::JoinHandle<usize> {
     let addr: std::net::SocketAddr = addr.parse().unwrap();
     std::thread::spawn(move || {
@@ -280,6 +274,7 @@ fn hold_idle(
             })
         };
         let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| connect()).collect();
+        held.clients.fetch_add(1, Ordering::SeqCst);
         let mut reopened = 0;
         let mut buf = [0u8; 64];
         while !stop.load(Ordering::SeqCst) {
@@ -292,12 +287,22 @@ fn hold_idle(
                 if closed {
                     *s = connect();
                     reopened += 1;
+                    held.reopened.fetch_add(1, Ordering::SeqCst);
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         reopened
     })
+}
+
+/// What the clients of [`hold_idle`] did so far.
+#[derive(Default)]
+struct Held {
+    /// Clients that opened their sockets.
+    clients: AtomicUsize,
+    /// Sockets the server closed and a client reopened.
+    reopened: AtomicUsize,
 }
 
 #[test]
@@ -313,11 +318,22 @@ fn serve_is_not_starved_by_one_client_holding_idle_sockets() {
     // Three clients hold 100 idle sockets each, reopening what is closed: more than all 128
     // places, and more than each one's share (64).
     let stop = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(Held::default());
     let attackers: Vec<_> = ["127.0.0.1", "127.0.0.3", "127.0.0.4"]
         .into_iter()
-        .map(|src| hold_idle(src, &addr, 100, stop.clone()))
+        .map(|src| hold_idle(src, &addr, 100, stop.clone(), held.clone()))
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
+    // Probe once the server is full: all three hold their sockets, and it has begun closing
+    // those beyond a client's share.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while held.clients.load(Ordering::SeqCst) < 3 || held.reopened.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server closed no socket beyond a client's share ({} of 3 clients holding)",
+            held.clients.load(Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A new client's requests are all answered (each probe is a new connection).
     let url = format!("http://{addr}/v2/");
     let mut answered = 0;
@@ -435,7 +451,6 @@ fn in_small_disk(h: &Home, dir: &Path, script: &str) -> std::process::Output {
 
 #[test]
 fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
-    let e = env();
     let h = Home::with_key();
     let (bundle, _) = h.build_plain("1.8.0", &[]);
     let bin = env!("CARGO_BIN_EXE_koord-bundle");
@@ -453,13 +468,10 @@ fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
     let o = in_small_disk(
         &h,
         &small,
-        &format!(
-            "{bin} build 1.8.0 --repo {} --source {} --plain-http --cache {}/cache -o {}/b.tar",
-            e.helm_repo,
-            e.plain,
-            small.display(),
-            h.path().display()
-        ),
+        &h.build("1.8.0")
+            .args(&["--cache", &format!("{}/cache", small.display())])
+            .out(&h.path().join("b.tar"))
+            .shell_line(),
     );
     check("cache", o);
     // split's parts, and join's output.

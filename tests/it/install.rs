@@ -6,7 +6,7 @@
 
 use crate::common::*;
 use crate::kube_fake::{self, KubeFake, Opts};
-use crate::load::{built, repos_under, unique_prefix};
+use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,13 +32,13 @@ fn helm_path(major: u64) -> PathBuf {
 }
 
 fn load_args(
+    b: &Built,
     bundle: &Path,
     registry: &str,
     fake: &KubeFake,
     major: u64,
     extra: &[&str],
 ) -> Vec<String> {
-    let b = built();
     let mut v: Vec<String> = vec![
         "load".into(),
         bundle.to_string_lossy().into(),
@@ -56,9 +56,9 @@ fn load_args(
     v
 }
 
-fn run(args: &[String]) -> std::process::Output {
+fn run(b: &Built, args: &[String]) -> std::process::Output {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    built().home.run(&a)
+    b.home.run(&a)
 }
 
 /// Real helm against the fake, as a user would run it by hand.
@@ -168,19 +168,17 @@ fn assert_write_style(fake: &KubeFake, major: u64) {
 }
 
 fn fresh(major: u64) {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
         ..Default::default()
     });
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("fresh{major}")));
-    let o = run(&load_args(
-        &built().bundle,
-        &registry,
-        &fake,
-        major,
-        &["--json"],
-    ));
+    let o = run(
+        &b,
+        &load_args(&b, &b.bundle, &registry, &fake, major, &["--json"]),
+    );
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["helm"]["installed"], true);
@@ -200,7 +198,7 @@ fn fresh(major: u64) {
     assert_eq!(list[0]["chart"], "koordinator-1.8.0", "{list}");
     let o = helm(major, &fake, &["uninstall", RELEASE, "-n", "default"]);
     assert_ok(&o);
-    std::thread::sleep(std::time::Duration::from_secs(1)); // namespace finalization
+    fake.wait_namespaces_finalized();
     assert!(fake.releases("default").is_empty());
     assert!(fake.names("CustomResourceDefinition", None).is_empty());
     assert!(!fake
@@ -209,6 +207,7 @@ fn fresh(major: u64) {
 }
 
 fn guide_installed(major: u64) {
+    let b = Built::new();
     // Koordinator's guide: `helm install koordinator koordinator-sh/koordinator` (into default),
     // here from the local chart repository.
     let e = env();
@@ -232,7 +231,7 @@ fn guide_installed(major: u64) {
     assert_ok(&o);
     assert_eq!(fake.releases("default").len(), 1);
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("guide{major}")));
-    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -248,6 +247,7 @@ fn guide_installed(major: u64) {
 }
 
 fn release_in_other_namespace(major: u64) {
+    let b = Built::new();
     // A release installed by hand into koordinator-system (namespace adopted first): found
     // through helm's labels in any namespace and upgraded there, never installed again.
     let e = env();
@@ -268,13 +268,17 @@ fn release_in_other_namespace(major: u64) {
     let prefix = unique_prefix(&format!("other{major}"));
     let registry = format!("{}/{prefix}", e.plain);
     // --namespace default named explicitly: refused before any push.
-    let o = run(&load_args(
-        &built().bundle,
-        &registry,
-        &fake,
-        major,
-        &["--namespace", "default"],
-    ));
+    let o = run(
+        &b,
+        &load_args(
+            &b,
+            &b.bundle,
+            &registry,
+            &fake,
+            major,
+            &["--namespace", "default"],
+        ),
+    );
     assert_fails(
         &o,
         1,
@@ -286,13 +290,10 @@ fn release_in_other_namespace(major: u64) {
     );
     assert!(repos_under(&prefix).is_empty());
     // Without --namespace: upgraded where it lives.
-    let o = run(&load_args(
-        &built().bundle,
-        &registry,
-        &fake,
-        major,
-        &["--json"],
-    ));
+    let o = run(
+        &b,
+        &load_args(&b, &b.bundle, &registry, &fake, major, &["--json"]),
+    );
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["helm"]["namespace"], CHART_NS);
@@ -303,6 +304,7 @@ fn release_in_other_namespace(major: u64) {
 }
 
 fn unowned_namespace(major: u64) {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
@@ -312,7 +314,7 @@ fn unowned_namespace(major: u64) {
     fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS}}]));
     let prefix = unique_prefix(&format!("unowned{major}"));
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_fails(&o, 1, &[
         "nothing was pushed",
         "kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default",
@@ -322,12 +324,13 @@ fn unowned_namespace(major: u64) {
     fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
         "labels": {"app.kubernetes.io/managed-by": "Helm"},
         "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": "default"}}}]));
-    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_ok(&o);
     assert_installed(&fake, &registry, "1");
 }
 
 fn ack(major: u64) {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["ack"],
@@ -340,13 +343,10 @@ fn ack(major: u64) {
     let before: Vec<Value> = fake.of_kind("CustomResourceDefinition", None);
     assert_eq!(before.len(), 5);
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("ack{major}")));
-    let o = run(&load_args(
-        &built().bundle,
-        &registry,
-        &fake,
-        major,
-        &["--json"],
-    ));
+    let o = run(
+        &b,
+        &load_args(&b, &b.bundle, &registry, &fake, major, &["--json"]),
+    );
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     let values = r["helm"]["values"].as_str().unwrap();
@@ -366,6 +366,7 @@ fn ack(major: u64) {
 }
 
 fn pending_install(major: u64) {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
@@ -410,7 +411,7 @@ fn pending_install(major: u64) {
     );
     let prefix = unique_prefix(&format!("pending{major}"));
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_fails(
         &o,
         1,
@@ -427,21 +428,22 @@ fn pending_install(major: u64) {
         &fake,
         &["uninstall", RELEASE, "-n", "default"],
     ));
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    fake.wait_namespaces_finalized();
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_ok(&o);
     assert_installed(&fake, &registry, "1");
 }
 
 fn upgrade_160_to_180(major: u64) {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
         ..Default::default()
     });
-    let (old, _) = built().home.build_plain("1.6.0", &[]);
+    let (old, _) = b.home.build_plain("1.6.0", &[]);
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("upgrade{major}")));
-    let o = run(&load_args(&old, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &old, &registry, &fake, major, &[]));
     assert_ok(&o);
     assert_eq!(
         workload_images(&fake),
@@ -457,7 +459,7 @@ fn upgrade_160_to_180(major: u64) {
         )
     );
     let crds_160 = fake.names("CustomResourceDefinition", None).len();
-    let o = run(&load_args(&built().bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -490,6 +492,7 @@ both_helms!(
 
 #[test]
 fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
@@ -497,10 +500,11 @@ fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
     });
     let prefix = unique_prefix("dry");
     let registry = format!("{}/{prefix}", e.tls);
-    let h = &built().home;
+    let h = &b.home;
     let auth = h.login_tls();
     let mut args = load_args(
-        &built().bundle,
+        &b,
+        &b.bundle,
         &registry,
         &fake,
         4,
@@ -574,6 +578,7 @@ fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
 
 #[test]
 fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["kind", "kind-default-cgroup"],
@@ -581,7 +586,7 @@ fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
     });
     let prefix = unique_prefix("kindcg");
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&load_args(&built().bundle, &registry, &fake, 4, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, 4, &[]));
     assert_fails(
         &o,
         1,
@@ -603,6 +608,7 @@ fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
 
 #[test]
 fn eks_with_calico_runs_koord_manager_on_the_host_network_or_fails_under_strict() {
+    let b = Built::new();
     let e = env();
     let fake = kube_fake::start(Opts {
         seed: &["eks"],
@@ -612,13 +618,10 @@ fn eks_with_calico_runs_koord_manager_on_the_host_network_or_fails_under_strict(
                      {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "spec": {}}]));
     let prefix = unique_prefix("eks");
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&load_args(
-        &built().bundle,
-        &registry,
-        &fake,
-        4,
-        &["--strict"],
-    ));
+    let o = run(
+        &b,
+        &load_args(&b, &b.bundle, &registry, &fake, 4, &["--strict"]),
+    );
     assert_fails(
         &o,
         1,
@@ -626,7 +629,7 @@ fn eks_with_calico_runs_koord_manager_on_the_host_network_or_fails_under_strict(
     );
     assert!(repos_under(&prefix).is_empty());
     // Without --strict: said, and set. (The EKS fixture's release lives in koordinator-system.)
-    let o = run(&load_args(&built().bundle, &registry, &fake, 4, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, 4, &[]));
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("setting manager.hostNetwork=true"), "{err}");
@@ -648,7 +651,7 @@ fn no_cluster_and_missing_helm_stop_before_any_push() {
         .local_addr()
         .unwrap();
     std::fs::write(&kc, format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{closed}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n")).unwrap();
-    let b = built();
+    let b = Built::new();
     let o = b.home.run(&[
         "load",
         b.bundle.to_str().unwrap(),
@@ -671,15 +674,16 @@ fn no_cluster_and_missing_helm_stop_before_any_push() {
         seed: &["kind"],
         ..Default::default()
     });
-    let mut args = load_args(&b.bundle, &registry, &fake, 4, &[]);
+    let mut args = load_args(&b, &b.bundle, &registry, &fake, 4, &[]);
     let i = args.iter().position(|a| a == "--helm").unwrap();
     args[i + 1] = "/nonexistent/helm".into();
-    assert_fails(&run(&args), 1, &["helm", "nothing was pushed"]);
+    assert_fails(&run(&b, &args), 1, &["helm", "nothing was pushed"]);
     assert!(repos_under(&prefix).is_empty());
 }
 
 #[test]
 fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself() {
+    let b = Built::new();
     // The fake wants a token over HTTPS; only the plugin script knows it. koord-bundle's
     // pre-flight runs the plugin, and so does helm on its own (it gets the kubeconfig).
     let e = env();
@@ -693,10 +697,10 @@ fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself(
         let (kubeconfig, runs, _) =
             crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
         let registry = format!("{}/{}", e.plain, unique_prefix(&format!("exec{major}")));
-        let mut args = load_args(&built().bundle, &registry, &fake, major, &[]);
+        let mut args = load_args(&b, &b.bundle, &registry, &fake, major, &[]);
         let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
         args[i + 1] = kubeconfig.to_string_lossy().into();
-        let o = run(&args);
+        let o = run(&b, &args);
         assert_ok(&o);
         assert_installed(&fake, &registry, "1");
         let reqs = fake.requests();

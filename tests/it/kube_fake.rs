@@ -124,6 +124,29 @@ impl KubeFake {
             .collect()
     }
 
+    /// Wait (30 s at most) until no namespace is `Terminating`: the fake's namespace
+    /// "controller" removes a deleted namespace and its content after
+    /// `--namespace-finalize-seconds`.
+    pub fn wait_namespaces_finalized(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let terminating: Vec<String> = self
+                .of_kind("Namespace", None)
+                .iter()
+                .filter(|n| n["status"]["phase"] == "Terminating")
+                .map(|n| n["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect();
+            if terminating.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "namespaces still Terminating after 30 s: {terminating:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// `metadata.name` of the objects of a kind.
     pub fn names(&self, kind: &str, namespace: Option<&str>) -> Vec<String> {
         self.of_kind(kind, namespace)

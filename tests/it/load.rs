@@ -2,23 +2,25 @@
 //! pulled back with real helm, bad bundles refused before any push.
 
 use crate::common::*;
+use crate::fault_proxy::{self, Mode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
-/// One signed 1.8.0 bundle shared by the tests of this file (built once per test process).
+/// A signed 1.8.0 bundle in a home of its own, for one test: built where the test starts (it
+/// takes well under a second) and removed with the home when the test ends, also when it fails.
+/// (A bundle shared through a static was never removed: statics are not dropped. nextest runs
+/// each test in a process of its own, so a static shared nothing there either.)
 pub struct Built {
     pub home: Home,
     pub bundle: PathBuf,
 }
 
-pub fn built() -> &'static Built {
-    static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
+impl Built {
+    pub fn new() -> Self {
         let home = Home::with_key();
         let (bundle, _) = home.build_plain("1.8.0", &[]);
         Built { home, bundle }
-    })
+    }
 }
 
 pub fn unique_prefix(name: &str) -> String {
@@ -29,8 +31,7 @@ pub fn unique_prefix(name: &str) -> String {
     format!("{name}-{}-{}", std::process::id(), n % 1_000_000_000)
 }
 
-fn manifest(bundle: &Path) -> Value {
-    let h = &built().home;
+fn manifest(h: &Home, bundle: &Path) -> Value {
     let o = h.run(&["inspect", bundle.to_str().unwrap(), "--json"]);
     assert_ok(&o);
     serde_json::from_slice(&o.stdout).unwrap()
@@ -68,13 +69,14 @@ pub fn repos_under(prefix: &str) -> Vec<String> {
 }
 
 fn load(h: &Home, bundle: &Path, registry: &str, extra: &[&str]) -> std::process::Output {
+    let key = h.pubkey();
     let mut args = vec![
         "load",
         bundle.to_str().unwrap(),
         "--registry",
         registry,
         "--key",
-        h.pubkey_str(),
+        key.to_str().unwrap(),
         "--no-install",
         "--json",
     ];
@@ -82,18 +84,9 @@ fn load(h: &Home, bundle: &Path, registry: &str, extra: &[&str]) -> std::process
     h.run(&args)
 }
 
-trait PubStr {
-    fn pubkey_str(&self) -> &'static str;
-}
-impl PubStr for Home {
-    fn pubkey_str(&self) -> &'static str {
-        Box::leak(self.pubkey().to_string_lossy().to_string().into_boxed_str())
-    }
-}
-
 #[test]
 fn verify_checks_signature_files_and_layout() {
-    let b = built();
+    let b = Built::new();
     let o = b
         .home
         .run(&["verify", b.bundle.to_str().unwrap(), "--json"]);
@@ -102,14 +95,14 @@ fn verify_checks_signature_files_and_layout() {
     assert_eq!(v["ok"], true);
     assert_eq!(v["signature"]["verified"], true);
     assert_eq!(v["signature"]["keyId"].as_str().unwrap().len(), 16);
-    let m = manifest(&b.bundle);
+    let m = manifest(&b.home, &b.bundle);
     assert_eq!(v["blobs"], m["blobs"]["count"]);
     assert!(v["files"].as_u64().unwrap() > v["blobs"].as_u64().unwrap());
 }
 
 #[test]
 fn load_into_plain_registry_digests_unchanged_chart_pullable_reload_skips() {
-    let b = built();
+    let b = Built::new();
     let e = env();
     let prefix = unique_prefix("plain");
     let registry = format!("{}/{prefix}", e.plain);
@@ -122,7 +115,7 @@ fn load_into_plain_registry_digests_unchanged_chart_pullable_reload_skips() {
         "the shared base layer is mounted, not uploaded again: {}",
         r["push"]
     );
-    let m = manifest(&b.bundle);
+    let m = manifest(&b.home, &b.bundle);
     for img in m["images"].as_array().unwrap() {
         let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
         let o = tool(
@@ -192,18 +185,20 @@ fn load_into_plain_registry_digests_unchanged_chart_pullable_reload_skips() {
 
 #[test]
 fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
-    let b = built();
+    let b = Built::new();
     let e = env();
     let prefix = unique_prefix("tls");
     let registry = format!("{}/{prefix}", e.tls);
     let ca = e.ca_file.to_str().unwrap();
+    let key = b.home.pubkey();
+    let key = key.to_str().unwrap();
     let mut c = b.home.cmd(&[
         "load",
         b.bundle.to_str().unwrap(),
         "--registry",
         &registry,
         "--key",
-        b.home.pubkey_str(),
+        key,
         "--no-install",
         "--json",
         "--ca-file",
@@ -220,7 +215,7 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!all.contains(&e.password), "password in output");
-    let m = manifest(&b.bundle);
+    let m = manifest(&b.home, &b.bundle);
     let cert_dir = Path::new(ca).parent().unwrap().parent().unwrap().join("ca");
     for img in m["images"].as_array().unwrap() {
         let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
@@ -250,7 +245,7 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
         "--registry",
         &format!("{}/{}", e.tls, unique_prefix("tlsbad")),
         "--key",
-        b.home.pubkey_str(),
+        key,
         "--no-install",
         "--ca-file",
         ca,
@@ -289,7 +284,7 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
         "--registry",
         &registry,
         "--key",
-        b.home.pubkey_str(),
+        key,
         "--no-install",
         "--ca-file",
         other_ca.to_str().unwrap(),
@@ -360,12 +355,12 @@ fn flip(mut d: Vec<u8>, at: usize) -> Vec<u8> {
 
 #[test]
 fn bad_bundles_are_refused_before_any_push() {
-    let b = built();
+    let b = Built::new();
     let h = &b.home;
     let dir = h.path().join("bad");
     std::fs::create_dir_all(&dir).unwrap();
     let big_blob = {
-        let m = manifest(&b.bundle);
+        let m = manifest(&b.home, &b.bundle);
         let _ = m;
         // The largest blob entry.
         let mut ar = tar::Archive::new(std::fs::File::open(&b.bundle).unwrap());
@@ -481,7 +476,13 @@ fn bad_bundles_are_refused_before_any_push() {
         );
         assert_eq!(sha_of(&bad), before, "the bundle was modified");
         // verify names the same problem.
-        let o = h.run(&["verify", bad.to_str().unwrap(), "--key", h.pubkey_str()]);
+        let key = h.pubkey();
+        let o = h.run(&[
+            "verify",
+            bad.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ]);
         assert_fails(&o, 1, needles);
     }
     // A wrong public key.
@@ -548,11 +549,11 @@ fn load_finds_the_single_bundle_in_the_current_directory() {
 
 #[test]
 fn registry_down_mid_push_then_rerun_completes() {
-    let b = built();
+    let b = Built::new();
     let e = env();
     let prefix = unique_prefix("down");
     // The registry "goes down" after ~400 KiB of requests: some blobs are in, the rest are not.
-    let proxy = crate::proxy::start(&e.plain, 400 * 1024);
+    let proxy = fault_proxy::start(&e.plain, Mode::DownAfter(400 * 1024));
     let o = load(
         &b.home,
         &b.bundle,
@@ -561,7 +562,7 @@ fn registry_down_mid_push_then_rerun_completes() {
     );
     let err = assert_fails(&o, 3, &["re-run"]);
     assert!(err.contains(&proxy.addr), "{err}");
-    assert!(proxy.down.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(proxy.counts.down.load(std::sync::atomic::Ordering::SeqCst));
     // Back up (straight to the registry): the re-run completes, skipping what got there.
     let o = load(
         &b.home,
@@ -573,7 +574,7 @@ fn registry_down_mid_push_then_rerun_completes() {
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(r["push"]["skipped"].as_u64().unwrap() > 0, "{}", r["push"]);
     assert!(r["push"]["uploaded"].as_u64().unwrap() > 0, "{}", r["push"]);
-    let m = manifest(&b.bundle);
+    let m = manifest(&b.home, &b.bundle);
     for img in m["images"].as_array().unwrap() {
         let target = format!(
             "docker://{}/{prefix}/{}",

@@ -23,7 +23,6 @@ mod layers;
 mod load;
 mod messages;
 mod preflight;
-mod proxy;
 mod serve;
 mod sneakernet;
 mod token_registry;

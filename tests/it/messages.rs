@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use crate::kube_fake::{self, Opts};
-use crate::load::{built, unique_prefix};
+use crate::load::{unique_prefix, Built};
 use std::io::Write as _;
 use std::process::Stdio;
 
@@ -68,7 +68,7 @@ fn cause_chains_do_not_repeat_themselves() {
     let err = assert_fails(&o, 1, &["Is a directory"]);
     assert_eq!(err.matches("Is a directory").count(), 1, "{err}");
     // A bundle checked with the wrong public key: the sentence once.
-    let b = built();
+    let b = Built::new();
     let other = Home::with_key();
     let o = h.run(&[
         "verify",
@@ -109,7 +109,7 @@ fn push_lines(o: &std::process::Output) -> (String, String) {
 #[test]
 fn reload_and_dry_run_progress_lines_agree_with_the_summary() {
     let e = env();
-    let b = built();
+    let b = Built::new();
     let key = b.home.pubkey();
     let registry = format!("{}/{}", e.plain, unique_prefix("agree"));
     let load = |extra: &[&str]| {
@@ -201,7 +201,7 @@ fn strip_ansi(s: &str) -> String {
 
 #[test]
 fn split_below_the_minimum_part_size_names_the_minimum() {
-    let b = built();
+    let b = Built::new();
     let h = Home::new();
     for size in ["0", "1", "1K", "63K"] {
         let o = h.run(&[
@@ -252,7 +252,7 @@ fn a_short_password_does_not_mangle_what_helm_prints() {
     // The password `e`: the old scrubbing turned helm's "deployed" into "d<redacted>ploy…".
     // The plain registry takes any login; the fake API server takes the install.
     let e = env();
-    let b = built();
+    let b = Built::new();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
         ..Default::default()
@@ -300,19 +300,13 @@ fn build_into_a_missing_directory_fails_before_any_network_access() {
     };
     let cache = h.path().join("fresh-cache");
     let out = h.path().join("no-such-dir/koordinator.tar");
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &format!("http://{dead}/"),
-        "--source",
-        &dead,
-        "--plain-http",
-        "--cache",
-        cache.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = h
+        .build("1.8.0")
+        .repo(&format!("http://{dead}/"))
+        .source(&dead)
+        .args(&["--cache", cache.to_str().unwrap()])
+        .out(&out)
+        .run();
     let err = assert_fails(&o, 1, &["no-such-dir", "nothing was downloaded"]);
     assert!(!err.contains("nothing listens"), "{err}");
     let cached = walkdir(&cache);

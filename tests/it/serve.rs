@@ -7,7 +7,7 @@
 //! drop, so a failing test leaves no process behind.
 
 use crate::common::*;
-use crate::load::{built, unique_prefix};
+use crate::load::{unique_prefix, Built};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -92,7 +92,7 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
     let stdout = Arc::new(Mutex::new(String::new()));
     let stderr = Arc::new(Mutex::new(String::new()));
     let (tx, rx) = mpsc::channel::<String>();
-    {
+    let stderr_read = {
         let out = child.stdout.take().unwrap();
         let buf = stdout.clone();
         std::thread::spawn(move || {
@@ -108,8 +108,8 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 buf.lock().unwrap().push_str(&format!("{line}\n"));
             }
-        });
-    }
+        })
+    };
     let mut server = Server {
         child,
         addr: String::new(),
@@ -133,7 +133,8 @@ fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // stdout closed: the process is exiting.
                 let status = server.child.wait().unwrap();
-                std::thread::sleep(Duration::from_millis(100));
+                // All of stderr: read until the pipe's end.
+                stderr_read.join().unwrap();
                 return Err(Refused {
                     code: status.code(),
                     stderr: server.stderr(),
@@ -255,11 +256,13 @@ pub(crate) fn curl(args: &[&str], url: &str) -> Http {
 fn skopeo_copies_every_image(home: &Home, m: &Value, src_host: &str, src_flags: &[&str]) {
     for (r, digest) in image_digests(m) {
         let src = format!("docker://{src_host}/{r}");
+        // inspect takes the same flags without the --src- prefix.
+        let flags: Vec<String> = src_flags
+            .iter()
+            .map(|f| f.replacen("--src-", "--", 1))
+            .collect();
         let mut a = vec!["inspect", "--raw"];
-        a.extend(src_flags.iter().map(|f| {
-            // inspect takes the same flags without the --src- prefix.
-            Box::leak(f.replacen("--src-", "--", 1).into_boxed_str()) as &str
-        }));
+        a.extend(flags.iter().map(String::as_str));
         a.push(&src);
         let o = tool("skopeo", &a, home.path());
         assert_ok(&o);
@@ -306,7 +309,7 @@ pub(crate) fn pubkey(h: &Home) -> String {
 
 #[test]
 fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
-    let b = built();
+    let b = Built::new();
     let m = manifest(&b.home, &b.bundle);
     let s = start(&b.home, &[b.bundle.to_str().unwrap()]);
     let out = s.stdout();
@@ -341,7 +344,7 @@ fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
 
 #[test]
 fn serve_and_load_read_the_same_bundle_at_once() {
-    let b = built();
+    let b = Built::new();
     let e = env();
     let m = manifest(&b.home, &b.bundle);
     let s = start(&b.home, &[b.bundle.to_str().unwrap()]);
@@ -398,7 +401,7 @@ fn serve_and_load_read_the_same_bundle_at_once() {
 
 #[test]
 fn serve_answers_the_distribution_api() {
-    let b = built();
+    let b = Built::new();
     let m = manifest(&b.home, &b.bundle);
     let s = start(&b.home, &[b.bundle.to_str().unwrap()]);
     let url = |p: &str| s.url("http", p);
@@ -631,7 +634,7 @@ fn serve_answers_the_distribution_api() {
 
 #[test]
 fn serve_over_tls_with_basic_auth() {
-    let b = built();
+    let b = Built::new();
     let e = env();
     let m = manifest(&b.home, &b.bundle);
     let pki = e.ca_file.parent().unwrap();
@@ -748,7 +751,7 @@ fn serve_over_tls_with_basic_auth() {
 
 #[test]
 fn serve_refuses_what_does_not_verify() {
-    let b = built();
+    let b = Built::new();
     let h = &b.home;
     let dir = h.path().join("serve-bad");
     std::fs::create_dir_all(&dir).unwrap();
@@ -864,7 +867,7 @@ fn serve_unsigned_bundle_needs_the_explicit_flag() {
 
 #[test]
 fn serve_from_the_first_part_of_a_split_bundle() {
-    let b = built();
+    let b = Built::new();
     let h = &b.home;
     let m = manifest(h, &b.bundle);
     let dir = h.path().join(unique_prefix("parts"));
@@ -908,7 +911,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
 
 #[test]
 fn serve_notices_a_bundle_changed_after_verification() {
-    let b = built();
+    let b = Built::new();
     let h = &b.home;
     let dir = h.path().join(unique_prefix("changed"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -977,7 +980,7 @@ fn serve_notices_a_bundle_changed_after_verification() {
 
 #[test]
 fn serve_stops_cleanly_on_sigterm() {
-    let b = built();
+    let b = Built::new();
     let mut s = start(&b.home, &[b.bundle.to_str().unwrap()]);
     assert_eq!(curl(&[], &s.url("http", "/v2/")).status, 200);
     let status = s.terminate();

@@ -1,7 +1,7 @@
 //! Split bundles (parts for media) and incremental bundles, with the real registry.
 
 use crate::common::*;
-use crate::load::{built, repos_under, unique_prefix};
+use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -30,41 +30,22 @@ fn build_split_parts_verify_inspect_load_and_join_byte_identical() {
     let h = Home::with_key();
     let epoch = [("SOURCE_DATE_EPOCH", "1700000000")];
     let whole = h.path().join("whole.tar");
-    let run_env = |args: &[&str]| {
-        let mut c = h.cmd(args);
+    let run_env = |build: Build| {
+        let mut c = build.cmd();
         for (k, v) in epoch {
             c.env(k, v);
         }
         c.output().unwrap()
     };
-    assert_ok(&run_env(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "-o",
-        whole.to_str().unwrap(),
-    ]));
+    assert_ok(&run_env(h.build("1.8.0").out(&whole)));
     let dir = h.path().join("dvd");
     std::fs::create_dir(&dir).unwrap();
     let out = dir.join("koordinator-1.8.0.tar");
-    let o = run_env(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "-o",
-        out.to_str().unwrap(),
-        "--split",
-        "600K",
-        "--json",
-    ]);
+    let o = run_env(
+        h.build("1.8.0")
+            .out(&out)
+            .args(&["--split", "600K", "--json"]),
+    );
     assert_ok(&o);
     assert!(!out.exists(), "with --split only the parts are written");
     let parts = parts_of(&dir, "koordinator-1.8.0.tar");
@@ -125,7 +106,7 @@ fn build_split_parts_verify_inspect_load_and_join_byte_identical() {
 
 #[test]
 fn damaged_missing_or_swapped_parts_are_named() {
-    let b = built();
+    let b = Built::new();
     let h = &b.home;
     let dir = h.path().join(format!("split-{}", unique_prefix("d")));
     let o = h.run(&[
@@ -209,20 +190,12 @@ fn incremental_bundle_leaves_out_what_the_site_holds_and_load_checks_it() {
     ]));
     let (inc, b) = h.build_plain("1.8.0", &["--since", base.to_str().unwrap()]);
     let inc2 = h.path().join("inc2.tar");
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--plain-http",
-        "--since",
-        mf.to_str().unwrap(),
-        "-o",
-        inc2.to_str().unwrap(),
-        "--json",
-    ]);
+    let o = h
+        .build("1.8.0")
+        .args(&["--since", mf.to_str().unwrap()])
+        .out(&inc2)
+        .arg("--json")
+        .run();
     assert_ok(&o);
     let b2: Value = serde_json::from_slice(&o.stdout).unwrap();
     let omitted = b["omittedBlobs"].as_u64().unwrap();

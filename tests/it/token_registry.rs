@@ -112,49 +112,47 @@ fn cdn_stats() -> Value {
 
 fn build_from_token(h: &Home, out: &Path) -> Output {
     let t = tenv();
-    h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &t.registry,
-        "--ca-file",
-        t.ca_file.to_str().unwrap(),
-        "--json",
-        "-o",
-        out.to_str().unwrap(),
-    ])
+    h.build("1.8.0")
+        .source(&t.registry)
+        .https()
+        .args(&["--ca-file", t.ca_file.to_str().unwrap(), "--json"])
+        .out(out)
+        .run()
 }
 
-/// One signed bundle built from the token registry, shared by the load tests.
-struct Built {
+/// A signed bundle built from the token registry in a home of its own, for one load test
+/// (removed with the home when the test ends; see `crate::load::Built`).
+struct TokenBuilt {
     home: Home,
     bundle: PathBuf,
     /// (ref, digest) of its images.
     images: Vec<(String, String)>,
 }
 
-fn built() -> &'static Built {
-    static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
+impl TokenBuilt {
+    fn new() -> Self {
         let home = Home::with_key();
         let bundle = home.path().join("koordinator-1.8.0.tar");
         let o = build_from_token(&home, &bundle);
         assert_ok(&o);
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        Built {
+        TokenBuilt {
             images: image_digests(&v),
             home,
             bundle,
         }
-    })
+    }
 }
 
 /// `load BUNDLE --registry TOKEN/prefix --ca-file CA --no-install --json` plus `extra`, with
 /// `stdin` (for --password-stdin) and `envs`.
-fn load_token(prefix: &str, extra: &[&str], stdin: Option<&str>, envs: &[(&str, &str)]) -> Output {
-    let b = built();
+fn load_token(
+    b: &TokenBuilt,
+    prefix: &str,
+    extra: &[&str],
+    stdin: Option<&str>,
+    envs: &[(&str, &str)],
+) -> Output {
     let t = tenv();
     let registry = format!("{}/{prefix}", t.registry);
     let pubkey = b.home.pubkey();
@@ -181,9 +179,10 @@ fn load_token(prefix: &str, extra: &[&str], stdin: Option<&str>, envs: &[(&str, 
     }
 }
 
-fn as_push_user(prefix: &str) -> Output {
+fn as_push_user(b: &TokenBuilt, prefix: &str) -> Output {
     let t = tenv();
     load_token(
+        b,
         prefix,
         &["--username", &t.push_user.0, "--password-stdin"],
         Some(&format!("{}\n", t.push_user.1)),
@@ -192,10 +191,10 @@ fn as_push_user(prefix: &str) -> Output {
 }
 
 /// Every image of the bundle under `prefix`, read back by skopeo with the push user.
-fn assert_digests_with_skopeo(prefix: &str) {
+fn assert_digests_with_skopeo(b: &TokenBuilt, prefix: &str) {
     let t = tenv();
     let creds = format!("{}:{}", t.push_user.0, t.push_user.1);
-    for (r, d) in &built().images {
+    for (r, d) in &b.images {
         let target = format!("docker://{}/{prefix}/{r}", t.registry);
         let o = tool(
             "skopeo",
@@ -278,9 +277,10 @@ fn build_from_token_registry_anonymous_tokens_and_redirected_blobs() {
 
 #[test]
 fn load_into_token_registry_as_push_user_under_a_prefix_mounts_and_reloads_nothing() {
+    let b = TokenBuilt::new();
     let t = tenv();
     let prefix = unique_prefix("harbor");
-    let o = as_push_user(&prefix);
+    let o = as_push_user(&b, &prefix);
     assert_ok(&o);
     assert!(
         !all_output(&o).contains(&t.push_user.1),
@@ -291,14 +291,14 @@ fn load_into_token_registry_as_push_user_under_a_prefix_mounts_and_reloads_nothi
     // The shared base layers are mounted across repositories: the mount needs a token for
     // both repositories (the scopes the challenge names).
     assert!(r["push"]["mounted"].as_u64().unwrap() > 0, "{}", r["push"]);
-    assert_digests_with_skopeo(&prefix);
+    assert_digests_with_skopeo(&b, &prefix);
     let stats = token_stats(&prefix);
     eprintln!("load as the push user under {prefix}: token service saw {stats}");
     assert!(count(&stats, "user_tokens") > 0, "{stats}");
     assert_eq!(count(&stats, "anonymous_tokens"), 0, "{stats}");
     assert_eq!(count(&stats, "refused"), 0, "{stats}");
     // Re-load: nothing is pushed.
-    let o = as_push_user(&prefix);
+    let o = as_push_user(&b, &prefix);
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["push"]["uploaded"], 0, "{}", r["push"]);
@@ -337,7 +337,7 @@ fn layer_links(prefix: &str) -> usize {
 #[test]
 fn load_into_token_registry_killed_half_way_then_finished() {
     let t = tenv();
-    let b = built();
+    let b = TokenBuilt::new();
     let prefix = unique_prefix("tokkill");
     // Every token for this prefix comes 300 ms late, so the load is slow enough to be caught
     // in the middle.
@@ -402,7 +402,7 @@ fn load_into_token_registry_killed_half_way_then_finished() {
         "{}/control?slow_prefix={prefix}&delay_ms=0",
         t.auth_url
     ));
-    let o = as_push_user(&prefix);
+    let o = as_push_user(&b, &prefix);
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
@@ -415,7 +415,7 @@ fn load_into_token_registry_killed_half_way_then_finished() {
         "the killed run was half-way: {}",
         r["push"]
     );
-    assert_digests_with_skopeo(&prefix);
+    assert_digests_with_skopeo(&b, &prefix);
 }
 
 /// A `docker-credential-NAME` script that answers `user`/`secret` for `host` (and logs the
@@ -447,6 +447,7 @@ fn path_with(bin: &Path) -> String {
 
 #[test]
 fn credential_helpers_creds_store_and_cred_helpers() {
+    let b = TokenBuilt::new();
     let t = tenv();
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
@@ -462,6 +463,7 @@ fn credential_helpers_creds_store_and_cred_helpers() {
     let prefix = unique_prefix("credstore");
     let path = path_with(&bin);
     let o = load_token(
+        &b,
         &prefix,
         &[],
         None,
@@ -472,7 +474,7 @@ fn credential_helpers_creds_store_and_cred_helpers() {
     let asked = std::fs::read_to_string(&log).unwrap();
     assert!(asked.lines().any(|l| l == t.registry), "{asked}");
     assert!(count(&token_stats(&prefix), "user_tokens") > 0);
-    assert_digests_with_skopeo(&prefix);
+    assert_digests_with_skopeo(&b, &prefix);
     // credHelpers: a helper for this registry wins over credsStore (which knows nothing here).
     let log2 = write_helper(&bin, "kbhost", &t.registry, &t.push_user.0, &t.push_user.1);
     write_helper(&bin, "kbempty", "nothing.example", "x", "y");
@@ -488,6 +490,7 @@ fn credential_helpers_creds_store_and_cred_helpers() {
     .unwrap();
     let prefix = unique_prefix("credhelpers");
     let o = load_token(
+        &b,
         &prefix,
         &[],
         None,
@@ -498,10 +501,11 @@ fn credential_helpers_creds_store_and_cred_helpers() {
         .unwrap()
         .lines()
         .any(|l| l == t.registry));
-    assert_digests_with_skopeo(&prefix);
+    assert_digests_with_skopeo(&b, &prefix);
     // A helper with nothing for the host: "no credentials", naming the helper it asked.
     std::fs::write(cfg2.join("config.json"), r#"{"credsStore":"kbempty"}"#).unwrap();
     let o = load_token(
+        &b,
         &unique_prefix("credempty"),
         &[],
         None,
@@ -513,6 +517,7 @@ fn credential_helpers_creds_store_and_cred_helpers() {
 
 #[test]
 fn identity_token_from_auths_and_from_a_helper() {
+    let b = TokenBuilt::new();
     let t = tenv();
     let dir = tempfile::tempdir().unwrap();
     // `identitytoken` in an auths entry (what `docker login` writes for token logins).
@@ -527,6 +532,7 @@ fn identity_token_from_auths_and_from_a_helper() {
     .unwrap();
     let prefix = unique_prefix("idtoken");
     let o = load_token(
+        &b,
         &prefix,
         &[],
         None,
@@ -539,7 +545,7 @@ fn identity_token_from_auths_and_from_a_helper() {
     assert!(count(&stats, "refresh_grants") > 0, "{stats}");
     assert_eq!(count(&stats, "user_tokens"), 0, "{stats}");
     assert_eq!(count(&stats, "anonymous_tokens"), 0, "{stats}");
-    assert_digests_with_skopeo(&prefix);
+    assert_digests_with_skopeo(&b, &prefix);
     // A helper answering Username `<token>` hands over an identity token too.
     let bin = dir.path().join("bin");
     write_helper(&bin, "kbtoken", &t.registry, "<token>", &t.identity_token);
@@ -549,6 +555,7 @@ fn identity_token_from_auths_and_from_a_helper() {
     let prefix = unique_prefix("idhelper");
     let path = path_with(&bin);
     let o = load_token(
+        &b,
         &prefix,
         &[],
         None,
@@ -566,6 +573,7 @@ fn identity_token_from_auths_and_from_a_helper() {
     )
     .unwrap();
     let o = load_token(
+        &b,
         &unique_prefix("idbad"),
         &[],
         None,
@@ -581,9 +589,10 @@ fn identity_token_from_auths_and_from_a_helper() {
 
 #[test]
 fn error_messages_say_no_credentials_refused_or_lacks_push() {
+    let b = TokenBuilt::new();
     let t = tenv();
     // No credentials anywhere: pulls would be allowed, a push is not.
-    let o = load_token(&unique_prefix("nocreds"), &[], None, &[]);
+    let o = load_token(&b, &unique_prefix("nocreds"), &[], None, &[]);
     let err = assert_fails(
         &o,
         1,
@@ -596,6 +605,7 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
     assert!(!err.contains("refused the credentials"), "{err}");
     // A wrong password: refused, naming the user and the registry, never the password.
     let o = load_token(
+        &b,
         &unique_prefix("refused"),
         &["--username", &t.push_user.0, "--password-stdin"],
         Some("not-the-password-7\n"),
@@ -613,6 +623,7 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
     // A user who may only pull: "denies push", with the scope.
     let prefix = unique_prefix("pullonly");
     let o = load_token(
+        &b,
         &prefix,
         &["--username", &t.pull_user.0, "--password-stdin"],
         Some(&format!("{}\n", t.pull_user.1)),
@@ -631,17 +642,12 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
     assert!(!all_output(&o).contains(&t.pull_user.1));
     // The htpasswd registry without credentials: a login is needed, nothing was refused.
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &env().tls,
-        "--ca-file",
-        env().ca_file.to_str().unwrap(),
-        "--dry-run",
-    ]);
+    let o = h
+        .build("1.8.0")
+        .source(&env().tls)
+        .https()
+        .args(&["--ca-file", env().ca_file.to_str().unwrap(), "--dry-run"])
+        .run();
     let err = assert_fails(&o, 1, &["no credentials for", "docker login"]);
     assert!(!err.contains("refused the credentials"), "{err}");
 }
@@ -649,7 +655,7 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
 #[test]
 fn plain_http_registry_without_the_flag_says_so() {
     let e = env();
-    let b = crate::load::built();
+    let b = crate::load::Built::new();
     let pubkey = b.home.pubkey();
     let o = b.home.run(&[
         "load",
@@ -663,21 +669,13 @@ fn plain_http_registry_without_the_flag_says_so() {
     let err = assert_fails(&o, 1, &["speaks plain HTTP", "--plain-http", &e.plain]);
     assert!(!err.contains("InvalidContentType"), "{err}");
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &e.helm_repo,
-        "--source",
-        &e.plain,
-        "--dry-run",
-    ]);
+    let o = h.build("1.8.0").https().arg("--dry-run").run();
     assert_fails(&o, 1, &["speaks plain HTTP", "--plain-http"]);
 }
 
 #[test]
 fn registry_with_user_and_password_is_refused_and_never_echoed() {
-    let b = crate::load::built();
+    let b = crate::load::Built::new();
     let pubkey = b.home.pubkey();
     let secret = "S3cr3t-pw-91";
     for value in [
@@ -712,25 +710,17 @@ fn registry_with_user_and_password_is_refused_and_never_echoed() {
     let h = Home::new();
     let source = format!("koord:{secret}@{}", env().plain);
     let image = format!("koord:{secret}@{}/x/y:v1", env().plain);
-    for args in [
-        vec!["--source", source.as_str()],
-        vec!["--source", env().plain.as_str(), "--image", image.as_str()],
+    for build in [
+        h.build("1.8.0").source(&source),
+        h.build("1.8.0").args(&["--image", &image]),
     ] {
-        let mut a = vec![
-            "build",
-            "1.8.0",
-            "--repo",
-            &env().helm_repo,
-            "--plain-http",
-            "--dry-run",
-            "--json",
-        ];
-        a.extend_from_slice(&args);
-        let o = h.run(&a);
+        let build = build.args(&["--dry-run", "--json"]);
+        let o = build.run();
         assert_fails(&o, 1, &["docker login"]);
         assert!(
             !all_output(&o).contains(secret),
-            "{args:?}: the password was echoed:\n{}",
+            "{:?}: the password was echoed:\n{}",
+            build.to_vec(),
             all_output(&o)
         );
     }
@@ -795,18 +785,11 @@ fn endless_manifest_registry() -> (String, std::sync::Arc<std::sync::atomic::Ato
 fn endless_chunked_manifest_stops_at_the_cap_while_reading() {
     let (addr, sent) = endless_manifest_registry();
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &addr,
-        "--plain-http",
-        "--dry-run",
-        "--image",
-        &format!("{addr}/x/endless:v1"),
-    ]);
+    let o = h
+        .build("1.8.0")
+        .source(&addr)
+        .args(&["--dry-run", "--image", &format!("{addr}/x/endless:v1")])
+        .run();
     assert_fails(&o, 1, &["larger than 4194304 bytes"]);
     let n = sent.load(std::sync::atomic::Ordering::SeqCst);
     assert!(
@@ -823,7 +806,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
         l.local_addr().unwrap().port()
     };
     let addr = format!("127.0.0.1:{port}");
-    let b = crate::load::built();
+    let b = crate::load::Built::new();
     let pubkey = b.home.pubkey();
     let o = b.home.run(&[
         "load",
@@ -848,16 +831,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
         "a refused loopback address was retried:\n{err}"
     );
     let h = Home::new();
-    let o = h.run(&[
-        "build",
-        "1.8.0",
-        "--repo",
-        &env().helm_repo,
-        "--source",
-        &addr,
-        "--plain-http",
-        "--dry-run",
-    ]);
+    let o = h.build("1.8.0").source(&addr).arg("--dry-run").run();
     let err = assert_fails(&o, 3, &["gave up after 1 attempt", "nothing listens on"]);
     assert!(!err.contains("retrying"), "{err}");
 }
@@ -1051,20 +1025,10 @@ fn redirected_blob_goes_without_credentials_and_resumes_at_the_redirected_url() 
     .unwrap();
     let out = h.path().join("r.tar");
     let o = h
-        .cmd(&[
-            "build",
-            "1.8.0",
-            "--repo",
-            &env().helm_repo,
-            "--source",
-            &env().plain,
-            "--plain-http",
-            "--image",
-            &format!("{reg}/x/big:v1"),
-            "--unsigned",
-            "-o",
-            out.to_str().unwrap(),
-        ])
+        .build("1.8.0")
+        .args(&["--image", &format!("{reg}/x/big:v1"), "--unsigned"])
+        .out(&out)
+        .cmd()
         .env("REGISTRY_AUTH_FILE", &auth)
         .output()
         .unwrap();
