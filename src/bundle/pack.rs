@@ -7,7 +7,7 @@
 
 use super::atomic::AtomicFile;
 use super::checksums::Checksums;
-use crate::oci::{Digest, Sha256Writer};
+use crate::oci::Digest;
 use minisign::SecretKey;
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -54,8 +54,6 @@ pub struct PackStats {
     pub bytes: u64,
     /// Files in the tar.
     pub files: usize,
-    /// sha256 of the bundle file, to compare copies across sites.
-    pub sha256: Digest,
 }
 
 /// Checksums of `files` and `blobs` and their signature: (SHA256SUMS, signature).
@@ -97,9 +95,8 @@ pub(crate) fn header(size: u64, mtime: u64, dir: bool) -> tar::Header {
     h
 }
 
-/// Compress the plain bundle `plain` into `out` (whole-file gzip): returns the compressed size
-/// and sha256.
-pub fn gzip(plain: &Path, out: &AtomicFile, dest: &Path) -> Result<(u64, Digest), PackError> {
+/// Compress the plain bundle `plain` into `out` (whole-file gzip): returns the compressed size.
+pub fn gzip(plain: &Path, out: &AtomicFile, dest: &Path) -> Result<u64, PackError> {
     let werr = |source: io::Error| PackError::Write {
         path: dest.to_path_buf(),
         source,
@@ -107,12 +104,11 @@ pub fn gzip(plain: &Path, out: &AtomicFile, dest: &Path) -> Result<(u64, Digest)
     let mut src = io::BufReader::with_capacity(1 << 20, File::open(plain).map_err(werr)?);
     let file = out.file().try_clone().map_err(werr)?;
     let mut gz = flate2::write::GzEncoder::new(
-        Sha256Writer::new(BufWriter::with_capacity(1 << 20, file)),
+        BufWriter::with_capacity(1 << 20, file),
         flate2::Compression::default(),
     );
     io::copy(&mut src, &mut gz).map_err(werr)?;
-    let w = gz.finish().map_err(werr)?;
-    let (digest, n, buf) = w.finish();
+    let buf = gz.finish().map_err(werr)?;
     buf.into_inner().map_err(|e| werr(e.into_error()))?;
-    Ok((n, digest))
+    Ok(out.file().metadata().map_err(werr)?.len())
 }

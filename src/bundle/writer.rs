@@ -63,11 +63,6 @@ pub struct BundleWriter<'a> {
     /// Digest → (offset of its data, size).
     regions: BTreeMap<Digest, (u64, u64)>,
     done: Mutex<BTreeSet<Digest>>,
-    /// Wakes the whole-file hasher when a blob is done.
-    done_cv: Arc<(Mutex<BTreeSet<u64>>, std::sync::Condvar)>,
-    /// The sha256 of the whole file, taken on another thread in file order as regions are
-    /// written (so it overlaps the downloads), joined by [`BundleWriter::finish`].
-    whole: Mutex<Option<std::thread::JoinHandle<io::Result<Digest>>>>,
     cache: Option<&'a BlobCache>,
     len: u64,
     files: usize,
@@ -159,18 +154,8 @@ impl<'a> BundleWriter<'a> {
         for (offset, h) in &headers {
             crate::store::file::write_at(&file, h.as_bytes(), *offset).map_err(werr)?;
         }
-        let file = Arc::new(file);
-        // The hasher's map: offset of each blob's data → its end; everything else is written.
-        let pending: BTreeMap<u64, u64> = regions.values().map(|&(at, n)| (at, at + n)).collect();
-        let done_cv = Arc::new((Mutex::new(BTreeSet::new()), std::sync::Condvar::new()));
-        let whole = {
-            let (file, done_cv) = (file.clone(), done_cv.clone());
-            std::thread::spawn(move || hash_in_order(&file, len, &pending, &done_cv))
-        };
         Ok(BundleWriter {
-            done_cv,
-            whole: Mutex::new(Some(whole)),
-            file,
+            file: Arc::new(file),
             dest: dest.to_path_buf(),
             regions,
             done: Mutex::new(BTreeSet::new()),
@@ -181,8 +166,9 @@ impl<'a> BundleWriter<'a> {
         })
     }
 
-    /// Every blob is in: the whole file's sha256 (what sites compare copies by), from the
-    /// hasher that followed the writes.
+    /// Every blob is in. (The file's own sha256 is not taken: it would be a second hash of every
+    /// byte, on the build's critical path; SHA256SUMS and its signature cover the content, and
+    /// `sha256sum` gives the file's when copies are compared.)
     pub fn finish(&self) -> Result<PackStats, PackError> {
         let done = self.done.lock().map(|d| d.len()).unwrap_or(0);
         if done != self.regions.len() {
@@ -201,19 +187,9 @@ impl<'a> BundleWriter<'a> {
                 )),
             });
         }
-        let handle = self.whole.lock().ok().and_then(|mut h| h.take());
-        let werr = |source: io::Error| PackError::Write {
-            path: self.dest.clone(),
-            source,
-        };
-        let sha256 = match handle.map(|h| h.join()) {
-            Some(Ok(r)) => r.map_err(werr)?,
-            _ => return Err(werr(io::Error::other("the whole-file hasher stopped"))),
-        };
         Ok(PackStats {
             bytes: self.len,
             files: self.files,
-            sha256,
         })
     }
 
@@ -231,13 +207,6 @@ impl<'a> BundleWriter<'a> {
     fn mark_done(&self, d: &Digest) {
         if let Ok(mut s) = self.done.lock() {
             s.insert(d.clone());
-        }
-        if let Some(&(at, _)) = self.regions.get(d) {
-            let (lock, cv) = &*self.done_cv;
-            if let Ok(mut written) = lock.lock() {
-                written.insert(at);
-            }
-            cv.notify_all();
         }
     }
 
@@ -328,58 +297,6 @@ impl<'a> BundleWriter<'a> {
     }
 }
 
-impl Drop for BundleWriter<'_> {
-    /// A writer dropped before every blob is in (a failed build): the hasher is told to stop.
-    fn drop(&mut self) {
-        let (lock, cv) = &*self.done_cv;
-        if let Ok(mut written) = lock.lock() {
-            written.insert(u64::MAX);
-        }
-        cv.notify_all();
-    }
-}
-
-/// The sha256 of the file's `len` bytes, read in order; the data of a blob region (`pending`:
-/// offset → end) is read only once the writer marked it written (`u64::MAX`: give up).
-fn hash_in_order(
-    file: &File,
-    len: u64,
-    pending: &BTreeMap<u64, u64>,
-    done: &(Mutex<BTreeSet<u64>>, std::sync::Condvar),
-) -> io::Result<Digest> {
-    let mut hasher = sha2::Sha256::new();
-    let mut buf = vec![0u8; 4 << 20];
-    let mut at = 0u64;
-    let mut read = |from: u64, to: u64, hasher: &mut sha2::Sha256| -> io::Result<()> {
-        let mut p = from;
-        while p < to {
-            let n = (to - p).min(buf.len() as u64) as usize;
-            crate::store::file::read_at(file, &mut buf[..n], p)?;
-            hasher.update(&buf[..n]);
-            p += n as u64;
-        }
-        Ok(())
-    };
-    for (&start, &end) in pending {
-        read(at, start, &mut hasher)?;
-        let (lock, cv) = done;
-        let mut written = lock.lock().map_err(|_| io::Error::other("lock poisoned"))?;
-        while !written.contains(&start) {
-            if written.contains(&u64::MAX) {
-                return Err(io::Error::other("the bundle was abandoned"));
-            }
-            written = cv
-                .wait(written)
-                .map_err(|_| io::Error::other("lock poisoned"))?;
-        }
-        drop(written);
-        read(start, end, &mut hasher)?;
-        at = end;
-    }
-    read(at, len, &mut hasher)?;
-    Ok(Digest::from_hasher(hasher))
-}
-
 impl Store for BundleWriter<'_> {
     fn describe(&self) -> String {
         format!("bundle {}", self.dest.display())
@@ -450,39 +367,98 @@ impl Sink for BundleWriter<'_> {
             }
         }
         let mut stream = data.open(pos).await?;
-        let mut pending: Vec<u8> = Vec::with_capacity(WRITE_PIECE);
-        let mut pending_at = pos;
-        while let Some(piece) = stream.next().await {
-            let piece = piece?;
-            if pos + piece.len() as u64 > size {
-                if let Some(t) = tee.take() {
-                    t.discard();
+        // The writes (the bundle at the blob's offset, the cache's partial file) run on a thread
+        // of the blocking pool, a few MiB behind the download: receiving and hashing here,
+        // writing there, on two cores.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
+        let file = self.file.clone();
+        let mut tee_w = tee.take();
+        enum WriteFail {
+            Bundle(io::Error),
+            Cache(crate::store::CacheError),
+        }
+        let start_at = region + pos;
+        let writes = tokio::task::spawn_blocking(move || {
+            // Each piece goes to the cache's partial file at once (what a killed build keeps);
+            // the bundle gets them a MiB at a time.
+            let mut result: Result<(), WriteFail> = Ok(());
+            let mut buf: Vec<u8> = Vec::with_capacity(WRITE_PIECE);
+            let mut at = start_at;
+            let flush = |buf: &mut Vec<u8>, at: &mut u64| -> Result<(), WriteFail> {
+                crate::store::file::write_at(&file, buf, *at).map_err(WriteFail::Bundle)?;
+                *at += buf.len() as u64;
+                buf.clear();
+                Ok(())
+            };
+            while let Some(piece) = rx.blocking_recv() {
+                if result.is_err() {
+                    continue; // Drain: the receiving side learns of the error at the end.
                 }
-                return Err(StoreError::SizeMismatch {
+                if let Some(t) = &mut tee_w {
+                    if let Err(e) = t.write(&piece) {
+                        result = Err(WriteFail::Cache(e));
+                        continue;
+                    }
+                }
+                buf.extend_from_slice(&piece);
+                if buf.len() >= WRITE_PIECE {
+                    result = flush(&mut buf, &mut at);
+                }
+            }
+            if result.is_ok() && !buf.is_empty() {
+                result = flush(&mut buf, &mut at);
+            }
+            (result, tee_w)
+        });
+        let mut failed: Option<StoreError> = None;
+        while let Some(piece) = stream.next().await {
+            let piece = match piece {
+                Ok(p) => p,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            if pos + piece.len() as u64 > size {
+                failed = Some(StoreError::SizeMismatch {
                     store: self.describe(),
                     what: format!("blob {}", desc.digest),
                     expected: size,
                     actual: pos + piece.len() as u64,
                 });
+                break;
             }
             hasher.update(&piece);
-            if let Some(t) = &mut tee {
-                t.write(&piece)?;
-            }
             pos += piece.len() as u64;
             on_bytes(piece.len() as u64);
             self.counts
                 .received
                 .fetch_add(piece.len() as u64, Ordering::Relaxed);
-            pending.extend_from_slice(&piece);
-            if pending.len() >= WRITE_PIECE {
-                let chunk = std::mem::replace(&mut pending, Vec::with_capacity(WRITE_PIECE));
-                self.write(chunk, region + pending_at).await?;
-                pending_at = pos;
+            if tx.send(piece).await.is_err() {
+                break; // The writer stopped: its error is below.
             }
         }
-        if !pending.is_empty() {
-            self.write(pending, region + pending_at).await?;
+        drop(tx);
+        let (written, tee_back) = writes.await.map_err(|e| self.err(e.to_string()))?;
+        tee = tee_back;
+        if let Some(e) = failed.or(written.err().map(|e| match e {
+            WriteFail::Bundle(source) => StoreError::other(
+                self.describe(),
+                PackError::Write {
+                    path: self.dest.clone(),
+                    source,
+                },
+            ),
+            WriteFail::Cache(c) => StoreError::Cache(c),
+        })) {
+            // A transfer that broke leaves the cache's partial file (the next run resumes);
+            // content that does not match does not.
+            if matches!(e, StoreError::SizeMismatch { .. }) {
+                if let Some(t) = tee.take() {
+                    t.discard();
+                }
+            }
+            return Err(e);
         }
         let actual = Digest::from_hasher(hasher);
         if pos != size || actual != desc.digest {

@@ -854,17 +854,9 @@ async fn write_bundle(
         }
         (None, Compression::Gzip) => {
             let gz = AtomicFile::create(&output).map_err(werr)?;
-            let (bytes, sha256) =
-                tokio::task::block_in_place(|| pack::gzip(out.path(), &gz, &output))?;
+            let bytes = tokio::task::block_in_place(|| pack::gzip(out.path(), &gz, &output))?;
             gz.commit().map_err(werr)?;
-            (
-                pack::PackStats {
-                    bytes,
-                    sha256,
-                    ..written
-                },
-                vec![],
-            )
+            (pack::PackStats { bytes, ..written }, vec![])
         }
         (Some(size), _) => {
             // Split the written bundle into NAME.partNNN; the whole file goes when dropped.
@@ -961,7 +953,7 @@ fn print_result(
     let pubkey = signer.map(|(_, p)| p.clone());
     if args.json {
         return super::print_json(&json!({
-            "bundle": parts.first().unwrap_or(output), "parts": parts, "sha256": out.sha256, "bytes": out.bytes, "files": out.files,
+            "bundle": parts.first().unwrap_or(output), "parts": parts, "bytes": out.bytes, "files": out.files,
             "omittedBlobs": manifest.omitted_blobs.len(), "base": manifest.base,
             "chart": {"name": manifest.chart.name, "version": manifest.chart.version, "digest": manifest.chart.digest},
             "images": manifest.images, "crds": manifest.crds.len(), "fetch": stats, "signed": signer.is_some(),
@@ -969,12 +961,7 @@ fn print_result(
             "publicKey": pubkey,
         }));
     }
-    println!(
-        "bundle   {} ({}, sha256 {})",
-        output.display(),
-        human_bytes(out.bytes),
-        out.sha256.hex()
-    );
+    println!("bundle   {} ({})", output.display(), human_bytes(out.bytes),);
     if !parts.is_empty() {
         println!(
             "parts    {} parts: {} ... (verify, inspect and load take the first part)",

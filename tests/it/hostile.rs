@@ -334,6 +334,9 @@ fn serve_is_not_starved_by_one_client_holding_idle_sockets() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The server gives up only sockets idle for at least half a second (a newcomer's request
+    // may be on its way): the attackers' sockets reach that age, then the probes come.
+    std::thread::sleep(Duration::from_millis(700));
     // A new client's requests are all answered (each probe is a new connection).
     let url = format!("http://{addr}/v2/");
     let mut answered = 0;
