@@ -544,6 +544,18 @@ def cmd_report(a) -> int:
     ratio = bsize / ubytes
     L.append(f"| bundle size vs unique blob bytes | {bsize / MIB:.2f} MiB bundle | {ubytes / MIB:.2f} MiB "
              f"unique blobs | {ratio:.5f} (+{(ratio - 1) * 100:.3f} %) | within 1 % | {met(abs(ratio - 1) <= 0.01)} |")
+    if ("build", "before") in rec:
+        L.append("")
+        L.append(f"Before and after, measured in the same run (before: {meta.get('before', '?')}):")
+        L.append("")
+        L.append("| measure | before | after | after ÷ before |")
+        L.append("|---|---|---|---|")
+        for m, label in [("build", "build, fresh cache"), ("load", "load"), ("reload", "re-load"),
+                         ("verify", "verify")]:
+            if (m, "before") in rec:
+                b, k = med(m, "before"), med(m, "kb")
+                L.append(f"| {label} | {fmt_s(b)} (peak RSS {fmt_mib(peak(m, 'before'))}) | "
+                         f"{fmt_s(k)} (peak RSS {fmt_mib(peak(m, 'kb'))}) | {k / b:.2f} |")
     L.append("")
     L.append(f"Unique blob bytes are the bundle's own count (`koord-bundle.json` `blobs`: {meta['bundle_blob_count']} "
              f"blobs, the image set plus the chart's Helm artifact); the image set alone is "
@@ -556,9 +568,10 @@ def cmd_report(a) -> int:
     L.append("")
     L.append("| measure | tool | wall (min / median / max) | CPU user+sys (median) | registry CPU during it (median) | peak RSS |")
     L.append("|---|---|---|---|---|---|")
-    names = {"kb": "koord-bundle", "peer": "skopeo", "sha256sum": "sha256sum", "openssl": "openssl dgst"}
+    names = {"kb": "koord-bundle", "peer": "skopeo", "sha256sum": "sha256sum", "openssl": "openssl dgst",
+             "before": "koord-bundle before"}
     for m in ["build", "load", "reload", "verify"]:
-        for t in ["kb", "peer", "sha256sum", "openssl"]:
+        for t in ["kb", "before", "peer", "sha256sum", "openssl"]:
             if (m, t) not in rec:
                 continue
             rs = rec[(m, t)]
