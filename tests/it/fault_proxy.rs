@@ -4,7 +4,8 @@
 //! half-way through its request body, or passed through. [`Mode::StallAfter`] instead lets
 //! everything through until that many request-body bytes went by, then hangs (for SIGKILL
 //! tests); [`Mode::DownAfter`] lets that many request bytes through, then "goes down": every
-//! open connection is cut and new ones are closed at once.
+//! open connection is cut and new ones are closed at once; [`Mode::RewriteTaggedManifests`]
+//! changes every manifest put by tag on its way in.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,6 +24,8 @@ pub struct Counts {
     pub stalled: AtomicUsize,
     /// [`Mode::DownAfter`]: the budget is spent, the registry is down.
     pub down: AtomicBool,
+    /// [`Mode::RewriteTaggedManifests`]: manifests changed on their way in.
+    pub rewritten: AtomicUsize,
 }
 
 pub struct FaultProxy {
@@ -39,6 +42,9 @@ pub enum Mode {
     /// Pass everything until this many request bytes (heads and bodies) went upstream, then
     /// cut every open connection and close every new one at once.
     DownAfter(u64),
+    /// Pass everything, but a manifest put by tag gets a newline appended on its way in: a
+    /// registry that stores something else than it was given (one that converts manifests).
+    RewriteTaggedManifests,
 }
 
 struct Rng(u64);
@@ -100,7 +106,7 @@ pub fn start(upstream: &str, mode: Mode) -> FaultProxy {
         counts: counts.clone(),
         rng: Mutex::new(Rng(match mode {
             Mode::Faults { seed, .. } => seed.wrapping_mul(0x9E3779B97F4A7C15) | 1,
-            Mode::StallAfter(_) | Mode::DownAfter(_) => 1,
+            _ => 1,
         })),
         uploaded: AtomicU64::new(0),
         open: Mutex::new(HashMap::new()),
@@ -141,12 +147,24 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             }
         }
         counts.requests.fetch_add(1, Ordering::SeqCst);
+        let rewrite = matches!(mode, Mode::RewriteTaggedManifests) && {
+            let mut words = head[0].split(' ');
+            let (method, path) = (words.next(), words.next().unwrap_or(""));
+            method == Some("PUT")
+                && path
+                    .split_once("/manifests/")
+                    .is_some_and(|(_, r)| !r.starts_with("sha256:"))
+        };
         let mut length = 0u64;
         let mut out_head = String::new();
         for (i, l) in head.iter().enumerate() {
             let lower = l.to_ascii_lowercase();
             if lower.starts_with("content-length:") {
                 length = l[15..].trim().parse().unwrap_or(0);
+                if rewrite {
+                    out_head.push_str(&format!("Content-Length: {}\r\n", length + 1));
+                    continue;
+                }
             }
             if i > 0 && (lower.starts_with("connection:") || lower.starts_with("keep-alive:")) {
                 continue;
@@ -157,7 +175,7 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             out_head.push_str(l);
         }
         let fault = match mode {
-            Mode::StallAfter(_) | Mode::DownAfter(_) => 0,
+            Mode::StallAfter(_) | Mode::DownAfter(_) | Mode::RewriteTaggedManifests => 0,
             Mode::Faults { percent, .. } => {
                 let roll = rng.lock().unwrap().next() % 100;
                 // 1: 503, 2: 429, 3: cut response, 4: cut request body (only when there is one)
@@ -230,6 +248,10 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             up.write_all(&buf[..n])?;
             sent += n as u64;
             left -= n as u64;
+        }
+        if rewrite {
+            up.write_all(b"\n")?;
+            counts.rewritten.fetch_add(1, Ordering::SeqCst);
         }
         // Response, relayed until the upstream closes (we asked it to).
         let cut_resp = if fault == 3 {

@@ -721,3 +721,29 @@ fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself(
         assert!(!String::from_utf8_lossy(&o.stderr).contains(token));
     }
 }
+
+#[test]
+fn a_registry_that_stores_another_manifest_stops_the_load_before_helm() {
+    // A registry that changes a manifest on its way in (some convert formats) must not get an
+    // install: the digest it answers with is checked against the bundle's.
+    let b = Built::new();
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let proxy =
+        crate::fault_proxy::start(&e.plain, crate::fault_proxy::Mode::RewriteTaggedManifests);
+    let registry = format!("{}/{}", proxy.addr, unique_prefix("rewritten"));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, 4, &[]));
+    assert_fails(&o, 1, &["expected sha256:", "refused"]);
+    assert!(
+        proxy
+            .counts
+            .rewritten
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+    );
+    assert!(fake.releases("default").is_empty());
+    assert!(fake.names("CustomResourceDefinition", None).is_empty());
+}

@@ -621,8 +621,8 @@ impl Registry {
         Ok(out)
     }
 
-    /// Put a manifest as raw bytes under `r`'s tag or digest, then read it back and check the
-    /// digest the registry serves.
+    /// Put a manifest as raw bytes under `r`'s tag or digest and check the digest the registry
+    /// stored it under (its `Docker-Content-Digest` answer, else the manifest read back).
     pub async fn put_manifest(
         &self,
         r: &ImageRef,
@@ -646,16 +646,26 @@ impl Registry {
             body: Some(&make_body),
             what: &what,
         };
-        self.with_retry(&what, || async {
-            let resp = self.transport.send(&req).await?;
-            if !resp.status().is_success() {
-                return Err(status_error(&r.registry, &what, resp).await);
-            }
-            Ok(())
-        })
-        .await?;
+        // What the registry says it stored: the digest of its answer, else (a registry that
+        // does not send one) the manifest read back.
+        let said = self
+            .with_retry(&what, || async {
+                let resp = self.transport.send(&req).await?;
+                if !resp.status().is_success() {
+                    return Err(status_error(&r.registry, &what, resp).await);
+                }
+                Ok(resp
+                    .headers()
+                    .get("docker-content-digest")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<Digest>().ok()))
+            })
+            .await?;
         let expected = Digest::of(bytes);
-        let (_, got) = self.get_manifest(r).await?;
+        let got = match said {
+            Some(d) => d,
+            None => self.get_manifest(r).await?.1,
+        };
         if got != expected {
             return Err(RegistryError::DigestMismatch {
                 registry: r.registry.clone(),
