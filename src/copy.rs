@@ -501,37 +501,140 @@ pub async fn transfer<S: Source, K: Sink>(
     }
     stats.required_present = required.len();
 
-    // 2. Every blob into its home, largest first.
+    // 2. Every blob into its home, largest first; 3. as soon as a graph's blobs are home, the
+    // same blobs in its repository (present, mounted, or copied), then 4. its manifests,
+    // children first, the tag last. A graph does not wait for the blobs of the others (a small
+    // image's tag is in place while the largest blob of another still uploads).
     let mut order: Vec<_> = home.values().collect();
     order.sort_by_key(|(_, b, _)| std::cmp::Reverse(b.size));
-    let results: Vec<Done> = futures_util::stream::iter(order)
-        .map(|(repo, desc, it)| copy_blob(src, sink, it, repo, desc, opts))
+    let homed = Homed::default();
+    let homes = futures_util::stream::iter(order)
+        .map(|(repo, desc, it)| async {
+            let r = copy_blob(src, sink, it, repo, desc, opts).await;
+            homed.settle(&desc.digest, r.is_ok());
+            r
+        })
         .buffer_unordered(jobs)
-        .try_collect()
-        .await?;
-    for r in results {
+        .try_collect::<Vec<Done>>();
+    let claimed: std::sync::Mutex<BTreeSet<(String, Digest)>> = Default::default();
+    // Every graph waits for its blobs at once (waiting costs nothing); `jobs` of them finish
+    // at a time, in the order their blobs come home.
+    let finishing = tokio::sync::Semaphore::new(jobs);
+    let graphs = futures_util::future::try_join_all(todo.iter().map(|it| {
+        let (homed, finishing, claimed) = (&homed, &finishing, &claimed);
+        let (home, required_home) = (&home, &required_home);
+        async move {
+            let theirs: Vec<&Digest> = it
+                .graph
+                .blobs
+                .iter()
+                .map(|b| &b.digest)
+                .filter(|d| home.contains_key(d))
+                .collect();
+            if !homed.wait_for(&theirs).await {
+                // A blob failed to go home: its error is the one reported.
+                return Ok(GraphDone::default());
+            }
+            let _permit = finishing
+                .acquire()
+                .await
+                .map_err(|_| graph_err("copy", "closed"))?;
+            finish_graph(src, sink, it, home, required_home, claimed, opts).await
+        }
+    }));
+    // The first error ends the whole transfer (what is in flight is dropped; a rerun resumes).
+    let (home_results, graph_results) = futures_util::future::try_join(homes, graphs).await?;
+    for r in home_results {
         tally(&mut stats, r);
     }
-
-    // 3. The same blobs in the other repositories that use them: present, mounted, or copied.
-    let mut others: BTreeSet<(&str, &Digest)> = BTreeSet::new();
-    let mut jobs_other = Vec::new();
+    for g in graph_results {
+        for d in g.blobs {
+            tally(&mut stats, d);
+        }
+        stats.manifests_pushed += g.manifests_pushed;
+        stats.manifests_skipped += g.manifests_skipped;
+    }
     for it in &todo {
-        for b in &it.graph.blobs {
-            let from = match home.get(&b.digest) {
-                Some((h, _, _)) => *h,
-                None => match required_home.get(&b.digest) {
-                    Some(h) => *h,
-                    None => continue,
-                },
-            };
-            if from != it.repo && others.insert((&it.repo, &b.digest)) {
-                jobs_other.push((*it, from, b));
+        stats.tags.push(it.reference.qualify(&it.repo));
+    }
+    Ok(stats)
+}
+
+/// Which home copies have ended (and whether well), for the graphs that wait on them.
+#[derive(Default)]
+struct Homed {
+    settled: std::sync::Mutex<BTreeMap<Digest, bool>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Homed {
+    fn settle(&self, d: &Digest, ok: bool) {
+        if let Ok(mut s) = self.settled.lock() {
+            s.insert(d.clone(), ok);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Wait until every one of `digests` is home: `false` as soon as one failed.
+    async fn wait_for(&self, digests: &[&Digest]) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let Ok(s) = self.settled.lock() else {
+                    return false;
+                };
+                if digests.iter().any(|d| s.get(*d) == Some(&false)) {
+                    return false;
+                }
+                if digests.iter().all(|d| s.get(*d) == Some(&true)) {
+                    return true;
+                }
             }
+            changed.await;
         }
     }
-    let results: Vec<Done> = futures_util::stream::iter(jobs_other)
-        .map(|(it, from, desc)| async move {
+}
+
+/// What finishing one graph did.
+#[derive(Default)]
+struct GraphDone {
+    blobs: Vec<Done>,
+    manifests_pushed: usize,
+    manifests_skipped: usize,
+}
+
+/// One graph whose blobs are home: the same blobs in its repository (each (repository, blob)
+/// pair once across graphs), then its manifests.
+async fn finish_graph<S: Source, K: Sink>(
+    src: &S,
+    sink: &K,
+    it: &Item<'_>,
+    home: &BTreeMap<&Digest, (&str, &Descriptor, &Item<'_>)>,
+    required_home: &BTreeMap<&Digest, &str>,
+    claimed: &std::sync::Mutex<BTreeSet<(String, Digest)>>,
+    opts: &Options<'_>,
+) -> Result<GraphDone, WalkError> {
+    let mut mine = Vec::new();
+    for b in &it.graph.blobs {
+        let from = match home.get(&b.digest) {
+            Some((h, _, _)) => *h,
+            None => match required_home.get(&b.digest) {
+                Some(h) => *h,
+                None => continue,
+            },
+        };
+        let fresh = claimed
+            .lock()
+            .map(|mut c| c.insert((it.repo.clone(), b.digest.clone())))
+            .unwrap_or(false);
+        if from != it.repo && fresh {
+            mine.push((from, b));
+        }
+    }
+    let blobs: Vec<Done> = futures_util::stream::iter(mine)
+        .map(|(from, desc)| async move {
             match sink.blob_state(&it.repo, desc).await? {
                 Have::Complete => Ok(Done::Present(desc.size)),
                 _ if opts.dry_run => Ok(Done::Mounted),
@@ -539,27 +642,15 @@ pub async fn transfer<S: Source, K: Sink>(
                 _ => copy_blob(src, sink, it, &it.repo, desc, opts).await,
             }
         })
-        .buffer_unordered(jobs)
+        .buffer_unordered(opts.jobs.max(1))
         .try_collect()
         .await?;
-    for r in results {
-        tally(&mut stats, r);
-    }
-
-    // 4. Manifests, children first, then the tag.
-    let done: Vec<(usize, usize)> = futures_util::stream::iter(&todo)
-        .map(|it| put_manifests(sink, it, opts.dry_run))
-        .buffer_unordered(jobs)
-        .try_collect()
-        .await?;
-    for (pushed, skipped) in done {
-        stats.manifests_pushed += pushed;
-        stats.manifests_skipped += skipped;
-    }
-    for it in &todo {
-        stats.tags.push(it.reference.qualify(&it.repo));
-    }
-    Ok(stats)
+    let (manifests_pushed, manifests_skipped) = put_manifests(sink, it, opts.dry_run).await?;
+    Ok(GraphDone {
+        blobs,
+        manifests_pushed,
+        manifests_skipped,
+    })
 }
 
 fn tally(stats: &mut Stats, d: Done) {
@@ -635,29 +726,66 @@ async fn copy_blob<S: Source, K: Sink>(
     Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset))
 }
 
+/// One manifest: skipped when the sink has it, else put. Returns (pushed, skipped).
+async fn put_one_manifest<K: Sink>(
+    sink: &K,
+    it: &Item<'_>,
+    m: &RawManifest,
+    reference: Reference,
+    dry_run: bool,
+) -> Result<(usize, usize), WalkError> {
+    if sink.has_manifest(&it.repo, &reference, &m.digest).await? {
+        return Ok((0, 1));
+    }
+    if !dry_run {
+        sink.put_manifest(&it.repo, &reference, m).await?;
+    }
+    Ok((1, 0))
+}
+
 async fn put_manifests<K: Sink>(
     sink: &K,
     it: &Item<'_>,
     dry_run: bool,
 ) -> Result<(usize, usize), WalkError> {
+    // Children by digest, deepest first: each level once the one below is in (an index may
+    // hold indexes); the manifests of one level at once.
     let (mut pushed, mut skipped) = (0, 0);
-    for m in it.graph.manifests() {
-        let is_top = m.digest == it.graph.top.digest;
-        let reference = if is_top {
-            it.reference.clone()
-        } else {
-            Reference::Digest(m.digest.clone())
+    let mut levels: Vec<Vec<&RawManifest>> = Vec::new();
+    let mut placed: BTreeMap<&Digest, usize> = BTreeMap::new();
+    for m in &it.graph.children {
+        // A child's level: one above the highest of the manifests it references.
+        let refs: Vec<Digest> = match Manifest::parse(&m.bytes, Some(&m.media_type)) {
+            Ok(Manifest::Index { manifests, .. }) => {
+                manifests.into_iter().map(|d| d.digest).collect()
+            }
+            _ => vec![],
         };
-        if sink.has_manifest(&it.repo, &reference, &m.digest).await? {
-            skipped += 1;
-            continue;
+        let level = refs
+            .iter()
+            .filter_map(|d| placed.get(d))
+            .map(|l| l + 1)
+            .max()
+            .unwrap_or(0);
+        placed.insert(&m.digest, level);
+        if levels.len() <= level {
+            levels.resize_with(level + 1, Vec::new);
         }
-        pushed += 1;
-        if !dry_run {
-            sink.put_manifest(&it.repo, &reference, m).await?;
+        levels[level].push(m);
+    }
+    for level in levels {
+        let done: Vec<(usize, usize)> = futures_util::stream::iter(level)
+            .map(|m| put_one_manifest(sink, it, m, Reference::Digest(m.digest.clone()), dry_run))
+            .buffer_unordered(8)
+            .try_collect()
+            .await?;
+        for (p, s) in done {
+            pushed += p;
+            skipped += s;
         }
     }
-    Ok((pushed, skipped))
+    let (p, s) = put_one_manifest(sink, it, &it.graph.top, it.reference.clone(), dry_run).await?;
+    Ok((pushed + p, skipped + s))
 }
 
 #[cfg(test)]
