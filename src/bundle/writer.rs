@@ -29,6 +29,9 @@ use std::sync::{Arc, Mutex};
 
 /// Bytes gathered before one positional write.
 const WRITE_PIECE: usize = 1 << 20;
+/// Received bytes of one blob that may wait for the writer, in KiB (with `--jobs` blobs at
+/// once, this times the jobs bounds the build's buffers).
+const IN_FLIGHT_KIB: usize = 2048;
 
 /// What goes into a bundle.
 pub struct Plan<'a> {
@@ -370,7 +373,13 @@ impl Sink for BundleWriter<'_> {
         // The writes (the bundle at the blob's offset, the cache's partial file) run on a thread
         // of the blocking pool, a few MiB behind the download: receiving and hashing here,
         // writing there, on two cores.
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
+        // What is in flight is bounded in bytes, not pieces (a piece is up to ~400 KiB on a fast
+        // link): the receiver holds a permit per KiB until the writer has written its piece.
+        let budget = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(
+            bytes::Bytes,
+            tokio::sync::OwnedSemaphorePermit,
+        )>();
         let file = self.file.clone();
         let mut tee_w = tee.take();
         enum WriteFail {
@@ -390,7 +399,7 @@ impl Sink for BundleWriter<'_> {
                 buf.clear();
                 Ok(())
             };
-            while let Some(piece) = rx.blocking_recv() {
+            while let Some((piece, _permit)) = rx.blocking_recv() {
                 if result.is_err() {
                     continue; // Drain: the receiving side learns of the error at the end.
                 }
@@ -434,7 +443,11 @@ impl Sink for BundleWriter<'_> {
             self.counts
                 .received
                 .fetch_add(piece.len() as u64, Ordering::Relaxed);
-            if tx.send(piece).await.is_err() {
+            let kib = piece.len().div_ceil(1024).clamp(1, IN_FLIGHT_KIB) as u32;
+            let Ok(permit) = budget.clone().acquire_many_owned(kib).await else {
+                break;
+            };
+            if tx.send((piece, permit)).is_err() {
                 break; // The writer stopped: its error is below.
             }
         }
