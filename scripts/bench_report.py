@@ -255,6 +255,41 @@ def registry_digest(registry: str, repository: str, tag: str) -> str | None:
         return None
 
 
+def _manifest(registry: str, repository: str, reference: str) -> dict:
+    accept = ", ".join([MT_INDEX, MT_MANIFEST,
+                        "application/vnd.docker.distribution.manifest.list.v2+json",
+                        "application/vnd.docker.distribution.manifest.v2+json"])
+    req = urllib.request.Request(f"http://{registry}/v2/{repository}/manifests/{reference}",
+                                 headers={"Accept": accept})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def cmd_blob_urls(a) -> int:
+    """A curl config (`url` + `output`) for every unique blob of the given images: what the
+    registry alone serves for a build, without any client work. Into /dev/null, or with
+    `--dir D` into one file per blob in D."""
+    seen: set[str] = set()
+    lines = []
+    for ref in a.refs:
+        repo, _, tag = ref.rpartition(":")
+        repository = f"{a.prefix}/{repo}"
+        todo = [_manifest(a.registry, repository, tag)]
+        while todo:
+            m = todo.pop()
+            for child in m.get("manifests", []):
+                todo.append(_manifest(a.registry, repository, child["digest"]))
+            for b in ([m["config"]] if "config" in m else []) + m.get("layers", []):
+                if b["digest"] not in seen:
+                    seen.add(b["digest"])
+                    lines.append(f'url = "http://{a.registry}/v2/{repository}/blobs/{b["digest"]}"')
+                    out = f"{a.dir}/b{len(seen)}" if a.dir else "/dev/null"
+                    lines.append(f'output = "{out}"')
+    print("\n".join(lines))
+    log(f"{len(seen)} unique blobs")
+    return 0
+
+
 def cmd_gen_set(a) -> int:
     stamp = Path(a.stamp)
     want = spec_hash()
@@ -439,6 +474,27 @@ def cmd_scale_report(a) -> int:
                 row += ["", "", ""]
             L.append("| " + " | ".join(row) + " |")
     L.append("")
+    L.append("Build against receiving and writing every blob once: the registry alone serving the "
+             "set's unique blobs to curl (4 at a time, as build's `--jobs`) into /dev/null, and "
+             "into one file each followed by `sync -f` of their file system. Target: build within "
+             "1.2× of the second.")
+    L.append("")
+    L.append("| set | registry → /dev/null | registry → files + sync | build, cache on (default) "
+             "| ÷ | build `--no-cache` | ÷ | target | |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for name, nbytes in sizes:
+        gib = nbytes / (1 << 30)
+        null, files = rec.get(("serve", "null", name)), rec.get(("serve", "files", name))
+        kb, nc = rec.get(("build", "kb", name)), rec.get(("build-nocache", "kb", name))
+        if not (null and files and kb and nc):
+            continue
+        r_kb, r_nc = kb["wall"] / files["wall"], nc["wall"] / files["wall"]
+        L.append(f"| {name} ({gib:.2f} GiB) | {null['wall']:.2f} s | {files['wall']:.2f} s "
+                 f"| {kb['wall']:.2f} s ({kb['rss'] / 1024:.0f} MiB) | {r_kb:.2f}× "
+                 f"| {nc['wall']:.2f} s ({nc['rss'] / 1024:.0f} MiB) | {r_nc:.2f}× | ≤ 1.2× "
+                 f"| {'**met**' if r_kb <= 1.2 else '**missed**'} (cache on), "
+                 f"{'**met**' if r_nc <= 1.2 else '**missed**'} (no cache) |")
+    L.append("")
     for k in ("loadavg_before", "loadavg_after", "cpu_summary", "other_builds", "disk"):
         if k in meta:
             L.append(f"- {k.replace('_', ' ')}: {meta[k]}")
@@ -522,6 +578,12 @@ def cmd_report(a) -> int:
     kb_b, pe_b = med("build", "kb"), med("build", "peer")
     L.append(f"| build, fresh cache | {fmt_s(kb_b)} | {fmt_s(pe_b)} (skopeo copy ×{meta['images']} + tar cf) "
              f"| {pe_b / kb_b:.2f}× | ≥ 3× faster | {met(pe_b / kb_b >= 3)} |")
+    if ("serve", "files") in rec:
+        null, files = med("serve", "null"), med("serve", "files")
+        L.append(f"| build vs the registry alone | {fmt_s(kb_b)} | {fmt_s(files)} registry → files + "
+                 f"sync, {fmt_s(null)} registry → /dev/null (curl, 4 at a time) | {files / kb_b:.2f}× "
+                 f"(files), {null / kb_b:.2f}× (/dev/null) | ≤ 1.3× the registry alone (into files) "
+                 f"| {met(kb_b / files <= 1.3)} |")
     kb_l, pe_l = med("load", "kb"), med("load", "peer")
     L.append(f"| load into TLS + auth registry, empty | {fmt_s(kb_l)} | {fmt_s(pe_l)} (skopeo copy ×{meta['images']}) "
              f"| {pe_l / kb_l:.2f}× | ≥ 2× faster | {met(pe_l / kb_l >= 2)} |")
@@ -569,9 +631,10 @@ def cmd_report(a) -> int:
     L.append("| measure | tool | wall (min / median / max) | CPU user+sys (median) | registry CPU during it (median) | peak RSS |")
     L.append("|---|---|---|---|---|---|")
     names = {"kb": "koord-bundle", "peer": "skopeo", "sha256sum": "sha256sum", "openssl": "openssl dgst",
-             "before": "koord-bundle before"}
-    for m in ["build", "load", "reload", "verify"]:
-        for t in ["kb", "before", "peer", "sha256sum", "openssl"]:
+             "before": "koord-bundle before", "null": "registry alone → /dev/null (curl ×4)",
+             "files": "registry alone → files + sync (curl ×4)"}
+    for m in ["serve", "build", "load", "reload", "verify"]:
+        for t in ["kb", "before", "peer", "sha256sum", "openssl", "null", "files"]:
             if (m, t) not in rec:
                 continue
             rs = rec[(m, t)]
@@ -599,6 +662,10 @@ def cmd_report(a) -> int:
              "of each image from the peer's layout to its own fresh prefix, after removing skopeo's blob info "
              f"cache ({meta['blob_info_cache']}).")
     L.append("- re-load: the same commands again, same prefix (skopeo's blob info cache removed again).")
+    L.append("- the registry alone (build's bound): `curl --parallel --parallel-max 4 -K CFG` fetching every "
+             "unique blob of the set once from the plain registry, into /dev/null, and into one file each "
+             "followed by `sync -f` (a bundle has to be received and written to disk once; the build also "
+             "hashes, signs and fsyncs).")
     L.append("- verify: `koord-bundle verify B.tar --key PUB` vs `sha256sum B.tar` and `openssl dgst -sha256 B.tar`.")
     L.append("- Runs alternate which tool goes first. `sync` before every measure, outside the timing.")
     L.append("- Each command runs under `/usr/bin/time -v` (peak RSS, CPU); wall time from bash's "
@@ -625,6 +692,12 @@ def cmd_report(a) -> int:
     text = "\n".join(L) + "\n"
     sys.stdout.write(text)
     out = Path(a.out)
+    # The scaling section of an earlier `--scale` run stays (it has its own date).
+    old = out.read_text() if out.exists() else ""
+    if "\n## Scaling" in old:
+        rest = old.partition("\n## Scaling")[2]
+        nxt = rest.find("\n## ")
+        text += "\n## Scaling" + (rest[:nxt] if nxt >= 0 else rest).rstrip("\n") + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
@@ -653,6 +726,11 @@ def main() -> int:
     gs.add_argument("--layers", type=int, required=True)
     gs.add_argument("--layer-mib", type=int, default=256)
     gs.add_argument("--tags", type=int, nargs="*", default=[6])
+    bu = sub.add_parser("blob-urls")
+    bu.add_argument("--registry", required=True)
+    bu.add_argument("--prefix", required=True)
+    bu.add_argument("--dir")
+    bu.add_argument("refs", nargs="+")
     sr = sub.add_parser("scale-report")
     sr.add_argument("--records", required=True)
     sr.add_argument("--sizes", required=True)
@@ -660,7 +738,7 @@ def main() -> int:
     sr.add_argument("--out", required=True)
     a = ap.parse_args()
     return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
-            "scale-report": cmd_scale_report}[a.cmd](a)
+            "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls}[a.cmd](a)
 
 
 if __name__ == "__main__":
