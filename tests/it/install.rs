@@ -108,6 +108,7 @@ fn workload_images(fake: &KubeFake) -> Vec<String> {
 /// What the fake holds after a successful install of 1.8.0 from `registry` as release
 /// `koordinator` in `default`, revision `rev`.
 fn assert_installed(fake: &KubeFake, registry: &str, rev: &str) {
+    eprintln!("the fake API server after the install: {}", fake.summary());
     let ns = fake.names("Namespace", None);
     assert!(ns.contains(&CHART_NS.to_string()), "{ns:?}");
     let releases = fake.releases("default");
@@ -301,6 +302,7 @@ fn release_in_other_namespace(major: u64) {
     assert_eq!(rel.last().unwrap().1, "deployed");
     assert_eq!(rel.last().unwrap().2, "2");
     assert!(fake.releases("default").is_empty(), "no second release");
+    eprintln!("the fake API server after the upgrade: {}", fake.summary());
 }
 
 fn unowned_namespace(major: u64) {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -253,6 +254,76 @@ impl KubeFake {
             .collect();
         v.sort_by_key(|r| r.2.parse::<u32>().unwrap_or(0));
         v
+    }
+}
+
+impl KubeFake {
+    /// One line on what it holds and what it answered, for a test's log (printed with
+    /// `--no-capture`): namespaces, helm release records, CRDs, workload images, how many
+    /// GETs found nothing (helm looks before it creates), and the other requests it answered
+    /// with an error, by status, method and resource.
+    pub fn summary(&self) -> String {
+        let objects = self.objects();
+        let mut namespaces: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == "Namespace")
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+            .filter(|n| !n.starts_with("kube-"))
+            .collect();
+        namespaces.sort();
+        let mut releases: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == "Secret" && o["type"] == "helm.sh/release.v1")
+            .map(|o| {
+                let l = &o["metadata"]["labels"];
+                format!(
+                    "{}/{} v{} {}",
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    l["name"].as_str().unwrap_or(""),
+                    l["version"].as_str().unwrap_or(""),
+                    l["status"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        releases.sort();
+        let crds = objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .count();
+        let mut images: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == "Deployment" || o["kind"] == "DaemonSet")
+            .flat_map(|o| {
+                o["spec"]["template"]["spec"]["containers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|c| c["image"].as_str().map(str::to_string))
+            .collect();
+        images.sort();
+        images.dedup();
+        let mut refused: BTreeMap<String, usize> = BTreeMap::new();
+        let mut absent = 0;
+        let requests = self.requests();
+        for r in &requests {
+            let status = r["status"].as_u64().unwrap_or(0);
+            if status == 404 && r["method"] == "GET" {
+                absent += 1;
+            } else if status >= 400 {
+                let what = format!(
+                    "{} {} {}",
+                    status,
+                    r["method"].as_str().unwrap_or(""),
+                    r["resource"].as_str().unwrap_or("")
+                );
+                *refused.entry(what).or_default() += 1;
+            }
+        }
+        format!(
+            "namespaces {namespaces:?}; releases {releases:?}; {crds} CRDs; workload images {images:?}; {} requests ({absent} GETs of absent objects), errors {refused:?}",
+            requests.len()
+        )
     }
 }
 
