@@ -369,7 +369,8 @@ pub struct InstallPlan {
     /// release namespace only holds helm's release records. It must never be
     /// `koordinator-system` on a fresh cluster: helm writes the release record before the
     /// chart creates that namespace (404), and `--create-namespace` would make the chart's
-    /// Namespace object conflict ("already exists").
+    /// Namespace object conflict with helm 3 ("already exists"; helm 4 applies and gets
+    /// through).
     pub namespace: String,
     /// `--create-namespace`: only for a release namespace that does not exist and is not the
     /// chart's own.

@@ -18,8 +18,9 @@
 //! koordinator-sh/koordinator`); the chart renders its own `koordinator-system` Namespace and puts
 //! every namespaced object there. Helm's first write is the release record, a Secret in the
 //! release namespace: a release namespace of `koordinator-system` fails on a fresh cluster with
-//! 404 `namespaces "koordinator-system" not found`, and `--create-namespace` then makes the chart's
-//! own Namespace object conflict. So the release namespace is `default` unless the user names
+//! 404 `namespaces "koordinator-system" not found`, and with `--create-namespace` helm 3's create
+//! of the chart's own Namespace object then conflicts (409; helm 4, which applies server-side,
+//! gets through: `install::helm{3,4}::old_namespace_choice` shows both). So the release namespace is `default` unless the user names
 //! another one, and a release of the same name found in another namespace (installed there
 //! before) is upgraded where it is rather than installed a second time.
 //!

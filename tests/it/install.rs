@@ -476,6 +476,74 @@ fn upgrade_160_to_180(major: u64) {
         .is_some());
 }
 
+/// What `load` ran before the fix, run by hand with real helm on a fresh cluster: release
+/// namespace `koordinator-system` fails with 404 (helm's release record comes before the chart's
+/// Namespace); with `--create-namespace` helm 3 fails on the chart's own Namespace object (helm 4,
+/// which applies, gets through). Then `load` with today's choice installs on the same cluster
+/// once the old release is uninstalled.
+fn old_namespace_choice(major: u64) {
+    let b = Built::new();
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let registry = format!("{}/{}", e.plain, unique_prefix(&format!("oldns{major}")));
+    let o = run(
+        &b,
+        &load_args(&b, &b.bundle, &registry, &fake, major, &["--no-install"]),
+    );
+    assert_ok(&o);
+    let chart = format!("oci://{registry}/charts/koordinator");
+    let old = [
+        "upgrade",
+        "--install",
+        RELEASE,
+        chart.as_str(),
+        "--version",
+        "1.8.0",
+        "--plain-http",
+        "--namespace",
+        CHART_NS,
+    ];
+    let o = helm(major, &fake, &old);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the old command installed: {err}");
+    assert!(
+        err.contains(&format!("namespaces \"{CHART_NS}\" not found")),
+        "{err}"
+    );
+    let mut with_create = old.to_vec();
+    with_create.push("--create-namespace");
+    let o = helm(major, &fake, &with_create);
+    let err = String::from_utf8_lossy(&o.stderr);
+    if major == 3 {
+        // helm 3 creates the namespace, then its POST of the chart's Namespace object is 409.
+        assert!(!o.status.success(), "--create-namespace installed: {err}");
+        assert!(
+            err.contains(&format!("namespaces \"{CHART_NS}\" already exists")),
+            "{err}"
+        );
+    } else {
+        // helm 4 applies (server-side apply creates or takes over), so the chart's Namespace
+        // object does not clash with the one helm just made: the old command with
+        // --create-namespace would have worked with helm 4 only.
+        assert!(o.status.success(), "{err}");
+        assert_eq!(fake.releases(CHART_NS).len(), 1);
+    }
+    eprintln!(
+        "the fake API server after the old commands: {}",
+        fake.summary()
+    );
+    // The old release (failed with helm 3) is removed as a user would.
+    let o = helm(major, &fake, &["uninstall", RELEASE, "-n", CHART_NS]);
+    assert_ok(&o);
+    fake.wait_namespaces_finalized();
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    assert_ok(&o);
+    assert_installed(&fake, &registry, "1");
+}
+
 macro_rules! both_helms {
     ($($name:ident),* $(,)?) => {
         mod helm3 { $( #[test] fn $name() { super::$name(3) } )* }
@@ -484,6 +552,7 @@ macro_rules! both_helms {
 }
 both_helms!(
     fresh,
+    old_namespace_choice,
     guide_installed,
     release_in_other_namespace,
     unowned_namespace,
