@@ -25,10 +25,10 @@ use koord_bundle::bundle::reader::{self, SignaturePolicy, VerifyError, VerifyRep
 use koord_bundle::bundle::{BundleManifest, CHECKSUMS_FILE, FORMAT_VERSION, SIGNATURE_FILE};
 use koord_bundle::oci::Digest;
 use libfuzzer_sys::fuzz_target;
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::io::{Cursor, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 const LABEL: &str = "fuzz-bundle.tar";
@@ -63,13 +63,13 @@ fn verify_bytes(bytes: &[u8], gzip: bool) -> Result<(), VerifyError> {
     } else {
         Box::new(Cursor::new(bytes.to_vec()))
     };
-    let counted = Cell::new(0u64);
+    let counted = AtomicU64::new(0);
     let res = reader::verify_from(Path::new(LABEL), input, gzip, SignaturePolicy::Skip, &|n| {
-        counted.set(counted.get() + n)
+        counted.fetch_add(n, Ordering::Relaxed);
     });
     if let Ok(report) = &res {
         let plain = if gzip { inflate(bytes) } else { bytes.to_vec() };
-        check_report(report, &plain, counted.get());
+        check_report(report, &plain, counted.load(Ordering::Relaxed));
     }
     res.map(|_| ())
 }
@@ -129,9 +129,9 @@ fn on_disk(bytes: &[u8]) {
         .and_then(|mut f| f.write_all(bytes))
         .expect("write the scratch file");
     let _ = reader::read_head(path);
-    let counted = Cell::new(0u64);
+    let counted = AtomicU64::new(0);
     let res = reader::verify(path, SignaturePolicy::Skip, &|n| {
-        counted.set(counted.get() + n)
+        counted.fetch_add(n, Ordering::Relaxed);
     });
     if let Ok(report) = &res {
         let plain = if bytes.starts_with(&[0x1f, 0x8b]) {
@@ -141,7 +141,7 @@ fn on_disk(bytes: &[u8]) {
             assert!(!report.compressed, "plain input reported as compressed");
             bytes.to_vec()
         };
-        check_report(report, &plain, counted.get());
+        check_report(report, &plain, counted.load(Ordering::Relaxed));
     }
 }
 
@@ -741,16 +741,18 @@ fn structured(bytes: &[u8]) {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         let _ = gz.write_all(&tar);
         let compressed = gz.finish().unwrap_or_default();
-        let counted = Cell::new(0u64);
+        let counted = AtomicU64::new(0);
         let res = reader::verify_from(
             Path::new(LABEL),
             Box::new(flate2::read::GzDecoder::new(Cursor::new(compressed))),
             true,
             SignaturePolicy::Skip,
-            &|n| counted.set(counted.get() + n),
+            &|n| {
+                counted.fetch_add(n, Ordering::Relaxed);
+            },
         );
         if let Ok(report) = &res {
-            check_report(report, &tar, counted.get());
+            check_report(report, &tar, counted.load(Ordering::Relaxed));
         }
     } else {
         let _ = verify_bytes(&tar, false);

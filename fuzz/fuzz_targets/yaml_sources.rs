@@ -81,7 +81,10 @@ fuzz_target!(|data: &[u8]| {
             }
             // Reading one chart never fails where reading them all succeeds.
             if all.is_ok() {
-                assert!(one.is_ok(), "parse_chart failed where parse succeeded: {one:?}");
+                assert!(
+                    one.is_ok(),
+                    "parse_chart failed where parse succeeded: {one:?}"
+                );
             }
         }
         2 => {
@@ -108,7 +111,10 @@ fuzz_target!(|data: &[u8]| {
             let mut wrapped = b"{{- if .Values.crds.managed }}\n".to_vec();
             wrapped.extend_from_slice(body);
             wrapped.extend_from_slice(b"\n{{- end }}\n");
-            chart(&[("Chart.yaml", CHART_YAML), ("templates/crd/x.yaml", &wrapped)]);
+            chart(&[
+                ("Chart.yaml", CHART_YAML),
+                ("templates/crd/x.yaml", &wrapped),
+            ]);
         }
         _ => chart(&[
             ("Chart.yaml", CHART_YAML),
