@@ -526,8 +526,9 @@ fn old_namespace_choice(major: u64) {
         );
     } else {
         // helm 4 applies (server-side apply creates or takes over), so the chart's Namespace
-        // object does not clash with the one helm just made: the old command with
-        // --create-namespace would have worked with helm 4 only.
+        // object does not clash with the one helm just made: on this fake, the old command
+        // with --create-namespace works with helm 4. (The fake does not model field-manager
+        // conflicts; a real API server should agree, as both writes are helm's own.)
         assert!(o.status.success(), "{err}");
         assert_eq!(fake.releases(CHART_NS).len(), 1);
     }
