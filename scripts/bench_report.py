@@ -41,6 +41,7 @@ import sys
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -287,6 +288,39 @@ def cmd_blob_urls(a) -> int:
                     lines.append(f'output = "{out}"')
     print("\n".join(lines))
     log(f"{len(seen)} unique blobs")
+    return 0
+
+
+def cmd_blob_uploads(a) -> int:
+    """A curl config that PUTs every blob named in a `blob-urls` config (its digests) into
+    `--repo` of the TLS registry, from the plain registry's storage files: what the registry
+    alone needs to receive the set, load's bound. The upload sessions (one POST each) are opened
+    here, before the timing; the password comes from KB_REGISTRY_PASSWORD and goes into the
+    config, not into curl's argv."""
+    import base64
+    import re
+    import ssl
+    digests = []
+    for line in Path(a.urls).read_text().splitlines():
+        m = re.search(r"/blobs/(sha256:[0-9a-f]{64})", line)
+        if m and m.group(1) not in digests:
+            digests.append(m.group(1))
+    password = os.environ["KB_REGISTRY_PASSWORD"]
+    auth = "Basic " + base64.b64encode(f"{a.user}:{password}".encode()).decode()
+    ctx = ssl.create_default_context(cafile=a.ca)
+    lines = [f'user = "{a.user}:{password}"', f'cacert = "{a.ca}"']
+    for d in digests:
+        path = Path(a.storage) / "blobs" / "sha256" / d[7:9] / d[7:] / "data"
+        if not path.is_file():
+            raise SystemExit(f"blob-uploads: {path} is missing from the source registry's storage")
+        req = urllib.request.Request(f"https://{a.registry}/v2/{a.repo}/blobs/uploads/", method="POST",
+                                     headers={"Authorization": auth, "Content-Length": "0"})
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            loc = urllib.parse.urljoin(resp.url, resp.headers["Location"])
+        sep = "&" if "?" in loc else "?"
+        lines += [f'url = "{loc}{sep}digest={d}"', f'upload-file = "{path}"', 'output = "/dev/null"']
+    print("\n".join(lines))
+    log(f"{len(digests)} upload sessions opened in {a.registry}/{a.repo}")
     return 0
 
 
@@ -587,6 +621,13 @@ def cmd_report(a) -> int:
     kb_l, pe_l = med("load", "kb"), med("load", "peer")
     L.append(f"| load into TLS + auth registry, empty | {fmt_s(kb_l)} | {fmt_s(pe_l)} (skopeo copy ×{meta['images']}) "
              f"| {pe_l / kb_l:.2f}× | ≥ 2× faster | {met(pe_l / kb_l >= 2)} |")
+    if ("push", "alone") in rec:
+        alone = med("push", "alone")
+        bound = med("verify", "kb") + alone
+        L.append(f"| load vs the registry alone | {fmt_s(kb_l)} | {fmt_s(alone)} registry ← every blob "
+                 f"(curl PUT, 4 at a time); + verify {fmt_s(med('verify', 'kb'))} = {fmt_s(bound)} | "
+                 f"{bound / kb_l:.2f}× (load's bound: skopeo ÷ bound = {pe_l / bound:.2f}×) | none: "
+                 f"shows what bounds load | — |")
     kb_r, pe_r = med("reload", "kb"), med("reload", "peer")
     L.append(f"| re-load, everything present | {fmt_s(kb_r)} | {fmt_s(pe_r)} | {pe_r / kb_r:.2f}× "
              f"| ≤ 0.2 s and ≥ 5× | {met(kb_r <= 0.2 and pe_r / kb_r >= 5)} |")
@@ -632,9 +673,10 @@ def cmd_report(a) -> int:
     L.append("|---|---|---|---|---|---|")
     names = {"kb": "koord-bundle", "peer": "skopeo", "sha256sum": "sha256sum", "openssl": "openssl dgst",
              "before": "koord-bundle before", "null": "registry alone → /dev/null (curl ×4)",
-             "files": "registry alone → files + sync (curl ×4)"}
-    for m in ["serve", "build", "load", "reload", "verify"]:
-        for t in ["kb", "before", "peer", "sha256sum", "openssl", "null", "files"]:
+             "files": "registry alone → files + sync (curl ×4)",
+             "alone": "registry alone ← every blob (curl PUT ×4, TLS + auth)"}
+    for m in ["serve", "push", "build", "load", "reload", "verify"]:
+        for t in ["kb", "before", "peer", "sha256sum", "openssl", "null", "files", "alone"]:
             if (m, t) not in rec:
                 continue
             rs = rec[(m, t)]
@@ -666,6 +708,11 @@ def cmd_report(a) -> int:
              "unique blob of the set once from the plain registry, into /dev/null, and into one file each "
              "followed by `sync -f` (a bundle has to be received and written to disk once; the build also "
              "hashes, signs and fsyncs).")
+    L.append("- the registry alone (load's bound): `curl --parallel --parallel-max 4 -K CFG` PUTting every "
+             "unique blob of the set once into a fresh repository of the TLS + basic-auth registry, the "
+             "upload sessions (one POST each) opened before the timing; load adds its verify before the "
+             "first byte is pushed (kept: nothing is pushed from a bundle that does not verify), the "
+             "mounts into the other repositories, the manifests and the chart.")
     L.append("- verify: `koord-bundle verify B.tar --key PUB` vs `sha256sum B.tar` and `openssl dgst -sha256 B.tar`.")
     L.append("- Runs alternate which tool goes first. `sync` before every measure, outside the timing.")
     L.append("- Each command runs under `/usr/bin/time -v` (peak RSS, CPU); wall time from bash's "
@@ -731,6 +778,13 @@ def main() -> int:
     bu.add_argument("--prefix", required=True)
     bu.add_argument("--dir")
     bu.add_argument("refs", nargs="+")
+    bp = sub.add_parser("blob-uploads")
+    bp.add_argument("--registry", required=True)
+    bp.add_argument("--repo", required=True)
+    bp.add_argument("--user", required=True)
+    bp.add_argument("--ca", required=True)
+    bp.add_argument("--storage", required=True)
+    bp.add_argument("--urls", required=True)
     sr = sub.add_parser("scale-report")
     sr.add_argument("--records", required=True)
     sr.add_argument("--sizes", required=True)
@@ -738,7 +792,8 @@ def main() -> int:
     sr.add_argument("--out", required=True)
     a = ap.parse_args()
     return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
-            "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls}[a.cmd](a)
+            "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls,
+            "blob-uploads": cmd_blob_uploads}[a.cmd](a)
 
 
 if __name__ == "__main__":
