@@ -3,10 +3,10 @@
 //! cluster. No live cluster: none can be run where these tests run.
 
 use crate::kube_fake::{self, KubeFake, Opts};
+use koord_bundle::chart::{extract_crds, ChartArchive};
 use koord_bundle::cluster::{
     self, preflight, ChartCrd, ClusterError, KubeClient, Level, PreflightInput, PreflightReport,
 };
-use std::io::Read;
 use std::path::Path;
 
 const NS: &str = "koordinator-system";
@@ -23,63 +23,44 @@ fn start(cluster: &str) -> KubeFake {
 }
 const RELEASE: &str = "koordinator";
 
-/// The 1.8.0 chart's CRDs, read from the archive in tests/fixtures/charts: metadata.name,
-/// spec.names.plural, and the key of the `{{- if and .Values.crds.managed .Values.crds.<key> }}`
-/// wrapper. In templates/crd/ file order.
+/// The 1.8.0 chart's CRDs as `load` hands them to the pre-flight: extracted from the archive in
+/// tests/fixtures/charts by the library (as `build` does), in `<group>_<plural>.yaml` order.
 fn chart_180_crds() -> Vec<ChartCrd> {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts/koordinator-1.8.0.tgz");
-    let file = std::fs::File::open(&path).expect("chart archive");
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    let mut out = Vec::new();
-    for entry in archive.entries().expect("tar entries") {
-        let mut entry = entry.expect("tar entry");
-        let name = entry
-            .path()
-            .expect("entry path")
-            .to_string_lossy()
-            .to_string();
-        if !(name.starts_with("koordinator/templates/crd/") && name.ends_with(".yaml")) {
-            continue;
-        }
-        let mut text = String::new();
-        entry.read_to_string(&mut text).expect("utf-8 template");
-        let first = text.lines().next().unwrap_or("");
-        let key = first
-            .split(".Values.crds.")
-            .nth(2)
-            .map(|k| k.trim_end_matches(" }}").trim().to_string());
-        let meta_name = text
-            .lines()
-            .find_map(|l| l.strip_prefix("  name: "))
-            .expect("metadata.name")
-            .trim()
-            .to_string();
-        let plural = text
-            .lines()
-            .find_map(|l| l.trim_start().strip_prefix("plural: "))
-            .expect("plural")
-            .trim()
-            .to_string();
-        out.push(ChartCrd {
-            name: meta_name,
-            plural,
-            values_key: key,
-        });
-    }
-    out.sort_by(|a, b| {
-        // templates/crd/<group>_<plural>.yaml order
-        let f = |c: &ChartCrd| {
-            let (plural, group) = c.name.split_once('.').unwrap_or((&c.name, ""));
-            format!("{group}_{plural}")
-        };
-        f(a).cmp(&f(b))
-    });
-    out
+    let archive = ChartArchive::from_tgz(&std::fs::read(&path).expect("chart archive"))
+        .expect("the 1.8.0 chart reads");
+    let mut crds = extract_crds(&archive).expect("its CRDs");
+    crds.sort_by(|a, b| a.file_name.cmp(&b.file_name));
+    crds.into_iter()
+        .map(|c| ChartCrd {
+            name: c.name,
+            plural: c.plural,
+            values_key: c.values_key,
+        })
+        .collect()
 }
 
 fn platforms(p: &[&str]) -> Vec<String> {
     p.iter().map(|s| s.to_string()).collect()
+}
+
+/// The pre-flight's input as `load` builds it for a release `koordinator` in `default`.
+fn input_for<'a>(
+    platforms: &'a [String],
+    crds: &'a [ChartCrd],
+    strict: bool,
+) -> PreflightInput<'a> {
+    PreflightInput {
+        bundle_platforms: platforms,
+        crds,
+        namespace: "default",
+        namespace_explicit: false,
+        chart_namespace: NS,
+        release: RELEASE,
+        strict,
+        host_network: false,
+    }
 }
 
 async fn run(
@@ -90,17 +71,9 @@ async fn run(
 ) -> PreflightReport {
     let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).expect("stub kubeconfig loads");
     let client = KubeClient::new(&cfg).expect("client");
-    let input = PreflightInput {
-        bundle_platforms: platforms,
-        crds,
-        namespace: "default",
-        namespace_explicit: false,
-        chart_namespace: NS,
-        release: RELEASE,
-        strict,
-        host_network: false,
-    };
-    preflight(&client, &input).await.expect("preflight runs")
+    preflight(&client, &input_for(platforms, crds, strict))
+        .await
+        .expect("preflight runs")
 }
 
 fn of<'a>(r: &'a PreflightReport, check: &str) -> Vec<&'a koord_bundle::cluster::Finding> {
@@ -400,16 +373,8 @@ async fn wrong_token_is_401_naming_user_and_resource() {
     let cfg = cluster::kubeconfig::load(&path, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
-    let input = PreflightInput {
-        bundle_platforms: &platforms(&["linux/amd64"]),
-        crds: &crds,
-        namespace: "default",
-        namespace_explicit: false,
-        chart_namespace: NS,
-        release: RELEASE,
-        strict: false,
-        host_network: false,
-    };
+    let platforms = platforms(&["linux/amd64"]);
+    let input = input_for(&platforms, &crds, false);
     let e = preflight(&client, &input).await.unwrap_err();
     assert!(matches!(e, ClusterError::Unauthorized { .. }), "{e:?}");
     let m = e.to_string();
@@ -434,16 +399,8 @@ async fn forbidden_secrets_is_403_naming_user_and_resource() {
     let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
-    let input = PreflightInput {
-        bundle_platforms: &platforms(&["linux/amd64", "linux/arm64"]),
-        crds: &crds,
-        namespace: "default",
-        namespace_explicit: false,
-        chart_namespace: NS,
-        release: RELEASE,
-        strict: false,
-        host_network: false,
-    };
+    let platforms = platforms(&["linux/amd64", "linux/arm64"]);
+    let input = input_for(&platforms, &crds, false);
     let e = preflight(&client, &input).await.unwrap_err();
     let m = e.to_string();
     assert!(matches!(e, ClusterError::Forbidden { .. }), "{e:?}");
@@ -513,16 +470,8 @@ async fn exec_plugin_token_is_fetched_once_cached_and_fetched_again_after_a_401(
         let cfg = cluster::kubeconfig::load(&path, None).unwrap();
         let client = KubeClient::new(&cfg).unwrap();
         let crds = chart_180_crds();
-        let input = PreflightInput {
-            bundle_platforms: &platforms(&["linux/amd64"]),
-            crds: &crds,
-            namespace: "default",
-            namespace_explicit: false,
-            chart_namespace: NS,
-            release: RELEASE,
-            strict: false,
-            host_network: false,
-        };
+        let platforms = platforms(&["linux/amd64"]);
+        let input = input_for(&platforms, &crds, false);
         let r = preflight(&client, &input)
             .await
             .expect("preflight with the plugin's token");
@@ -611,16 +560,8 @@ async fn unreachable_server_says_no_cluster_reachable_and_names_the_url() {
     let cfg = cluster::kubeconfig::load(&path, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
-    let input = PreflightInput {
-        bundle_platforms: &platforms(&["linux/amd64"]),
-        crds: &crds,
-        namespace: "default",
-        namespace_explicit: false,
-        chart_namespace: NS,
-        release: RELEASE,
-        strict: false,
-        host_network: false,
-    };
+    let platforms = platforms(&["linux/amd64"]);
+    let input = input_for(&platforms, &crds, false);
     let e = preflight(&client, &input).await.unwrap_err();
     assert!(matches!(e, ClusterError::Unreachable { .. }), "{e:?}");
     let m = e.to_string();
