@@ -508,7 +508,6 @@ fn chart_artifact(
 struct ChartInput {
     fetched: FetchedChart,
     archive: ChartArchive,
-    meta: crate::chart::ChartMeta,
     crds: Vec<crate::chart::Crd>,
     wanted: Vec<Wanted>,
     discovery: crate::bundle::manifest::DiscoveryRecord,
@@ -521,7 +520,7 @@ async fn read_chart(args: &BuildArgs, progress: &Progress) -> anyhow::Result<Cha
     let fetched = fetch_chart(args, &http, progress).await?;
     let archive = ChartArchive::from_tgz(&fetched.bytes)
         .context("the chart archive is not a readable Helm chart")?;
-    let meta = archive.meta().clone();
+    let meta = archive.meta();
     if meta.name != "koordinator" {
         progress.warn(format!(
             "the chart is named {:?}, not koordinator",
@@ -561,7 +560,6 @@ async fn read_chart(args: &BuildArgs, progress: &Progress) -> anyhow::Result<Cha
     Ok(ChartInput {
         fetched,
         archive,
-        meta,
         crds,
         wanted,
         discovery,
@@ -659,8 +657,12 @@ fn assemble(
     chart_graph: &Graph,
     created: &str,
 ) -> anyhow::Result<Layout> {
-    let (meta, fetched, crds, discovery) =
-        (&chart.meta, &chart.fetched, &chart.crds, &chart.discovery);
+    let (meta, fetched, crds, discovery) = (
+        chart.archive.meta(),
+        &chart.fetched,
+        &chart.crds,
+        &chart.discovery,
+    );
     let chart_ref = format!("charts/{}:{}", meta.name, meta.version);
     let mut entries: Vec<serde_json::Value> = records
         .iter()
@@ -903,7 +905,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     if args.dry_run {
         return print_plan(
             &args,
-            &chart.meta,
+            chart.archive.meta(),
             &chart.fetched,
             &records,
             &chart.crds,

@@ -341,25 +341,21 @@ async fn hash_and_push(
     let all_there = tags_in_place(sink, &graphs, args.jobs)
         .await
         .context("checking the registry")?;
-    let rehashed = if all_there {
-        false
+    if all_there {
+        progress.say(format!(
+            "every tag in {} already points at the bundle's digests: nothing to push, so the bundle's large blobs were not re-hashed (koord-bundle verify checks every byte)",
+            target.host_and_prefix()
+        ));
     } else {
         let bar = progress.bytes("verifying blobs", unhashed.bytes());
         tokio::task::block_in_place(|| unhashed.hash(&|n| bar.inc(n)))
             .context("the bundle did not verify: nothing was pushed")?;
         bar.finish("verified");
-        true
-    };
-    if !rehashed {
-        progress.say(format!(
-            "every tag in {} already points at the bundle's digests: nothing to push, so the bundle's large blobs were not re-hashed (koord-bundle verify checks every byte)",
-            target.host_and_prefix()
-        ));
     }
     let stats = push(src, sink, &graphs, args.jobs, args.dry_run, progress)
         .await
         .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
-    Ok((stats, rehashed))
+    Ok((stats, !all_there))
 }
 
 /// What the helm step did.
