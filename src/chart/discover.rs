@@ -75,12 +75,6 @@ pub(crate) fn is_rendered_template(path: &str) -> bool {
     path.starts_with("templates/") && !base.starts_with('_') && base != "NOTES.txt"
 }
 
-/// One rendered piece of an image value: the text, and the values path it came from.
-struct Piece {
-    path: Option<Vec<String>>,
-    text: String,
-}
-
 fn host_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     re(
@@ -120,83 +114,21 @@ fn split_reference(r: &str) -> Result<(String, String, String), String> {
     Ok((host.to_string(), repo.to_string(), tag.to_string()))
 }
 
-fn build_image(pieces: &[Piece], template: &str) -> Result<ChartImage, String> {
-    let rendered: String = pieces.iter().map(|p| p.text.as_str()).collect();
-    let is_repo = |p: &Piece| {
-        p.path
-            .as_ref()
-            .is_some_and(|path| path.ends_with(&["image".to_string(), "repository".to_string()]))
-    };
-    let repo_pieces: Vec<usize> = pieces
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| is_repo(p))
-        .map(|(i, _)| i)
-        .collect();
-    let mut defaulted_tag = false;
-    let img = if let [i] = repo_pieces.as_slice() {
-        let i = *i;
-        let path = pieces[i].path.as_deref().unwrap_or_default();
-        let component = path[..path.len().saturating_sub(2)].join(".");
-        let before: String = pieces[..i].iter().map(|p| p.text.as_str()).collect();
-        let after: String = pieces[i + 1..].iter().map(|p| p.text.as_str()).collect();
-        let host = if before.is_empty() {
-            String::new()
-        } else {
-            let Some(h) = before.strip_suffix('/') else {
-                return Err(format!(
-                    "text before the repository ({before:?}) does not end with '/'"
-                ));
-            };
-            if h.is_empty() {
-                return Err(
-                    "empty registry host before '/' (is imageRepositoryHost empty?)".into(),
-                );
-            }
-            h.to_string()
-        };
-        let tag = if after.is_empty() {
-            defaulted_tag = true;
-            "latest".to_string()
-        } else if let Some(t) = after.strip_prefix(':') {
-            t.to_string()
-        } else if after.starts_with('@') {
-            return Err("digest references (`@sha256:...`) are not supported".into());
-        } else {
-            return Err(format!(
-                "text after the repository ({after:?}) is not `:tag`"
-            ));
-        };
-        ChartImage {
-            component,
-            host,
-            repository: pieces[i].text.clone(),
-            tag,
-            template: template.to_string(),
-        }
-    } else {
-        let paths: BTreeSet<String> = pieces
-            .iter()
-            .filter_map(|p| p.path.as_ref())
-            .map(|p| p.join("."))
-            .collect();
-        let component = if paths.len() == 1 {
-            paths.into_iter().next().unwrap_or_default()
-        } else {
-            String::new()
-        };
-        if rendered.starts_with('/') {
-            return Err("empty registry host before '/' (is imageRepositoryHost empty?)".into());
-        }
-        let (host, repository, tag) = split_reference(&rendered)?;
-        defaulted_tag = !rendered.ends_with(&format!(":{tag}"));
-        ChartImage {
-            component,
-            host,
-            repository,
-            tag,
-            template: template.to_string(),
-        }
+/// A rendered reference as a [`ChartImage`] of `template` (its component left for the caller
+/// to name), split Docker-style and checked: a valid host, repository and tag that give the
+/// reference back.
+fn parse_image(reference: &str, template: &str) -> Result<ChartImage, String> {
+    if reference.starts_with('/') {
+        return Err("empty registry host before '/' (is imageRepositoryHost empty?)".into());
+    }
+    let (host, repository, tag) = split_reference(reference)?;
+    let defaulted_tag = !reference.ends_with(&format!(":{tag}"));
+    let img = ChartImage {
+        component: String::new(),
+        host,
+        repository,
+        tag,
+        template: template.to_string(),
     };
     if !img.host.is_empty() && !host_re().is_match(&img.host) {
         return Err(format!("invalid registry host {:?}", img.host));
@@ -211,9 +143,9 @@ fn build_image(pieces: &[Piece], template: &str) -> Result<ChartImage, String> {
         return Err(format!("invalid tag {:?}", img.tag));
     }
     let expected = if defaulted_tag {
-        format!("{rendered}:latest")
+        format!("{reference}:latest")
     } else {
-        rendered
+        reference.to_string()
     };
     if img.reference() != expected {
         return Err(format!(
@@ -409,11 +341,7 @@ pub fn discover_images(
         }
         // Invalid references are reported at their line.
         for img in found.iter().filter(|i| i.source == *path) {
-            let piece = Piece {
-                path: None,
-                text: img.image.clone(),
-            };
-            if let Err(reason) = build_image(std::slice::from_ref(&piece), path) {
+            if let Err(reason) = parse_image(&img.image, path) {
                 let offset = text_out.find(&img.image).unwrap_or(0);
                 return Err(ChartError::InvalidImage {
                     template: path.clone(),
@@ -474,11 +402,7 @@ pub fn images_from_rendered(
             reference: r.image.clone(),
             reason,
         };
-        let piece = Piece {
-            path: None,
-            text: r.image.clone(),
-        };
-        let mut img = build_image(std::slice::from_ref(&piece), &r.source).map_err(invalid)?;
+        let mut img = parse_image(&r.image, &r.source).map_err(invalid)?;
         let repository = img.repository.clone();
         img.component = declared
             .iter()
