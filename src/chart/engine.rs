@@ -236,20 +236,13 @@ fn lex(s: &str) -> Result<Vec<Tk>, String> {
         let c = b[i];
         match c {
             c if c.is_whitespace() => i += 1,
-            '(' => {
-                out.push(Tk::Open);
-                i += 1
-            }
-            ')' => {
-                out.push(Tk::Close);
-                i += 1
-            }
-            '|' => {
-                out.push(Tk::Bar);
-                i += 1
-            }
-            ',' => {
-                out.push(Tk::Comma);
+            '(' | ')' | '|' | ',' => {
+                out.push(match c {
+                    '(' => Tk::Open,
+                    ')' => Tk::Close,
+                    '|' => Tk::Bar,
+                    _ => Tk::Comma,
+                });
                 i += 1
             }
             ':' if b.get(i + 1) == Some(&'=') => {
@@ -771,12 +764,9 @@ impl<'c> Engine<'c> {
         let mut chart_map = BTreeMap::new();
         if let serde_json::Value::Object(m) = chart.chart_yaml_json() {
             for (k, v) in m {
-                let yaml = crate::yaml::parse_value(
-                    "Chart.yaml",
-                    v.to_string().as_bytes(),
-                    &crate::yaml::CHART_YAML,
-                )
-                .unwrap_or(Value::Null);
+                // Chart.yaml was parsed (bounded) when the archive was read: convert, do not
+                // print and parse again.
+                let yaml = serde_yaml_ng::to_value(v).unwrap_or(Value::Null);
                 chart_map.insert(chart_field(k), V::from_yaml(&yaml));
             }
         }
@@ -1050,7 +1040,7 @@ impl<'c> Engine<'c> {
                     Some(p) => self.pipe(file, *line, p, scope)?,
                     None => V::Nil,
                 };
-                let text = self.include(file, *line, name, dot)?;
+                let text = self.include(*line, name, dot)?;
                 out.lines.push((out.text.len(), *line));
                 out.text.push_str(&text);
             }
@@ -1084,7 +1074,7 @@ impl<'c> Engine<'c> {
         }
     }
 
-    fn include(&mut self, file: &str, line: usize, name: &str, dot: V) -> R<String> {
+    fn include(&mut self, line: usize, name: &str, dot: V) -> R<String> {
         let Some((def_file, nodes)) = self.defines.get(name).cloned() else {
             return Err(Self::fail(
                 line,
@@ -1105,7 +1095,6 @@ impl<'c> Engine<'c> {
         };
         let r = self.sub(&def_file, &nodes, &scope);
         self.depth -= 1;
-        let _ = file;
         r
     }
 
@@ -1207,30 +1196,26 @@ impl<'c> Engine<'c> {
         };
         if let Arg::Func(f) = first {
             // Lazy functions first.
-            match f.as_str() {
-                "and" | "or" => {
-                    let mut last = V::Bool(f == "and");
-                    let mut args: Vec<&Arg> = cmd[1..].iter().collect();
-                    let piped_arg;
-                    if let Some(pv) = piped {
-                        piped_arg = Arg::Lit(pv);
-                        args.push(&piped_arg);
-                    }
-                    for a in args {
-                        let v = self.arg(file, line, p, a, scope)?;
-                        if v.unknown().is_some() {
-                            return Ok(v);
-                        }
-                        let stop = if f == "and" { !v.truthy() } else { v.truthy() };
-                        last = v;
-                        if stop {
-                            break;
-                        }
-                    }
-                    return Ok(last);
+            if f == "and" || f == "or" {
+                let mut last = V::Bool(f == "and");
+                let mut args: Vec<&Arg> = cmd[1..].iter().collect();
+                let piped_arg;
+                if let Some(pv) = piped {
+                    piped_arg = Arg::Lit(pv);
+                    args.push(&piped_arg);
                 }
-                "include" | "tpl" | "default" | "ternary" | "coalesce" => {}
-                _ => {}
+                for a in args {
+                    let v = self.arg(file, line, p, a, scope)?;
+                    if v.unknown().is_some() {
+                        return Ok(v);
+                    }
+                    let stop = if f == "and" { !v.truthy() } else { v.truthy() };
+                    last = v;
+                    if stop {
+                        break;
+                    }
+                }
+                return Ok(last);
             }
             let mut args = Vec::new();
             for a in &cmd[1..] {
@@ -1321,7 +1306,7 @@ impl<'c> Engine<'c> {
             "include" => {
                 let name = s(0);
                 let dot = args.get(1).cloned().unwrap_or(V::Nil);
-                let text = self.include(file, line, &name, dot)?;
+                let text = self.include(line, &name, dot)?;
                 // An include whose text holds an unknown is unknown as a whole.
                 if let Some(u) = first_marker(&text) {
                     V::Unknown(u)
