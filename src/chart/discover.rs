@@ -428,7 +428,9 @@ pub fn images_from_rendered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chart::archive::tests::{tgz, ALL, V041, V111, V141, V160, V180};
+    use crate::chart::archive::tests::{
+        chart_of, EVERY, TEST_CHART_YAML, V041, V111, V141, V160, V180,
+    };
     use crate::chart::values::{apply_set, merge_values};
 
     fn discover(bytes: &[u8], sets: &[&str]) -> Result<Vec<ChartImage>, ChartError> {
@@ -658,38 +660,13 @@ mod tests {
     }
 
     fn chart_with(templates: &[(&str, &str)], values: &str) -> ChartArchive {
-        chart_with_meta(
-            "apiVersion: v2\nname: c\nversion: 1.0.0\n",
-            templates,
-            values,
-        )
+        chart_with_meta(TEST_CHART_YAML, templates, values)
     }
 
     fn chart_with_meta(meta: &str, templates: &[(&str, &str)], values: &str) -> ChartArchive {
-        let mut entries: Vec<(String, tar::EntryType, Vec<u8>)> = vec![
-            (
-                "c/Chart.yaml".into(),
-                tar::EntryType::Regular,
-                meta.as_bytes().to_vec(),
-            ),
-            (
-                "c/values.yaml".into(),
-                tar::EntryType::Regular,
-                values.as_bytes().to_vec(),
-            ),
-        ];
-        for (p, t) in templates {
-            entries.push((
-                format!("c/{p}"),
-                tar::EntryType::Regular,
-                t.as_bytes().to_vec(),
-            ));
-        }
-        let refs: Vec<(&str, tar::EntryType, &[u8])> = entries
-            .iter()
-            .map(|(p, k, d)| (p.as_str(), *k, d.as_slice()))
-            .collect();
-        ChartArchive::from_tgz(&tgz(&refs)).expect("chart")
+        let mut files = vec![("Chart.yaml", meta), ("values.yaml", values)];
+        files.extend_from_slice(templates);
+        chart_of(&files)
     }
 
     #[test]
@@ -939,17 +916,11 @@ spec:
         ));
     }
 
+    /// Every published version: as many images as `helm template` renders (the counts of
+    /// `EVERY`), one per component.
     #[test]
     fn every_fixture_discovers() {
-        let expected = [
-            ("0.4.1", 3),
-            ("1.1.1", 4),
-            ("1.4.1", 4),
-            ("1.6.0", 4),
-            ("1.8.0", 5),
-        ];
-        for ((version, bytes), (v2, n)) in ALL.iter().zip(expected) {
-            assert_eq!(*version, v2);
+        for (version, bytes, n, _) in EVERY {
             let images = discover(bytes, &[]).expect(version);
             assert_eq!(images.len(), n, "{version}");
             let mut comps: Vec<&str> = images.iter().map(|i| i.component.as_str()).collect();

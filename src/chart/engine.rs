@@ -1690,31 +1690,10 @@ mod tests {
     use super::*;
 
     fn render(values: &str, templates: &[(&str, &str)]) -> Result<String, ChartError> {
-        let mut entries: Vec<(String, tar::EntryType, Vec<u8>)> = vec![
-            (
-                "c/Chart.yaml".into(),
-                tar::EntryType::Regular,
-                b"apiVersion: v2\nname: c\nversion: 1.0.0\n".to_vec(),
-            ),
-            (
-                "c/values.yaml".into(),
-                tar::EntryType::Regular,
-                values.as_bytes().to_vec(),
-            ),
-        ];
-        for (p, t) in templates {
-            entries.push((
-                format!("c/{p}"),
-                tar::EntryType::Regular,
-                t.as_bytes().to_vec(),
-            ));
-        }
-        let refs: Vec<(&str, tar::EntryType, &[u8])> = entries
-            .iter()
-            .map(|(p, k, d)| (p.as_str(), *k, d.as_slice()))
-            .collect();
-        let chart = super::super::ChartArchive::from_tgz(&crate::chart::archive::tests::tgz(&refs))
-            .expect("chart");
+        use crate::chart::archive::tests::{chart_of, TEST_CHART_YAML};
+        let mut files = vec![("Chart.yaml", TEST_CHART_YAML), ("values.yaml", values)];
+        files.extend_from_slice(templates);
+        let chart = chart_of(&files);
         let (mut e, parsed) = Engine::new(&chart, chart.values(), "rel", "ns")?;
         let (file, p) = parsed
             .iter()
