@@ -718,11 +718,14 @@ impl Scope {
     }
 }
 
-enum Flow {
-    Fail(String),
+/// Rendering stopped where helm's would stop too.
+struct Fail {
+    /// 1-based line of the action (0 when unknown).
+    line: usize,
+    reason: String,
 }
 
-type R<T> = Result<T, Flow>;
+type R<T> = Result<T, Fail>;
 
 /// Capitalised `.Chart` field names, as Helm's `chart.Metadata` has them.
 fn chart_field(key: &str) -> String {
@@ -822,7 +825,7 @@ impl<'c> Engine<'c> {
             );
             m.insert("Template".into(), V::Map(Rc::new(t)));
         }
-        let scope = Scope {
+        let mut scope = Scope {
             dot: root.clone(),
             vars: vec![("$".into(), root)],
         };
@@ -830,18 +833,11 @@ impl<'c> Engine<'c> {
             text: String::new(),
             lines: Vec::new(),
         };
-        let mut scope = scope;
         self.nodes(file, &parsed.nodes, &mut scope, &mut out)
-            .map_err(|Flow::Fail(reason)| {
-                let (line, reason) = match reason.split_once('\u{0}') {
-                    Some((l, r)) => (l.parse().unwrap_or(0), r.to_string()),
-                    None => (0, reason),
-                };
-                ChartError::TemplateFailed {
-                    template: file.to_string(),
-                    line,
-                    reason,
-                }
+            .map_err(|Fail { line, reason }| ChartError::TemplateFailed {
+                template: file.to_string(),
+                line,
+                reason,
             })?;
         Ok(out)
     }
@@ -861,8 +857,11 @@ impl<'c> Engine<'c> {
         Ok(())
     }
 
-    fn fail(line: usize, msg: impl std::fmt::Display) -> Flow {
-        Flow::Fail(format!("{line}\u{0}{msg}"))
+    fn fail(line: usize, msg: impl std::fmt::Display) -> Fail {
+        Fail {
+            line,
+            reason: msg.to_string(),
+        }
     }
 
     /// Render `nodes` into a string of its own (for branches and includes).
