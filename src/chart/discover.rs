@@ -7,7 +7,8 @@
 //! * [`images_from_rendered`]: from what real `helm template` printed (the command layer runs
 //!   helm; `--discover helm|auto`).
 //! * [`discover_images`]: without helm. Every rendered file under `templates/` (not partials
-//!   `_*`, not `NOTES.txt`, not CRDs) is rendered by the built-in engine (`engine.rs`) as
+//!   `_*`, not `NOTES.txt`; CRD templates too, as helm renders them, their CRD documents left
+//!   to [`super::crds`]) is rendered by the built-in engine (`engine.rs`) as
 //!   helm would, with release `koordinator` in `koordinator-system`, and read the same way.
 //!   What the engine cannot know is refused where an image depends on it, never guessed.
 //!   Cross-check: every `<component>.image.repository` of the values must be mentioned by some
@@ -252,7 +253,7 @@ pub fn discover_images(
             continue;
         };
         all_text.push_str(text);
-        if !is_rendered_template(path) || path.starts_with("templates/crd/") || declares_crd(text) {
+        if !is_rendered_template(path) {
             continue;
         }
         let rendered = engine.render(path, p)?;
@@ -302,6 +303,10 @@ pub fn discover_images(
                 .map_or(0, |(_, l)| *l)
         };
         for (_, doc) in super::rendered::split_documents(&text_out) {
+            // A CRD deploys no container; it is read (and refused if bad) by `crds`.
+            if declares_crd(&doc) {
+                continue;
+            }
             let what = format!("{path} (as rendered)");
             let v = match crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS) {
                 Ok(v) => v,
@@ -836,6 +841,19 @@ spec:
                 "mirror.example:5000/org/side:2.0",
             ]
         );
+    }
+
+    /// Helm renders every template, a CRD's included: a workload in the same file as a CRD
+    /// deploys its image like any other.
+    #[test]
+    fn a_workload_next_to_a_crd_in_one_template_is_read() {
+        let t = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: foos.x.io\n---\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n      - name: a\n        image: {{ .Values.a.image.repository }}:{{ .Values.a.image.tag }}\n";
+        let chart = chart_with(
+            &[("templates/both.yaml", t)],
+            "a: {image: {repository: org/a, tag: v1}}\n",
+        );
+        let images = discover_images(&chart, chart.values()).expect("discover");
+        assert_eq!(refs(&images), ["org/a:v1"]);
     }
 
     #[test]
