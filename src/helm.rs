@@ -41,7 +41,7 @@
 //! Only `helm template` ([`Helm::template`]) renders without any cluster.
 
 // The Koordinator chart's values and the images of rendered manifests are chart logic: they
-// live in `crate::chart` and are re-exported here for the callers of this module.
+// live in `crate::chart` (`generated_values`, `rendered_images`), not here.
 use crate::store::Secret;
 use regex::Regex;
 use semver::Version;
@@ -413,6 +413,11 @@ pub fn keep_values_file(plan: &InstallPlan) -> Result<PathBuf, HelmError> {
             source,
         })?
         .keep();
+    write_values_file(plan, &dir)
+}
+
+/// Write the plan's generated values (0600) into `dir`; returns the file.
+fn write_values_file(plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmError> {
     let values_file = dir.join(VALUES_NAME);
     let yaml = serde_yaml_ng::to_string(&plan.generated_values)
         .map_err(|source| HelmError::Values { source })?;
@@ -1102,14 +1107,7 @@ impl Helm {
 
     /// Write the generated values (0600) into `dir` and log in if the plan has credentials.
     fn prepare(&self, plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmError> {
-        let values_file = dir.join(VALUES_NAME);
-        let yaml = serde_yaml_ng::to_string(&plan.generated_values)
-            .map_err(|source| HelmError::Values { source })?;
-        write_private(&values_file, yaml.as_bytes()).map_err(|source| HelmError::Io {
-            what: "cannot write the generated values file",
-            path: values_file.clone(),
-            source,
-        })?;
+        let values_file = write_values_file(plan, dir)?;
         if let Some(reg) = plan.oci_registry() {
             self.login_if_needed(reg, &registry_config_path(&values_file))?;
         }
@@ -1306,37 +1304,19 @@ mod tests {
         }
     }
 
-    /// What `chart::generated_values` gives for a prefixed registry, a feature gate, one CRD
-    /// off, the host network and a pull secret.
-    fn values_of_the_test() -> Value {
-        use serde_yaml_ng::Mapping;
-        let mut crds = Mapping::new();
-        crds.insert("reservations".into(), Value::Bool(false));
-        let mut manager = Mapping::new();
-        manager.insert("hostNetwork".into(), Value::Bool(true));
-        let mut secret = Mapping::new();
-        secret.insert("name".into(), "regcred".into());
-        let mut root = Mapping::new();
-        root.insert(
-            "imageRepositoryHost".into(),
-            "reg.example:5000/prefix".into(),
-        );
-        root.insert("featureGates".into(), "A=true".into());
-        root.insert("crds".into(), Value::Mapping(crds));
-        root.insert("manager".into(), Value::Mapping(manager));
-        root.insert(
-            "imagePullSecrets".into(),
-            Value::Sequence(vec![Value::Mapping(secret)]),
-        );
-        Value::Mapping(root)
-    }
-
     fn plan(chart: ChartSource, registry: Option<RegistryAccess>) -> InstallPlan {
         let mut p = InstallPlan::new(
             "koordinator",
             "koordinator-system",
             chart,
-            values_of_the_test(),
+            // A prefixed registry, a feature gate, one CRD off, the host network, a pull secret.
+            crate::chart::generated_values(
+                "reg.example:5000/prefix",
+                Some("A=true"),
+                &["reservations".into()],
+                true,
+                &["regcred".into()],
+            ),
         );
         p.registry = registry;
         p.user_values = vec!["/u/one.yaml".into(), "/u/two.yaml".into()];

@@ -347,13 +347,22 @@ pub fn parse_value(what: &str, bytes: &[u8], limits: &Limits) -> Result<Value, Y
 }
 
 /// Parse one YAML document into `T`, within `limits`. More than one document is refused.
-#[allow(clippy::disallowed_methods)] // the one place that parses, after the guard
 pub fn parse<T: serde::de::DeserializeOwned>(
     what: &str,
     bytes: &[u8],
     limits: &Limits,
 ) -> Result<T, YamlError> {
     let (text, docs) = check(what, bytes, limits)?;
+    parse_checked(what, text, docs)
+}
+
+/// Parse `text`, already guarded by [`events`] (`docs`: the documents it counted), into `T`.
+#[allow(clippy::disallowed_methods)] // the one place that parses, after the guard
+fn parse_checked<T: serde::de::DeserializeOwned>(
+    what: &str,
+    text: &str,
+    docs: usize,
+) -> Result<T, YamlError> {
     if docs > 1 {
         return Err(YamlError::Invalid {
             what: what.to_string(),
@@ -373,11 +382,12 @@ const YAML11_FALSE: [&str; 8] = ["n", "N", "no", "No", "NO", "off", "Off", "OFF"
 /// like [`parse_value`], except that the plain (unquoted) scalars YAML 1.1 takes for booleans
 /// (`yes`, `no`, `on`, `off`, `y`, `n` and their capitalised forms) are booleans, as in helm
 /// (so `enabled: no` switches a component off for the built-in reader too). The scalars are
-/// found with libyaml's own events and rewritten in place as `true`/`false`.
+/// found with libyaml's own events (the guard pass, run once) and rewritten in place as
+/// `true`/`false`; the rewrite changes no structure, so it needs no second guard pass.
 pub fn parse_helm_values(what: &str, bytes: &[u8], limits: &Limits) -> Result<Value, YamlError> {
     let text = text_of(what, bytes, limits)?;
     let mut spans: Vec<(usize, usize, bool)> = Vec::new();
-    events(what, text, limits, &mut |e| {
+    let docs = events(what, text, limits, &mut |e| {
         if e.kind == Kind::Scalar && e.plain && e.end <= text.len() {
             let raw = &text[e.start..e.end];
             let word = raw.trim();
@@ -390,7 +400,7 @@ pub fn parse_helm_values(what: &str, bytes: &[u8], limits: &Limits) -> Result<Va
         Ok(())
     })?;
     if spans.is_empty() {
-        return parse_value(what, bytes, limits);
+        return parse_checked(what, text, docs);
     }
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
@@ -403,7 +413,7 @@ pub fn parse_helm_values(what: &str, bytes: &[u8], limits: &Limits) -> Result<Va
         at = end;
     }
     out.push_str(&text[at..]);
-    parse_value(what, out.as_bytes(), limits)
+    parse_checked(what, &out, docs)
 }
 
 /// Parse every document of a YAML stream (`---`-separated), within `limits` (over all of

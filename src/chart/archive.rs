@@ -464,6 +464,20 @@ pub(crate) mod tests {
         ),
     ];
 
+    /// The `Chart.yaml` of the small charts the unit tests write.
+    pub(crate) const TEST_CHART_YAML: &str = "apiVersion: v2\nname: c\nversion: 1.0.0\n";
+
+    /// A chart `c` of `files` (chart-relative path, text; `Chart.yaml` among them), read back.
+    pub(crate) fn chart_of(files: &[(&str, &str)]) -> ChartArchive {
+        let paths: Vec<String> = files.iter().map(|(p, _)| format!("c/{p}")).collect();
+        let entries: Vec<(&str, tar::EntryType, &[u8])> = paths
+            .iter()
+            .zip(files)
+            .map(|(p, (_, text))| (p.as_str(), tar::EntryType::Regular, text.as_bytes()))
+            .collect();
+        ChartArchive::from_tgz(&tgz(&entries)).expect("chart")
+    }
+
     /// Build a .tgz from (path, type, data); raw header names so that unsafe paths can be written.
     pub(crate) fn tgz(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();

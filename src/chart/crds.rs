@@ -313,21 +313,12 @@ pub fn extract_crds(chart: &ChartArchive) -> Result<Vec<Crd>, ChartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chart::archive::tests::{tgz, ALL, EVERY, V041, V111, V180};
+    use crate::chart::archive::tests::{chart_of, ALL, EVERY, TEST_CHART_YAML, V041, V111, V180};
 
     fn chart_with(files: &[(&str, &str)]) -> ChartArchive {
-        let mut entries: Vec<(String, Vec<u8>)> = vec![(
-            "c/Chart.yaml".into(),
-            b"apiVersion: v2\nname: c\nversion: 1.0.0\n".to_vec(),
-        )];
-        for (p, t) in files {
-            entries.push((format!("c/{p}"), t.as_bytes().to_vec()));
-        }
-        let refs: Vec<(&str, tar::EntryType, &[u8])> = entries
-            .iter()
-            .map(|(p, d)| (p.as_str(), tar::EntryType::Regular, d.as_slice()))
-            .collect();
-        ChartArchive::from_tgz(&tgz(&refs)).expect("chart")
+        let mut all = vec![("Chart.yaml", TEST_CHART_YAML)];
+        all.extend_from_slice(files);
+        chart_of(&all)
     }
 
     const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: foos.x.io\nspec:\n  group: x.io\n  names:\n    kind: Foo\n    plural: foos\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        description: 'Use {{ like this }}'\n        type: object\n";

@@ -7,7 +7,8 @@
 //! * [`images_from_rendered`]: from what real `helm template` printed (the command layer runs
 //!   helm; `--discover helm|auto`).
 //! * [`discover_images`]: without helm. Every rendered file under `templates/` (not partials
-//!   `_*`, not `NOTES.txt`, not CRDs) is rendered by the built-in engine (`engine.rs`) as
+//!   `_*`, not `NOTES.txt`; CRD templates too, as helm renders them, their CRD documents left
+//!   to [`super::crds`]) is rendered by the built-in engine (`engine.rs`) as
 //!   helm would, with release `koordinator` in `koordinator-system`, and read the same way.
 //!   What the engine cannot know is refused where an image depends on it, never guessed.
 //!   Cross-check: every `<component>.image.repository` of the values must be mentioned by some
@@ -75,12 +76,6 @@ pub(crate) fn is_rendered_template(path: &str) -> bool {
     path.starts_with("templates/") && !base.starts_with('_') && base != "NOTES.txt"
 }
 
-/// One rendered piece of an image value: the text, and the values path it came from.
-struct Piece {
-    path: Option<Vec<String>>,
-    text: String,
-}
-
 fn host_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     re(
@@ -120,83 +115,21 @@ fn split_reference(r: &str) -> Result<(String, String, String), String> {
     Ok((host.to_string(), repo.to_string(), tag.to_string()))
 }
 
-fn build_image(pieces: &[Piece], template: &str) -> Result<ChartImage, String> {
-    let rendered: String = pieces.iter().map(|p| p.text.as_str()).collect();
-    let is_repo = |p: &Piece| {
-        p.path
-            .as_ref()
-            .is_some_and(|path| path.ends_with(&["image".to_string(), "repository".to_string()]))
-    };
-    let repo_pieces: Vec<usize> = pieces
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| is_repo(p))
-        .map(|(i, _)| i)
-        .collect();
-    let mut defaulted_tag = false;
-    let img = if let [i] = repo_pieces.as_slice() {
-        let i = *i;
-        let path = pieces[i].path.as_deref().unwrap_or_default();
-        let component = path[..path.len().saturating_sub(2)].join(".");
-        let before: String = pieces[..i].iter().map(|p| p.text.as_str()).collect();
-        let after: String = pieces[i + 1..].iter().map(|p| p.text.as_str()).collect();
-        let host = if before.is_empty() {
-            String::new()
-        } else {
-            let Some(h) = before.strip_suffix('/') else {
-                return Err(format!(
-                    "text before the repository ({before:?}) does not end with '/'"
-                ));
-            };
-            if h.is_empty() {
-                return Err(
-                    "empty registry host before '/' (is imageRepositoryHost empty?)".into(),
-                );
-            }
-            h.to_string()
-        };
-        let tag = if after.is_empty() {
-            defaulted_tag = true;
-            "latest".to_string()
-        } else if let Some(t) = after.strip_prefix(':') {
-            t.to_string()
-        } else if after.starts_with('@') {
-            return Err("digest references (`@sha256:...`) are not supported".into());
-        } else {
-            return Err(format!(
-                "text after the repository ({after:?}) is not `:tag`"
-            ));
-        };
-        ChartImage {
-            component,
-            host,
-            repository: pieces[i].text.clone(),
-            tag,
-            template: template.to_string(),
-        }
-    } else {
-        let paths: BTreeSet<String> = pieces
-            .iter()
-            .filter_map(|p| p.path.as_ref())
-            .map(|p| p.join("."))
-            .collect();
-        let component = if paths.len() == 1 {
-            paths.into_iter().next().unwrap_or_default()
-        } else {
-            String::new()
-        };
-        if rendered.starts_with('/') {
-            return Err("empty registry host before '/' (is imageRepositoryHost empty?)".into());
-        }
-        let (host, repository, tag) = split_reference(&rendered)?;
-        defaulted_tag = !rendered.ends_with(&format!(":{tag}"));
-        ChartImage {
-            component,
-            host,
-            repository,
-            tag,
-            template: template.to_string(),
-        }
+/// A rendered reference as a [`ChartImage`] of `template` (its component left for the caller
+/// to name), split Docker-style and checked: a valid host, repository and tag that give the
+/// reference back.
+fn parse_image(reference: &str, template: &str) -> Result<ChartImage, String> {
+    if reference.starts_with('/') {
+        return Err("empty registry host before '/' (is imageRepositoryHost empty?)".into());
+    }
+    let (host, repository, tag) = split_reference(reference)?;
+    let defaulted_tag = !reference.ends_with(&format!(":{tag}"));
+    let img = ChartImage {
+        component: String::new(),
+        host,
+        repository,
+        tag,
+        template: template.to_string(),
     };
     if !img.host.is_empty() && !host_re().is_match(&img.host) {
         return Err(format!("invalid registry host {:?}", img.host));
@@ -211,9 +144,9 @@ fn build_image(pieces: &[Piece], template: &str) -> Result<ChartImage, String> {
         return Err(format!("invalid tag {:?}", img.tag));
     }
     let expected = if defaulted_tag {
-        format!("{rendered}:latest")
+        format!("{reference}:latest")
     } else {
-        rendered
+        reference.to_string()
     };
     if img.reference() != expected {
         return Err(format!(
@@ -320,7 +253,7 @@ pub fn discover_images(
             continue;
         };
         all_text.push_str(text);
-        if !is_rendered_template(path) || path.starts_with("templates/crd/") || declares_crd(text) {
+        if !is_rendered_template(path) {
             continue;
         }
         let rendered = engine.render(path, p)?;
@@ -370,6 +303,10 @@ pub fn discover_images(
                 .map_or(0, |(_, l)| *l)
         };
         for (_, doc) in super::rendered::split_documents(&text_out) {
+            // A CRD deploys no container; it is read (and refused if bad) by `crds`.
+            if declares_crd(&doc) {
+                continue;
+            }
             let what = format!("{path} (as rendered)");
             let v = match crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS) {
                 Ok(v) => v,
@@ -409,11 +346,7 @@ pub fn discover_images(
         }
         // Invalid references are reported at their line.
         for img in found.iter().filter(|i| i.source == *path) {
-            let piece = Piece {
-                path: None,
-                text: img.image.clone(),
-            };
-            if let Err(reason) = build_image(std::slice::from_ref(&piece), path) {
+            if let Err(reason) = parse_image(&img.image, path) {
                 let offset = text_out.find(&img.image).unwrap_or(0);
                 return Err(ChartError::InvalidImage {
                     template: path.clone(),
@@ -474,11 +407,7 @@ pub fn images_from_rendered(
             reference: r.image.clone(),
             reason,
         };
-        let piece = Piece {
-            path: None,
-            text: r.image.clone(),
-        };
-        let mut img = build_image(std::slice::from_ref(&piece), &r.source).map_err(invalid)?;
+        let mut img = parse_image(&r.image, &r.source).map_err(invalid)?;
         let repository = img.repository.clone();
         img.component = declared
             .iter()
@@ -504,7 +433,9 @@ pub fn images_from_rendered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chart::archive::tests::{tgz, ALL, V041, V111, V141, V160, V180};
+    use crate::chart::archive::tests::{
+        chart_of, EVERY, TEST_CHART_YAML, V041, V111, V141, V160, V180,
+    };
     use crate::chart::values::{apply_set, merge_values};
 
     fn discover(bytes: &[u8], sets: &[&str]) -> Result<Vec<ChartImage>, ChartError> {
@@ -734,38 +665,13 @@ mod tests {
     }
 
     fn chart_with(templates: &[(&str, &str)], values: &str) -> ChartArchive {
-        chart_with_meta(
-            "apiVersion: v2\nname: c\nversion: 1.0.0\n",
-            templates,
-            values,
-        )
+        chart_with_meta(TEST_CHART_YAML, templates, values)
     }
 
     fn chart_with_meta(meta: &str, templates: &[(&str, &str)], values: &str) -> ChartArchive {
-        let mut entries: Vec<(String, tar::EntryType, Vec<u8>)> = vec![
-            (
-                "c/Chart.yaml".into(),
-                tar::EntryType::Regular,
-                meta.as_bytes().to_vec(),
-            ),
-            (
-                "c/values.yaml".into(),
-                tar::EntryType::Regular,
-                values.as_bytes().to_vec(),
-            ),
-        ];
-        for (p, t) in templates {
-            entries.push((
-                format!("c/{p}"),
-                tar::EntryType::Regular,
-                t.as_bytes().to_vec(),
-            ));
-        }
-        let refs: Vec<(&str, tar::EntryType, &[u8])> = entries
-            .iter()
-            .map(|(p, k, d)| (p.as_str(), *k, d.as_slice()))
-            .collect();
-        ChartArchive::from_tgz(&tgz(&refs)).expect("chart")
+        let mut files = vec![("Chart.yaml", meta), ("values.yaml", values)];
+        files.extend_from_slice(templates);
+        chart_of(&files)
     }
 
     #[test]
@@ -937,6 +843,19 @@ spec:
         );
     }
 
+    /// Helm renders every template, a CRD's included: a workload in the same file as a CRD
+    /// deploys its image like any other.
+    #[test]
+    fn a_workload_next_to_a_crd_in_one_template_is_read() {
+        let t = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: foos.x.io\n---\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n      - name: a\n        image: {{ .Values.a.image.repository }}:{{ .Values.a.image.tag }}\n";
+        let chart = chart_with(
+            &[("templates/both.yaml", t)],
+            "a: {image: {repository: org/a, tag: v1}}\n",
+        );
+        let images = discover_images(&chart, chart.values()).expect("discover");
+        assert_eq!(refs(&images), ["org/a:v1"]);
+    }
+
     #[test]
     fn unresolvable_forms_are_refused_with_file_and_line() {
         let values = "a: {image: {repository: org/a, tag: v1}}\n";
@@ -1015,17 +934,11 @@ spec:
         ));
     }
 
+    /// Every published version: as many images as `helm template` renders (the counts of
+    /// `EVERY`), one per component.
     #[test]
     fn every_fixture_discovers() {
-        let expected = [
-            ("0.4.1", 3),
-            ("1.1.1", 4),
-            ("1.4.1", 4),
-            ("1.6.0", 4),
-            ("1.8.0", 5),
-        ];
-        for ((version, bytes), (v2, n)) in ALL.iter().zip(expected) {
-            assert_eq!(*version, v2);
+        for (version, bytes, n, _) in EVERY {
             let images = discover(bytes, &[]).expect(version);
             assert_eq!(images.len(), n, "{version}");
             let mut comps: Vec<&str> = images.iter().map(|i| i.component.as_str()).collect();

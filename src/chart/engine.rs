@@ -236,20 +236,13 @@ fn lex(s: &str) -> Result<Vec<Tk>, String> {
         let c = b[i];
         match c {
             c if c.is_whitespace() => i += 1,
-            '(' => {
-                out.push(Tk::Open);
-                i += 1
-            }
-            ')' => {
-                out.push(Tk::Close);
-                i += 1
-            }
-            '|' => {
-                out.push(Tk::Bar);
-                i += 1
-            }
-            ',' => {
-                out.push(Tk::Comma);
+            '(' | ')' | '|' | ',' => {
+                out.push(match c {
+                    '(' => Tk::Open,
+                    ')' => Tk::Close,
+                    '|' => Tk::Bar,
+                    _ => Tk::Comma,
+                });
                 i += 1
             }
             ':' if b.get(i + 1) == Some(&'=') => {
@@ -725,11 +718,14 @@ impl Scope {
     }
 }
 
-enum Flow {
-    Fail(String),
+/// Rendering stopped where helm's would stop too.
+struct Fail {
+    /// 1-based line of the action (0 when unknown).
+    line: usize,
+    reason: String,
 }
 
-type R<T> = Result<T, Flow>;
+type R<T> = Result<T, Fail>;
 
 /// Capitalised `.Chart` field names, as Helm's `chart.Metadata` has them.
 fn chart_field(key: &str) -> String {
@@ -771,12 +767,9 @@ impl<'c> Engine<'c> {
         let mut chart_map = BTreeMap::new();
         if let serde_json::Value::Object(m) = chart.chart_yaml_json() {
             for (k, v) in m {
-                let yaml = crate::yaml::parse_value(
-                    "Chart.yaml",
-                    v.to_string().as_bytes(),
-                    &crate::yaml::CHART_YAML,
-                )
-                .unwrap_or(Value::Null);
+                // Chart.yaml was parsed (bounded) when the archive was read: convert, do not
+                // print and parse again.
+                let yaml = serde_yaml_ng::to_value(v).unwrap_or(Value::Null);
                 chart_map.insert(chart_field(k), V::from_yaml(&yaml));
             }
         }
@@ -832,7 +825,7 @@ impl<'c> Engine<'c> {
             );
             m.insert("Template".into(), V::Map(Rc::new(t)));
         }
-        let scope = Scope {
+        let mut scope = Scope {
             dot: root.clone(),
             vars: vec![("$".into(), root)],
         };
@@ -840,18 +833,11 @@ impl<'c> Engine<'c> {
             text: String::new(),
             lines: Vec::new(),
         };
-        let mut scope = scope;
         self.nodes(file, &parsed.nodes, &mut scope, &mut out)
-            .map_err(|Flow::Fail(reason)| {
-                let (line, reason) = match reason.split_once('\u{0}') {
-                    Some((l, r)) => (l.parse().unwrap_or(0), r.to_string()),
-                    None => (0, reason),
-                };
-                ChartError::TemplateFailed {
-                    template: file.to_string(),
-                    line,
-                    reason,
-                }
+            .map_err(|Fail { line, reason }| ChartError::TemplateFailed {
+                template: file.to_string(),
+                line,
+                reason,
             })?;
         Ok(out)
     }
@@ -871,8 +857,11 @@ impl<'c> Engine<'c> {
         Ok(())
     }
 
-    fn fail(line: usize, msg: impl std::fmt::Display) -> Flow {
-        Flow::Fail(format!("{line}\u{0}{msg}"))
+    fn fail(line: usize, msg: impl std::fmt::Display) -> Fail {
+        Fail {
+            line,
+            reason: msg.to_string(),
+        }
     }
 
     /// Render `nodes` into a string of its own (for branches and includes).
@@ -1050,7 +1039,7 @@ impl<'c> Engine<'c> {
                     Some(p) => self.pipe(file, *line, p, scope)?,
                     None => V::Nil,
                 };
-                let text = self.include(file, *line, name, dot)?;
+                let text = self.include(*line, name, dot)?;
                 out.lines.push((out.text.len(), *line));
                 out.text.push_str(&text);
             }
@@ -1084,7 +1073,7 @@ impl<'c> Engine<'c> {
         }
     }
 
-    fn include(&mut self, file: &str, line: usize, name: &str, dot: V) -> R<String> {
+    fn include(&mut self, line: usize, name: &str, dot: V) -> R<String> {
         let Some((def_file, nodes)) = self.defines.get(name).cloned() else {
             return Err(Self::fail(
                 line,
@@ -1105,7 +1094,6 @@ impl<'c> Engine<'c> {
         };
         let r = self.sub(&def_file, &nodes, &scope);
         self.depth -= 1;
-        let _ = file;
         r
     }
 
@@ -1207,30 +1195,26 @@ impl<'c> Engine<'c> {
         };
         if let Arg::Func(f) = first {
             // Lazy functions first.
-            match f.as_str() {
-                "and" | "or" => {
-                    let mut last = V::Bool(f == "and");
-                    let mut args: Vec<&Arg> = cmd[1..].iter().collect();
-                    let piped_arg;
-                    if let Some(pv) = piped {
-                        piped_arg = Arg::Lit(pv);
-                        args.push(&piped_arg);
-                    }
-                    for a in args {
-                        let v = self.arg(file, line, p, a, scope)?;
-                        if v.unknown().is_some() {
-                            return Ok(v);
-                        }
-                        let stop = if f == "and" { !v.truthy() } else { v.truthy() };
-                        last = v;
-                        if stop {
-                            break;
-                        }
-                    }
-                    return Ok(last);
+            if f == "and" || f == "or" {
+                let mut last = V::Bool(f == "and");
+                let mut args: Vec<&Arg> = cmd[1..].iter().collect();
+                let piped_arg;
+                if let Some(pv) = piped {
+                    piped_arg = Arg::Lit(pv);
+                    args.push(&piped_arg);
                 }
-                "include" | "tpl" | "default" | "ternary" | "coalesce" => {}
-                _ => {}
+                for a in args {
+                    let v = self.arg(file, line, p, a, scope)?;
+                    if v.unknown().is_some() {
+                        return Ok(v);
+                    }
+                    let stop = if f == "and" { !v.truthy() } else { v.truthy() };
+                    last = v;
+                    if stop {
+                        break;
+                    }
+                }
+                return Ok(last);
             }
             let mut args = Vec::new();
             for a in &cmd[1..] {
@@ -1321,7 +1305,7 @@ impl<'c> Engine<'c> {
             "include" => {
                 let name = s(0);
                 let dot = args.get(1).cloned().unwrap_or(V::Nil);
-                let text = self.include(file, line, &name, dot)?;
+                let text = self.include(line, &name, dot)?;
                 // An include whose text holds an unknown is unknown as a whole.
                 if let Some(u) = first_marker(&text) {
                     V::Unknown(u)
@@ -1705,31 +1689,10 @@ mod tests {
     use super::*;
 
     fn render(values: &str, templates: &[(&str, &str)]) -> Result<String, ChartError> {
-        let mut entries: Vec<(String, tar::EntryType, Vec<u8>)> = vec![
-            (
-                "c/Chart.yaml".into(),
-                tar::EntryType::Regular,
-                b"apiVersion: v2\nname: c\nversion: 1.0.0\n".to_vec(),
-            ),
-            (
-                "c/values.yaml".into(),
-                tar::EntryType::Regular,
-                values.as_bytes().to_vec(),
-            ),
-        ];
-        for (p, t) in templates {
-            entries.push((
-                format!("c/{p}"),
-                tar::EntryType::Regular,
-                t.as_bytes().to_vec(),
-            ));
-        }
-        let refs: Vec<(&str, tar::EntryType, &[u8])> = entries
-            .iter()
-            .map(|(p, k, d)| (p.as_str(), *k, d.as_slice()))
-            .collect();
-        let chart = super::super::ChartArchive::from_tgz(&crate::chart::archive::tests::tgz(&refs))
-            .expect("chart");
+        use crate::chart::archive::tests::{chart_of, TEST_CHART_YAML};
+        let mut files = vec![("Chart.yaml", TEST_CHART_YAML), ("values.yaml", values)];
+        files.extend_from_slice(templates);
+        let chart = chart_of(&files);
         let (mut e, parsed) = Engine::new(&chart, chart.values(), "rel", "ns")?;
         let (file, p) = parsed
             .iter()

@@ -126,19 +126,27 @@ fn every_chart_version_bundles_exactly_what_helm_renders() {
             }
         }
     }
-    // Overrides as helm takes them: an image tag changed and the host switched.
-    let sets = ["imageRepositoryHost=ghcr.io", "koordlet.image.tag=v1.6.0"];
-    let truth = helm_images(&e.helm3, "1.8.0", &sets);
-    for extra in [
-        vec!["--discover", "helm", "--helm", helm3],
-        vec!["--discover", "builtin"],
+    // Overrides as helm takes them: an image tag changed and the host switched; on 0.4.1 the
+    // host switches between the `if .Values.imageRepositoryHost` / `else` image lines.
+    for (version, sets) in [
+        (
+            "1.8.0",
+            &["imageRepositoryHost=ghcr.io", "koordlet.image.tag=v1.6.0"][..],
+        ),
+        ("0.4.1", &["imageRepositoryHost=ghcr.io"][..]),
     ] {
-        let mut x: Vec<&str> = extra.clone();
-        for s in &sets {
-            x.extend(["--set", s]);
+        let truth = helm_images(&e.helm3, version, sets);
+        for extra in [
+            vec!["--discover", "helm", "--helm", helm3],
+            vec!["--discover", "builtin"],
+        ] {
+            let mut x: Vec<&str> = extra.clone();
+            for s in sets {
+                x.extend(["--set", s]);
+            }
+            let p = plan(&h, version, &x);
+            assert_eq!(originals(&p), truth, "{version} {extra:?}");
         }
-        let p = plan(&h, "1.8.0", &x);
-        assert_eq!(originals(&p), truth, "{extra:?}");
     }
 }
 
