@@ -664,7 +664,6 @@ fn verify_tar<R: TarInput>(
     // 2. Every other entry, hashed as it streams by.
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut small: BTreeMap<Digest, Vec<u8>> = BTreeMap::new();
-    let mut blob_sizes: BTreeMap<Digest, u64> = BTreeMap::new();
     let mut manifest_bytes = None;
     let mut index_bytes = None;
     let mut deferred: Vec<Deferred> = Vec::new();
@@ -702,28 +701,28 @@ fn verify_tar<R: TarInput>(
         };
         let size = e.size();
         let position = e.raw_file_position();
-        let blob = name.strip_prefix("blobs/sha256/").map(Digest::from_hex);
+        let blob = match name.strip_prefix("blobs/sha256/").map(Digest::from_hex) {
+            None => None,
+            Some(Err(_)) => return Err(entry_err(&name, "blob file name is not a sha256 digest")),
+            Some(Ok(d)) if &d != expected => {
+                return Err(entry_err(&name, "blob file name is not its digest"))
+            }
+            Some(Ok(d)) => Some(d),
+        };
         // Held in memory: the bundle manifest and index.json (bounded), and blobs up to 4 MiB
         // that may be manifests. Every other file is only hashed.
         let keep = match &blob {
             None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
             Some(_) => size <= 4 * 1024 * 1024,
         };
+        report.files += 1;
+        report.bytes += size;
+        if let Some(d) = &blob {
+            report.blobs += 1;
+            report.blob_locations.insert(d.clone(), (position, size));
+        }
         if R::DEFER && !keep && size >= DEFER_OVER {
             // Hashed later, in parallel: its bytes are skipped here.
-            if let Some(Err(_)) = &blob {
-                return Err(entry_err(&name, "blob file name is not a sha256 digest"));
-            }
-            if let Some(Ok(d)) = &blob {
-                if d != expected {
-                    return Err(entry_err(&name, "blob file name is not its digest"));
-                }
-                report.blobs += 1;
-                blob_sizes.insert(d.clone(), size);
-                report.blob_locations.insert(d.clone(), (position, size));
-            }
-            report.files += 1;
-            report.bytes += size;
             deferred.push(Deferred {
                 name,
                 offset: position,
@@ -762,21 +761,11 @@ fn verify_tar<R: TarInput>(
                 actual,
             });
         }
-        report.files += 1;
-        report.bytes += size;
         match blob {
-            Some(Ok(d)) => {
-                if &d != expected {
-                    return Err(entry_err(&name, "blob file name is not its digest"));
-                }
-                report.blobs += 1;
-                blob_sizes.insert(d.clone(), size);
-                report.blob_locations.insert(d.clone(), (position, size));
-                if keep && kept.first() == Some(&b'{') {
-                    small.insert(d, kept);
-                }
+            Some(d) if keep && kept.first() == Some(&b'{') => {
+                small.insert(d, kept);
             }
-            Some(Err(_)) => return Err(entry_err(&name, "blob file name is not a sha256 digest")),
+            Some(_) => {}
             None if name == MANIFEST_FILE => manifest_bytes = Some(kept),
             None if name == "index.json" => index_bytes = Some(kept),
             None => {}
@@ -853,7 +842,7 @@ fn verify_tar<R: TarInput>(
     };
     report.manifest = Some(manifest);
     report.small_blobs = small;
-    check_layout(path, report, &roots, &blob_sizes).map(|r| (r, deferred))
+    check_layout(path, report, &roots).map(|r| (r, deferred))
 }
 
 /// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy
@@ -863,7 +852,6 @@ fn check_layout(
     path: &Path,
     report: VerifyReport,
     roots: &[crate::oci::Descriptor],
-    blob_sizes: &BTreeMap<Digest, u64>,
 ) -> Result<VerifyReport, VerifyError> {
     use crate::copy;
     use futures_util::FutureExt as _;
@@ -882,10 +870,11 @@ fn check_layout(
         .collect();
     let src =
         super::source::BundleSource::in_memory(path, report).map_err(|e| content(e.to_string()))?;
+    let blobs = &src.report().blob_locations;
     let present = |d: &crate::oci::Descriptor| -> Result<(), VerifyError> {
-        match blob_sizes.get(&d.digest) {
-            Some(&s) if s == d.size => Ok(()),
-            Some(&s) => Err(content(format!(
+        match blobs.get(&d.digest) {
+            Some(&(_, s)) if s == d.size => Ok(()),
+            Some(&(_, s)) => Err(content(format!(
                 "{} is {s} bytes, its descriptor says {}",
                 d.digest, d.size
             ))),
