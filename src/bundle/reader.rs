@@ -314,9 +314,9 @@ pub struct VerifyReport {
     /// Where each blob's bytes sit in the bundle file (plain tar only): digest → (offset, size).
     #[serde(skip)]
     pub blob_locations: BTreeMap<Digest, (u64, u64)>,
-    /// Small JSON blobs (manifests, configs) held in memory.
+    /// Small JSON blobs (manifests, configs) held in memory (handed out without a copy).
     #[serde(skip)]
-    pub small_blobs: BTreeMap<Digest, Vec<u8>>,
+    pub small_blobs: BTreeMap<Digest, bytes::Bytes>,
     /// Whether the bundle is gzip-compressed (then blobs cannot be read in place).
     pub compressed: bool,
     /// The bundle's file(s), when verified from disk.
@@ -663,7 +663,7 @@ fn verify_tar<R: TarInput>(
 
     // 2. Every other entry, hashed as it streams by.
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    let mut small: BTreeMap<Digest, Vec<u8>> = BTreeMap::new();
+    let mut small: BTreeMap<Digest, bytes::Bytes> = BTreeMap::new();
     let mut manifest_bytes = None;
     let mut index_bytes = None;
     let mut deferred: Vec<Deferred> = Vec::new();
@@ -763,7 +763,7 @@ fn verify_tar<R: TarInput>(
         }
         match blob {
             Some(d) if keep && kept.first() == Some(&b'{') => {
-                small.insert(d, kept);
+                small.insert(d, kept.into());
             }
             Some(_) => {}
             None if name == MANIFEST_FILE => manifest_bytes = Some(kept),

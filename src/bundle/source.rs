@@ -12,7 +12,6 @@ use super::BundleManifest;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
 use crate::store::{BlobStream, Catalog, RawManifest, Reference, Source, Store, StoreError};
-use bytes::Bytes;
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -392,7 +391,7 @@ impl Source for BundleSource {
             media_type
         };
         Ok(RawManifest {
-            bytes: Bytes::from(bytes.clone()),
+            bytes: bytes.clone(),
             digest,
             media_type,
         })
@@ -405,7 +404,6 @@ impl Source for BundleSource {
         offset: u64,
     ) -> Result<BlobStream, StoreError> {
         if let Some(b) = self.report.small_blobs.get(&desc.digest) {
-            let b = Bytes::from(b.clone());
             let piece = b.slice((offset as usize).min(b.len())..);
             return Ok(futures_util::stream::iter([Ok(piece)]).boxed());
         }
