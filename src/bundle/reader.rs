@@ -507,14 +507,29 @@ pub fn verify_layout(
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<(VerifyReport, Unhashed), VerifyError> {
     let bf = BundleFile::open(path).map_err(|e| parts_err(path, e))?;
+    verify_layout_of(path, &bf, policy, on_bytes)
+}
+
+/// Whether the bundle `bf` (opened from `path`) is gzip-compressed.
+pub(crate) fn is_gzip(path: &Path, bf: &BundleFile) -> Result<bool, VerifyError> {
+    Ok(bf
+        .read_range(0, 2)
+        .map_err(|e| parts_err(path, e))?
+        .starts_with(&[0x1f, 0x8b]))
+}
+
+/// [`verify_layout`] of a bundle already opened: its bytes are read through `bf`'s parts.
+pub(crate) fn verify_layout_of(
+    path: &Path,
+    bf: &BundleFile,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<(VerifyReport, Unhashed), VerifyError> {
     if let (SignaturePolicy::Require(pk), true) = (&policy, bf.is_split()) {
         // A signed split header is checked before any part is read.
         bf.verify_header(pk).map_err(|e| parts_err(path, e))?;
     }
-    let gzip = bf
-        .read_range(0, 2)
-        .map_err(|e| parts_err(path, e))?
-        .starts_with(&[0x1f, 0x8b]);
+    let gzip = is_gzip(path, bf)?;
     let io_err = |source| VerifyError::Io {
         path: path.to_path_buf(),
         source,
@@ -527,7 +542,7 @@ pub fn verify_layout(
             file.try_clone().map_err(io_err)?,
         ));
         let (mut report, items) = verify_tar(path, input, false, policy, on_bytes)?;
-        report.file = Some(bf);
+        report.file = Some(bf.clone());
         return Ok((
             report,
             Unhashed {
@@ -537,7 +552,7 @@ pub fn verify_layout(
             },
         ));
     }
-    let (input, compressed) = open_file(&bf)?;
+    let (input, compressed) = open_file(bf)?;
     let mut report = match verify_tar(path, input, compressed, policy, on_bytes) {
         Ok((r, _)) => r,
         // In a split bundle, name the part that is wrong, not only the file inside it.
@@ -550,7 +565,7 @@ pub fn verify_layout(
         }
         Err(e) => return Err(e),
     };
-    report.file = Some(bf);
+    report.file = Some(bf.clone());
     Ok((
         report,
         Unhashed {

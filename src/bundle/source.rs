@@ -155,14 +155,7 @@ impl BundleSource {
             path: path.to_path_buf(),
             source,
         })?;
-        let gzip = bf
-            .read_range(0, 2)
-            .map_err(|source| VerifyError::Parts {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .starts_with(&[0x1f, 0x8b]);
-        if gzip {
+        if reader::is_gzip(path, &bf)? {
             return Err(compressed(path));
         }
         let before = bf
@@ -174,20 +167,14 @@ impl BundleSource {
                     .map_err(io_err(&s.path))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (report, unhashed) = reader::verify_layout(path, policy, on_bytes)?;
+        // Verified through the same parts that are read afterwards.
+        let (report, unhashed) = reader::verify_layout_of(path, &bf, policy, on_bytes)?;
         if report.compressed {
             return Err(compressed(path));
         }
-        let layout = report.file.clone().unwrap_or(bf.clone());
-        if layout.parts != bf.parts {
-            return Err(SourceError::Changed {
-                path: path.to_path_buf(),
-                what: "its parts changed".into(),
-            });
-        }
         let mut parts = Vec::new();
         let mut start = 0;
-        for (seg, then) in layout.parts.iter().zip(&before) {
+        for (seg, then) in bf.parts.iter().zip(&before) {
             let file = File::open(&seg.path).map_err(io_err(&seg.path))?;
             let stamp = Stamp::of(&file.metadata().map_err(io_err(&seg.path))?);
             if let Some(what) = stamp.differs(then, true) {
