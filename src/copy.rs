@@ -542,16 +542,22 @@ async fn transfer_into<S: Source, K: Sink>(
             }
         }
     }
+    // Each looked up in the repositories that use it, `jobs` blobs at a time.
+    let found: Vec<Option<&str>> = futures_util::stream::iter(required.values())
+        .map(|(desc, repos)| async move {
+            for r in repos {
+                if sink.blob_state(r, desc).await? == Have::Complete {
+                    return Ok::<_, StoreError>(Some(*r));
+                }
+            }
+            Ok(None)
+        })
+        .buffered(jobs)
+        .try_collect()
+        .await?;
     let mut missing = Vec::new();
     let mut required_home: BTreeMap<&Digest, &str> = BTreeMap::new();
-    for (d, (desc, repos)) in &required {
-        let mut found = None;
-        for r in repos {
-            if sink.blob_state(r, desc).await? == Have::Complete {
-                found = Some(*r);
-                break;
-            }
-        }
+    for ((d, (desc, repos)), found) in required.iter().zip(found) {
         match found {
             Some(r) => {
                 required_home.insert(d, r);
