@@ -11,7 +11,7 @@
 
 use crate::oci::{media, Descriptor, Digest, Manifest, ManifestError, Platform};
 use crate::store::{
-    BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, StoreError,
+    BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -412,22 +412,88 @@ pub struct Stats {
     pub tags: Vec<String>,
     /// Blobs an incremental bundle left out, found in the sink.
     pub required_present: usize,
-    /// Blobs copied in this run (their content was checked by the sink).
-    #[serde(skip)]
-    pub copied: BTreeSet<Digest>,
 }
 
 #[derive(Clone)]
 enum Done {
     Present(u64),
-    Uploaded(Digest, u64),
+    Uploaded(u64),
     Mounted,
 }
 
 /// Copy resolved graphs from `src` into `sink`: blobs first (each once, largest first), then
 /// manifests children first, the tag last. A graph whose tag already points at its top manifest
 /// is taken as complete (a registry accepts a manifest only with everything it references).
+/// A dry run reads the sink's state but writes through [`DryRun`].
 pub async fn transfer<S: Source, K: Sink>(
+    src: &S,
+    sink: &K,
+    items: &[Item<'_>],
+    opts: &Options<'_>,
+) -> Result<Stats, WalkError> {
+    if opts.dry_run {
+        transfer_into(src, &DryRun(sink), items, opts).await
+    } else {
+        transfer_into(src, sink, items, opts).await
+    }
+}
+
+/// A sink that answers what the one under it holds and writes nothing: every blob it is given
+/// counts as uploaded, every mount as done, every manifest as put.
+struct DryRun<'a, K>(&'a K);
+
+impl<K: Sink> Store for DryRun<'_, K> {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+impl<K: Sink> Sink for DryRun<'_, K> {
+    async fn blob_state(&self, repo: &str, desc: &Descriptor) -> Result<Have, StoreError> {
+        self.0.blob_state(repo, desc).await
+    }
+
+    async fn put_blob(
+        &self,
+        _repo: &str,
+        desc: &Descriptor,
+        offset: u64,
+        _data: &dyn Opener,
+        on_bytes: &OnBytes,
+    ) -> Result<(), StoreError> {
+        on_bytes(desc.size - offset);
+        Ok(())
+    }
+
+    async fn mount_blob(
+        &self,
+        _repo: &str,
+        _from_repo: &str,
+        _desc: &Descriptor,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn has_manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<bool, StoreError> {
+        self.0.has_manifest(repo, reference, digest).await
+    }
+
+    async fn put_manifest(
+        &self,
+        _repo: &str,
+        _reference: &Reference,
+        _manifest: &RawManifest,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+async fn transfer_into<S: Source, K: Sink>(
     src: &S,
     sink: &K,
     items: &[Item<'_>],
@@ -476,16 +542,22 @@ pub async fn transfer<S: Source, K: Sink>(
             }
         }
     }
+    // Each looked up in the repositories that use it, `jobs` blobs at a time.
+    let found: Vec<Option<&str>> = futures_util::stream::iter(required.values())
+        .map(|(desc, repos)| async move {
+            for r in repos {
+                if sink.blob_state(r, desc).await? == Have::Complete {
+                    return Ok::<_, StoreError>(Some(*r));
+                }
+            }
+            Ok(None)
+        })
+        .buffered(jobs)
+        .try_collect()
+        .await?;
     let mut missing = Vec::new();
     let mut required_home: BTreeMap<&Digest, &str> = BTreeMap::new();
-    for (d, (desc, repos)) in &required {
-        let mut found = None;
-        for r in repos {
-            if sink.blob_state(r, desc).await? == Have::Complete {
-                found = Some(*r);
-                break;
-            }
-        }
+    for ((d, (desc, repos)), found) in required.iter().zip(found) {
         match found {
             Some(r) => {
                 required_home.insert(d, r);
@@ -637,7 +709,6 @@ async fn finish_graph<S: Source, K: Sink>(
         .map(|(from, desc)| async move {
             match sink.blob_state(&it.repo, desc).await? {
                 Have::Complete => Ok(Done::Present(desc.size)),
-                _ if opts.dry_run => Ok(Done::Mounted),
                 _ if sink.mount_blob(&it.repo, from, desc).await? => Ok(Done::Mounted),
                 _ => copy_blob(src, sink, it, &it.repo, desc, opts).await,
             }
@@ -645,7 +716,7 @@ async fn finish_graph<S: Source, K: Sink>(
         .buffer_unordered(opts.jobs.max(1))
         .try_collect()
         .await?;
-    let (manifests_pushed, manifests_skipped) = put_manifests(sink, it, opts.dry_run).await?;
+    let (manifests_pushed, manifests_skipped) = put_manifests(sink, it).await?;
     Ok(GraphDone {
         blobs,
         manifests_pushed,
@@ -660,10 +731,9 @@ fn tally(stats: &mut Stats, d: Done) {
             stats.skipped += 1;
             stats.skipped_bytes += n;
         }
-        Done::Uploaded(d, n) => {
+        Done::Uploaded(n) => {
             stats.uploaded += 1;
             stats.uploaded_bytes += n;
-            stats.copied.insert(d);
         }
         Done::Mounted => stats.mounted += 1,
     }
@@ -710,10 +780,6 @@ async fn copy_blob<S: Source, K: Sink>(
         Have::Partial(n) if n <= desc.size => n,
         _ => 0,
     };
-    if opts.dry_run {
-        (opts.on_bytes)(desc.size);
-        return Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset));
-    }
     (opts.on_bytes)(offset);
     let data = FromSource {
         src,
@@ -723,7 +789,7 @@ async fn copy_blob<S: Source, K: Sink>(
     };
     sink.put_blob(repo, desc, offset, &data, &opts.on_bytes)
         .await?;
-    Ok(Done::Uploaded(desc.digest.clone(), desc.size - offset))
+    Ok(Done::Uploaded(desc.size - offset))
 }
 
 /// One manifest: skipped when the sink has it, else put. Returns (pushed, skipped).
@@ -732,22 +798,15 @@ async fn put_one_manifest<K: Sink>(
     it: &Item<'_>,
     m: &RawManifest,
     reference: Reference,
-    dry_run: bool,
 ) -> Result<(usize, usize), WalkError> {
     if sink.has_manifest(&it.repo, &reference, &m.digest).await? {
         return Ok((0, 1));
     }
-    if !dry_run {
-        sink.put_manifest(&it.repo, &reference, m).await?;
-    }
+    sink.put_manifest(&it.repo, &reference, m).await?;
     Ok((1, 0))
 }
 
-async fn put_manifests<K: Sink>(
-    sink: &K,
-    it: &Item<'_>,
-    dry_run: bool,
-) -> Result<(usize, usize), WalkError> {
+async fn put_manifests<K: Sink>(sink: &K, it: &Item<'_>) -> Result<(usize, usize), WalkError> {
     // Children by digest, deepest first: each level once the one below is in (an index may
     // hold indexes); the manifests of one level at once.
     let (mut pushed, mut skipped) = (0, 0);
@@ -775,7 +834,7 @@ async fn put_manifests<K: Sink>(
     }
     for level in levels {
         let done: Vec<(usize, usize)> = futures_util::stream::iter(level)
-            .map(|m| put_one_manifest(sink, it, m, Reference::Digest(m.digest.clone()), dry_run))
+            .map(|m| put_one_manifest(sink, it, m, Reference::Digest(m.digest.clone())))
             .buffer_unordered(8)
             .try_collect()
             .await?;
@@ -784,7 +843,7 @@ async fn put_manifests<K: Sink>(
             skipped += s;
         }
     }
-    let (p, s) = put_one_manifest(sink, it, &it.graph.top, it.reference.clone(), dry_run).await?;
+    let (p, s) = put_one_manifest(sink, it, &it.graph.top, it.reference.clone()).await?;
     Ok((pushed + p, skipped + s))
 }
 

@@ -314,9 +314,9 @@ pub struct VerifyReport {
     /// Where each blob's bytes sit in the bundle file (plain tar only): digest → (offset, size).
     #[serde(skip)]
     pub blob_locations: BTreeMap<Digest, (u64, u64)>,
-    /// Small JSON blobs (manifests, configs) held in memory.
+    /// Small JSON blobs (manifests, configs) held in memory (handed out without a copy).
     #[serde(skip)]
-    pub small_blobs: BTreeMap<Digest, Vec<u8>>,
+    pub small_blobs: BTreeMap<Digest, bytes::Bytes>,
     /// Whether the bundle is gzip-compressed (then blobs cannot be read in place).
     pub compressed: bool,
     /// The bundle's file(s), when verified from disk.
@@ -507,14 +507,29 @@ pub fn verify_layout(
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<(VerifyReport, Unhashed), VerifyError> {
     let bf = BundleFile::open(path).map_err(|e| parts_err(path, e))?;
+    verify_layout_of(path, &bf, policy, on_bytes)
+}
+
+/// Whether the bundle `bf` (opened from `path`) is gzip-compressed.
+pub(crate) fn is_gzip(path: &Path, bf: &BundleFile) -> Result<bool, VerifyError> {
+    Ok(bf
+        .read_range(0, 2)
+        .map_err(|e| parts_err(path, e))?
+        .starts_with(&[0x1f, 0x8b]))
+}
+
+/// [`verify_layout`] of a bundle already opened: its bytes are read through `bf`'s parts.
+pub(crate) fn verify_layout_of(
+    path: &Path,
+    bf: &BundleFile,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<(VerifyReport, Unhashed), VerifyError> {
     if let (SignaturePolicy::Require(pk), true) = (&policy, bf.is_split()) {
         // A signed split header is checked before any part is read.
         bf.verify_header(pk).map_err(|e| parts_err(path, e))?;
     }
-    let gzip = bf
-        .read_range(0, 2)
-        .map_err(|e| parts_err(path, e))?
-        .starts_with(&[0x1f, 0x8b]);
+    let gzip = is_gzip(path, bf)?;
     let io_err = |source| VerifyError::Io {
         path: path.to_path_buf(),
         source,
@@ -527,7 +542,7 @@ pub fn verify_layout(
             file.try_clone().map_err(io_err)?,
         ));
         let (mut report, items) = verify_tar(path, input, false, policy, on_bytes)?;
-        report.file = Some(bf);
+        report.file = Some(bf.clone());
         return Ok((
             report,
             Unhashed {
@@ -537,7 +552,7 @@ pub fn verify_layout(
             },
         ));
     }
-    let (input, compressed) = open_file(&bf)?;
+    let (input, compressed) = open_file(bf)?;
     let mut report = match verify_tar(path, input, compressed, policy, on_bytes) {
         Ok((r, _)) => r,
         // In a split bundle, name the part that is wrong, not only the file inside it.
@@ -550,7 +565,7 @@ pub fn verify_layout(
         }
         Err(e) => return Err(e),
     };
-    report.file = Some(bf);
+    report.file = Some(bf.clone());
     Ok((
         report,
         Unhashed {
@@ -663,8 +678,7 @@ fn verify_tar<R: TarInput>(
 
     // 2. Every other entry, hashed as it streams by.
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    let mut small: BTreeMap<Digest, Vec<u8>> = BTreeMap::new();
-    let mut blob_sizes: BTreeMap<Digest, u64> = BTreeMap::new();
+    let mut small: BTreeMap<Digest, bytes::Bytes> = BTreeMap::new();
     let mut manifest_bytes = None;
     let mut index_bytes = None;
     let mut deferred: Vec<Deferred> = Vec::new();
@@ -702,28 +716,28 @@ fn verify_tar<R: TarInput>(
         };
         let size = e.size();
         let position = e.raw_file_position();
-        let blob = name.strip_prefix("blobs/sha256/").map(Digest::from_hex);
+        let blob = match name.strip_prefix("blobs/sha256/").map(Digest::from_hex) {
+            None => None,
+            Some(Err(_)) => return Err(entry_err(&name, "blob file name is not a sha256 digest")),
+            Some(Ok(d)) if &d != expected => {
+                return Err(entry_err(&name, "blob file name is not its digest"))
+            }
+            Some(Ok(d)) => Some(d),
+        };
         // Held in memory: the bundle manifest and index.json (bounded), and blobs up to 4 MiB
         // that may be manifests. Every other file is only hashed.
         let keep = match &blob {
             None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
             Some(_) => size <= 4 * 1024 * 1024,
         };
+        report.files += 1;
+        report.bytes += size;
+        if let Some(d) = &blob {
+            report.blobs += 1;
+            report.blob_locations.insert(d.clone(), (position, size));
+        }
         if R::DEFER && !keep && size >= DEFER_OVER {
             // Hashed later, in parallel: its bytes are skipped here.
-            if let Some(Err(_)) = &blob {
-                return Err(entry_err(&name, "blob file name is not a sha256 digest"));
-            }
-            if let Some(Ok(d)) = &blob {
-                if d != expected {
-                    return Err(entry_err(&name, "blob file name is not its digest"));
-                }
-                report.blobs += 1;
-                blob_sizes.insert(d.clone(), size);
-                report.blob_locations.insert(d.clone(), (position, size));
-            }
-            report.files += 1;
-            report.bytes += size;
             deferred.push(Deferred {
                 name,
                 offset: position,
@@ -762,21 +776,11 @@ fn verify_tar<R: TarInput>(
                 actual,
             });
         }
-        report.files += 1;
-        report.bytes += size;
         match blob {
-            Some(Ok(d)) => {
-                if &d != expected {
-                    return Err(entry_err(&name, "blob file name is not its digest"));
-                }
-                report.blobs += 1;
-                blob_sizes.insert(d.clone(), size);
-                report.blob_locations.insert(d.clone(), (position, size));
-                if keep && kept.first() == Some(&b'{') {
-                    small.insert(d, kept);
-                }
+            Some(d) if keep && kept.first() == Some(&b'{') => {
+                small.insert(d, kept.into());
             }
-            Some(Err(_)) => return Err(entry_err(&name, "blob file name is not a sha256 digest")),
+            Some(_) => {}
             None if name == MANIFEST_FILE => manifest_bytes = Some(kept),
             None if name == "index.json" => index_bytes = Some(kept),
             None => {}
@@ -853,7 +857,7 @@ fn verify_tar<R: TarInput>(
     };
     report.manifest = Some(manifest);
     report.small_blobs = small;
-    check_layout(path, report, &roots, &blob_sizes).map(|r| (r, deferred))
+    check_layout(path, report, &roots).map(|r| (r, deferred))
 }
 
 /// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy
@@ -863,7 +867,6 @@ fn check_layout(
     path: &Path,
     report: VerifyReport,
     roots: &[crate::oci::Descriptor],
-    blob_sizes: &BTreeMap<Digest, u64>,
 ) -> Result<VerifyReport, VerifyError> {
     use crate::copy;
     use futures_util::FutureExt as _;
@@ -882,10 +885,11 @@ fn check_layout(
         .collect();
     let src =
         super::source::BundleSource::in_memory(path, report).map_err(|e| content(e.to_string()))?;
+    let blobs = &src.report().blob_locations;
     let present = |d: &crate::oci::Descriptor| -> Result<(), VerifyError> {
-        match blob_sizes.get(&d.digest) {
-            Some(&s) if s == d.size => Ok(()),
-            Some(&s) => Err(content(format!(
+        match blobs.get(&d.digest) {
+            Some(&(_, s)) if s == d.size => Ok(()),
+            Some(&(_, s)) => Err(content(format!(
                 "{} is {s} bytes, its descriptor says {}",
                 d.digest, d.size
             ))),

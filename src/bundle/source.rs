@@ -12,7 +12,6 @@ use super::BundleManifest;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
 use crate::store::{BlobStream, Catalog, RawManifest, Reference, Source, Store, StoreError};
-use bytes::Bytes;
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -156,14 +155,7 @@ impl BundleSource {
             path: path.to_path_buf(),
             source,
         })?;
-        let gzip = bf
-            .read_range(0, 2)
-            .map_err(|source| VerifyError::Parts {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .starts_with(&[0x1f, 0x8b]);
-        if gzip {
+        if reader::is_gzip(path, &bf)? {
             return Err(compressed(path));
         }
         let before = bf
@@ -175,20 +167,14 @@ impl BundleSource {
                     .map_err(io_err(&s.path))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (report, unhashed) = reader::verify_layout(path, policy, on_bytes)?;
+        // Verified through the same parts that are read afterwards.
+        let (report, unhashed) = reader::verify_layout_of(path, &bf, policy, on_bytes)?;
         if report.compressed {
             return Err(compressed(path));
         }
-        let layout = report.file.clone().unwrap_or(bf.clone());
-        if layout.parts != bf.parts {
-            return Err(SourceError::Changed {
-                path: path.to_path_buf(),
-                what: "its parts changed".into(),
-            });
-        }
         let mut parts = Vec::new();
         let mut start = 0;
-        for (seg, then) in layout.parts.iter().zip(&before) {
+        for (seg, then) in bf.parts.iter().zip(&before) {
             let file = File::open(&seg.path).map_err(io_err(&seg.path))?;
             let stamp = Stamp::of(&file.metadata().map_err(io_err(&seg.path))?);
             if let Some(what) = stamp.differs(then, true) {
@@ -392,7 +378,7 @@ impl Source for BundleSource {
             media_type
         };
         Ok(RawManifest {
-            bytes: Bytes::from(bytes.clone()),
+            bytes: bytes.clone(),
             digest,
             media_type,
         })
@@ -405,7 +391,6 @@ impl Source for BundleSource {
         offset: u64,
     ) -> Result<BlobStream, StoreError> {
         if let Some(b) = self.report.small_blobs.get(&desc.digest) {
-            let b = Bytes::from(b.clone());
             let piece = b.slice((offset as usize).min(b.len())..);
             return Ok(futures_util::stream::iter([Ok(piece)]).boxed());
         }

@@ -214,7 +214,7 @@ impl<'a> BundleWriter<'a> {
     }
 
     /// Write `data` at `offset` (positional, on the blocking pool).
-    async fn write(&self, data: Vec<u8>, offset: u64) -> Result<(), StoreError> {
+    async fn write(&self, data: bytes::Bytes, offset: u64) -> Result<(), StoreError> {
         let file = self.file.clone();
         tokio::task::spawn_blocking(move || crate::store::file::write_at(&file, &data, offset))
             .await
@@ -230,18 +230,19 @@ impl<'a> BundleWriter<'a> {
             })
     }
 
-    /// Copy the first `len` bytes of a partial download into the region, hashing them.
-    async fn copy_prefix(
+    /// Copy the first `len` bytes of the cache file `from` into the region, hashing them (on
+    /// the blocking pool), telling `on_bytes` of each piece.
+    async fn copy_from_cache(
         &self,
-        partial: &Path,
+        from: PathBuf,
         len: u64,
         region: u64,
-        mut hasher: sha2::Sha256,
+        on_bytes: Option<OnBytes>,
     ) -> Result<sha2::Sha256, StoreError> {
         let file = self.file.clone();
-        let partial = partial.to_path_buf();
         tokio::task::spawn_blocking(move || -> io::Result<sha2::Sha256> {
-            let src = File::open(&partial)?;
+            let src = File::open(&from)?;
+            let mut hasher = sha2::Sha256::new();
             let mut buf = vec![0u8; 4 << 20];
             let mut at = 0u64;
             while at < len {
@@ -249,6 +250,9 @@ impl<'a> BundleWriter<'a> {
                 crate::store::file::read_at(&src, &mut buf[..n], at)?;
                 hasher.update(&buf[..n]);
                 crate::store::file::write_at(&file, &buf[..n], region + at)?;
+                if let Some(report) = &on_bytes {
+                    report(n as u64);
+                }
                 at += n as u64;
             }
             Ok(hasher)
@@ -267,29 +271,16 @@ impl<'a> BundleWriter<'a> {
         region: u64,
         on_bytes: &OnBytes,
     ) -> Result<bool, StoreError> {
-        let file = self.file.clone();
-        let path = cache.path(&desc.digest);
         let size = desc.size;
-        let report = on_bytes.clone();
-        let actual = tokio::task::spawn_blocking(move || -> io::Result<Digest> {
-            let src = File::open(&path)?;
-            let mut hasher = sha2::Sha256::new();
-            let mut buf = vec![0u8; 4 << 20];
-            let mut at = 0u64;
-            while at < size {
-                let n = (size - at).min(buf.len() as u64) as usize;
-                crate::store::file::read_at(&src, &mut buf[..n], at)?;
-                hasher.update(&buf[..n]);
-                crate::store::file::write_at(&file, &buf[..n], region + at)?;
-                report(n as u64);
-                at += n as u64;
-            }
-            Ok(Digest::from_hasher(hasher))
-        })
-        .await
-        .map_err(|e| self.err(e.to_string()))?
-        .map_err(|e| self.err(e))?;
-        if actual != desc.digest {
+        let hasher = self
+            .copy_from_cache(
+                cache.path(&desc.digest),
+                size,
+                region,
+                Some(on_bytes.clone()),
+            )
+            .await?;
+        if Digest::from_hasher(hasher) != desc.digest {
             // Torn by a crash, or changed: not trusted, fetched again.
             let _ = std::fs::remove_file(cache.path(&desc.digest));
             return Ok(false);
@@ -364,7 +355,9 @@ impl Sink for BundleWriter<'_> {
         };
         if start > 0 {
             if let Some(t) = &tee {
-                hasher = self.copy_prefix(t.path(), start, region, hasher).await?;
+                hasher = self
+                    .copy_from_cache(t.path().to_path_buf(), start, region, None)
+                    .await?;
                 self.counts.from_cache.fetch_add(start, Ordering::Relaxed);
                 pos = start;
             }
@@ -526,7 +519,7 @@ impl Sink for BundleWriter<'_> {
                 m.digest, size
             )));
         }
-        self.write(m.bytes.to_vec(), region).await?;
+        self.write(m.bytes.clone(), region).await?;
         if let Some(cache) = self.cache {
             cache.put_bytes(&m.digest, &m.bytes)?;
         }

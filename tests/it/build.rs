@@ -242,6 +242,26 @@ fn values_and_set_feed_discovery() {
         r.contains(&"koordinator-sh/koord-scheduler:v1.8.0".to_string()),
         "{r:?}"
     );
+    assert!(plan["uniqueBlobs"].as_u64().unwrap() > 0);
+    // A dry run downloads no layer: nothing partial, and whatever the cache holds is JSON
+    // (manifests, configs), never a layer.
+    let files = |d: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(h.cache().join(d))
+            .into_iter()
+            .flatten()
+            .map(|e| e.unwrap().path())
+            .collect()
+    };
+    assert_eq!(files("partial").len(), 0);
+    for f in files("blobs/sha256") {
+        let b = std::fs::read(&f).unwrap();
+        assert!(
+            serde_json::from_slice::<Value>(&b).is_ok(),
+            "a dry run cached {} ({} bytes), not JSON: a layer",
+            f.display(),
+            b.len()
+        );
+    }
 }
 
 #[test]

@@ -323,3 +323,32 @@ pub fn image_digests(v: &serde_json::Value) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+// --- review-b helpers
+
+/// Run `script` with `sh -c` in a private mount namespace where `dir` is a tmpfs of `size`
+/// (`64k`, `600k`), from the home directory with its config and cache: a disk that fills up.
+pub fn in_tmpfs(h: &Home, dir: &Path, size: &str, script: &str) -> Output {
+    std::fs::create_dir_all(dir).unwrap();
+    let o = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!(
+                "mount -t tmpfs -o size={size} tmpfs {} && {script}",
+                dir.display()
+            ),
+        ])
+        .current_dir(h.path())
+        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
+        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
+        .output()
+        .expect("unshare (util-linux) is needed for the disk-full tests");
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("mount:"),
+        "cannot mount a tmpfs here: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}

@@ -3,10 +3,8 @@
 //! internal or transient failure (a retry or an operator may help).
 
 use crate::common::*;
-use crate::load::{unique_prefix, Built};
-use std::io::Write as _;
+use crate::load::{run_with_stdin, unique_prefix, Built};
 use std::path::Path;
-use std::process::Stdio;
 
 const INPUT: i32 = 1;
 const USAGE: i32 = 2;
@@ -153,34 +151,21 @@ fn load_with_a_wrong_password_is_1() {
     let e = env();
     let b = Built::new();
     let key = b.home.pubkey();
-    let mut child = b
-        .home
-        .cmd(&[
-            "load",
-            b.bundle.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "--no-install",
-            "--registry",
-            &format!("{}/{}", e.tls, unique_prefix("wrongpw")),
-            "--ca-file",
-            e.ca_file.to_str().unwrap(),
-            "--username",
-            &e.username,
-            "--password-stdin",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"not-the-password\n")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let mut c = b.home.cmd(&[
+        "load",
+        b.bundle.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--no-install",
+        "--registry",
+        &format!("{}/{}", e.tls, unique_prefix("wrongpw")),
+        "--ca-file",
+        e.ca_file.to_str().unwrap(),
+        "--username",
+        &e.username,
+        "--password-stdin",
+    ]);
+    let o = run_with_stdin(&mut c, "not-the-password\n");
     let err = assert_fails(&o, INPUT, &["refused the credentials", &e.username]);
     assert!(!err.contains("not-the-password"), "{err}");
 }
@@ -271,28 +256,15 @@ fn verification_failures_and_bad_bundles_are_1() {
 /// Run `script` in a private mount namespace where `dir` is a small tmpfs filled to the last
 /// byte.
 fn on_a_full_disk(h: &Home, dir: &Path, script: &str) -> std::process::Output {
-    std::fs::create_dir_all(dir).unwrap();
     let d = dir.display();
-    let o = std::process::Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            &format!(
-                "mount -t tmpfs -o size=64k tmpfs {d} && mkdir {d}/keys && (dd if=/dev/zero of={d}/fill bs=4k 2>/dev/null; true) && {script}"
-            ),
-        ])
-        .current_dir(h.path())
-        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
-        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
-        .output()
-        .expect("unshare (util-linux) is needed for the disk-full tests");
-    assert!(
-        !String::from_utf8_lossy(&o.stderr).contains("mount:"),
-        "cannot mount a tmpfs here: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
+    in_tmpfs(
+        h,
+        dir,
+        "64k",
+        &format!(
+            "mkdir {d}/keys && (dd if=/dev/zero of={d}/fill bs=4k 2>/dev/null; true) && {script}"
+        ),
+    )
 }
 
 #[test]

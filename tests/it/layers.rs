@@ -53,27 +53,73 @@ fn violations(files: &[(String, String)]) -> Vec<String> {
             ));
             continue;
         };
-        for (n, line) in text.lines().enumerate() {
-            if line.trim_start().starts_with("//") {
+        // Comment lines blanked (line numbers kept).
+        let code: String = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (at, used) in used_modules(&re, &code) {
+            if used == module {
                 continue;
             }
-            for c in re.captures_iter(line) {
-                let used = &c[1];
-                if used == module {
-                    continue;
-                }
-                match layer(used) {
-                    Some(l) if l < own => {}
-                    Some(l) => bad.push(format!(
-                        "{path}:{}: {module} (layer {own}) uses {used} (layer {l})",
-                        n + 1
-                    )),
-                    None => bad.push(format!("{path}:{}: unknown module {used}", n + 1)),
-                }
+            let n = code[..at].matches('\n').count() + 1;
+            match layer(&used) {
+                Some(l) if l < own => {}
+                Some(l) => bad.push(format!(
+                    "{path}:{n}: {module} (layer {own}) uses {used} (layer {l})"
+                )),
+                None => bad.push(format!("{path}:{n}: unknown module {used}")),
             }
         }
     }
     bad
+}
+
+/// `(byte offset, module)` of every `crate::X`, and of every top-level item of a grouped
+/// `crate::{X, Y::Z, ...}` (which may span lines).
+fn used_modules(re: &regex::Regex, code: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = re
+        .captures_iter(code)
+        .map(|c| (c.get(1).map_or(0, |m| m.start()), c[1].to_string()))
+        .collect();
+    for (start, _) in code.match_indices("crate::{") {
+        let mut depth = 0;
+        let mut item_start = true;
+        for (i, ch) in code[start + "crate::".len()..].char_indices() {
+            let at = start + "crate::".len() + i;
+            match ch {
+                '{' => {
+                    depth += 1;
+                    item_start = depth == 1;
+                }
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                ',' if depth == 1 => item_start = true,
+                c if item_start && depth == 1 && c.is_ascii_lowercase() => {
+                    let name: String = code[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    out.push((at, name));
+                    item_start = false;
+                }
+                c if item_start && !c.is_whitespace() => item_start = false,
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
@@ -116,9 +162,17 @@ fn the_check_finds_a_use_against_the_direction() {
             "src/bundle/y.rs".to_string(),
             "fn f() { crate::chart::x(); }".to_string(),
         ),
+        (
+            "src/oci/z.rs".to_string(),
+            "use crate::{\n    oci::Digest,\n    store::{Sink, Source},\n};\n".to_string(),
+        ),
     ];
     let bad = violations(&files);
-    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert_eq!(bad.len(), 3, "{bad:?}");
     assert!(bad[0].contains("store (layer 1) uses copy (layer 2)"));
     assert!(bad[1].contains("bundle (layer 3) uses chart (layer 3)"));
+    assert!(
+        bad[2].contains("src/oci/z.rs:3: oci (layer 0) uses store (layer 1)"),
+        "a grouped import: {bad:?}"
+    );
 }

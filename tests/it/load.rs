@@ -51,19 +51,8 @@ pub fn repos_under(prefix: &str) -> Vec<String> {
         .iter()
         .map(|r| format!("{prefix}/{r}"))
         .filter(|r| {
-            let o = tool(
-                "curl",
-                &[
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    &format!("http://{}/v2/{r}/tags/list", env().plain),
-                ],
-                Path::new("/"),
-            );
-            String::from_utf8_lossy(&o.stdout) == "200"
+            let url = format!("http://{}/v2/{r}/tags/list", env().plain);
+            crate::serve::curl(&[], &url).status == 200
         })
         .collect()
 }
