@@ -777,7 +777,9 @@ fn verify_tar<R: TarInput>(
             });
         }
         match blob {
-            Some(d) if keep && kept.first() == Some(&b'{') => {
+            // Small JSON (manifests, configs) is kept for the layout walk; JSON may start
+            // with whitespace.
+            Some(d) if keep && kept.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => {
                 small.insert(d, kept.into());
             }
             Some(_) => {}

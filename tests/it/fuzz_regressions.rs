@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 // Helpers
 
 /// A saved fuzz input.
-#[allow(dead_code)]
 fn regression(name: &str) -> Vec<u8> {
     let p: PathBuf = [env!("CARGO_MANIFEST_DIR"), "fuzz", "regressions", name]
         .iter()
@@ -717,4 +716,36 @@ fn fuzz_set_nesting_limit() {
     let values = serde_yaml_ng::Value::Mapping(Default::default());
     set_refused(&values, &format!("{}a=1", "a.".repeat(31)));
     set_refused(&values, &format!("a{}=1", "[1]".repeat(40)));
+}
+
+#[test]
+fn a_manifest_that_starts_with_whitespace_is_kept_and_walked() {
+    // JSON may begin with whitespace; a registry serves such a manifest as it was pushed, and
+    // its digest covers the whitespace. verify keeps small manifests in memory for the layout
+    // walk: it must recognise this one too.
+    let config = br#"{"architecture":"amd64","os":"linux"}"#.to_vec();
+    let manifest = format!(
+        "\n  {{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"{}\",\"size\":{}}},\"layers\":[]}}",
+        Digest::of(&config),
+        config.len()
+    )
+    .into_bytes();
+    let index = format!(
+        "{{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"manifests\":[{{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"{}\",\"size\":{}}}]}}",
+        Digest::of(&manifest),
+        manifest.len()
+    )
+    .into_bytes();
+    let blob = |d: &[u8]| format!("blobs/sha256/{}", Digest::of(d).hex());
+    let (mpath, cpath) = (blob(&manifest), blob(&config));
+    let f: Vec<(&str, Vec<u8>)> = vec![
+        ("koord-bundle.json", MANIFEST.as_bytes().to_vec()),
+        ("oci-layout", LAYOUT.to_vec()),
+        ("index.json", index),
+        (&mpath, manifest),
+        (&cpath, config),
+    ];
+    let report = verify(bundle_with(&sums_of(&f), &f)).expect("verifies");
+    assert_eq!(report.blobs, 2);
+    assert_eq!(report.manifests, 1);
 }
