@@ -31,7 +31,7 @@ use super::retry::RetryPolicy;
 use crate::oci::{media, Digest, ImageRef};
 use auth::Scope;
 use client::{read_capped, retry_wait, status_error, BodyError, Req, Transport};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::future::Future;
 use std::path::PathBuf;
@@ -479,20 +479,8 @@ impl Registry {
                     .await?
             }
             None => {
-                let hs: Vec<(HeaderName, HeaderValue)> = headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                let req = Req {
-                    method: Method::GET,
-                    host: &r.registry,
-                    url: format!("{}/blobs/{digest}", repo_path(r)),
-                    scopes: vec![Scope::repository(&r.repository, &["pull"])],
-                    headers: hs,
-                    body: None,
-                    what,
-                };
-                self.transport.send(&req).await?
+                self.pull_get(r, format!("{}/blobs/{digest}", repo_path(r)), what, headers)
+                    .await?
             }
         };
         for _ in 0..MAX_REDIRECTS {
@@ -513,20 +501,7 @@ impl Registry {
             };
             *redirected = Some(loc.clone());
             resp = if self.transport.is_registry_origin(&r.registry, &loc) {
-                let hs: Vec<(HeaderName, HeaderValue)> = headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                let req = Req {
-                    method: Method::GET,
-                    host: &r.registry,
-                    url: loc.to_string(),
-                    scopes: vec![Scope::repository(&r.repository, &["pull"])],
-                    headers: hs,
-                    body: None,
-                    what,
-                };
-                self.transport.send(&req).await?
+                self.pull_get(r, loc.to_string(), what, headers).await?
             } else {
                 self.transport
                     .get_unauthenticated(&loc, headers, &r.registry, what)
@@ -538,6 +513,30 @@ impl Registry {
             what: what.to_string(),
             message: format!("more than {MAX_REDIRECTS} redirects"),
         })
+    }
+
+    /// GET `url` (a path, or a URL of the registry's own origin) from the registry, with its
+    /// credentials and a `pull` token for `r`'s repository.
+    async fn pull_get(
+        &self,
+        r: &ImageRef,
+        url: String,
+        what: &str,
+        headers: &HeaderMap,
+    ) -> Result<reqwest::Response, RegistryError> {
+        let req = Req {
+            method: Method::GET,
+            host: &r.registry,
+            url,
+            scopes: vec![Scope::repository(&r.repository, &["pull"])],
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            body: None,
+            what,
+        };
+        self.transport.send(&req).await
     }
 
     /// Does `repo` on this registry hold the blob? (HEAD; a redirect to storage counts as yes:
@@ -607,7 +606,7 @@ impl Registry {
                             Ok(Mount::NotHonoured(
                                 "202: an upload was opened instead".into(),
                             ))
-                        } else if is_transient(s) {
+                        } else if client::is_transient_status(s) {
                             Err(status_error(&r.registry, &what, resp).await)
                         } else {
                             Ok(Mount::NotHonoured(format!("HTTP {s}")))
@@ -676,10 +675,6 @@ impl Registry {
         }
         Ok(got)
     }
-}
-
-fn is_transient(s: StatusCode) -> bool {
-    client::is_transient_status(s)
 }
 
 /// The upload session URL of a 202 (relative or absolute).
