@@ -181,9 +181,6 @@ pub enum AuthError {
     },
 }
 
-/// Kept for callers of the earlier name.
-pub type AuthFileError = AuthError;
-
 #[derive(Debug, Clone, Default)]
 struct AuthFile {
     path: PathBuf,
@@ -209,8 +206,6 @@ pub struct Credentials {
     /// `PATH` to find `docker-credential-*` on (`None`: the process's own).
     helper_path: Option<OsString>,
     cache: Arc<Mutex<BTreeMap<String, Lookup>>>,
-    /// Where they were read from (for messages; never the secrets).
-    pub origins: Vec<PathBuf>,
 }
 
 /// How long a credential helper may take.
@@ -227,24 +222,6 @@ impl Credentials {
         }
     }
 
-    /// The explicit login or plain `auths` login for `host`, if any (no helper is run).
-    pub fn get(&self, host: &str) -> Option<&Login> {
-        let h = normalise_host(host);
-        if let Some(l) = self.explicit.get(&h) {
-            return Some(l);
-        }
-        self.files.iter().find_map(|f| match f.auths.get(&h) {
-            Some(Entry::Login(l)) => Some(l),
-            _ => None,
-        })
-    }
-
-    /// Read the auth files that exist, in the order given (earlier wins); helpers are found
-    /// on the process's `PATH`.
-    pub fn from_files(paths: &[PathBuf]) -> Result<Self, AuthError> {
-        Self::from_files_with_path(paths, None)
-    }
-
     /// Read the auth files that exist, in the order given (earlier wins); helpers are found on
     /// `helper_path` (the command layer passes `$PATH`).
     pub fn from_files_with_path(
@@ -259,7 +236,6 @@ impl Credentials {
         for path in paths {
             if path.is_file() {
                 creds.files.push(read_file(path)?);
-                creds.origins.push(path.clone());
             }
         }
         Ok(creds)
@@ -595,11 +571,17 @@ mod tests {
         let p = dir.path().join("config.json");
         let auth = base64::engine::general_purpose::STANDARD.encode("koord:s3cret");
         std::fs::write(&p, format!(r#"{{"auths":{{"127.0.0.1:5001":{{"auth":"{auth}"}},"https://index.docker.io/v1/":{{"auth":"{auth}"}},"tok.example":{{"identitytoken":"refresh-xyz"}},"store.example":{{}}}}}}"#)).unwrap();
-        let c = Credentials::from_files(&[p]).unwrap();
-        let l = c.get("127.0.0.1:5001").unwrap();
+        let c = Credentials::from_files_with_path(&[p], None).unwrap();
+        let login = |host: &str| {
+            rt().block_on(c.resolve(host))
+                .unwrap()
+                .found
+                .and_then(|f| f.credential.login().cloned())
+        };
+        let l = login("127.0.0.1:5001").unwrap();
         assert_eq!(l.username, "koord");
         assert_eq!(l.password.expose(), "s3cret");
-        assert!(c.get("docker.io").is_some());
+        assert!(login("docker.io").is_some());
         assert!(!format!("{c:?}").contains("s3cret"));
         let found = rt().block_on(c.resolve("tok.example")).unwrap();
         match found.found.unwrap().credential {
