@@ -256,83 +256,69 @@ impl Credentials {
     }
 
     async fn resolve_uncached(&self, h: &str) -> Result<Lookup, AuthError> {
-        let mut lookup = Lookup::default();
+        let mut searched = Vec::new();
+        // The look-up ends at the first credential found.
+        let hit = |credential, origin, searched| Lookup {
+            found: Some(Found { credential, origin }),
+            searched,
+        };
         if let Some(l) = self.explicit.get(h) {
-            lookup.found = Some(Found {
-                credential: Credential::Basic(l.clone()),
-                origin: "--username/--password-stdin".into(),
-            });
-            return Ok(lookup);
+            return Ok(hit(
+                Credential::Basic(l.clone()),
+                "--username/--password-stdin".into(),
+                searched,
+            ));
         }
         for path in &self.considered {
             let Some(file) = self.files.iter().find(|f| &f.path == path) else {
-                lookup
-                    .searched
-                    .push(format!("{} (not there)", path.display()));
+                searched.push(format!("{} (not there)", path.display()));
                 continue;
             };
             if let Some(helper) = file.cred_helpers.get(h) {
-                match self.run_helper(helper, h, &file.path).await? {
-                    Some(c) => {
-                        lookup.found = Some(Found {
-                            credential: c,
-                            origin: format!(
-                                "docker-credential-{helper} (credHelpers of {})",
-                                file.path.display()
-                            ),
-                        });
-                        return Ok(lookup);
-                    }
-                    None => {
-                        lookup.searched.push(format!(
-                            "docker-credential-{helper} from credHelpers of {} (nothing for {h})",
-                            file.path.display()
-                        ));
-                        continue;
-                    }
+                if let Some(c) = self.run_helper(helper, h, &file.path).await? {
+                    let origin = format!(
+                        "docker-credential-{helper} (credHelpers of {})",
+                        file.path.display()
+                    );
+                    return Ok(hit(c, origin, searched));
                 }
+                searched.push(format!(
+                    "docker-credential-{helper} from credHelpers of {} (nothing for {h})",
+                    file.path.display()
+                ));
+                continue;
             }
             match file.auths.get(h) {
                 Some(Entry::Login(l)) => {
-                    lookup.found = Some(Found {
-                        credential: Credential::Basic(l.clone()),
-                        origin: format!("auths of {}", file.path.display()),
-                    });
-                    return Ok(lookup);
+                    let origin = format!("auths of {}", file.path.display());
+                    return Ok(hit(Credential::Basic(l.clone()), origin, searched));
                 }
                 Some(Entry::Token(t)) => {
-                    lookup.found = Some(Found {
-                        credential: Credential::IdentityToken(t.clone()),
-                        origin: format!("identitytoken in auths of {}", file.path.display()),
-                    });
-                    return Ok(lookup);
+                    let origin = format!("identitytoken in auths of {}", file.path.display());
+                    return Ok(hit(Credential::IdentityToken(t.clone()), origin, searched));
                 }
                 None => {}
             }
-            if let Some(store) = &file.creds_store {
-                match self.run_helper(store, h, &file.path).await? {
-                    Some(c) => {
-                        lookup.found = Some(Found {
-                            credential: c,
-                            origin: format!(
-                                "docker-credential-{store} (credsStore of {})",
-                                file.path.display()
-                            ),
-                        });
-                        return Ok(lookup);
-                    }
-                    None => lookup.searched.push(format!(
-                        "{} (no entry) and its credsStore docker-credential-{store} (nothing for {h})",
-                        file.path.display()
-                    )),
-                }
-            } else {
-                lookup
-                    .searched
-                    .push(format!("{} (no entry for {h})", file.path.display()));
+            let Some(store) = &file.creds_store else {
+                searched.push(format!("{} (no entry for {h})", file.path.display()));
+                continue;
+            };
+            if let Some(c) = self.run_helper(store, h, &file.path).await? {
+                let origin = format!(
+                    "docker-credential-{store} (credsStore of {})",
+                    file.path.display()
+                );
+                return Ok(hit(c, origin, searched));
             }
+            searched.push(format!(
+                "{} (no entry) and its credsStore docker-credential-{store} (nothing for {h})",
+                file.path.display()
+            ));
         }
-        Ok(lookup)
+        Ok(Lookup {
+            found: None,
+            searched,
+        })
     }
 
     /// `docker-credential-NAME get`, the server on stdin, `{ServerURL, Username, Secret}` on
