@@ -461,9 +461,10 @@ impl Registry {
         Ok((bytes, digest, content_type))
     }
 
-    /// GET a blob, following redirects by hand: to another origin without credentials (S3, R2
-    /// and OSS answer 400 to a request that carries the registry's `Authorization`), and
-    /// remembering where it was sent, so a resumed attempt asks there directly.
+    /// GET a blob, following redirects by hand, and remembering where it was sent, so a resumed
+    /// attempt asks there directly. The transport sends credentials only to the registry's own
+    /// origin: a redirect to another (S3, R2 and OSS answer 400 to a request that carries the
+    /// registry's `Authorization`) goes without.
     async fn blob_get(
         &self,
         r: &ImageRef,
@@ -472,17 +473,11 @@ impl Registry {
         headers: &HeaderMap,
         redirected: &mut Option<Url>,
     ) -> Result<reqwest::Response, RegistryError> {
-        let mut resp = match redirected.clone() {
-            Some(u) => {
-                self.transport
-                    .get_unauthenticated(&u, headers, &r.registry, what)
-                    .await?
-            }
-            None => {
-                self.pull_get(r, format!("{}/blobs/{digest}", repo_path(r)), what, headers)
-                    .await?
-            }
+        let first = match redirected.as_ref() {
+            Some(u) => u.to_string(),
+            None => format!("{}/blobs/{digest}", repo_path(r)),
         };
+        let mut resp = self.pull_get(r, first, what, headers).await?;
         for _ in 0..MAX_REDIRECTS {
             if !resp.status().is_redirection() {
                 return Ok(resp);
@@ -500,13 +495,7 @@ impl Registry {
                 });
             };
             *redirected = Some(loc.clone());
-            resp = if self.transport.is_registry_origin(&r.registry, &loc) {
-                self.pull_get(r, loc.to_string(), what, headers).await?
-            } else {
-                self.transport
-                    .get_unauthenticated(&loc, headers, &r.registry, what)
-                    .await?
-            };
+            resp = self.pull_get(r, loc.to_string(), what, headers).await?;
         }
         Err(RegistryError::Status {
             registry: r.registry.clone(),
@@ -515,8 +504,8 @@ impl Registry {
         })
     }
 
-    /// GET `url` (a path, or a URL of the registry's own origin) from the registry, with its
-    /// credentials and a `pull` token for `r`'s repository.
+    /// GET `url` (a path on the registry, or any URL) for `r`'s repository: with the registry's
+    /// credentials and a `pull` token when it is on the registry's own origin, without when not.
     async fn pull_get(
         &self,
         r: &ImageRef,
