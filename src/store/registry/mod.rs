@@ -315,21 +315,7 @@ impl Registry {
             // Redirects are followed by hand: a blob's CDN must not get the registry's
             // `Authorization`, and a resumed download goes to where it was sent.
             .redirect(reqwest::redirect::Policy::none());
-        let mut extra = Vec::new();
-        for f in &opts.ca_files {
-            let data = std::fs::read(f).map_err(|e| {
-                RegistryError::Setup(format!("cannot read CA file {}: {e}", f.display()))
-            })?;
-            if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
-                return Err(RegistryError::Setup(format!(
-                    "CA file {} holds no PEM certificate",
-                    f.display()
-                )));
-            }
-            let certs = reqwest::Certificate::from_pem_bundle(&data)
-                .map_err(|e| RegistryError::Setup(format!("CA file {}: {e}", f.display())))?;
-            extra.extend(certs);
-        }
+        let extra = super::read_ca_files(&opts.ca_files).map_err(RegistryError::Setup)?;
         if !extra.is_empty() {
             b = b.tls_certs_merge(extra);
         }
