@@ -142,7 +142,8 @@ impl Sink for RegistryStore {
         }
     }
 
-    /// Put the exact bytes, then read them back: the registry must serve that digest.
+    /// Put the exact bytes: the digest the registry says it stored (or, when it says none, the
+    /// one it serves back) must be theirs.
     async fn put_manifest(
         &self,
         repo: &str,
