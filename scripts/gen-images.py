@@ -480,6 +480,27 @@ def verify(args, env_dir: Path) -> int:
                         "application/vnd.docker.distribution.manifest.v2+json"])
     expected_hosts = {args.plain, args.tls}
     bad = 0
+
+    def check(ref: str, expected: str, head) -> None:
+        """Count `ref` as bad (and say why, for the first three) unless `head()` answers the
+        expected digest."""
+        nonlocal bad
+        try:
+            got = head()
+        except (urllib.error.URLError, OSError, KeyError, ValueError) as e:
+            problem = str(e)
+        else:
+            if got == expected:
+                return
+            problem = f"digest {got}, expected {expected}"
+        bad += 1
+        if bad <= 3:
+            log(f"verify: {ref}: {problem}")
+
+    def head_digest(req, tls: bool):
+        with urllib.request.urlopen(req, timeout=5, context=ctx if tls else None) as resp:
+            return resp.headers.get("Docker-Content-Digest")
+
     for img in images:
         for ref in img["registry_paths"]:
             host, _, rest = ref.partition("/")
@@ -492,18 +513,7 @@ def verify(args, env_dir: Path) -> int:
             req = urllib.request.Request(url, method="HEAD", headers={"Accept": accept})
             if tls:
                 req.add_header("Authorization", auth)
-            try:
-                with urllib.request.urlopen(req, timeout=5, context=ctx if tls else None) as resp:
-                    got = resp.headers.get("Docker-Content-Digest")
-            except (urllib.error.URLError, OSError) as e:
-                bad += 1
-                if bad <= 3:
-                    log(f"verify: {ref}: {e}")
-                continue
-            if got != img["index_digest"]:
-                bad += 1
-                if bad <= 3:
-                    log(f"verify: {ref}: digest {got}, expected {img['index_digest']}")
+            check(ref, img["index_digest"], lambda: head_digest(req, tls))
     for img in images:
         tok = img.get("token")
         if not tok:
@@ -512,24 +522,17 @@ def verify(args, env_dir: Path) -> int:
             log(f"verify: {tok['ref']} is for another token registry (ports changed?)")
             return 1
         repo, _, tag = tok["ref"][len(args.token) + 1:].rpartition(":")
-        try:
+
+        def token_head():
             q = urllib.parse.urlencode({"service": args.token_service, "scope": f"repository:{repo}:pull"})
             treq = urllib.request.Request(f"{args.token_auth}?{q}", headers={"Authorization": auth})
             with urllib.request.urlopen(treq, timeout=5, context=ctx) as resp:
                 token = json.loads(resp.read())["token"]
-            req = urllib.request.Request(f"https://{args.token}/v2/{repo}/manifests/{tag}", method="HEAD",
-                                         headers={"Accept": accept, "Authorization": f"Bearer {token}"})
-            with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
-                got = resp.headers.get("Docker-Content-Digest")
-        except (urllib.error.URLError, OSError, KeyError, ValueError) as e:
-            bad += 1
-            if bad <= 3:
-                log(f"verify: {tok['ref']}: {e}")
-            continue
-        if got != tok["digest"]:
-            bad += 1
-            if bad <= 3:
-                log(f"verify: {tok['ref']}: digest {got}, expected {tok['digest']}")
+            return head_digest(urllib.request.Request(
+                f"https://{args.token}/v2/{repo}/manifests/{tag}", method="HEAD",
+                headers={"Accept": accept, "Authorization": f"Bearer {token}"}), True)
+
+        check(tok["ref"], tok["digest"], token_head)
     if bad:
         log(f"verify: {bad} image reference(s) missing or wrong")
         return 1

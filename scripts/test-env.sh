@@ -171,36 +171,54 @@ need_tools() {
 }
 
 # ------------------------------------------------------------------ PKI
+# pki_fresh <ca> <cert>: $PKI_DIR holds <ca>.crt, <cert>.crt and <cert>.key, the certificate
+# chains to the CA and is good for another day.
+pki_fresh() {
+    [[ -s "$PKI_DIR/$1.crt" && -s "$PKI_DIR/$2.crt" && -s "$PKI_DIR/$2.key" ]] \
+        && openssl verify -CAfile "$PKI_DIR/$1.crt" "$PKI_DIR/$2.crt" >/dev/null 2>&1 \
+        && openssl x509 -in "$PKI_DIR/$2.crt" -noout -checkend 86400 >/dev/null 2>&1
+}
+
+# new_ca <dir> <name> <CN>: a self-signed CA, <dir>/<name>.crt and <dir>/<name>.key.
+new_ca() {
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+        -subj "/CN=$3" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -keyout "$1/$2.key" -out "$1/$2.crt" >"$1/openssl.log" 2>&1 \
+        || { cat "$1/openssl.log" >&2; die "openssl: creating $3 failed"; }
+}
+
+# new_cert <dir> <ca> <name> <CN> <extfile>: a key <dir>/<name>.key and its certificate
+# <dir>/<name>.crt, issued by the CA <dir>/<ca>.{crt,key} with the extensions of <extfile>.
+new_cert() {
+    local dir="$1" ca="$2" name="$3" cn="$4" ext="$5"
+    openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=$cn" \
+        -keyout "$dir/$name.key" -out "$dir/$name.csr" >"$dir/openssl.log" 2>&1 \
+        || { cat "$dir/openssl.log" >&2; die "openssl: creating the key of $cn failed"; }
+    openssl x509 -req -sha256 -days 3650 -in "$dir/$name.csr" \
+        -CA "$dir/$ca.crt" -CAkey "$dir/$ca.key" -CAcreateserial \
+        -extfile "$ext" -out "$dir/$name.crt" >"$dir/openssl.log" 2>&1 \
+        || { cat "$dir/openssl.log" >&2; die "openssl: signing the certificate of $cn failed"; }
+}
+
 make_pki() {
     mkdir -p "$PKI_DIR" "$CA_DIR"
-    if [[ -s "$PKI_DIR/ca.crt" && -s "$PKI_DIR/ca.key" && -s "$PKI_DIR/server.crt" && -s "$PKI_DIR/server.key" ]] \
-        && openssl verify -CAfile "$PKI_DIR/ca.crt" "$PKI_DIR/server.crt" >/dev/null 2>&1 \
-        && openssl x509 -in "$PKI_DIR/server.crt" -noout -checkend 86400 >/dev/null 2>&1; then
+    if [[ -s "$PKI_DIR/ca.key" ]] && pki_fresh ca server; then
         cp -f "$PKI_DIR/ca.crt" "$CA_DIR/ca.crt"
         return 0
     fi
     log "creating test CA and server certificate in $PKI_DIR"
     local tmp
     tmp="$(mktemp -d)"
-    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
-        -subj "/CN=koord-bundle test CA" \
-        -addext "basicConstraints=critical,CA:TRUE" \
-        -addext "keyUsage=critical,keyCertSign,cRLSign" \
-        -keyout "$tmp/ca.key" -out "$tmp/ca.crt" >"$tmp/openssl.log" 2>&1 \
-        || { cat "$tmp/openssl.log" >&2; die "openssl: CA creation failed"; }
-    openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=localhost" \
-        -keyout "$tmp/server.key" -out "$tmp/server.csr" >"$tmp/openssl.log" 2>&1 \
-        || { cat "$tmp/openssl.log" >&2; die "openssl: server key/CSR creation failed"; }
+    new_ca "$tmp" ca "koord-bundle test CA"
     cat >"$tmp/server.ext" <<EOF
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost
 EOF
-    openssl x509 -req -sha256 -days 3650 -in "$tmp/server.csr" \
-        -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" -CAcreateserial \
-        -extfile "$tmp/server.ext" -out "$tmp/server.crt" >"$tmp/openssl.log" 2>&1 \
-        || { cat "$tmp/openssl.log" >&2; die "openssl: signing the server certificate failed"; }
+    new_cert "$tmp" ca server localhost "$tmp/server.ext"
     chmod 600 "$tmp/ca.key" "$tmp/server.key"
     mv -f "$tmp/ca.crt" "$tmp/ca.key" "$tmp/server.crt" "$tmp/server.key" "$PKI_DIR/"
     rm -rf "$tmp"
@@ -215,28 +233,15 @@ EOF
 # The token service's signing key: a CA of its own (the registry's rootcertbundle) and a signer
 # certificate it issued (sent in each JWT's x5c header).
 make_token_pki() {
-    if [[ -s "$PKI_DIR/token-ca.crt" && -s "$PKI_DIR/token-signer.key" && -s "$PKI_DIR/token-signer.crt" ]] \
-        && openssl verify -CAfile "$PKI_DIR/token-ca.crt" "$PKI_DIR/token-signer.crt" >/dev/null 2>&1 \
-        && openssl x509 -in "$PKI_DIR/token-signer.crt" -noout -checkend 86400 >/dev/null 2>&1; then
+    if pki_fresh token-ca token-signer; then
         return 0
     fi
     log "creating the token signer CA and certificate in $PKI_DIR"
     local tmp
     tmp="$(mktemp -d)"
-    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
-        -subj "/CN=koord-bundle test token CA" \
-        -addext "basicConstraints=critical,CA:TRUE" \
-        -addext "keyUsage=critical,keyCertSign,cRLSign" \
-        -keyout "$tmp/token-ca.key" -out "$tmp/token-ca.crt" >"$tmp/openssl.log" 2>&1 \
-        || { cat "$tmp/openssl.log" >&2; die "openssl: token CA creation failed"; }
-    openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=koord-bundle test token signer" \
-        -keyout "$tmp/token-signer.key" -out "$tmp/token-signer.csr" >"$tmp/openssl.log" 2>&1 \
-        || { cat "$tmp/openssl.log" >&2; die "openssl: token signer key creation failed"; }
+    new_ca "$tmp" token-ca "koord-bundle test token CA"
     printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n' >"$tmp/signer.ext"
-    openssl x509 -req -sha256 -days 3650 -in "$tmp/token-signer.csr" \
-        -CA "$tmp/token-ca.crt" -CAkey "$tmp/token-ca.key" -CAcreateserial \
-        -extfile "$tmp/signer.ext" -out "$tmp/token-signer.crt" >"$tmp/openssl.log" 2>&1 \
-        || { cat "$tmp/openssl.log" >&2; die "openssl: signing the token signer certificate failed"; }
+    new_cert "$tmp" token-ca token-signer "koord-bundle test token signer" "$tmp/signer.ext"
     chmod 600 "$tmp/token-ca.key" "$tmp/token-signer.key"
     mv -f "$tmp/token-ca.crt" "$tmp/token-ca.key" "$tmp/token-signer.crt" "$tmp/token-signer.key" "$PKI_DIR/"
     rm -rf "$tmp"

@@ -114,18 +114,6 @@ impl ImageRef {
             .or(self.tag.as_deref())
             .unwrap_or("latest")
     }
-
-    /// The same repository at another tag or digest.
-    pub fn with_reference(&self, reference: &str) -> ImageRef {
-        let mut r = self.clone();
-        if reference.starts_with("sha256:") {
-            r.digest = Some(reference.to_string());
-        } else {
-            r.tag = Some(reference.to_string());
-            r.digest = None;
-        }
-        r
-    }
 }
 
 impl fmt::Display for ImageRef {

@@ -59,8 +59,9 @@ impl Target {
             Some((r, p)) => (r.to_string(), p.to_string()),
             None => (s.to_string(), String::new()),
         };
-        // Validate by parsing a reference under it.
-        ImageRef::parse(&format!(
+        // Validate by parsing a reference under it: a first component that the reference
+        // parser does not take for a host (no dot, no port, not localhost) is no registry.
+        let probe = ImageRef::parse(&format!(
             "{registry}/{}x:t",
             if prefix.is_empty() {
                 String::new()
@@ -68,8 +69,12 @@ impl Target {
                 format!("{prefix}/")
             }
         ))?;
-        if !(registry.contains('.') || registry.contains(':') || registry == "localhost") {
-            return Err(RefError { reference: s.to_string(), reason: "the registry must be a host name with a dot or a port (e.g. registry.internal or 10.0.0.5:5000)" }.into());
+        if probe.registry != registry {
+            return Err(RefError {
+                reference: s.to_string(),
+                reason: "the registry must be a host name with a dot or a port (e.g. registry.internal or 10.0.0.5:5000)",
+            }
+            .into());
         }
         Ok(Target { registry, prefix })
     }
@@ -108,5 +113,17 @@ mod tests {
             .contains("without a scheme"));
         let t = Target::parse("127.0.0.1:5000/site/").unwrap();
         assert_eq!(t.host_and_prefix(), "127.0.0.1:5000/site");
+        for host in [
+            "localhost",
+            "docker.io",
+            "registry.internal",
+            "10.0.0.5:5000",
+        ] {
+            assert_eq!(Target::parse(host).unwrap().registry, host);
+        }
+        assert!(Target::parse("myregistry/site")
+            .unwrap_err()
+            .to_string()
+            .contains("a dot or a port"));
     }
 }

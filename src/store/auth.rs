@@ -181,9 +181,6 @@ pub enum AuthError {
     },
 }
 
-/// Kept for callers of the earlier name.
-pub type AuthFileError = AuthError;
-
 #[derive(Debug, Clone, Default)]
 struct AuthFile {
     path: PathBuf,
@@ -209,8 +206,6 @@ pub struct Credentials {
     /// `PATH` to find `docker-credential-*` on (`None`: the process's own).
     helper_path: Option<OsString>,
     cache: Arc<Mutex<BTreeMap<String, Lookup>>>,
-    /// Where they were read from (for messages; never the secrets).
-    pub origins: Vec<PathBuf>,
 }
 
 /// How long a credential helper may take.
@@ -227,24 +222,6 @@ impl Credentials {
         }
     }
 
-    /// The explicit login or plain `auths` login for `host`, if any (no helper is run).
-    pub fn get(&self, host: &str) -> Option<&Login> {
-        let h = normalise_host(host);
-        if let Some(l) = self.explicit.get(&h) {
-            return Some(l);
-        }
-        self.files.iter().find_map(|f| match f.auths.get(&h) {
-            Some(Entry::Login(l)) => Some(l),
-            _ => None,
-        })
-    }
-
-    /// Read the auth files that exist, in the order given (earlier wins); helpers are found
-    /// on the process's `PATH`.
-    pub fn from_files(paths: &[PathBuf]) -> Result<Self, AuthError> {
-        Self::from_files_with_path(paths, None)
-    }
-
     /// Read the auth files that exist, in the order given (earlier wins); helpers are found on
     /// `helper_path` (the command layer passes `$PATH`).
     pub fn from_files_with_path(
@@ -259,7 +236,6 @@ impl Credentials {
         for path in paths {
             if path.is_file() {
                 creds.files.push(read_file(path)?);
-                creds.origins.push(path.clone());
             }
         }
         Ok(creds)
@@ -280,83 +256,69 @@ impl Credentials {
     }
 
     async fn resolve_uncached(&self, h: &str) -> Result<Lookup, AuthError> {
-        let mut lookup = Lookup::default();
+        let mut searched = Vec::new();
+        // The look-up ends at the first credential found.
+        let hit = |credential, origin, searched| Lookup {
+            found: Some(Found { credential, origin }),
+            searched,
+        };
         if let Some(l) = self.explicit.get(h) {
-            lookup.found = Some(Found {
-                credential: Credential::Basic(l.clone()),
-                origin: "--username/--password-stdin".into(),
-            });
-            return Ok(lookup);
+            return Ok(hit(
+                Credential::Basic(l.clone()),
+                "--username/--password-stdin".into(),
+                searched,
+            ));
         }
         for path in &self.considered {
             let Some(file) = self.files.iter().find(|f| &f.path == path) else {
-                lookup
-                    .searched
-                    .push(format!("{} (not there)", path.display()));
+                searched.push(format!("{} (not there)", path.display()));
                 continue;
             };
             if let Some(helper) = file.cred_helpers.get(h) {
-                match self.run_helper(helper, h, &file.path).await? {
-                    Some(c) => {
-                        lookup.found = Some(Found {
-                            credential: c,
-                            origin: format!(
-                                "docker-credential-{helper} (credHelpers of {})",
-                                file.path.display()
-                            ),
-                        });
-                        return Ok(lookup);
-                    }
-                    None => {
-                        lookup.searched.push(format!(
-                            "docker-credential-{helper} from credHelpers of {} (nothing for {h})",
-                            file.path.display()
-                        ));
-                        continue;
-                    }
+                if let Some(c) = self.run_helper(helper, h, &file.path).await? {
+                    let origin = format!(
+                        "docker-credential-{helper} (credHelpers of {})",
+                        file.path.display()
+                    );
+                    return Ok(hit(c, origin, searched));
                 }
+                searched.push(format!(
+                    "docker-credential-{helper} from credHelpers of {} (nothing for {h})",
+                    file.path.display()
+                ));
+                continue;
             }
             match file.auths.get(h) {
                 Some(Entry::Login(l)) => {
-                    lookup.found = Some(Found {
-                        credential: Credential::Basic(l.clone()),
-                        origin: format!("auths of {}", file.path.display()),
-                    });
-                    return Ok(lookup);
+                    let origin = format!("auths of {}", file.path.display());
+                    return Ok(hit(Credential::Basic(l.clone()), origin, searched));
                 }
                 Some(Entry::Token(t)) => {
-                    lookup.found = Some(Found {
-                        credential: Credential::IdentityToken(t.clone()),
-                        origin: format!("identitytoken in auths of {}", file.path.display()),
-                    });
-                    return Ok(lookup);
+                    let origin = format!("identitytoken in auths of {}", file.path.display());
+                    return Ok(hit(Credential::IdentityToken(t.clone()), origin, searched));
                 }
                 None => {}
             }
-            if let Some(store) = &file.creds_store {
-                match self.run_helper(store, h, &file.path).await? {
-                    Some(c) => {
-                        lookup.found = Some(Found {
-                            credential: c,
-                            origin: format!(
-                                "docker-credential-{store} (credsStore of {})",
-                                file.path.display()
-                            ),
-                        });
-                        return Ok(lookup);
-                    }
-                    None => lookup.searched.push(format!(
-                        "{} (no entry) and its credsStore docker-credential-{store} (nothing for {h})",
-                        file.path.display()
-                    )),
-                }
-            } else {
-                lookup
-                    .searched
-                    .push(format!("{} (no entry for {h})", file.path.display()));
+            let Some(store) = &file.creds_store else {
+                searched.push(format!("{} (no entry for {h})", file.path.display()));
+                continue;
+            };
+            if let Some(c) = self.run_helper(store, h, &file.path).await? {
+                let origin = format!(
+                    "docker-credential-{store} (credsStore of {})",
+                    file.path.display()
+                );
+                return Ok(hit(c, origin, searched));
             }
+            searched.push(format!(
+                "{} (no entry) and its credsStore docker-credential-{store} (nothing for {h})",
+                file.path.display()
+            ));
         }
-        Ok(lookup)
+        Ok(Lookup {
+            found: None,
+            searched,
+        })
     }
 
     /// `docker-credential-NAME get`, the server on stdin, `{ServerURL, Username, Secret}` on
@@ -595,11 +557,17 @@ mod tests {
         let p = dir.path().join("config.json");
         let auth = base64::engine::general_purpose::STANDARD.encode("koord:s3cret");
         std::fs::write(&p, format!(r#"{{"auths":{{"127.0.0.1:5001":{{"auth":"{auth}"}},"https://index.docker.io/v1/":{{"auth":"{auth}"}},"tok.example":{{"identitytoken":"refresh-xyz"}},"store.example":{{}}}}}}"#)).unwrap();
-        let c = Credentials::from_files(&[p]).unwrap();
-        let l = c.get("127.0.0.1:5001").unwrap();
+        let c = Credentials::from_files_with_path(&[p], None).unwrap();
+        let login = |host: &str| {
+            rt().block_on(c.resolve(host))
+                .unwrap()
+                .found
+                .and_then(|f| f.credential.login().cloned())
+        };
+        let l = login("127.0.0.1:5001").unwrap();
         assert_eq!(l.username, "koord");
         assert_eq!(l.password.expose(), "s3cret");
-        assert!(c.get("docker.io").is_some());
+        assert!(login("docker.io").is_some());
         assert!(!format!("{c:?}").contains("s3cret"));
         let found = rt().block_on(c.resolve("tok.example")).unwrap();
         match found.found.unwrap().credential {

@@ -121,107 +121,92 @@ impl BlobCache {
     /// Start or resume writing a blob: the partial file is opened and what it already holds is
     /// hashed, so the download can continue at [`PartialBlob::offset`].
     pub fn begin(&self, d: &Digest, size: u64) -> Result<PartialBlob, CacheError> {
-        let path = self.root.join("partial").join(d.hex());
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        let tee = self.tee(d, size)?;
         let mut hasher = Sha256::new();
-        let mut written = 0u64;
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = file.read(&mut buf).map_err(io_err(&path))?;
+            let n = (&tee.file).read(&mut buf).map_err(io_err(&tee.path))?;
             if n == 0 {
                 break;
             }
             hasher.update(&buf[..n]);
-            written += n as u64;
         }
-        let mut p = PartialBlob {
-            file,
+        Ok(PartialBlob {
+            tee,
             hasher,
-            written,
             digest: d.clone(),
             size,
-            path,
-            final_path: self.path(d),
-        };
-        if written > size {
-            p.restart()?;
-        }
-        Ok(p)
+        })
+    }
+
+    /// Where a download of `d` in progress is kept.
+    fn partial_path(&self, d: &Digest) -> PathBuf {
+        self.root.join("partial").join(d.hex())
     }
 }
 
-/// A blob being written to the cache.
+/// A blob being written to the cache, hashed here as it is written.
 pub struct PartialBlob {
-    file: File,
+    tee: Tee,
     hasher: Sha256,
-    written: u64,
     digest: Digest,
     size: u64,
-    path: PathBuf,
-    final_path: PathBuf,
 }
 
 impl PartialBlob {
     /// Bytes already held (resume offset).
     pub fn offset(&self) -> u64 {
-        self.written
+        self.tee.written
     }
 
     /// Throw away what is held and start at zero.
     pub fn restart(&mut self) -> Result<(), CacheError> {
-        self.file.set_len(0).map_err(io_err(&self.path))?;
+        self.tee.restart()?;
         self.hasher = Sha256::new();
-        self.written = 0;
         Ok(())
     }
 
     /// Append a chunk; more bytes than the descriptor's size is an error (and the partial file
     /// is discarded).
     pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
-        if self.written + chunk.len() as u64 > self.size {
-            let actual = self.written + chunk.len() as u64;
-            let _ = fs::remove_file(&self.path);
+        let actual = self.tee.written + chunk.len() as u64;
+        if actual > self.size {
+            let _ = fs::remove_file(&self.tee.path);
             return Err(CacheError::SizeMismatch {
                 digest: self.digest.clone(),
                 expected: self.size,
                 actual,
             });
         }
-        self.file.write_all(chunk).map_err(io_err(&self.path))?;
+        self.tee.write(chunk)?;
         self.hasher.update(chunk);
-        self.written += chunk.len() as u64;
         Ok(())
     }
 
-    /// Check size and digest, fsync and move into `blobs/`. On mismatch the partial file is
-    /// deleted and nothing is kept.
+    /// Check size and digest, and move into `blobs/`. On mismatch the partial file is deleted
+    /// and nothing is kept.
     pub fn commit(self) -> Result<(), CacheError> {
-        if self.written != self.size {
-            let _ = fs::remove_file(&self.path);
+        let written = self.tee.written;
+        if written != self.size {
+            self.tee.discard();
             return Err(CacheError::SizeMismatch {
                 digest: self.digest,
                 expected: self.size,
-                actual: self.written,
+                actual: written,
             });
         }
         let actual = Digest::from_hasher(self.hasher);
         if actual != self.digest {
-            let _ = fs::remove_file(&self.path);
+            self.tee.discard();
             return Err(CacheError::DigestMismatch {
                 expected: self.digest,
                 actual,
-                size: self.written,
+                size: written,
             });
         }
         // No fsync per blob: a blob torn by a power loss is caught when it is reused (the pack
         // re-hashes every blob it did not verify on arrival in the same run).
-        fs::rename(&self.path, &self.final_path).map_err(io_err(&self.final_path))?;
-        Ok(())
+        self.tee.commit()
     }
 }
 
@@ -238,7 +223,7 @@ pub struct Tee {
 impl BlobCache {
     /// Bytes of a partial download of `d`, if there is one.
     pub fn partial_len(&self, d: &Digest) -> Option<u64> {
-        fs::metadata(self.root.join("partial").join(d.hex()))
+        fs::metadata(self.partial_path(d))
             .ok()
             .map(|m| m.len())
             .filter(|&n| n > 0)
@@ -246,7 +231,7 @@ impl BlobCache {
 
     /// Continue (or start) the partial download of `d` without hashing it here.
     pub fn tee(&self, d: &Digest, size: u64) -> Result<Tee, CacheError> {
-        let path = self.root.join("partial").join(d.hex());
+        let path = self.partial_path(d);
         let file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -380,7 +365,7 @@ impl super::Sink for BlobCache {
         if self.has(&desc.digest, desc.size) {
             return Ok(super::Have::Complete);
         }
-        let partial = self.root.join("partial").join(desc.digest.hex());
+        let partial = self.partial_path(&desc.digest);
         Ok(match fs::metadata(&partial) {
             Ok(m) if m.len() > 0 && m.len() <= desc.size => super::Have::Partial(m.len()),
             _ => super::Have::Nothing,

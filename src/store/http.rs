@@ -63,15 +63,8 @@ impl HttpFetcher {
             .user_agent(concat!("koord-bundle/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(15))
             .read_timeout(std::time::Duration::from_secs(60));
-        for f in ca_files {
-            let pem = std::fs::read(f).map_err(|e| {
-                HttpError::Setup(format!("cannot read CA file {}: {e}", f.display()))
-            })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| HttpError::Setup(format!("CA file {}: {e}", f.display())))?;
-            for c in certs {
-                b = b.add_root_certificate(c);
-            }
+        for c in super::read_ca_files(ca_files).map_err(HttpError::Setup)? {
+            b = b.add_root_certificate(c);
         }
         Ok(HttpFetcher {
             client: b.build().map_err(|e| HttpError::Setup(e.to_string()))?,
@@ -198,5 +191,24 @@ impl HttpFetcher {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same `--ca-file` is refused by the Helm repository client as by the registry client
+    /// when it holds no certificate (it was silently trusted as nothing here).
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("ca.crt");
+        std::fs::write(&f, "not a certificate\n").unwrap();
+        let e = HttpFetcher::new(std::slice::from_ref(&f), RetryPolicy::default())
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("holds no PEM certificate"), "{e}");
+        assert!(e.to_string().contains(&f.display().to_string()), "{e}");
     }
 }

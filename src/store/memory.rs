@@ -1,12 +1,16 @@
 //! A store in memory, both [`Source`] and [`Sink`]: for fast tests of the copy engine and of
 //! `serve`, and as the model the other stores follow. It is as strict as a registry where the
-//! engine depends on it: a manifest is accepted only when every blob and child manifest it
-//! references is in that repository, blobs are checked against their descriptors, and a mount
-//! works only from a repository that holds the blob.
+//! engine depends on it, as CNCF distribution 2.8 is (each rule checked against
+//! `docker-registry`): a manifest is accepted only when every blob it references is a blob of
+//! that repository and every child of an index is in that repository, and only up to 4 MiB;
+//! blobs are checked against their descriptors; a mount works only from a repository that
+//! holds the blob; a manifest is not a blob (HEAD, GET and mount of its digest as a blob find
+//! nothing).
 
 use super::content::{
     BlobStream, Catalog, Have, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
+use super::registry::MAX_MANIFEST;
 use crate::oci::{Descriptor, Digest, Manifest};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -20,8 +24,10 @@ const PIECE: usize = 64 * 1024;
 #[derive(Debug, Default)]
 struct Repo {
     tags: BTreeMap<String, Digest>,
-    /// Manifests and blobs this repository holds.
-    content: BTreeSet<Digest>,
+    /// Blobs this repository holds (distribution's `_layers` links).
+    blobs: BTreeSet<Digest>,
+    /// Manifests this repository holds (distribution's `_manifests/revisions` links).
+    manifests: BTreeSet<Digest>,
 }
 
 #[derive(Debug, Default)]
@@ -70,11 +76,7 @@ impl MemoryStore {
             annotations: None,
         };
         i.blobs.insert(d.clone(), bytes);
-        i.repos
-            .entry(repo.to_string())
-            .or_default()
-            .content
-            .insert(d);
+        i.repos.entry(repo.to_string()).or_default().blobs.insert(d);
         desc
     }
 
@@ -82,7 +84,7 @@ impl MemoryStore {
     pub fn add_manifest(&self, repo: &str, tag: Option<&str>, m: RawManifest) {
         let mut i = self.lock();
         let r = i.repos.entry(repo.to_string()).or_default();
-        r.content.insert(m.digest.clone());
+        r.manifests.insert(m.digest.clone());
         if let Some(t) = tag {
             r.tags.insert(t.to_string(), m.digest.clone());
         }
@@ -104,7 +106,7 @@ impl MemoryStore {
         self.lock()
             .repos
             .get(repo)
-            .is_some_and(|r| r.content.contains(d))
+            .is_some_and(|r| r.blobs.contains(d) || r.manifests.contains(d))
     }
 
     /// Remove a blob everywhere (test set-up for missing content).
@@ -112,7 +114,7 @@ impl MemoryStore {
         let mut i = self.lock();
         i.blobs.remove(d);
         for r in i.repos.values_mut() {
-            r.content.remove(d);
+            r.blobs.remove(d);
         }
     }
 
@@ -145,7 +147,7 @@ impl Source for MemoryStore {
         let r = i.repos.get(repo);
         let digest = match reference {
             Reference::Tag(t) => r.and_then(|r| r.tags.get(t)).cloned(),
-            Reference::Digest(d) => r.filter(|r| r.content.contains(d)).map(|_| d.clone()),
+            Reference::Digest(d) => r.filter(|r| r.manifests.contains(d)).map(|_| d.clone()),
         };
         digest
             .and_then(|d| i.manifests.get(&d).cloned())
@@ -163,12 +165,8 @@ impl Source for MemoryStore {
             let held = i
                 .repos
                 .get(repo)
-                .is_some_and(|r| r.content.contains(&desc.digest));
-            i.blobs
-                .get(&desc.digest)
-                .or_else(|| i.manifests.get(&desc.digest).map(|m| &m.bytes))
-                .filter(|_| held)
-                .cloned()
+                .is_some_and(|r| r.blobs.contains(&desc.digest));
+            i.blobs.get(&desc.digest).filter(|_| held).cloned()
         }
         .ok_or_else(|| self.not_found(format!("blob {} in {repo}", desc.digest)))?;
         let start = (offset as usize).min(bytes.len());
@@ -192,7 +190,7 @@ impl Sink for MemoryStore {
         let held = i
             .repos
             .get(repo)
-            .is_some_and(|r| r.content.contains(&desc.digest));
+            .is_some_and(|r| r.blobs.contains(&desc.digest));
         Ok(if held && i.blobs.contains_key(&desc.digest) {
             Have::Complete
         } else {
@@ -255,7 +253,7 @@ impl Sink for MemoryStore {
         i.repos
             .entry(repo.to_string())
             .or_default()
-            .content
+            .blobs
             .insert(desc.digest.clone());
         Ok(())
     }
@@ -270,7 +268,7 @@ impl Sink for MemoryStore {
         let there = i
             .repos
             .get(from_repo)
-            .is_some_and(|r| r.content.contains(&desc.digest));
+            .is_some_and(|r| r.blobs.contains(&desc.digest));
         if !self.mounts || !there {
             return Ok(false);
         }
@@ -279,7 +277,7 @@ impl Sink for MemoryStore {
         i.repos
             .entry(repo.to_string())
             .or_default()
-            .content
+            .blobs
             .insert(desc.digest.clone());
         Ok(true)
     }
@@ -296,7 +294,7 @@ impl Sink for MemoryStore {
         };
         Ok(match reference {
             Reference::Tag(t) => r.tags.get(t) == Some(digest),
-            Reference::Digest(d) => d == digest && r.content.contains(d),
+            Reference::Digest(d) => d == digest && r.manifests.contains(d),
         })
     }
 
@@ -306,6 +304,16 @@ impl Sink for MemoryStore {
         reference: &Reference,
         m: &RawManifest,
     ) -> Result<(), StoreError> {
+        if m.bytes.len() > MAX_MANIFEST {
+            return Err(StoreError::other(
+                self.describe(),
+                format!(
+                    "manifest {} is {} bytes, more than {MAX_MANIFEST}: refused (as a registry does)",
+                    reference.qualify(repo),
+                    m.bytes.len()
+                ),
+            ));
+        }
         if Digest::of(&m.bytes) != m.digest {
             return Err(StoreError::DigestMismatch {
                 store: self.describe(),
@@ -320,25 +328,30 @@ impl Sink for MemoryStore {
                 return Err(self.not_found(format!("manifest {d} (the bytes are {})", m.digest)));
             }
         }
-        // Strict as a registry: everything referenced must already be in this repository.
+        // Strict as a registry: everything referenced must already be in this repository; an
+        // image's config and layers as blobs (a manifest of the same digest does not count), an
+        // index's children as manifests or blobs (distribution 2.8 accepts either).
         let parsed = Manifest::parse(&m.bytes, Some(&m.media_type))
             .map_err(|e| StoreError::other(self.describe(), e))?;
-        let referenced: Vec<Digest> = match &parsed {
-            Manifest::Index { manifests, .. } => {
-                manifests.iter().map(|d| d.digest.clone()).collect()
-            }
-            img @ Manifest::Image { .. } => img.blobs().iter().map(|d| d.digest.clone()).collect(),
-        };
         let mut i = self.lock();
         let repo_entry = i.repos.entry(repo.to_string()).or_default();
-        if let Some(missing) = referenced.iter().find(|d| !repo_entry.content.contains(d)) {
-            let missing = missing.clone();
+        let missing = match &parsed {
+            Manifest::Index { manifests, .. } => manifests.iter().find(|d| {
+                !repo_entry.manifests.contains(&d.digest) && !repo_entry.blobs.contains(&d.digest)
+            }),
+            img @ Manifest::Image { .. } => img
+                .blobs()
+                .into_iter()
+                .find(|d| !repo_entry.blobs.contains(&d.digest)),
+        };
+        if let Some(missing) = missing {
             return Err(self.not_found(format!(
-                "{missing}, referenced by manifest {} (put its content first)",
+                "{}, referenced by manifest {} (put its content first)",
+                missing.digest,
                 reference.qualify(repo)
             )));
         }
-        repo_entry.content.insert(m.digest.clone());
+        repo_entry.manifests.insert(m.digest.clone());
         if let Reference::Tag(t) = reference {
             repo_entry.tags.insert(t.clone(), m.digest.clone());
         }
@@ -346,5 +359,88 @@ impl Sink for MemoryStore {
             .push(("put_manifest".into(), repo.into(), reference.to_string()));
         i.manifests.insert(m.digest.clone(), m.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oci::media;
+    use futures_util::future::BoxFuture;
+    use serde_json::json;
+
+    /// The bytes of one blob, as an upload source.
+    struct Held(Bytes);
+
+    impl Opener for Held {
+        fn open(&self, offset: u64) -> BoxFuture<'_, Result<BlobStream, StoreError>> {
+            let b = self.0.slice(offset as usize..);
+            Box::pin(async move { Ok(futures_util::stream::iter([Ok(b)]).boxed()) })
+        }
+    }
+
+    fn image_manifest(config: &Descriptor, layers: &[&Descriptor], pad: usize) -> RawManifest {
+        RawManifest::new(
+            serde_json::to_vec(
+                &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                "config": config, "layers": layers,
+                "annotations": {"pad": "a".repeat(pad)}}),
+            )
+            .unwrap(),
+            media::OCI_MANIFEST,
+        )
+    }
+
+    /// Each refusal below was checked against docker-registry 2.8.2 (curl).
+    #[tokio::test]
+    async fn refuses_what_distribution_refuses() {
+        let s = MemoryStore::new("m");
+        let tag = |t: &str| Reference::Tag(t.into());
+        let config = s.add_blob("r", "application/vnd.oci.image.config.v1+json", "{}");
+        let m1 = image_manifest(&config, &[], 0);
+        s.put_manifest("r", &tag("m1"), &m1).await.unwrap();
+
+        // A manifest over 4 MiB: 400 MANIFEST_INVALID "http: request body too large".
+        let big = image_manifest(&config, &[], MAX_MANIFEST);
+        let e = s.put_manifest("r", &tag("big"), &big).await.unwrap_err();
+        assert!(e.to_string().contains("more than 4194304"), "{e}");
+
+        // A layer that is a manifest of the repository, not a blob: 400 MANIFEST_BLOB_UNKNOWN.
+        let m1_desc = m1.descriptor();
+        let m2 = image_manifest(&config, &[&m1_desc], 0);
+        let e = s.put_manifest("r", &tag("m2"), &m2).await.unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        // An index child that is not there at all: 400 MANIFEST_BLOB_UNKNOWN.
+        let absent = Descriptor {
+            digest: Digest::of(b"absent"),
+            ..m1_desc.clone()
+        };
+        let idx = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": [absent]}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        let e = s.put_manifest("r", &tag("i"), &idx).await.unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+
+        // A manifest's digest is no blob: HEAD and GET 404, a mount of it opens an upload.
+        assert_eq!(s.blob_state("r", &m1_desc).await.unwrap(), Have::Nothing);
+        assert!(s.blob("r", &m1_desc, 0).await.is_err());
+        assert!(!s.mount_blob("o", "r", &m1_desc).await.unwrap());
+        // A blob is mounted from a repository that holds it, not from one that lacks it.
+        assert!(!s.mount_blob("o", "elsewhere", &config).await.unwrap());
+        assert!(s.mount_blob("o", "r", &config).await.unwrap());
+
+        // A blob whose bytes do not match its digest is not kept.
+        let wrong = Descriptor {
+            digest: Digest::of(b"other"),
+            ..config.clone()
+        };
+        let on: crate::store::OnBytes = std::sync::Arc::new(|_| {});
+        let held = Held(Bytes::from_static(b"{}"));
+        let e = s.put_blob("r2", &wrong, 0, &held, &on).await.unwrap_err();
+        assert!(e.to_string().contains("digest"), "{e}");
+        assert!(!s.holds("r2", &wrong.digest));
     }
 }

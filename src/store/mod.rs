@@ -21,3 +21,24 @@ pub use memory::MemoryStore;
 pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};
 
 pub(crate) use crate::text::error_chain;
+
+/// The certificates of the `--ca-file` PEM files, to trust besides the system roots (registries
+/// and Helm repositories alike). A file that cannot be read, or holds no PEM certificate, is an
+/// error naming it.
+pub(crate) fn read_ca_files(
+    files: &[std::path::PathBuf],
+) -> Result<Vec<reqwest::Certificate>, String> {
+    let mut certs = Vec::new();
+    for f in files {
+        let data =
+            std::fs::read(f).map_err(|e| format!("cannot read CA file {}: {e}", f.display()))?;
+        if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(format!("CA file {} holds no PEM certificate", f.display()));
+        }
+        certs.extend(
+            reqwest::Certificate::from_pem_bundle(&data)
+                .map_err(|e| format!("CA file {}: {e}", f.display()))?,
+        );
+    }
+    Ok(certs)
+}

@@ -352,3 +352,23 @@ pub fn in_tmpfs(h: &Home, dir: &Path, size: &str, script: &str) -> Output {
     );
     o
 }
+
+// --- review-a helpers
+
+impl Home {
+    /// `load BUNDLE --registry REGISTRY --key <this home's public key>` plus `extra`, not run
+    /// yet (the caller adds stdin, environment, or spawns it).
+    pub fn load_cmd(&self, bundle: &Path, registry: &str, extra: &[&str]) -> Command {
+        let key = self.pubkey();
+        let mut c = self.cmd(&[
+            "load",
+            bundle.to_str().unwrap(),
+            "--registry",
+            registry,
+            "--key",
+            key.to_str().unwrap(),
+        ]);
+        c.args(extra);
+        c
+    }
+}

@@ -144,6 +144,18 @@ impl TokenBuilt {
     }
 }
 
+/// `load BUNDLE --registry TOKEN/prefix --key KEY --ca-file CA` plus `extra`, not run yet.
+fn token_load_cmd(b: &TokenBuilt, prefix: &str, extra: &[&str]) -> std::process::Command {
+    let t = tenv();
+    let mut c = b.home.load_cmd(
+        &b.bundle,
+        &format!("{}/{prefix}", t.registry),
+        &["--ca-file", t.ca_file.to_str().unwrap()],
+    );
+    c.args(extra);
+    c
+}
+
 /// `load BUNDLE --registry TOKEN/prefix --ca-file CA --no-install --json` plus `extra`, with
 /// `stdin` (for --password-stdin) and `envs`.
 fn load_token(
@@ -153,23 +165,9 @@ fn load_token(
     stdin: Option<&str>,
     envs: &[(&str, &str)],
 ) -> Output {
-    let t = tenv();
-    let registry = format!("{}/{prefix}", t.registry);
-    let pubkey = b.home.pubkey();
-    let mut args = vec![
-        "load",
-        b.bundle.to_str().unwrap(),
-        "--registry",
-        &registry,
-        "--key",
-        pubkey.to_str().unwrap(),
-        "--ca-file",
-        t.ca_file.to_str().unwrap(),
-        "--no-install",
-        "--json",
-    ];
+    let mut args = vec!["--no-install", "--json"];
     args.extend_from_slice(extra);
-    let mut c = b.home.cmd(&args);
+    let mut c = token_load_cmd(b, prefix, &args);
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -345,31 +343,23 @@ fn load_into_token_registry_killed_half_way_then_finished() {
         "{}/control?slow_prefix={prefix}&delay_ms=300",
         t.auth_url
     ));
-    let registry = format!("{}/{prefix}", t.registry);
-    let pubkey = b.home.pubkey();
-    let mut child = b
-        .home
-        .cmd(&[
-            "load",
-            b.bundle.to_str().unwrap(),
-            "--registry",
-            &registry,
-            "--key",
-            pubkey.to_str().unwrap(),
-            "--ca-file",
-            t.ca_file.to_str().unwrap(),
+    let mut child = token_load_cmd(
+        &b,
+        &prefix,
+        &[
             "--no-install",
             "--jobs",
             "1",
             "--username",
             &t.push_user.0,
             "--password-stdin",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
@@ -437,11 +427,28 @@ fn write_helper(bin: &Path, name: &str, host: &str, user: &str, secret: &str) ->
     log
 }
 
-fn path_with(bin: &Path) -> String {
-    format!(
+/// `load_token` with the docker config directory `cfg` (its config.json is `config_json`) and
+/// the credential helpers of `bin` first on PATH.
+fn load_with_docker_config(
+    b: &TokenBuilt,
+    prefix: &str,
+    cfg: &Path,
+    config_json: &str,
+    bin: &Path,
+) -> Output {
+    std::fs::create_dir_all(cfg).unwrap();
+    std::fs::write(cfg.join("config.json"), config_json).unwrap();
+    let path = format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
+    );
+    load_token(
+        b,
+        prefix,
+        &[],
+        None,
+        &[("DOCKER_CONFIG", cfg.to_str().unwrap()), ("PATH", &path)],
     )
 }
 
@@ -453,21 +460,13 @@ fn credential_helpers_creds_store_and_cred_helpers() {
     let bin = dir.path().join("bin");
     // credsStore: the default helper for every registry.
     let log = write_helper(&bin, "kbstore", &t.registry, &t.push_user.0, &t.push_user.1);
-    let cfg = dir.path().join("store");
-    std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(
-        cfg.join("config.json"),
-        r#"{"auths":{},"credsStore":"kbstore"}"#,
-    )
-    .unwrap();
     let prefix = unique_prefix("credstore");
-    let path = path_with(&bin);
-    let o = load_token(
+    let o = load_with_docker_config(
         &b,
         &prefix,
-        &[],
-        None,
-        &[("DOCKER_CONFIG", cfg.to_str().unwrap()), ("PATH", &path)],
+        &dir.path().join("store"),
+        r#"{"auths":{},"credsStore":"kbstore"}"#,
+        &bin,
     );
     assert_ok(&o);
     assert!(!all_output(&o).contains(&t.push_user.1));
@@ -479,22 +478,16 @@ fn credential_helpers_creds_store_and_cred_helpers() {
     let log2 = write_helper(&bin, "kbhost", &t.registry, &t.push_user.0, &t.push_user.1);
     write_helper(&bin, "kbempty", "nothing.example", "x", "y");
     let cfg2 = dir.path().join("helpers");
-    std::fs::create_dir_all(&cfg2).unwrap();
-    std::fs::write(
-        cfg2.join("config.json"),
-        format!(
+    let prefix = unique_prefix("credhelpers");
+    let o = load_with_docker_config(
+        &b,
+        &prefix,
+        &cfg2,
+        &format!(
             r#"{{"credsStore":"kbempty","credHelpers":{{"{}":"kbhost"}}}}"#,
             t.registry
         ),
-    )
-    .unwrap();
-    let prefix = unique_prefix("credhelpers");
-    let o = load_token(
-        &b,
-        &prefix,
-        &[],
-        None,
-        &[("DOCKER_CONFIG", cfg2.to_str().unwrap()), ("PATH", &path)],
+        &bin,
     );
     assert_ok(&o);
     assert!(std::fs::read_to_string(&log2)
@@ -503,13 +496,12 @@ fn credential_helpers_creds_store_and_cred_helpers() {
         .any(|l| l == t.registry));
     assert_digests_with_skopeo(&b, &prefix);
     // A helper with nothing for the host: "no credentials", naming the helper it asked.
-    std::fs::write(cfg2.join("config.json"), r#"{"credsStore":"kbempty"}"#).unwrap();
-    let o = load_token(
+    let o = load_with_docker_config(
         &b,
         &unique_prefix("credempty"),
-        &[],
-        None,
-        &[("DOCKER_CONFIG", cfg2.to_str().unwrap()), ("PATH", &path)],
+        &cfg2,
+        r#"{"credsStore":"kbempty"}"#,
+        &bin,
     );
     let err = assert_fails(&o, 1, &["no credentials for", "docker-credential-kbempty"]);
     assert!(!err.contains("refused the credentials"), "{err}");
@@ -549,17 +541,13 @@ fn identity_token_from_auths_and_from_a_helper() {
     // A helper answering Username `<token>` hands over an identity token too.
     let bin = dir.path().join("bin");
     write_helper(&bin, "kbtoken", &t.registry, "<token>", &t.identity_token);
-    let cfg = dir.path().join("cfg");
-    std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(cfg.join("config.json"), r#"{"credsStore":"kbtoken"}"#).unwrap();
     let prefix = unique_prefix("idhelper");
-    let path = path_with(&bin);
-    let o = load_token(
+    let o = load_with_docker_config(
         &b,
         &prefix,
-        &[],
-        None,
-        &[("DOCKER_CONFIG", cfg.to_str().unwrap()), ("PATH", &path)],
+        &dir.path().join("cfg"),
+        r#"{"credsStore":"kbtoken"}"#,
+        &bin,
     );
     assert_ok(&o);
     assert!(count(&token_stats(&prefix), "refresh_grants") > 0);
@@ -656,16 +644,15 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
 fn plain_http_registry_without_the_flag_says_so() {
     let e = env();
     let b = crate::load::Built::new();
-    let pubkey = b.home.pubkey();
-    let o = b.home.run(&[
-        "load",
-        b.bundle.to_str().unwrap(),
-        "--registry",
-        &format!("{}/{}", e.plain, unique_prefix("noflag")),
-        "--key",
-        pubkey.to_str().unwrap(),
-        "--no-install",
-    ]);
+    let o = b
+        .home
+        .load_cmd(
+            &b.bundle,
+            &format!("{}/{}", e.plain, unique_prefix("noflag")),
+            &["--no-install"],
+        )
+        .output()
+        .unwrap();
     let err = assert_fails(&o, 1, &["speaks plain HTTP", "--plain-http", &e.plain]);
     assert!(!err.contains("InvalidContentType"), "{err}");
     let h = Home::new();
@@ -676,7 +663,6 @@ fn plain_http_registry_without_the_flag_says_so() {
 #[test]
 fn registry_with_user_and_password_is_refused_and_never_echoed() {
     let b = crate::load::Built::new();
-    let pubkey = b.home.pubkey();
     let secret = "S3cr3t-pw-91";
     for value in [
         format!("koord:{secret}@{}/site", env().plain),
@@ -684,20 +670,11 @@ fn registry_with_user_and_password_is_refused_and_never_echoed() {
         format!("koord:{secret}@{}", env().plain),
     ] {
         for json in [false, true] {
-            let mut args = vec![
-                "load",
-                b.bundle.to_str().unwrap(),
-                "--registry",
-                &value,
-                "--key",
-                pubkey.to_str().unwrap(),
-                "--no-install",
-                "--plain-http",
-            ];
+            let mut args = vec!["--no-install", "--plain-http"];
             if json {
                 args.push("--json");
             }
-            let o = b.home.run(&args);
+            let o = b.home.load_cmd(&b.bundle, &value, &args).output().unwrap();
             assert_fails(&o, 1, &["--username", "--password-stdin"]);
             assert!(
                 !all_output(&o).contains(secret),
@@ -807,17 +784,15 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
     };
     let addr = format!("127.0.0.1:{port}");
     let b = crate::load::Built::new();
-    let pubkey = b.home.pubkey();
-    let o = b.home.run(&[
-        "load",
-        b.bundle.to_str().unwrap(),
-        "--registry",
-        &format!("{addr}/x"),
-        "--key",
-        pubkey.to_str().unwrap(),
-        "--no-install",
-        "--plain-http",
-    ]);
+    let o = b
+        .home
+        .load_cmd(
+            &b.bundle,
+            &format!("{addr}/x"),
+            &["--no-install", "--plain-http"],
+        )
+        .output()
+        .unwrap();
     let err = assert_fails(
         &o,
         3,

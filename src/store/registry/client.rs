@@ -12,7 +12,7 @@ use super::RegistryError;
 use crate::store::auth::{Credential, Credentials, Lookup};
 use crate::store::error_chain as chain;
 use base64::Engine as _;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -218,24 +218,8 @@ impl Transport {
             .map_err(|e| classify_send_error(&host_of(url, req.host), req.what, &e))
     }
 
-    /// A GET with no credentials at all (a redirect to a CDN or storage host).
-    pub async fn get_unauthenticated(
-        &self,
-        url: &Url,
-        headers: &HeaderMap,
-        registry: &str,
-        what: &str,
-    ) -> Result<reqwest::Response, RegistryError> {
-        self.http
-            .get(url.clone())
-            .headers(headers.clone())
-            .send()
-            .await
-            .map_err(|e| classify_send_error(&host_of(url, registry), what, &e))
-    }
-
     /// Is `url` on the registry itself (same scheme, host and port)? Credentials go nowhere else.
-    pub fn is_registry_origin(&self, host: &str, url: &Url) -> bool {
+    fn is_registry_origin(&self, host: &str, url: &Url) -> bool {
         let Ok(base) = Url::parse(&self.base(host)) else {
             return false;
         };

@@ -31,7 +31,7 @@ use super::retry::RetryPolicy;
 use crate::oci::{media, Digest, ImageRef};
 use auth::Scope;
 use client::{read_capped, retry_wait, status_error, BodyError, Req, Transport};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::future::Future;
 use std::path::PathBuf;
@@ -315,21 +315,7 @@ impl Registry {
             // Redirects are followed by hand: a blob's CDN must not get the registry's
             // `Authorization`, and a resumed download goes to where it was sent.
             .redirect(reqwest::redirect::Policy::none());
-        let mut extra = Vec::new();
-        for f in &opts.ca_files {
-            let data = std::fs::read(f).map_err(|e| {
-                RegistryError::Setup(format!("cannot read CA file {}: {e}", f.display()))
-            })?;
-            if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
-                return Err(RegistryError::Setup(format!(
-                    "CA file {} holds no PEM certificate",
-                    f.display()
-                )));
-            }
-            let certs = reqwest::Certificate::from_pem_bundle(&data)
-                .map_err(|e| RegistryError::Setup(format!("CA file {}: {e}", f.display())))?;
-            extra.extend(certs);
-        }
+        let extra = super::read_ca_files(&opts.ca_files).map_err(RegistryError::Setup)?;
         if !extra.is_empty() {
             b = b.tls_certs_merge(extra);
         }
@@ -461,9 +447,10 @@ impl Registry {
         Ok((bytes, digest, content_type))
     }
 
-    /// GET a blob, following redirects by hand: to another origin without credentials (S3, R2
-    /// and OSS answer 400 to a request that carries the registry's `Authorization`), and
-    /// remembering where it was sent, so a resumed attempt asks there directly.
+    /// GET a blob, following redirects by hand, and remembering where it was sent, so a resumed
+    /// attempt asks there directly. The transport sends credentials only to the registry's own
+    /// origin: a redirect to another (S3, R2 and OSS answer 400 to a request that carries the
+    /// registry's `Authorization`) goes without.
     async fn blob_get(
         &self,
         r: &ImageRef,
@@ -472,29 +459,11 @@ impl Registry {
         headers: &HeaderMap,
         redirected: &mut Option<Url>,
     ) -> Result<reqwest::Response, RegistryError> {
-        let mut resp = match redirected.clone() {
-            Some(u) => {
-                self.transport
-                    .get_unauthenticated(&u, headers, &r.registry, what)
-                    .await?
-            }
-            None => {
-                let hs: Vec<(HeaderName, HeaderValue)> = headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                let req = Req {
-                    method: Method::GET,
-                    host: &r.registry,
-                    url: format!("{}/blobs/{digest}", repo_path(r)),
-                    scopes: vec![Scope::repository(&r.repository, &["pull"])],
-                    headers: hs,
-                    body: None,
-                    what,
-                };
-                self.transport.send(&req).await?
-            }
+        let first = match redirected.as_ref() {
+            Some(u) => u.to_string(),
+            None => format!("{}/blobs/{digest}", repo_path(r)),
         };
+        let mut resp = self.pull_get(r, first, what, headers).await?;
         for _ in 0..MAX_REDIRECTS {
             if !resp.status().is_redirection() {
                 return Ok(resp);
@@ -512,32 +481,37 @@ impl Registry {
                 });
             };
             *redirected = Some(loc.clone());
-            resp = if self.transport.is_registry_origin(&r.registry, &loc) {
-                let hs: Vec<(HeaderName, HeaderValue)> = headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                let req = Req {
-                    method: Method::GET,
-                    host: &r.registry,
-                    url: loc.to_string(),
-                    scopes: vec![Scope::repository(&r.repository, &["pull"])],
-                    headers: hs,
-                    body: None,
-                    what,
-                };
-                self.transport.send(&req).await?
-            } else {
-                self.transport
-                    .get_unauthenticated(&loc, headers, &r.registry, what)
-                    .await?
-            };
+            resp = self.pull_get(r, loc.to_string(), what, headers).await?;
         }
         Err(RegistryError::Status {
             registry: r.registry.clone(),
             what: what.to_string(),
             message: format!("more than {MAX_REDIRECTS} redirects"),
         })
+    }
+
+    /// GET `url` (a path on the registry, or any URL) for `r`'s repository: with the registry's
+    /// credentials and a `pull` token when it is on the registry's own origin, without when not.
+    async fn pull_get(
+        &self,
+        r: &ImageRef,
+        url: String,
+        what: &str,
+        headers: &HeaderMap,
+    ) -> Result<reqwest::Response, RegistryError> {
+        let req = Req {
+            method: Method::GET,
+            host: &r.registry,
+            url,
+            scopes: vec![Scope::repository(&r.repository, &["pull"])],
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            body: None,
+            what,
+        };
+        self.transport.send(&req).await
     }
 
     /// Does `repo` on this registry hold the blob? (HEAD; a redirect to storage counts as yes:
@@ -607,7 +581,7 @@ impl Registry {
                             Ok(Mount::NotHonoured(
                                 "202: an upload was opened instead".into(),
                             ))
-                        } else if is_transient(s) {
+                        } else if client::is_transient_status(s) {
                             Err(status_error(&r.registry, &what, resp).await)
                         } else {
                             Ok(Mount::NotHonoured(format!("HTTP {s}")))
@@ -676,10 +650,6 @@ impl Registry {
         }
         Ok(got)
     }
-}
-
-fn is_transient(s: StatusCode) -> bool {
-    client::is_transient_status(s)
 }
 
 /// The upload session URL of a 202 (relative or absolute).

@@ -142,7 +142,8 @@ impl Sink for RegistryStore {
         }
     }
 
-    /// Put the exact bytes, then read them back: the registry must serve that digest.
+    /// Put the exact bytes: the digest the registry says it stored (or, when it says none, the
+    /// one it serves back) must be theirs.
     async fn put_manifest(
         &self,
         repo: &str,
@@ -278,24 +279,17 @@ impl Registry {
         on_bytes: &OnBytes,
     ) -> Result<(), StoreError> {
         let what = format!("upload of blob {} to {}", desc.digest, r.repository);
-        let tries = self.opts.retry.tries.max(1);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let stream = data.open(0).await?;
-            match self.upload_once(r, desc, &what, stream, on_bytes).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.should_retry() && attempt < tries => {
-                    let wait = e.retry_delay(&self.opts.retry, attempt);
-                    self.report(&e, &what, attempt, wait);
-                    tokio::time::sleep(wait).await;
-                }
-                Err(mut e) => {
-                    e.set_attempts(attempt);
-                    return Err(e.into());
-                }
-            }
-        }
+        // The source failing to open is not the registry's to retry: it ends the upload.
+        self.with_retry(&what, || async {
+            let stream = match data.open(0).await {
+                Ok(s) => s,
+                Err(e) => return Ok(Err(e)),
+            };
+            self.upload_once(r, desc, &what, stream, on_bytes)
+                .await
+                .map(Ok)
+        })
+        .await?
     }
 
     async fn upload_once(
