@@ -12,6 +12,7 @@
 use super::exec::ExecToken;
 use super::kubeconfig::{Credentials, Kubeconfig};
 use super::ClusterError;
+use crate::store::body::{read_capped, BodyError};
 use std::time::{Duration, SystemTime};
 
 /// Largest response body accepted (a NodeList of a big cluster fits many times over).
@@ -220,9 +221,9 @@ impl KubeClient {
                 status: status.to_string(),
             });
         }
-        let body = read_body(resp).await.map_err(|e| match e {
-            BodyError::Transport(e) => self.transport_error(&e),
-            BodyError::TooLarge => ClusterError::Api {
+        let body = read_capped(resp, MAX_BODY).await.map_err(|e| match e {
+            BodyError::Read(e) => self.transport_error(&e),
+            BodyError::TooLarge(_) => ClusterError::Api {
                 url: url.clone(),
                 message: format!("answer larger than {MAX_BODY} bytes"),
                 transient: false,
@@ -287,25 +288,6 @@ impl KubeClient {
             transient: true,
         }
     }
-}
-
-enum BodyError {
-    Transport(reqwest::Error),
-    TooLarge,
-}
-
-async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, BodyError> {
-    if resp.content_length().is_some_and(|l| l as usize > MAX_BODY) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(BodyError::Transport)? {
-        if out.len() + chunk.len() > MAX_BODY {
-            return Err(BodyError::TooLarge);
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
 }
 
 /// The `message` of a Kubernetes `Status` body, or the start of a plain-text body.

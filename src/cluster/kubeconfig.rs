@@ -123,10 +123,14 @@ pub fn locate(
 
 /// Read `path` and resolve `context` (or the current context).
 pub fn load(path: &Path, context: Option<&str>) -> Result<Kubeconfig, ClusterError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ClusterError::ReadKubeconfig {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    // Bounded like every input: the parse refuses more than this anyway, so a bigger file (or
+    // an endless one) is not read whole first.
+    let text = crate::store::body::read_file_bounded(path, crate::yaml::KUBECONFIG.max_bytes)
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+        .map_err(|source| ClusterError::ReadKubeconfig {
+            path: path.to_path_buf(),
+            source,
+        })?;
     parse(&text, path, context)
 }
 

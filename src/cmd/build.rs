@@ -14,6 +14,7 @@ use crate::copy::{self, Graph, Item};
 use crate::oci::{media, Digest, ImageRef};
 use crate::progress::{Mode, Progress};
 use crate::sources::{Origin, SourceMap};
+use crate::store::body::read_file_bounded;
 use crate::store::http::HttpFetcher;
 use crate::store::registry::RegistryStore;
 use crate::store::{BlobCache, RawManifest, Reference, Registry, RegistryOptions};
@@ -40,7 +41,7 @@ async fn fetch_chart(
     progress: &Progress,
 ) -> anyhow::Result<FetchedChart> {
     if let Some(file) = &args.chart {
-        let bytes = read_bounded(file, chart::archive::MAX_UNCOMPRESSED as usize)
+        let bytes = read_file_bounded(file, chart::archive::MAX_UNCOMPRESSED as usize)
             .with_context(|| format!("cannot read chart archive {}", file.display()))?;
         let digest = Digest::of(&bytes);
         progress.say(format!("chart    {} ({digest})", file.display()));
@@ -94,22 +95,6 @@ async fn fetch_chart(
         index_digest: entry.digest.clone(),
         mismatch_allowed,
     })
-}
-
-/// Read a file of at most `max` bytes (refused beyond, without reading the rest).
-fn read_bounded(path: &std::path::Path, max: usize) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let mut out = Vec::new();
-    std::fs::File::open(path)?
-        .take(max as u64 + 1)
-        .read_to_end(&mut out)?;
-    if out.len() > max {
-        bail!(
-            "{}: larger than the {max} bytes allowed for it",
-            path.display()
-        );
-    }
-    Ok(out)
 }
 
 /// The images to bundle: what the chart deploys plus `--image`.
@@ -530,7 +515,7 @@ async fn read_chart(args: &BuildArgs, progress: &Progress) -> anyhow::Result<Cha
     let mut values = archive.values().clone();
     for f in &args.values {
         let limits = crate::yaml::VALUES_FILE;
-        let text = read_bounded(f, limits.max_bytes)
+        let text = read_file_bounded(f, limits.max_bytes)
             .with_context(|| format!("cannot read values file {}", f.display()))?;
         let overlay = crate::yaml::parse_helm_values(
             &format!("values file {}", f.display()),

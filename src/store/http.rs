@@ -30,19 +30,6 @@ pub struct HttpFetcher {
     retry: RetryPolicy,
 }
 
-/// Read at most `max` bytes from `r`; more is an error.
-fn read_bounded(r: impl std::io::Read, max: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let mut out = Vec::new();
-    r.take(max as u64 + 1).read_to_end(&mut out)?;
-    if out.len() > max {
-        return Err(std::io::Error::other(format!(
-            "larger than the {max} bytes allowed for it"
-        )));
-    }
-    Ok(out)
-}
-
 impl HttpError {
     /// The repository could not be reached, or failed on its side, after every retry.
     pub fn is_transient(&self) -> bool {
@@ -86,7 +73,7 @@ impl HttpFetcher {
             .or_else(|| (!url.contains("://")).then_some(url))
         {
             return std::fs::File::open(path)
-                .and_then(|f| read_bounded(f, max))
+                .and_then(|f| super::body::read_bounded(f, max))
                 .map_err(|e| err(e.to_string(), false));
         }
         let mut attempt = 0;
@@ -147,24 +134,16 @@ impl HttpFetcher {
                         after,
                     });
                 }
-                let too_large = || Fail {
-                    retry: false,
-                    transient: false,
-                    message: format!("larger than the {max} bytes allowed for it"),
-                    after: None,
-                };
-                if resp.content_length().is_some_and(|l| l > max as u64) {
-                    return Err(too_large());
+                match super::body::read_capped(resp, max).await {
+                    Ok(body) => Ok(body.to_vec()),
+                    Err(super::body::BodyError::Read(e)) => Err(transport(&e)),
+                    Err(super::body::BodyError::TooLarge(_)) => Err(Fail {
+                        retry: false,
+                        transient: false,
+                        message: format!("larger than the {max} bytes allowed for it"),
+                        after: None,
+                    }),
                 }
-                let mut resp = resp;
-                let mut body: Vec<u8> = Vec::new();
-                while let Some(chunk) = resp.chunk().await.map_err(|e| transport(&e))? {
-                    if body.len() + chunk.len() > max {
-                        return Err(too_large());
-                    }
-                    body.extend_from_slice(&chunk);
-                }
-                Ok(body)
             }
             .await;
             match res {

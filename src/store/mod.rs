@@ -3,6 +3,7 @@
 //! store on disk.
 
 pub mod auth;
+pub mod body;
 pub mod cache;
 pub mod content;
 pub mod file;

@@ -10,6 +10,7 @@ use super::auth::{
 };
 use super::RegistryError;
 use crate::store::auth::{Credential, Credentials, Lookup};
+use crate::store::body::{read_capped, BodyError};
 use crate::store::error_chain as chain;
 use base64::Engine as _;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -525,14 +526,6 @@ pub(crate) fn is_transient_status(s: StatusCode) -> bool {
     matches!(s.as_u16(), 408 | 429) || s.is_server_error()
 }
 
-/// A body read that stopped.
-pub(crate) enum BodyError {
-    /// More than the cap.
-    TooLarge(usize),
-    /// The transfer broke.
-    Read(String),
-}
-
 impl BodyError {
     pub fn into_error(self, registry: &str, what: &str) -> RegistryError {
         match self {
@@ -541,33 +534,15 @@ impl BodyError {
                 what: what.to_string(),
                 message: format!("the answer is larger than {cap} bytes: refused"),
             },
-            BodyError::Read(m) => RegistryError::transport(
+            BodyError::Read(e) => RegistryError::transport(
                 registry,
                 what,
-                format!("the answer broke off: {m}"),
+                format!("the answer broke off: {}", chain(&e)),
                 String::new(),
                 true,
             ),
         }
     }
-}
-
-/// Read a body, stopping at `cap` bytes while reading (chunked or not).
-pub(crate) async fn read_capped(
-    mut resp: reqwest::Response,
-    cap: usize,
-) -> Result<bytes::Bytes, BodyError> {
-    if resp.content_length().is_some_and(|l| l > cap as u64) {
-        return Err(BodyError::TooLarge(cap));
-    }
-    let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| BodyError::Read(chain(&e)))? {
-        if buf.len() + chunk.len() > cap {
-            return Err(BodyError::TooLarge(cap));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
 }
 
 /// The error for a status that is not what the caller wanted: 404 is "not found", 408/429/5xx
