@@ -5,14 +5,6 @@ use crate::fake_registry::{self, BlobMode};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-const COMPONENTS_180: [&str; 5] = [
-    "koord-descheduler",
-    "koord-device-daemon",
-    "koord-manager",
-    "koord-scheduler",
-    "koordlet",
-];
-
 fn refs(build: &Value) -> Vec<String> {
     build["images"]
         .as_array()

@@ -8,6 +8,15 @@ use std::sync::OnceLock;
 
 #[allow(dead_code)] // helm3/helm4 serve the helm tests
 /// The environment written by `scripts/test-env.sh start` (`KB_ENV_JSON`).
+/// The five components chart 1.8.0 deploys (their image names), sorted.
+pub const COMPONENTS_180: [&str; 5] = [
+    "koord-descheduler",
+    "koord-device-daemon",
+    "koord-manager",
+    "koord-scheduler",
+    "koordlet",
+];
+
 pub struct Env {
     pub plain: String,
     pub tls: String,

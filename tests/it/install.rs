@@ -84,14 +84,6 @@ fn bundled_images(registry: &str, tag: &str, components: &[&str]) -> Vec<String>
     v
 }
 
-const COMPONENTS_180: [&str; 5] = [
-    "koord-descheduler",
-    "koord-device-daemon",
-    "koord-manager",
-    "koord-scheduler",
-    "koordlet",
-];
-
 /// Every workload's images, sorted.
 fn workload_images(fake: &KubeFake) -> Vec<String> {
     let mut v = Vec::new();

@@ -58,19 +58,10 @@ pub fn repos_under(prefix: &str) -> Vec<String> {
 }
 
 fn load(h: &Home, bundle: &Path, registry: &str, extra: &[&str]) -> std::process::Output {
-    let key = h.pubkey();
-    let mut args = vec![
-        "load",
-        bundle.to_str().unwrap(),
-        "--registry",
-        registry,
-        "--key",
-        key.to_str().unwrap(),
-        "--no-install",
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    h.run(&args)
+    h.load_cmd(bundle, registry, &["--no-install", "--json"])
+        .args(extra)
+        .output()
+        .unwrap()
 }
 
 #[test]

@@ -110,21 +110,14 @@ fn push_lines(o: &std::process::Output) -> (String, String) {
 fn reload_and_dry_run_progress_lines_agree_with_the_summary() {
     let e = env();
     let b = Built::new();
-    let key = b.home.pubkey();
     let registry = format!("{}/{}", e.plain, unique_prefix("agree"));
     let load = |extra: &[&str]| {
-        let mut args = vec![
-            "load",
-            b.bundle.to_str().unwrap(),
-            "--registry",
-            &registry,
-            "--plain-http",
-            "--key",
-            key.to_str().unwrap(),
-            "--no-install",
-        ];
-        args.extend_from_slice(extra);
-        let o = b.home.run(&args);
+        let o = b
+            .home
+            .load_cmd(&b.bundle, &registry, &["--plain-http", "--no-install"])
+            .args(extra)
+            .output()
+            .unwrap();
         assert_ok(&o);
         o
     };
@@ -156,7 +149,7 @@ fn reload_and_dry_run_progress_lines_agree_with_the_summary() {
         "{} load {} --registry {registry} --plain-http --key {} --no-install",
         env!("CARGO_BIN_EXE_koord-bundle"),
         b.bundle.display(),
-        key.display()
+        b.home.pubkey().display()
     );
     let o = std::process::Command::new("script")
         .args(["-qec", &script, "/dev/null"])
@@ -257,25 +250,23 @@ fn a_short_password_does_not_mangle_what_helm_prints() {
         seed: &["kind"],
         ..Default::default()
     });
-    let key = b.home.pubkey();
+    let registry = format!("{}/{}", e.plain, unique_prefix("shortpw"));
     let mut child = b
         .home
-        .cmd(&[
-            "load",
-            b.bundle.to_str().unwrap(),
-            "--registry",
-            &format!("{}/{}", e.plain, unique_prefix("shortpw")),
-            "--plain-http",
-            "--key",
-            key.to_str().unwrap(),
-            "--username",
-            "someone",
-            "--password-stdin",
-            "--kubeconfig",
-            fake.kubeconfig.to_str().unwrap(),
-            "--helm",
-            e.helm4.to_str().unwrap(),
-        ])
+        .load_cmd(
+            &b.bundle,
+            &registry,
+            &[
+                "--plain-http",
+                "--username",
+                "someone",
+                "--password-stdin",
+                "--kubeconfig",
+                fake.kubeconfig.to_str().unwrap(),
+                "--helm",
+                e.helm4.to_str().unwrap(),
+            ],
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
