@@ -589,12 +589,17 @@ async fn transfer_into<S: Source, K: Sink>(
         .buffer_unordered(jobs)
         .try_collect::<Vec<Done>>();
     let claimed: std::sync::Mutex<BTreeSet<(String, Digest)>> = Default::default();
-    // Every graph waits for its blobs at once (waiting costs nothing); `jobs` of them finish
-    // at a time, in the order their blobs come home.
-    let finishing = tokio::sync::Semaphore::new(jobs);
+    // Every graph waits for its blobs at once (waiting costs nothing) and finishes as soon as
+    // they are home; what the finishing graphs send (mounts, copies, manifests) is `jobs`
+    // requests at a time in all, beside the `jobs` home copies.
+    let ops = tokio::sync::Semaphore::new(jobs);
+    // Where each blob is to be had in the sink: its home, or the repository of the site's copy
+    // (incremental bundles).
+    let mut found_in: BTreeMap<&Digest, &str> = required_home.clone();
+    found_in.extend(home.iter().map(|(d, (h, _, _))| (*d, *h)));
     let graphs = futures_util::future::try_join_all(todo.iter().map(|it| {
-        let (homed, finishing, claimed) = (&homed, &finishing, &claimed);
-        let (home, required_home) = (&home, &required_home);
+        let (homed, ops, claimed) = (&homed, &ops, &claimed);
+        let (home, found_in) = (&home, &found_in);
         async move {
             let theirs: Vec<&Digest> = it
                 .graph
@@ -607,11 +612,7 @@ async fn transfer_into<S: Source, K: Sink>(
                 // A blob failed to go home: its error is the one reported.
                 return Ok(GraphDone::default());
             }
-            let _permit = finishing
-                .acquire()
-                .await
-                .map_err(|_| graph_err("copy", "closed"))?;
-            finish_graph(src, sink, it, home, required_home, claimed, opts).await
+            finish_graph(src, sink, it, found_in, claimed, ops, opts).await
         }
     }));
     // The first error ends the whole transfer (what is in flight is dropped; a rerun resumes).
@@ -683,19 +684,15 @@ async fn finish_graph<S: Source, K: Sink>(
     src: &S,
     sink: &K,
     it: &Item<'_>,
-    home: &BTreeMap<&Digest, (&str, &Descriptor, &Item<'_>)>,
-    required_home: &BTreeMap<&Digest, &str>,
+    found_in: &BTreeMap<&Digest, &str>,
     claimed: &std::sync::Mutex<BTreeSet<(String, Digest)>>,
+    ops: &tokio::sync::Semaphore,
     opts: &Options<'_>,
 ) -> Result<GraphDone, WalkError> {
     let mut mine = Vec::new();
     for b in &it.graph.blobs {
-        let from = match home.get(&b.digest) {
-            Some((h, _, _)) => *h,
-            None => match required_home.get(&b.digest) {
-                Some(h) => *h,
-                None => continue,
-            },
+        let Some(&from) = found_in.get(&b.digest) else {
+            continue;
         };
         let fresh = claimed
             .lock()
@@ -707,6 +704,7 @@ async fn finish_graph<S: Source, K: Sink>(
     }
     let blobs: Vec<Done> = futures_util::stream::iter(mine)
         .map(|(from, desc)| async move {
+            let _op = permit(ops).await?;
             match sink.blob_state(&it.repo, desc).await? {
                 Have::Complete => Ok(Done::Present(desc.size)),
                 _ if sink.mount_blob(&it.repo, from, desc).await? => Ok(Done::Mounted),
@@ -716,7 +714,7 @@ async fn finish_graph<S: Source, K: Sink>(
         .buffer_unordered(opts.jobs.max(1))
         .try_collect()
         .await?;
-    let (manifests_pushed, manifests_skipped) = put_manifests(sink, it).await?;
+    let (manifests_pushed, manifests_skipped) = put_manifests(sink, it, ops).await?;
     Ok(GraphDone {
         blobs,
         manifests_pushed,
@@ -792,13 +790,22 @@ async fn copy_blob<S: Source, K: Sink>(
     Ok(Done::Uploaded(desc.size - offset))
 }
 
+/// A place among the `jobs` requests the finishing graphs may have in flight.
+async fn permit(
+    ops: &tokio::sync::Semaphore,
+) -> Result<tokio::sync::SemaphorePermit<'_>, WalkError> {
+    ops.acquire().await.map_err(|_| graph_err("copy", "closed"))
+}
+
 /// One manifest: skipped when the sink has it, else put. Returns (pushed, skipped).
 async fn put_one_manifest<K: Sink>(
     sink: &K,
     it: &Item<'_>,
     m: &RawManifest,
     reference: Reference,
+    ops: &tokio::sync::Semaphore,
 ) -> Result<(usize, usize), WalkError> {
+    let _op = permit(ops).await?;
     if sink.has_manifest(&it.repo, &reference, &m.digest).await? {
         return Ok((0, 1));
     }
@@ -806,7 +813,11 @@ async fn put_one_manifest<K: Sink>(
     Ok((1, 0))
 }
 
-async fn put_manifests<K: Sink>(sink: &K, it: &Item<'_>) -> Result<(usize, usize), WalkError> {
+async fn put_manifests<K: Sink>(
+    sink: &K,
+    it: &Item<'_>,
+    ops: &tokio::sync::Semaphore,
+) -> Result<(usize, usize), WalkError> {
     // Children by digest, deepest first: each level once the one below is in (an index may
     // hold indexes); the manifests of one level at once.
     let (mut pushed, mut skipped) = (0, 0);
@@ -834,7 +845,7 @@ async fn put_manifests<K: Sink>(sink: &K, it: &Item<'_>) -> Result<(usize, usize
     }
     for level in levels {
         let done: Vec<(usize, usize)> = futures_util::stream::iter(level)
-            .map(|m| put_one_manifest(sink, it, m, Reference::Digest(m.digest.clone())))
+            .map(|m| put_one_manifest(sink, it, m, Reference::Digest(m.digest.clone()), ops))
             .buffer_unordered(8)
             .try_collect()
             .await?;
@@ -843,7 +854,7 @@ async fn put_manifests<K: Sink>(sink: &K, it: &Item<'_>) -> Result<(usize, usize
             skipped += s;
         }
     }
-    let (p, s) = put_one_manifest(sink, it, &it.graph.top, it.reference.clone()).await?;
+    let (p, s) = put_one_manifest(sink, it, &it.graph.top, it.reference.clone(), ops).await?;
     Ok((pushed + p, skipped + s))
 }
 
