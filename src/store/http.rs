@@ -82,7 +82,7 @@ impl HttpFetcher {
             retry: bool,
             transient: bool,
             message: String,
-            after: Option<u64>,
+            after: Option<std::time::Duration>,
         }
         let transport = |e: &reqwest::Error| {
             // As for registries: refused on a loopback address or no such host is said at
@@ -118,15 +118,19 @@ impl HttpFetcher {
                     .map_err(|e| transport(&e))?;
                 let status = resp.status();
                 if !status.is_success() {
-                    let transient = status.is_server_error()
-                        || status.as_u16() == 429
-                        || status.as_u16() == 408;
-                    // Retry-After in seconds (its HTTP-date form counts as absent).
+                    // The registries' rules: which statuses are worth another try, and
+                    // Retry-After in seconds or as an HTTP date.
+                    let transient = crate::store::registry::is_transient_status(status);
                     let after = resp
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok());
+                        .and_then(|v| {
+                            crate::store::registry::parse_retry_after(
+                                v,
+                                std::time::SystemTime::now(),
+                            )
+                        });
                     return Err(Fail {
                         retry: transient,
                         transient,
@@ -152,7 +156,7 @@ impl HttpFetcher {
                     let wait = self.retry.backoff(attempt);
                     let wait = f
                         .after
-                        .map(|s| std::time::Duration::from_secs(s.min(60)).max(wait))
+                        .map(|a| a.min(std::time::Duration::from_secs(60)).max(wait))
                         .unwrap_or(wait);
                     tokio::time::sleep(wait).await
                 }

@@ -21,7 +21,8 @@
 
 mod auth;
 mod client;
-pub(crate) use client::{classify_send_error, host_of};
+pub(crate) use auth::parse_retry_after;
+pub(crate) use client::{classify_send_error, host_of, is_transient_status};
 mod store;
 
 pub use store::RegistryStore;
