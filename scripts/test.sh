@@ -31,7 +31,7 @@ cargo clippy --all-targets -- -D warnings || { log "ERROR: clippy found warnings
 # Plain `cargo check` needs no sanitizer or nightly flags; about a minute on a fresh machine.
 log "cargo check of the fuzz targets"
 cargo check --manifest-path fuzz/Cargo.toml --bins --locked \
-    || { log "ERROR: the fuzz targets no longer compile: fix fuzz/fuzz_targets/"; exit 1; }
+    || { log "ERROR: the fuzz targets do not build: fix fuzz/fuzz_targets/, or refresh fuzz/Cargo.lock after a dependency change (cargo check --manifest-path fuzz/Cargo.toml)"; exit 1; }
 
 # shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {
