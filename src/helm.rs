@@ -1309,14 +1309,15 @@ mod tests {
             "koordinator",
             "koordinator-system",
             chart,
-            // A prefixed registry, a feature gate, one CRD off, the host network, a pull secret.
-            crate::chart::generated_values(
-                "reg.example:5000/prefix",
-                Some("A=true"),
-                &["reservations".into()],
-                true,
-                &["regcred".into()],
-            ),
+            // What `chart::generated_values` gives for a prefixed registry, a feature gate, one
+            // CRD off, the host network and a pull secret; written out here, as helm sits
+            // beside chart and does not use it (tests/it/layers.rs).
+            crate::yaml::parse_value(
+                "the test's values",
+                b"imageRepositoryHost: reg.example:5000/prefix\nfeatureGates: A=true\ncrds: {reservations: false}\nmanager: {hostNetwork: true}\nimagePullSecrets: [{name: regcred}]\n",
+                &crate::yaml::VALUES,
+            )
+            .expect("the test's values parse"),
         );
         p.registry = registry;
         p.user_values = vec!["/u/one.yaml".into(), "/u/two.yaml".into()];
