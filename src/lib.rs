@@ -15,7 +15,8 @@
 //! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
 //!
 //! 0. [`oci`] (digests, descriptors, manifests, references: pure types), [`text`] and [`yaml`]
-//!    (every YAML input goes through its bounds);
+//!    (every YAML input goes through its bounds), [`child`] (the one way another program is run:
+//!    time limit, output caps, its process group ended with it);
 //! 1. [`store`]: the [`store::Source`] and [`store::Sink`] traits and their stores (registry,
 //!    blob cache, memory, file regions), with retries at the transport;
 //! 2. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
@@ -36,6 +37,7 @@
 
 pub mod bundle;
 pub mod chart;
+pub mod child;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;

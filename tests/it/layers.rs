@@ -2,7 +2,7 @@
 //! its own: a module may use only modules of a lower layer.
 //!
 //! ```text
-//! 0  oci, text, yaml    pure types, text helpers, the one bounded YAML entry; no I/O
+//! 0  oci, text, yaml, child    pure types, text helpers, the one bounded YAML entry, the one child-process runner
 //! 1  store              sources and sinks: registry, blob cache, memory, files
 //! 2  copy               the one graph walk over stores
 //! 3  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("oci", 0),
     ("text", 0),
     ("yaml", 0),
+    ("child", 0),
     ("store", 1),
     ("copy", 2),
     ("bundle", 3),
