@@ -3,7 +3,10 @@
 # plain HTTP; TLS + htpasswd basic auth; TLS + Docker token auth with its blobs
 # redirected to a CDN stand-in, like Docker Hub, ghcr.io, ACR and Harbor), the
 # token service and blob server of the third (scripts/token-registry.py), a
-# Helm chart repository over HTTP, and synthetic images pushed into them.
+# Harbor stand-in (a fourth distribution 2.8 with token auth behind
+# scripts/token-registry.py harbor: /v2/, /service/token and /api/v2.0/ on one
+# host:port, projects, robot accounts), a Helm chart repository over HTTP, and
+# synthetic images pushed into the first three.
 #
 #   scripts/test-env.sh start    # idempotent: reuses healthy running services
 #   scripts/test-env.sh stop     # stops what start started (pid files)
@@ -19,6 +22,12 @@
 #   KB_TOKEN_PORT  token-auth registry  (default 15002)
 #   KB_AUTH_PORT   its token service    (default 15003)
 #   KB_CDN_PORT    its blob server      (default 15004)
+#   KB_HARBOR_PORT           Harbor stand-in, HTTPS   (default 15005)
+#   KB_HARBOR_HTTP_PORT      its plain-HTTP entrance  (default 15006)
+#   KB_HARBOR_REGISTRY_PORT  the registry behind it   (default 15007)
+#
+# A second environment runs side by side with its own KB_ENV_DIR and every
+# KB_*_PORT set to free ports (pid files, state and env.json live in KB_ENV_DIR).
 #
 # Writes $KB_ENV_DIR/env.sh (export lines) and $KB_ENV_DIR/env.json.
 set -euo pipefail
@@ -32,6 +41,9 @@ KB_HELM_PORT="${KB_HELM_PORT:-15080}"
 KB_TOKEN_PORT="${KB_TOKEN_PORT:-15002}"
 KB_AUTH_PORT="${KB_AUTH_PORT:-15003}"
 KB_CDN_PORT="${KB_CDN_PORT:-15004}"
+KB_HARBOR_PORT="${KB_HARBOR_PORT:-15005}"
+KB_HARBOR_HTTP_PORT="${KB_HARBOR_HTTP_PORT:-15006}"
+KB_HARBOR_REGISTRY_PORT="${KB_HARBOR_REGISTRY_PORT:-15007}"
 
 HOST=127.0.0.1
 USERNAME=koord
@@ -43,6 +55,15 @@ PULL_PASSWORD=reader-test-pw
 IDENTITY_TOKEN=koord-test-identity-token-6f1d
 TOKEN_SERVICE=koord-test-registry
 TOKEN_ISSUER=koord-test-token-issuer
+# Harbor stand-in: Harbor's own service and issuer names; its projects, users and robot
+# account (see write_harbor_state). USERNAME is a Developer of the seeded projects, PULL_USER a
+# Guest, HARBOR_ADMIN a system administrator, ROBOT a project robot of `koord` that may push.
+HARBOR_SERVICE=harbor-registry
+HARBOR_ISSUER=harbor-token-issuer
+HARBOR_ADMIN=admin
+HARBOR_ADMIN_PASSWORD=Harbor12345
+ROBOT_USER='robot$koord+ci'
+ROBOT_PASSWORD=koord-robot-secret-7c2e
 CHARTS_SRC="$REPO_ROOT/tests/fixtures/charts"
 
 mkdir -p "$KB_ENV_DIR"
@@ -57,9 +78,10 @@ HELM_DIR="$KB_ENV_DIR/helm-repo"
 PLAIN_DIR="$KB_ENV_DIR/registry-plain"
 TLS_DIR="$KB_ENV_DIR/registry-tls"
 TOKEN_DIR="$KB_ENV_DIR/registry-token"
+HARBOR_DIR="$KB_ENV_DIR/registry-harborreg"
 MARKER="$KB_ENV_DIR/images.pushed"
 
-SERVICES=(plain tls helm auth cdn token)
+SERVICES=(plain tls helm auth cdn token harborreg harbor)
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
 die() { printf '[test-env] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -72,6 +94,15 @@ port_of() {
         token) echo "$KB_TOKEN_PORT" ;;
         auth) echo "$KB_AUTH_PORT" ;;
         cdn) echo "$KB_CDN_PORT" ;;
+        harborreg) echo "$KB_HARBOR_REGISTRY_PORT" ;;
+        harbor) echo "$KB_HARBOR_PORT" ;;
+    esac
+}
+# The variable that sets a service's port.
+port_var_of() {
+    case "$1" in
+        harborreg) echo KB_HARBOR_REGISTRY_PORT ;;
+        *) echo "KB_${1^^}_PORT" ;;
     esac
 }
 pidfile_of() { echo "$RUN_DIR/$1.pid"; }
@@ -95,9 +126,9 @@ running_pid() {
     if alive "$pid"; then
         local want
         case "$1" in
-            plain | tls | token) want="docker-registry" ;;
+            plain | tls | token | harborreg) want="docker-registry" ;;
             helm) want="http.server" ;;
-            auth | cdn) want="token-registry.py $1" ;;
+            auth | cdn | harbor) want="token-registry.py $1" ;;
         esac
         local cmdline
         cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
@@ -141,6 +172,23 @@ healthy() {
             code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$PKI_DIR/ca.crt" \
                 "https://localhost:$port/healthz" || true)"
             [[ "$code" == 200 ]]
+            ;;
+        harborreg)
+            # Token auth whose realm is the Harbor stand-in's /service/token.
+            curl -s -o /dev/null -D - --max-time 3 "http://$HOST:$port/v2/" 2>/dev/null \
+                | grep -qi "^www-authenticate: Bearer realm=\"https://$HOST:$KB_HARBOR_PORT/service/token\""
+            ;;
+        harbor)
+            # Both entrances answer systeminfo; /v2/ reaches the registry behind.
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$PKI_DIR/ca.crt" \
+                "https://$HOST:$port/api/v2.0/systeminfo" || true)"
+            [[ "$code" == 200 ]] || return 1
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 \
+                "http://$HOST:$KB_HARBOR_HTTP_PORT/api/v2.0/systeminfo" || true)"
+            [[ "$code" == 200 ]] || return 1
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$PKI_DIR/ca.crt" \
+                "https://$HOST:$port/v2/" || true)"
+            [[ "$code" == 401 ]]
             ;;
     esac
 }
@@ -228,6 +276,7 @@ EOF
     stop_service token
     stop_service auth
     stop_service cdn
+    stop_service harbor
 }
 
 # The token service's signing key: a CA of its own (the registry's rootcertbundle) and a signer
@@ -247,6 +296,8 @@ make_token_pki() {
     rm -rf "$tmp"
     stop_service auth
     stop_service token
+    stop_service harbor
+    stop_service harborreg
 }
 
 write_token_users() {
@@ -259,6 +310,40 @@ write_token_users() {
         stop_service auth
     else
         rm -f "$TOKEN_DIR/users.json.new"
+    fi
+}
+
+# The Harbor stand-in's seed: users, the robot account and the projects that exist at start
+# (those created through the API live until the stand-in stops).
+write_harbor_state() {
+    mkdir -p "$HARBOR_DIR"
+    KB_W_USER="$USERNAME" KB_W_PASSWORD="$PASSWORD" KB_W_PULL_USER="$PULL_USER" \
+    KB_W_PULL_PASSWORD="$PULL_PASSWORD" KB_W_ADMIN="$HARBOR_ADMIN" \
+    KB_W_ADMIN_PASSWORD="$HARBOR_ADMIN_PASSWORD" KB_W_ROBOT="$ROBOT_USER" \
+    KB_W_ROBOT_PASSWORD="$ROBOT_PASSWORD" python3 - >"$HARBOR_DIR/harbor.json.new" <<'EOF'
+import json, os
+e = os.environ
+members = {e["KB_W_USER"]: "developer", e["KB_W_PULL_USER"]: "guest"}
+print(json.dumps({
+    "project_creation_restriction": "everyone",
+    "users": {
+        e["KB_W_USER"]: {"password": e["KB_W_PASSWORD"]},
+        e["KB_W_PULL_USER"]: {"password": e["KB_W_PULL_PASSWORD"]},
+        e["KB_W_ADMIN"]: {"password": e["KB_W_ADMIN_PASSWORD"], "sysadmin": True},
+    },
+    "robots": {e["KB_W_ROBOT"]: {"password": e["KB_W_ROBOT_PASSWORD"],
+                                  "permissions": {"koord": ["pull", "push"]}}},
+    "projects": {
+        "library": {"public": True, "members": members},
+        "koord": {"public": False, "members": members},
+    },
+}, indent=2))
+EOF
+    if ! cmp -s "$HARBOR_DIR/harbor.json.new" "$HARBOR_DIR/harbor.json" 2>/dev/null; then
+        mv -f "$HARBOR_DIR/harbor.json.new" "$HARBOR_DIR/harbor.json"
+        stop_service harbor
+    else
+        rm -f "$HARBOR_DIR/harbor.json.new"
     fi
 }
 
@@ -278,6 +363,9 @@ write_registry_config() {
     port="$(port_of "$name")"
     dir="$KB_ENV_DIR/registry-$name"
     mkdir -p "$dir/data"
+    # Behind the Harbor stand-in: its Location headers relative, so both entrances work.
+    local relative=false
+    [[ "$name" == harborreg ]] && relative=true
     {
         cat <<EOF
 # generated by scripts/test-env.sh
@@ -302,6 +390,7 @@ storage:
 http:
   addr: $HOST:$port
   secret: koord-bundle-test-env-$name
+  relativeurls: $relative
   headers:
     X-Content-Type-Options: [nosniff]
 EOF
@@ -335,6 +424,18 @@ middleware:
     - name: redirect
       options:
         baseurl: https://localhost:$KB_CDN_PORT/
+EOF
+        fi
+        if [[ "$name" == harborreg ]]; then
+            # Plain HTTP on loopback behind the stand-in, which serves TLS (as Harbor's nginx
+            # does); tokens from the stand-in's /service/token.
+            cat <<EOF
+auth:
+  token:
+    realm: https://$HOST:$KB_HARBOR_PORT/service/token
+    service: $HARBOR_SERVICE
+    issuer: $HARBOR_ISSUER
+    rootcertbundle: $PKI_DIR/token-ca.crt
 EOF
         fi
     } >"$dir/config.yml.new"
@@ -376,11 +477,11 @@ start_service() {
     fi
     rm -f "$(pidfile_of "$name")"
     if port_open "$port"; then
-        die "$name: port $HOST:$port is already in use by another process (not started by this env in $KB_ENV_DIR); stop it or set KB_${name^^}_PORT"
+        die "$name: port $HOST:$port is already in use by another process (not started by this env in $KB_ENV_DIR); stop it or set $(port_var_of "$name")"
     fi
     local -a cmd
     case "$name" in
-        plain | tls | token) cmd=("$(command -v docker-registry)" serve "$KB_ENV_DIR/registry-$name/config.yml") ;;
+        plain | tls | token | harborreg) cmd=("$(command -v docker-registry)" serve "$KB_ENV_DIR/registry-$name/config.yml") ;;
         helm) cmd=("$(command -v python3)" -m http.server --bind "$HOST" --directory "$HELM_DIR" "$port") ;;
         auth) cmd=("$(token_python)" "$REPO_ROOT/scripts/token-registry.py" auth --port "$port"
             --key "$PKI_DIR/token-signer.key" --cert "$PKI_DIR/token-signer.crt"
@@ -388,6 +489,15 @@ start_service() {
             --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;
         cdn) cmd=("$(command -v python3)" "$REPO_ROOT/scripts/token-registry.py" cdn --port "$port"
             --root "$TOKEN_DIR/data" --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;
+        harbor)
+            if port_open "$KB_HARBOR_HTTP_PORT"; then
+                die "harbor: port $HOST:$KB_HARBOR_HTTP_PORT is already in use by another process; stop it or set KB_HARBOR_HTTP_PORT"
+            fi
+            cmd=("$(token_python)" "$REPO_ROOT/scripts/token-registry.py" harbor --port "$port"
+            --http-port "$KB_HARBOR_HTTP_PORT" --upstream "$HOST:$KB_HARBOR_REGISTRY_PORT"
+            --key "$PKI_DIR/token-signer.key" --cert "$PKI_DIR/token-signer.crt"
+            --issuer "$HARBOR_ISSUER" --service "$HARBOR_SERVICE" --state "$HARBOR_DIR/harbor.json"
+            --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;
     esac
     {
         printf '\n===== %s start: %s\n' "$(date -u +%FT%TZ)" "${cmd[*]}"
@@ -488,6 +598,10 @@ write_env_files() {
     KB_W_PULL_USER="$PULL_USER" KB_W_PULL_PASSWORD="$PULL_PASSWORD" \
     KB_W_IDENTITY_TOKEN="$IDENTITY_TOKEN" KB_W_TOKEN_STORAGE="$TOKEN_DIR/data" \
     KB_W_TOKEN_CA="$PKI_DIR/token-ca.crt" \
+    KB_W_HARBOR="$HOST:$KB_HARBOR_PORT" KB_W_HARBOR_HTTP="$HOST:$KB_HARBOR_HTTP_PORT" \
+    KB_W_HARBOR_STORAGE="$HARBOR_DIR/data" KB_W_HARBOR_ADMIN="$HARBOR_ADMIN" \
+    KB_W_HARBOR_ADMIN_PASSWORD="$HARBOR_ADMIN_PASSWORD" KB_W_ROBOT="$ROBOT_USER" \
+    KB_W_ROBOT_PASSWORD="$ROBOT_PASSWORD" \
     python3 - <<'EOF'
 import json, os, shlex
 e = os.environ
@@ -519,6 +633,15 @@ d = {
     "push_user": {"username": e["KB_W_USER"], "password": e["KB_W_PASSWORD"]},
     "pull_user": {"username": e["KB_W_PULL_USER"], "password": e["KB_W_PULL_PASSWORD"]},
     "identity_token": e["KB_W_IDENTITY_TOKEN"],
+    # The Harbor stand-in (TLS with ca_file; plain HTTP on harbor_http_registry, same state):
+    # push_user is a Developer and pull_user a Guest of harbor_projects; harbor_robot may push
+    # to the project koord only; harbor_admin is a system administrator.
+    "harbor_registry": e["KB_W_HARBOR"],
+    "harbor_http_registry": e["KB_W_HARBOR_HTTP"],
+    "harbor_storage": e["KB_W_HARBOR_STORAGE"],
+    "harbor_projects": ["library", "koord"],
+    "harbor_robot": {"username": e["KB_W_ROBOT"], "password": e["KB_W_ROBOT_PASSWORD"]},
+    "harbor_admin": {"username": e["KB_W_HARBOR_ADMIN"], "password": e["KB_W_HARBOR_ADMIN_PASSWORD"]},
 }
 tmp = os.path.join(env_dir, "env.json.tmp")
 with open(tmp, "w") as f:
@@ -531,7 +654,7 @@ names = {
     "KB_REGISTRY_PASSWORD": "password", "KB_HELM_REPO": "helm_repo", "KB_HELM3": "helm3",
     "KB_HELM4": "helm4", "KB_ENV_DIR": "env_dir", "KB_IMAGES_JSON": "images_json",
     "KB_TOKEN_REGISTRY": "token_registry", "KB_TOKEN_REALM": "token_realm",
-    "KB_TOKEN_CDN": "token_cdn_url",
+    "KB_TOKEN_CDN": "token_cdn_url", "KB_HARBOR_REGISTRY": "harbor_registry",
 }
 lines = ["# generated by scripts/test-env.sh; source it"]
 lines += [f"export {k}={shlex.quote(d[v])}" for k, v in names.items()]
@@ -547,14 +670,16 @@ EOF
 cmd_start() {
     local t0=$SECONDS
     need_tools
-    mkdir -p "$RUN_DIR" "$LOG_DIR" "$PLAIN_DIR" "$TLS_DIR" "$TOKEN_DIR"
+    mkdir -p "$RUN_DIR" "$LOG_DIR" "$PLAIN_DIR" "$TLS_DIR" "$TOKEN_DIR" "$HARBOR_DIR"
     make_pki
     make_token_pki
     make_htpasswd
     write_token_users
+    write_harbor_state
     write_registry_config plain
     write_registry_config tls
     write_registry_config token
+    write_registry_config harborreg
     sync_helm_repo
     local s
     for s in "${SERVICES[@]}"; do
@@ -562,7 +687,7 @@ cmd_start() {
     done
     push_images
     write_env_files
-    log "ready in $((SECONDS - t0))s: plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT token=$HOST:$KB_TOKEN_PORT (auth $KB_AUTH_PORT, cdn $KB_CDN_PORT) helm=http://$HOST:$KB_HELM_PORT/"
+    log "ready in $((SECONDS - t0))s: plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT token=$HOST:$KB_TOKEN_PORT (auth $KB_AUTH_PORT, cdn $KB_CDN_PORT) harbor=$HOST:$KB_HARBOR_PORT (http $KB_HARBOR_HTTP_PORT, registry $KB_HARBOR_REGISTRY_PORT) helm=http://$HOST:$KB_HELM_PORT/"
     log "env: $KB_ENV_DIR/env.json, $KB_ENV_DIR/env.sh"
 }
 
@@ -588,7 +713,7 @@ cmd_status() {
             state="running (pid $pid), NOT healthy"
             [[ $rc -eq 3 ]] || rc=1
         fi
-        printf '%-6s %s:%-5s %s\n' "$s" "$HOST" "$port" "$state"
+        printf '%-9s %s:%-5s %s\n' "$s" "$HOST" "$port" "$state"
     done
     if [[ -f "$MARKER" ]]; then
         echo "images: pushed (marker $MARKER)"

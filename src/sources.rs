@@ -1,7 +1,7 @@
 //! Image sources: where each image the chart names can be pulled from, in order of preference.
 //! The named sources are data (`bundle-spec/sources.json`), compiled in.
 
-use crate::oci::{ImageRef, RefError};
+use crate::oci::{ImageRef, RefError, Target, TargetError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -53,6 +53,9 @@ pub enum SourceError {
     /// The mapped reference is not valid.
     #[error(transparent)]
     Ref(#[from] RefError),
+    /// `HOST[:PORT][/PATH]` that breaks a rule of the reference grammar (named).
+    #[error(transparent)]
+    Address(#[from] TargetError),
 }
 
 /// No source served an image; each one tried is named with why.
@@ -91,7 +94,8 @@ impl SourceMap {
         }
         let host = s.split('/').next().unwrap_or("");
         if host.contains('.') || host.contains(':') || host == "localhost" {
-            return Ok(Origin::Custom(s.trim_end_matches('/').to_string()));
+            let t = Target::parse_for("--source", s)?;
+            return Ok(Origin::Custom(t.host_and_prefix()));
         }
         let names: Vec<_> = std::iter::once("chart")
             .chain(self.sources.keys().map(String::as_str))
@@ -214,6 +218,13 @@ mod tests {
             "aliyun"
         );
         assert!(m.parse_source("nosuch").is_err());
+        let e = m
+            .parse_source("127.0.0.1:5000/Mirror")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--source") && e.contains("lower case"), "{e}");
+        let e = m.parse_source("127.0.0.1:500o").unwrap_err().to_string();
+        assert!(e.contains("port \"500o\""), "{e}");
         assert_eq!(m.default_sources().len(), 3);
     }
 }

@@ -284,6 +284,11 @@ pub struct LoadArgs {
     /// Parallel uploads.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 4)]
     pub jobs: usize,
+    /// Harbor: create the project pushed into (the first path component: PREFIX's first part,
+    /// else koordinator-sh and charts) when it does not exist, as a private project, through
+    /// Harbor's API; the login must be allowed to create projects.
+    #[arg(long)]
+    pub create_project: bool,
     /// Push only; do not run helm.
     #[arg(long)]
     pub no_install: bool,

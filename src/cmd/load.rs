@@ -327,13 +327,14 @@ async fn preflight(
 
 /// The re-hash decision and the push: when every tag already points at the bundle's digests,
 /// nothing of the bundle will be read, so its blobs are not hashed (verify checks every byte);
-/// else they are, before anything is pushed.
-async fn hash_and_push(
+/// else they are, before anything is pushed, and the login must be allowed to push (Harbor).
+async fn hash_and_push<K: crate::store::Sink>(
     args: &LoadArgs,
     settings: &Settings,
     src: &BundleSource,
     unhashed: Unhashed,
-    sink: &RegistryStore,
+    sink: &K,
+    checked: &super::registry_check::Checked,
     progress: &Progress,
 ) -> anyhow::Result<(copy::Stats, bool)> {
     let target = &settings.target;
@@ -347,6 +348,7 @@ async fn hash_and_push(
             target.host_and_prefix()
         ));
     } else {
+        checked.may_push()?;
         let bar = progress.bytes("verifying blobs", unhashed.bytes());
         tokio::task::block_in_place(|| unhashed.hash(&|n| bar.inc(n)))
             .context("the bundle did not verify: nothing was pushed")?;
@@ -501,9 +503,13 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let helm = find_helm(&args, &progress)?;
     let (preflight, namespace) = preflight(&args, &manifest, &progress).await?;
     let target = settings.target.clone();
-    let sink = RegistryStore::new(settings.reg.clone(), &target.host_and_prefix());
+    // The registry step (its first contact; Harbor's projects), before any push.
+    let checked =
+        super::registry_check::check(&args, &settings.reg, &target, &manifest, &progress).await?;
+    let registry = RegistryStore::new(settings.reg.clone(), &target.host_and_prefix());
+    let sink = checked.sink(&registry, &target);
     let (stats, rehashed) =
-        hash_and_push(&args, &settings, &src, unhashed, &sink, &progress).await?;
+        hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
     let done = install(
         &args,
         &settings,
@@ -529,6 +535,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             "verified": {"files": src.report().files, "blobs": src.report().blobs, "bytes": src.report().bytes, "signature": src.report().signature_verified,
                          "blobsRehashed": rehashed},
             "push": stats,
+            "harbor": checked.json(),
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "preflight": preflight,
             "helm": {"command": command, "renderedImages": rendered_ok, "installed": installed,
@@ -598,8 +605,8 @@ async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, 
 }
 
 /// Does every tag in the registry already point at its graph's top manifest?
-async fn tags_in_place(
-    sink: &RegistryStore,
+async fn tags_in_place<K: crate::store::Sink>(
+    sink: &K,
     graphs: &[(copy::Graph, String, String)],
     jobs: usize,
 ) -> anyhow::Result<bool> {
@@ -622,9 +629,9 @@ async fn tags_in_place(
 
 /// Copy every graph into the registry, each under its repository and tag: the one walk, from
 /// the bundle read in place.
-async fn push(
+async fn push<K: crate::store::Sink>(
     src: &BundleSource,
-    sink: &RegistryStore,
+    sink: &K,
     graphs: &[(copy::Graph, String, String)],
     jobs: usize,
     dry_run: bool,

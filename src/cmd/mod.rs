@@ -5,6 +5,7 @@ pub mod discover;
 pub mod inspect;
 pub mod keygen;
 pub mod load;
+mod registry_check;
 pub mod serve;
 pub mod split;
 pub mod verify;
@@ -258,6 +259,21 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     use crate::store::{CacheError, RegistryError, StoreError};
     if let Some(e) = c.downcast_ref::<RegistryError>() {
         return Some(registry_code(e));
+    }
+    if let Some(e) = c.downcast_ref::<crate::store::registry::ProbeError>() {
+        use crate::store::registry::ProbeError as P;
+        // A name the name service does not know: a typo, most often (see the README).
+        return Some(match e {
+            P::DoesNotResolve { .. } => EXIT_USER,
+            P::Registry(r) => registry_code(r),
+        });
+    }
+    if let Some(e) = c.downcast_ref::<crate::store::registry::HarborError>() {
+        use crate::store::registry::HarborError as H;
+        return Some(match e {
+            H::Registry(r) => registry_code(r),
+            _ => EXIT_USER,
+        });
     }
     if let Some(e) = c.downcast_ref::<StoreError>() {
         return store_code(e);

@@ -18,6 +18,28 @@ use std::time::Duration;
 /// After Ctrl-C / SIGTERM, how long open transfers may go on.
 const GRACE: Duration = Duration::from_secs(10);
 
+/// `--addr HOST:PORT`, checked by the rules of a registry address (port 0: any free port) before
+/// binding, and a host name the name service does not know named as such (a typo: exit 1).
+async fn check_addr(addr: &str) -> anyhow::Result<()> {
+    let hp = crate::oci::split_host_port(addr, true)
+        .map_err(|reason| anyhow::anyhow!("--addr {addr:?}: {reason}"))?;
+    if hp.port.is_none() {
+        anyhow::bail!("--addr {addr:?}: the port is missing: give HOST:PORT, e.g. 127.0.0.1:5000");
+    }
+    if hp.host.parse::<std::net::IpAddr>().is_err() {
+        if let Err(e) = tokio::net::lookup_host(addr).await {
+            if crate::store::dns::does_not_resolve(&e.to_string()) {
+                anyhow::bail!(
+                    "--addr {addr}: the host name {} does not resolve (the name service knows no such host): check the spelling{}, or give an IP address of this machine",
+                    hp.host,
+                    crate::store::dns::localhost_hint(hp.host)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Serve a bundle.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(false));
@@ -35,6 +57,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(serve::tls_config(cert, key)?),
         _ => None,
     };
+    check_addr(&args.addr).await?;
     let listener = Listener::bind(&args.addr).await?;
     let addr = listener.local_addr().context("the listening address")?;
 

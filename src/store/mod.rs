@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod content;
+pub mod dns;
 pub mod file;
 pub mod http;
 pub mod memory;

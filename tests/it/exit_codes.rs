@@ -287,3 +287,46 @@ fn a_full_disk_is_3() {
         assert_fails(&o, INTERNAL, &["No space left on device"]);
     }
 }
+
+#[test]
+fn registry_address_typos_are_1_and_name_the_rule() {
+    // Issue 21, item 8: each typo is named with the rule it breaks, and no internal
+    // placeholder reference reaches the message.
+    let b = Built::new();
+    for (registry, says) in [
+        (
+            "127.0.0.1:1500l",
+            "port \"1500l\" is not a number from 1 to 65535",
+        ),
+        ("/Site1", "the registry host is missing"),
+        ("127.0.0.1:5000/Site1", "repository names are lower case"),
+        ("127.0.0.1:5000//site1", "empty path component"),
+        ("reg_istry.example:5000", "which a host name cannot hold"),
+    ] {
+        let o = load(&b, &["--registry", registry]);
+        let err = assert_fails(&o, INPUT, &[says]);
+        assert!(!err.contains("x:t"), "{registry}: {err}");
+        assert!(!err.contains("bad URL"), "{registry}: {err}");
+    }
+    // A name the name service does not know is most often a typo: 1, said so (README).
+    let o = load(&b, &["--registry", "locahost:15001", "--plain-http"]);
+    assert_fails(
+        &o,
+        INPUT,
+        &[
+            "locahost does not resolve",
+            "check the spelling",
+            "did you mean localhost?",
+        ],
+    );
+    for (addr, says) in [
+        ("locahost:0", "locahost does not resolve"),
+        ("127.0.0.1:1500l", "port \"1500l\""),
+        ("localhost", "the port is missing"),
+    ] {
+        let o = b
+            .home
+            .run(&["serve", b.bundle.to_str().unwrap(), "--addr", addr]);
+        assert_fails(&o, INPUT, &[says]);
+    }
+}

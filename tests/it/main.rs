@@ -14,6 +14,7 @@ mod fake_registry;
 mod fault_proxy;
 mod faults;
 mod fuzz_regressions;
+mod harbor;
 mod helm;
 mod hostile;
 mod install;

@@ -110,6 +110,31 @@ impl Transport {
             .map_err(RegistryError::Credentials)
     }
 
+    /// The HTTP client itself, for requests outside the distribution API (Harbor's
+    /// `/api/v2.0/`): the same TLS settings, no credentials added.
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// A fresh token for exactly `scopes` from `host`'s token service, with the host's
+    /// credentials (what a push would get), or `None` when the host does not use token auth.
+    /// The token is not cached: the caller reads what it grants.
+    pub(crate) async fn token_for(
+        &self,
+        host: &str,
+        scopes: &[Scope],
+        what: &str,
+    ) -> Result<Option<crate::store::Secret>, RegistryError> {
+        match self.host_auth(host, what).await? {
+            HostAuth::Bearer { realm, service } => Ok(Some(
+                self.fetch_token(host, &realm, service.as_deref(), scopes, what)
+                    .await?
+                    .token,
+            )),
+            HostAuth::Open | HostAuth::Basic => Ok(None),
+        }
+    }
+
     /// Send one request: the auth the host asked for, and on a 401 the token for the scopes its
     /// challenge names, once. A 401/403 that remains becomes "no credentials", "refused" or
     /// "denied"; any other status is the caller's to judge.

@@ -17,14 +17,19 @@
 //!
 //! Layout: `auth` (challenges, scopes, token cache: pure), `client` (one attempt of one request,
 //! with its auth round trips, and failure classification), this module (the operations and the
-//! retry loop).
+//! retry loop), `probe` (is the registry Harbor? does its name resolve?) and `harbor` (Harbor's
+//! projects and push rights, checked before a push).
 
 mod auth;
 mod client;
 pub(crate) use auth::parse_retry_after;
 pub(crate) use client::{classify_send_error, host_of, is_transient_status};
+mod harbor;
+mod probe;
 mod store;
 
+pub use harbor::{CheckOptions, HarborError, Project, ProjectState, PushDenied};
+pub use probe::{Flavor, ProbeError};
 pub use store::RegistryStore;
 
 use super::auth::{AuthError, Credentials};
