@@ -146,7 +146,7 @@ async fn kind_fresh_cluster_passes() {
         .collect();
     assert!(
         seen.contains(&format!(
-            "GET /api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}"
+            "GET /api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}&limit=50"
         )),
         "{seen:?}"
     );
