@@ -153,11 +153,23 @@ pub fn locate(
 }
 
 /// The merged kubeconfig of a list of files.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Merged {
     /// The list it was read from.
     pub files: Files,
     raw: Raw,
+}
+
+/// Names only: kube's types show auth-provider settings (an oidc `id-token`, a
+/// `client-secret`) and exec `env` values in their `Debug`.
+impl std::fmt::Debug for Merged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Merged")
+            .field("files", &self.files)
+            .field("contexts", &self.contexts())
+            .field("current_context", &self.current_context())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Read every file of `files` (those of a `$KUBECONFIG` list that do not exist are skipped)

@@ -193,6 +193,23 @@ users:
 }
 
 #[test]
+fn merged_debug_shows_no_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kc");
+    std::fs::write(
+        &path,
+        "current-context: c\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {auth-provider: {name: oidc, config: {id-token: eyJ-secret, client-secret: shh}}, exec: {command: x, env: [{name: T, value: env-secret}]}}}]\n",
+    )
+    .unwrap();
+    let m = read(&Files::one(&path)).unwrap();
+    let d = format!("{m:?}");
+    assert!(d.contains("\"c\""), "{d}");
+    for s in ["eyJ-secret", "shh", "env-secret"] {
+        assert!(!d.contains(s), "{d}");
+    }
+}
+
+#[test]
 fn token_file_wins_and_client_cert_files_resolve_relative() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), "from-file\n").unwrap();
