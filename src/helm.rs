@@ -288,8 +288,9 @@ impl RegistryAccess {
         self.password.as_ref()
     }
 
-    /// Helm 3 speaks plain HTTP to OCI registries on loopback hosts whatever the TLS flags.
-    fn loopback_tls_hint(&self, helm: &Helm) -> Option<String> {
+    /// Helm 3 speaks plain HTTP to OCI registries on loopback hosts whatever the TLS flags:
+    /// why `helm` cannot reach this registry, if it cannot (`load` checks it before any push).
+    pub fn loopback_tls_hint(&self, helm: &Helm) -> Option<String> {
         if helm.major() == 3 && !self.plain_http && is_loopback_host(&self.host) {
             Some(format!(
                 "helm 3 always uses plain HTTP for OCI registries on localhost or a loopback address, so it cannot reach the TLS registry {}; use helm 4, a non-loopback host name for the registry, or a plain-HTTP registry",
@@ -388,8 +389,11 @@ pub struct InstallPlan {
     pub reuse_values: bool,
     /// `--reset-values`.
     pub reset_values: bool,
-    /// `--kubeconfig`.
+    /// `--kubeconfig` (one file: helm's flag takes one).
     pub kubeconfig: Option<PathBuf>,
+    /// `KUBECONFIG` in helm's environment: a list of files, merged by helm as by kubectl (and
+    /// shown before the command line printed).
+    pub kubeconfig_env: Option<std::ffi::OsString>,
     /// `--kube-context`.
     pub context: Option<String>,
     /// Access to the registry of an OCI chart (ignored for chart archives).
@@ -490,6 +494,7 @@ impl InstallPlan {
             reuse_values: false,
             reset_values: false,
             kubeconfig: None,
+            kubeconfig_env: None,
             context: None,
             registry: None,
             wait: false,
@@ -522,6 +527,9 @@ impl InstallPlan {
             let _ = writeln!(out, "{bin} {}", join_quoted(&login));
         }
         let args = self.upgrade_args_for(Some(&helm.version), values_file, client_dry_run);
+        if let Some(list) = &self.kubeconfig_env {
+            let _ = write!(out, "KUBECONFIG={} ", shell_quote(&list.to_string_lossy()));
+        }
         let _ = write!(out, "{bin} {}", join_quoted(&args));
         out
     }
@@ -962,6 +970,7 @@ impl Helm {
         let secret = reg.and_then(RegistryAccess::password);
         let result = self.run_streaming(
             &args,
+            plan.kubeconfig_env.as_deref(),
             secret,
             command,
             reg.and_then(|r| r.loopback_tls_hint(self)),
@@ -1179,11 +1188,15 @@ impl Helm {
     fn run_streaming(
         &self,
         args: &[String],
+        kubeconfig_env: Option<&OsStr>,
         secret: Option<&Secret>,
         command: String,
         hint: Option<String>,
     ) -> Result<HelmOutput, HelmError> {
         let mut cmd = self.command(args);
+        if let Some(list) = kubeconfig_env {
+            cmd.env("KUBECONFIG", list);
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -289,7 +289,7 @@ pub struct LoadArgs {
     /// Harbor's API; the login must be allowed to create projects.
     #[arg(long)]
     pub create_project: bool,
-    /// Push only; do not run helm.
+    /// Push only: no helm and no pre-flight of the cluster (helm is then not needed).
     #[arg(long)]
     pub no_install: bool,
     /// Push and install nothing: verify, pre-flight, print the push plan and the helm command,
@@ -328,10 +328,11 @@ pub struct LoadArgs {
     /// Image pull secret for the workloads (repeatable).
     #[arg(long, value_name = "NAME")]
     pub image_pull_secret: Vec<String>,
-    /// Kubeconfig [default: $KUBECONFIG, else ~/.kube/config].
+    /// Kubeconfig, one file [default: the $KUBECONFIG list, merged as kubectl merges it, else
+    /// ~/.kube/config]. helm gets the same files.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context.
+    /// Kubeconfig context [default: the current context]; helm gets the context used.
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
     /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership).

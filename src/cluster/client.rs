@@ -1,37 +1,63 @@
-//! A small, read-only Kubernetes API client: GET a path, get JSON back (or `None` on 404).
+//! A read-only Kubernetes API client over [`kube::Client`]: GET a path, get a typed object back
+//! (or `None` on 404), every answer capped while it is read.
 //!
-//! Authentication as resolved by [`super::kubeconfig`]: bearer token, basic, an exec
-//! plugin's token ([`super::exec`], cached until it expires and fetched again once after a
-//! 401), TLS client certificate. As client-go (kubectl, helm) does, credentials are sent over
-//! TLS only: to a plain `http://` server requests go without them, and a 401/403 then says
-//! why ([`ClusterError::CredentialsWithheld`]). Server verification against the kubeconfig's CA (only it: the system roots are
-//! not used when a CA is given), the system roots otherwise, or none with
-//! `insecure-skip-tls-verify`. Timeouts: 5 s to connect, 20 s per request. No retries: a
-//! preflight that cannot reach the cluster says so at once.
+//! kube does the transport: TLS against the kubeconfig's CA (only it: the system roots are not
+//! used when a CA is given) or the system roots, or none with `insecure-skip-tls-verify`;
+//! `tls-server-name` (SNI and the name checked); the TLS client certificate; `proxy-url`; the
+//! `Impersonate-*` headers. Authentication headers are set here, per request: a bearer token
+//! (`token`, `tokenFile`, the oidc `id-token`), basic, or an exec plugin's token ([`super::exec`],
+//! cached until it expires and fetched again once after a 401). As client-go (kubectl, helm)
+//! does, credentials are sent over TLS only: to a plain `http://` server requests go without
+//! them, and a 401/403 then says why ([`ClusterError::CredentialsWithheld`]). Timeouts: 5 s to
+//! connect, 20 s per request (answer read whole included). No retries: a pre-flight that cannot
+//! reach the cluster says so at once.
 
-use super::exec::ExecToken;
-use super::kubeconfig::{Credentials, Kubeconfig};
+use super::auth::Credentials;
+use super::exec::{ExecToken, EXEC_TIMEOUT};
+use super::kubeconfig::Kubeconfig;
 use super::ClusterError;
-use crate::store::body::{read_capped, BodyError};
+use base64::Engine as _;
+use http_body_util::BodyExt as _;
 use std::time::{Duration, SystemTime};
 
-/// Largest response body accepted (a NodeList of a big cluster fits many times over).
-const MAX_BODY: usize = 128 * 1024 * 1024;
+/// Largest answer of a single GET accepted (a CRD with its schemas is a few hundred KiB).
+pub const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// Connect timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Whole-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The time limits of a client.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To connect.
+    pub connect: Duration,
+    /// One request, its answer read whole.
+    pub request: Duration,
+    /// One run of an exec credential plugin.
+    pub exec: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: CONNECT_TIMEOUT,
+            request: REQUEST_TIMEOUT,
+            exec: EXEC_TIMEOUT,
+        }
+    }
+}
+
 /// A GET-only client for one kubeconfig context.
 pub struct KubeClient {
-    http: reqwest::Client,
-    base: String,
+    client: kube::Client,
     server: String,
     context: String,
     user: String,
     credentials: Credentials,
-    timeouts: (Duration, Duration),
+    plain_http: bool,
+    timeouts: Timeouts,
     exec_cache: tokio::sync::Mutex<Option<ExecToken>>,
 }
 
@@ -46,74 +72,28 @@ impl std::fmt::Debug for KubeClient {
     }
 }
 
+/// An answer read whole (capped).
+pub(crate) struct Answer {
+    pub status: http::StatusCode,
+    pub body: Vec<u8>,
+}
+
 impl KubeClient {
-    /// A client for the resolved kubeconfig, with the default timeouts.
+    /// A client for the resolved kubeconfig, with the default timeouts. Needs a tokio runtime.
     pub fn new(cfg: &Kubeconfig) -> Result<Self, ClusterError> {
-        Self::with_timeouts(cfg, CONNECT_TIMEOUT, REQUEST_TIMEOUT)
+        Self::with_timeouts(cfg, Timeouts::default())
     }
 
     /// A client with other timeouts (tests).
-    pub fn with_timeouts(
-        cfg: &Kubeconfig,
-        connect: Duration,
-        request: Duration,
-    ) -> Result<Self, ClusterError> {
-        let setup = |message: String| ClusterError::ClientSetup {
+    pub fn with_timeouts(cfg: &Kubeconfig, timeouts: Timeouts) -> Result<Self, ClusterError> {
+        let config = kube_config(cfg, &timeouts)?;
+        let client = kube::Client::try_from(config).map_err(|e| ClusterError::ClientSetup {
             server: cfg.server.clone(),
             context: cfg.context.clone(),
-            message,
-        };
-        let mut b = reqwest::Client::builder()
-            .user_agent(concat!("koord-bundle/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(connect)
-            .timeout(request);
-        if cfg.insecure_skip_tls_verify {
-            b = b.tls_danger_accept_invalid_certs(true);
-        } else if let Some(pem) = &cfg.ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-                setup(format!(
-                    "the certificate authority of cluster {:?} is not valid PEM: {e}",
-                    cfg.cluster
-                ))
-            })?;
-            if certs.is_empty() {
-                return Err(setup(format!(
-                    "the certificate authority of cluster {:?} holds no PEM certificate",
-                    cfg.cluster
-                )));
-            }
-            b = b.tls_certs_only(certs);
-        }
-        if let Some(id) = &cfg.client_identity {
-            let mut pem = id.certificate_pem.clone();
-            if !pem.ends_with(b"\n") {
-                pem.push(b'\n');
-            }
-            pem.extend_from_slice(id.key_pem.expose());
-            // The error of a bad key is not shown: only that it is bad.
-            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
-                setup(format!(
-                    "the client certificate or key of user {:?} is not a valid PEM certificate and private key",
-                    cfg.user
-                ))
-            })?;
-            b = b.identity(identity);
-        }
-        if let Some(proxy) = &cfg.proxy_url {
-            let p = reqwest::Proxy::all(proxy.expose()).map_err(|_| {
-                setup(format!(
-                    "the proxy-url of cluster {:?} is not a usable proxy URL",
-                    cfg.cluster
-                ))
-            })?;
-            b = b.proxy(p);
-        } else {
-            b = b.no_proxy();
-        }
-        let http = b.build().map_err(|e| setup(crate::text::error_chain(&e)))?;
+            message: setup_message(&e, &cfg.user),
+        })?;
         Ok(KubeClient {
-            http,
-            base: cfg.server.trim_end_matches('/').to_string(),
+            client,
             server: cfg.server.clone(),
             context: cfg.context.clone(),
             user: if cfg.user.is_empty() {
@@ -122,7 +102,11 @@ impl KubeClient {
                 cfg.user.clone()
             },
             credentials: cfg.credentials.clone(),
-            timeouts: (connect, request),
+            plain_http: cfg
+                .server
+                .get(..7)
+                .is_some_and(|p| p.eq_ignore_ascii_case("http://")),
+            timeouts,
             exec_cache: tokio::sync::Mutex::new(None),
         })
     }
@@ -142,22 +126,21 @@ impl KubeClient {
         &self.user
     }
 
+    /// `server` + `path`, for messages.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.trim_end_matches('/'))
+    }
+
     /// Why the kubeconfig's credentials are not sent, when they are not: the server URL is
     /// plain `http://` (client-go never sends credentials without TLS either).
     pub fn credentials_withheld(&self) -> Option<String> {
-        if self.credentials == Credentials::None || !self.plain_http() {
+        if self.credentials == Credentials::None || !self.plain_http {
             return None;
         }
         Some(format!(
             "the credentials of kubeconfig user {:?} are not sent to {}: it is plain http://, and credentials go over TLS only (as with kubectl and helm)",
             self.user, self.server
         ))
-    }
-
-    fn plain_http(&self) -> bool {
-        self.base
-            .get(..7)
-            .is_some_and(|p| p.eq_ignore_ascii_case("http://"))
     }
 
     /// The exec plugin's token: cached while fresh, else (or when `refresh`) run the plugin.
@@ -172,48 +155,134 @@ impl KubeClient {
                 return Ok(t.token.clone());
             }
         }
-        let t = exec.run().await?;
+        let t = exec.run(self.timeouts.exec).await?;
         let token = t.token.clone();
         *cache = Some(t);
         Ok(token)
     }
 
-    /// GET `path` (e.g. `/api/v1/nodes`, query included) and parse the JSON answer. `Ok(None)`
-    /// on 404.
-    pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>, ClusterError> {
-        let url = format!("{}{}", self.base, path);
-        let withheld = self.credentials_withheld().is_some();
+    /// The `Authorization` header value, if any.
+    async fn authorization(&self, refresh: bool) -> Result<Option<String>, ClusterError> {
+        if self.plain_http {
+            return Ok(None);
+        }
+        Ok(match &self.credentials {
+            Credentials::None => None,
+            Credentials::Bearer(t) => Some(format!("Bearer {}", t.expose())),
+            Credentials::Basic { username, password } => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD
+                    .encode(format!("{username}:{}", password.expose()))
+            )),
+            Credentials::Exec(e) => Some(format!(
+                "Bearer {}",
+                self.exec_token(e, refresh).await?.expose()
+            )),
+        })
+    }
+
+    /// GET `path` (query included); the status and the body, read to at most `cap` bytes,
+    /// all within the request timeout. A 401 to an exec plugin's token fetches a new one, once.
+    pub(crate) async fn fetch(&self, path: &str, cap: usize) -> Result<Answer, ClusterError> {
         let mut refreshed = false;
-        let resp = loop {
-            let mut req = self
-                .http
-                .get(&url)
-                .header(reqwest::header::ACCEPT, "application/json");
-            req = match &self.credentials {
-                _ if withheld => req,
-                Credentials::None => req,
-                Credentials::Bearer(t) => req.bearer_auth(t.expose()),
-                Credentials::Basic { username, password } => {
-                    req.basic_auth(username, Some(password.expose()))
-                }
-                Credentials::Exec(e) => {
-                    req.bearer_auth(self.exec_token(e, refreshed).await?.expose())
-                }
-            };
-            let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
-            // An exec token the server refuses is fetched again, once (as client-go does).
-            if resp.status().as_u16() == 401
+        loop {
+            let auth = self.authorization(refreshed).await?;
+            let once = self.fetch_once(path, auth.as_deref(), cap);
+            let answer = tokio::time::timeout(self.timeouts.request, once)
+                .await
+                .map_err(|_| ClusterError::Unreachable {
+                    server: self.server.clone(),
+                    context: self.context.clone(),
+                    message: format!(
+                        "no complete answer to GET {path} within {} s",
+                        self.timeouts.request.as_secs()
+                    ),
+                })??;
+            if answer.status == http::StatusCode::UNAUTHORIZED
                 && !refreshed
-                && !withheld
+                && auth.is_some()
                 && matches!(self.credentials, Credentials::Exec(_))
             {
                 refreshed = true;
                 continue;
             }
-            break resp;
-        };
+            return Ok(answer);
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        path: &str,
+        auth: Option<&str>,
+        cap: usize,
+    ) -> Result<Answer, ClusterError> {
+        let mut req = http::Request::get(path)
+            .header(http::header::ACCEPT, "application/json")
+            .header(
+                http::header::USER_AGENT,
+                concat!("koord-bundle/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(a) = auth {
+            req = req.header(http::header::AUTHORIZATION, a);
+        }
+        let req = req
+            .body(kube::client::Body::empty())
+            .map_err(|e| ClusterError::Api {
+                url: self.url(path),
+                message: format!("cannot build the request: {e}"),
+                transient: false,
+            })?;
+        let resp = self
+            .client
+            .send(req)
+            .await
+            .map_err(|e| self.transport_error(&e))?;
         let status = resp.status();
-        if withheld && matches!(status.as_u16(), 401 | 403) {
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| self.transport_error(&e))?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len().saturating_add(data.len()) > cap {
+                    return Err(ClusterError::Api {
+                        url: self.url(path),
+                        message: format!(
+                            "the answer is larger than {cap} bytes: it was not read further"
+                        ),
+                        transient: false,
+                    });
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(Answer { status, body: buf })
+    }
+
+    /// GET `path` and parse the JSON answer as `T`. `Ok(None)` on 404.
+    pub async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Option<T>, ClusterError> {
+        let a = self.fetch(path, MAX_BODY).await?;
+        if a.status == http::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        self.check(path, &a)?;
+        self.decode(path, &a).map(Some)
+    }
+
+    /// GET `path` as untyped JSON. `Ok(None)` on 404.
+    pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>, ClusterError> {
+        self.get(path).await
+    }
+
+    /// A success status, else the error it means.
+    pub(crate) fn check(&self, path: &str, a: &Answer) -> Result<(), ClusterError> {
+        let status = a.status;
+        if status.is_success() {
+            return Ok(());
+        }
+        if self.credentials_withheld().is_some() && matches!(status.as_u16(), 401 | 403) {
             return Err(ClusterError::CredentialsWithheld {
                 server: self.server.clone(),
                 user: self.user.clone(),
@@ -221,60 +290,65 @@ impl KubeClient {
                 status: status.to_string(),
             });
         }
-        let body = read_capped(resp, MAX_BODY).await.map_err(|e| match e {
-            BodyError::Read(e) => self.transport_error(&e),
-            BodyError::TooLarge(_) => ClusterError::Api {
-                url: url.clone(),
-                message: format!("answer larger than {MAX_BODY} bytes"),
-                transient: false,
-            },
-        })?;
-        match status.as_u16() {
-            200..=299 => serde_json::from_slice(&body).map(Some).map_err(|e| ClusterError::Api {
-                url,
-                message: format!("HTTP {status} but the answer is not JSON ({e}); is {} a Kubernetes API server?", self.server),
-                transient: false,
-            }),
-            404 => Ok(None),
-            401 => Err(ClusterError::Unauthorized { server: self.server.clone(), user: self.user.clone(), resource: path.to_string() }),
-            403 => Err(ClusterError::Forbidden {
+        Err(match status.as_u16() {
+            401 => ClusterError::Unauthorized {
                 server: self.server.clone(),
                 user: self.user.clone(),
                 resource: path.to_string(),
-                message: status_message(&body).unwrap_or_else(|| "forbidden".into()),
-            }),
-            _ => Err(ClusterError::Api {
-                url,
-                message: match status_message(&body) {
+            },
+            403 => ClusterError::Forbidden {
+                server: self.server.clone(),
+                user: self.user.clone(),
+                resource: path.to_string(),
+                message: status_message(&a.body).unwrap_or_else(|| "forbidden".into()),
+            },
+            _ => ClusterError::Api {
+                url: self.url(path),
+                message: match status_message(&a.body) {
                     Some(m) => format!("HTTP {status}: {m}"),
                     None => format!("HTTP {status}"),
                 },
                 transient: status.is_server_error() || status.as_u16() == 429,
-            }),
-        }
+            },
+        })
     }
 
-    fn transport_error(&self, e: &reqwest::Error) -> ClusterError {
+    /// The body as `T`, or an error naming what it is not.
+    pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        a: &Answer,
+    ) -> Result<T, ClusterError> {
+        serde_json::from_slice(&a.body).map_err(|e| ClusterError::Api {
+            url: self.url(path),
+            message: format!(
+                "HTTP {} but the answer is not JSON of the kind expected ({e}); is {} a Kubernetes API server?",
+                a.status, self.server
+            ),
+            transient: false,
+        })
+    }
+
+    fn transport_error(&self, e: &kube::Error) -> ClusterError {
         let message = crate::text::error_chain(e);
         let lower = message.to_ascii_lowercase();
-        if e.is_timeout() {
-            return ClusterError::Unreachable {
-                server: self.server.clone(),
-                context: self.context.clone(),
-                message: format!(
-                    "no answer in time (connect timeout {:?}, request timeout {:?}): {message}",
-                    self.timeouts.0, self.timeouts.1
-                ),
-            };
-        }
-        if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
+        if lower.contains("certificate")
+            || lower.contains("tls")
+            || lower.contains("handshake")
+            || lower.contains("invalid peer")
+        {
             return ClusterError::Tls {
                 server: self.server.clone(),
                 context: self.context.clone(),
                 message,
             };
         }
-        if e.is_connect() {
+        if lower.contains("connect")
+            || lower.contains("dns")
+            || lower.contains("timed out")
+            || lower.contains("refused")
+            || lower.contains("proxy")
+        {
             return ClusterError::Unreachable {
                 server: self.server.clone(),
                 context: self.context.clone(),
@@ -290,8 +364,81 @@ impl KubeClient {
     }
 }
 
+/// kube's configuration for `cfg`: the transport only (authentication is set per request).
+fn kube_config(cfg: &Kubeconfig, t: &Timeouts) -> Result<kube::Config, ClusterError> {
+    let setup = |message: String| ClusterError::ClientSetup {
+        server: cfg.server.clone(),
+        context: cfg.context.clone(),
+        message,
+    };
+    let uri: http::Uri = cfg
+        .server
+        .parse()
+        .map_err(|e| setup(format!("the server URL is not a valid URL: {e}")))?;
+    let mut c = kube::Config::new(uri);
+    c.default_namespace = cfg.namespace.clone().unwrap_or_else(|| "default".into());
+    c.connect_timeout = Some(t.connect);
+    c.read_timeout = Some(t.request);
+    c.write_timeout = Some(t.request);
+    c.default_retry = false;
+    c.accept_invalid_certs = cfg.insecure_skip_tls_verify;
+    c.tls_server_name = cfg.tls_server_name.clone();
+    if let Some(pem) = &cfg.ca_pem {
+        use rustls_pki_types::pem::PemObject as _;
+        let certs: Vec<Vec<u8>> = rustls_pki_types::CertificateDer::pem_slice_iter(pem)
+            .map(|c| c.map(|c| c.as_ref().to_vec()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                setup(format!(
+                    "the certificate authority of cluster {:?} is not valid PEM: {e}",
+                    cfg.cluster
+                ))
+            })?;
+        if certs.is_empty() {
+            return Err(setup(format!(
+                "the certificate authority of cluster {:?} holds no PEM certificate",
+                cfg.cluster
+            )));
+        }
+        c.root_cert = Some(certs);
+    }
+    if let Some(proxy) = &cfg.proxy_url {
+        c.proxy_url = Some(proxy.expose().parse().map_err(|_| {
+            setup(format!(
+                "the proxy-url of cluster {:?} is not a usable proxy URL",
+                cfg.cluster
+            ))
+        })?);
+    }
+    if let Some(id) = &cfg.client_identity {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        c.auth_info.client_certificate_data = Some(b64.encode(&id.certificate_pem));
+        c.auth_info.client_key_data = Some(b64.encode(id.key_pem.expose()).into());
+    }
+    let imp = &cfg.impersonation;
+    c.auth_info.impersonate = imp.user.clone();
+    c.auth_info.impersonate_uid = imp.uid.clone();
+    c.auth_info.impersonate_groups = (!imp.groups.is_empty()).then(|| imp.groups.clone());
+    c.auth_info.impersonate_user_extra =
+        (!imp.extra.is_empty()).then(|| imp.extra.clone().into_iter().collect());
+    Ok(c)
+}
+
+/// What a failed client setup says, with no key material: a bad key is only said to be bad.
+fn setup_message(e: &kube::Error, user: &str) -> String {
+    let text = crate::text::error_chain(e);
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("private key") || lower.contains("identity") {
+        format!(
+            "the client certificate or key of user {user:?} is not a valid PEM certificate and private key"
+        )
+    } else {
+        text
+    }
+}
+
 /// The `message` of a Kubernetes `Status` body, or the start of a plain-text body.
-fn status_message(body: &[u8]) -> Option<String> {
+pub(crate) fn status_message(body: &[u8]) -> Option<String> {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
         if let Some(m) = v
             .get("message")
@@ -314,217 +461,4 @@ fn status_message(body: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cluster::secret::Secret;
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-    use std::path::PathBuf;
-    use std::sync::{Arc, Mutex};
-
-    fn cfg(server: String, credentials: Credentials) -> Kubeconfig {
-        Kubeconfig {
-            path: PathBuf::from("/tmp/kc"),
-            context: "ctx".into(),
-            cluster: "c".into(),
-            user: "ci-bot".into(),
-            namespace: None,
-            server,
-            ca_pem: None,
-            insecure_skip_tls_verify: false,
-            proxy_url: None,
-            credentials,
-            client_identity: None,
-        }
-    }
-
-    /// One-shot HTTP server: answers each connection with `status` and `body`, records the
-    /// request heads.
-    fn serve(status: &'static str, body: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", l.local_addr().unwrap());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s2 = seen.clone();
-        std::thread::spawn(move || {
-            for c in l.incoming().flatten().take(8) {
-                let mut c = c;
-                let mut buf = [0u8; 4096];
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match c.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                s2.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&head).to_string());
-                let _ = write!(c, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            }
-        });
-        (url, seen)
-    }
-
-    #[tokio::test]
-    async fn ok_404_and_no_credentials_over_plain_http() {
-        let (url, seen) = serve(
-            "200 OK",
-            r#"{"major":"1","minor":"29","gitVersion":"v1.29.2"}"#,
-        );
-        let c = KubeClient::new(&cfg(
-            url.clone() + "/",
-            Credentials::Bearer(Secret::new("tok-123")),
-        ))
-        .unwrap();
-        assert!(c.credentials_withheld().unwrap().contains("plain http://"));
-        let v = c.get_json("/version").await.unwrap().unwrap();
-        assert_eq!(v["gitVersion"], "v1.29.2");
-        let head = seen.lock().unwrap()[0].clone();
-        assert!(head.starts_with("GET /version HTTP/1.1"), "{head}");
-        assert!(
-            !head.to_ascii_lowercase().contains("authorization"),
-            "no credentials over plain HTTP: {head}"
-        );
-
-        let (url, _) = serve(
-            "404 Not Found",
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"namespaces"},"code":404}"#,
-        );
-        let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
-        assert!(c.credentials_withheld().is_none());
-        assert!(c.get_json("/api/v1/namespaces/x").await.unwrap().is_none());
-    }
-
-    #[tokio::test]
-    async fn withheld_basic_credentials_explain_a_401() {
-        let (url, seen) = serve("401 Unauthorized", "{}");
-        let c = KubeClient::new(&cfg(
-            url.clone(),
-            Credentials::Basic {
-                username: "admin".into(),
-                password: Secret::new("pw"),
-            },
-        ))
-        .unwrap();
-        let e = c.get_json("/version").await.unwrap_err();
-        assert!(
-            matches!(e, ClusterError::CredentialsWithheld { .. }),
-            "{e:?}"
-        );
-        let m = e.to_string();
-        assert!(
-            m.contains("were not sent") && m.contains("https://") && m.contains(&url),
-            "{m}"
-        );
-        let head = seen.lock().unwrap()[0].to_ascii_lowercase();
-        assert!(!head.contains("authorization"), "{head}");
-    }
-
-    #[tokio::test]
-    async fn unauthorized_and_forbidden_name_user_and_resource() {
-        let (url, _) = serve(
-            "401 Unauthorized",
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
-        );
-        let c = KubeClient::new(&cfg(url.clone(), Credentials::None)).unwrap();
-        let e = c.get_json("/api/v1/nodes").await.unwrap_err();
-        let m = e.to_string();
-        assert!(matches!(e, ClusterError::Unauthorized { .. }));
-        assert!(
-            m.contains("ci-bot") && m.contains("/api/v1/nodes") && m.contains(&url),
-            "{m}"
-        );
-        assert!(!m.contains("expired-tok"), "{m}");
-
-        let (url, _) = serve(
-            "403 Forbidden",
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"nodes is forbidden: User \"system:serviceaccount:default:ci\" cannot list resource \"nodes\" in API group \"\" at the cluster scope","reason":"Forbidden","details":{"kind":"nodes"},"code":403}"#,
-        );
-        let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
-        let m = c.get_json("/api/v1/nodes").await.unwrap_err().to_string();
-        assert!(
-            m.contains("403 Forbidden") && m.contains("ci-bot") && m.contains("/api/v1/nodes"),
-            "{m}"
-        );
-        assert!(
-            m.contains("cannot list resource \\\"nodes\\\"")
-                || m.contains("cannot list resource \"nodes\""),
-            "{m}"
-        );
-    }
-
-    #[tokio::test]
-    async fn unreachable_names_the_server() {
-        // A port that was just free: nothing listens there.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let server = format!("https://127.0.0.1:{port}");
-        let c = KubeClient::new(&cfg(server.clone(), Credentials::None)).unwrap();
-        let m = c.get_json("/version").await.unwrap_err().to_string();
-        assert!(
-            m.contains("no cluster reachable at") && m.contains(&server),
-            "{m}"
-        );
-    }
-
-    #[tokio::test]
-    async fn non_json_answer_is_reported() {
-        let (url, _) = serve("200 OK", "<html>login</html>");
-        let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
-        let m = c.get_json("/version").await.unwrap_err().to_string();
-        assert!(m.contains("not JSON") && m.contains("/version"), "{m}");
-    }
-
-    #[test]
-    fn bad_ca_and_identity_are_setup_errors_without_key_material() {
-        let mut k = cfg("https://k:6443".into(), Credentials::None);
-        k.ca_pem = Some(b"not a pem".to_vec());
-        let m = KubeClient::new(&k).unwrap_err().to_string();
-        assert!(
-            m.contains("holds no PEM certificate") && m.contains("https://k:6443"),
-            "{m}"
-        );
-
-        let mut k = cfg("https://k:6443".into(), Credentials::None);
-        k.client_identity = Some(crate::cluster::ClientIdentity {
-            certificate_pem: b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
-                .to_vec(),
-            key_pem: crate::cluster::SecretBytes::new(
-                b"-----BEGIN PRIVATE KEY-----\nU0VDUkVU\n-----END PRIVATE KEY-----\n".to_vec(),
-            ),
-        });
-        match KubeClient::new(&k) {
-            Ok(_) => {} // rustls may only reject the pair at handshake time
-            Err(e) => {
-                let m = e.to_string();
-                assert!(!m.contains("U0VDUkVU"), "{m}");
-            }
-        }
-    }
-
-    #[test]
-    fn debug_has_no_token() {
-        let c = KubeClient::new(&cfg(
-            "https://k:6443".into(),
-            Credentials::Bearer(Secret::new("tok-xyz")),
-        ))
-        .unwrap();
-        assert!(!format!("{c:?}").contains("tok-xyz"));
-    }
-
-    #[test]
-    fn status_message_falls_back_to_text() {
-        assert_eq!(
-            status_message(br#"{"kind":"Status","message":"boom"}"#).as_deref(),
-            Some("boom")
-        );
-        assert_eq!(
-            status_message(b"404 page not found\n").as_deref(),
-            Some("404 page not found")
-        );
-        assert_eq!(status_message(b"").as_deref(), None);
-    }
-}
+mod tests;

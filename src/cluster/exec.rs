@@ -9,34 +9,46 @@
 //! true. `interactiveMode: Always` is refused for that reason; `IfAvailable` and `Never` run.
 //! It must print an `ExecCredential` of the same `apiVersion` with `status.token`; its stderr
 //! goes to the user, as with client-go. The token is cached until `status.expirationTimestamp`
-//! (or for the whole run when there is none) and fetched again after a 401, once.
-//! Client certificates from a plugin (`status.clientCertificateData`) are not supported.
+//! (or for the whole run when there is none) and fetched again after a 401, once
+//! ([`super::KubeClient`]). Client certificates from a plugin (`status.clientCertificateData`)
+//! are not supported.
+//!
+//! # Run here, not by kube
+//!
+//! kube-client 5.0.0 runs exec plugins itself (`auth_exec` in its `client/auth/mod.rs`) with
+//! `std::process::Command::output()`: the whole output is read into memory before anything is
+//! checked, there is no time limit, nothing it starts is killed, and its error (`AuthExecRun`)
+//! carries the command line with every argument and the plugin's whole output (the token
+//! included) in its `Debug` form. A plugin that prints forever grew koord-bundle to 22.6 GB in
+//! 80 s before the kernel killed it (issue 17, with the hand-written runner of that time, which
+//! read the same way). So the plugin runs through [`crate::child`] (time limit, standard output
+//! capped at [`MAX_OUTPUT`] while it is read, its process group killed at the end, timeout
+//! included) and kube gets only the resulting token.
 
 use super::secret::Secret;
 use super::ClusterError;
+use crate::child::{self, ChildError, Limits, StderrMode};
 use base64::Engine as _;
 use serde::Deserialize;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 /// Longest a plugin may run (a browser login of `kubelogin` included).
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(120);
-/// Largest plugin output accepted.
-const MAX_OUTPUT: usize = 1024 * 1024;
+/// Largest plugin output accepted (an `ExecCredential` is a few KiB).
+pub const MAX_OUTPUT: usize = 1024 * 1024;
 /// A token is fetched again this long before it expires.
 const EXPIRY_SKEW: Duration = Duration::from_secs(10);
 
 /// The `exec` entry of a kubeconfig user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecConfig {
-    /// The kubeconfig (for messages).
-    pub kubeconfig: PathBuf,
+    /// The kubeconfig file(s), for messages (`a.yaml:b.yaml`).
+    pub kubeconfig: String,
     /// The user entry's name (for messages).
     pub user: String,
     /// `client.authentication.k8s.io/v1` or `v1beta1`.
     pub api_version: String,
-    /// The program.
+    /// The program (made absolute against the kubeconfig's directory when it holds a `/`).
     pub command: String,
     /// Its arguments.
     pub args: Vec<String>,
@@ -103,12 +115,12 @@ struct RawStatus {
 impl ExecConfig {
     /// The command line for messages, flag values that look like credentials redacted.
     pub fn display_command(&self) -> String {
-        super::kubeconfig::redacted_command(&self.command, &self.args)
+        redacted_command(&self.command, &self.args)
     }
 
     fn error(&self, message: String) -> ClusterError {
         ClusterError::ExecPlugin {
-            path: self.kubeconfig.clone(),
+            kubeconfig: self.kubeconfig.clone(),
             user: self.user.clone(),
             command: self.display_command(),
             message,
@@ -133,54 +145,59 @@ impl ExecConfig {
             .to_string()
     }
 
-    /// Run the plugin and read its token.
-    pub async fn run(&self) -> Result<ExecToken, ClusterError> {
+    /// Run the plugin (within `timeout`, its output capped while read) and read its token.
+    pub async fn run(&self, timeout: Duration) -> Result<ExecToken, ClusterError> {
         if self.interactive_mode == "Always" {
             return Err(self.error(
                 "its interactiveMode is Always, but koord-bundle runs plugins without a terminal on their standard input; use a plugin mode or configuration that works without a prompt (interactiveMode IfAvailable or Never)".into(),
             ));
         }
-        let mut cmd = tokio::process::Command::new(&self.command);
+        let mut cmd = std::process::Command::new(&self.command);
         cmd.args(&self.args)
-            .env("KUBERNETES_EXEC_INFO", self.exec_info())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
+            .env("KUBERNETES_EXEC_INFO", self.exec_info());
         for (k, v) in &self.env {
             cmd.env(k, v.expose());
         }
-        let child = cmd.spawn().map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                self.error(format!(
-                    "{} not found{}",
-                    self.command,
-                    match &self.install_hint {
-                        Some(h) => format!(": {}", h.trim()),
-                        None => ": install it, or put it on PATH".into(),
-                    }
-                ))
-            } else {
-                self.error(format!("cannot start it: {e}"))
-            }
-        })?;
-        let out = match tokio::time::timeout(EXEC_TIMEOUT, child.wait_with_output()).await {
-            Ok(Ok(o)) => o,
-            Ok(Err(e)) => return Err(self.error(format!("cannot read its output: {e}"))),
-            Err(_) => {
-                return Err(self.error(format!("it did not finish in {} s", EXEC_TIMEOUT.as_secs())))
-            }
+        let limits = Limits {
+            timeout,
+            max_stdout: MAX_OUTPUT,
+            max_stderr: MAX_OUTPUT,
         };
+        let out = child::run_async(cmd, None, StderrMode::Inherit, limits, None)
+            .await
+            .map_err(|e| self.child_error(e))?;
         if !out.status.success() {
             return Err(self.error(format!(
                 "it failed ({}); its messages are above",
                 out.status
             )));
         }
-        if out.stdout.len() > MAX_OUTPUT {
-            return Err(self.error(format!("it printed more than {MAX_OUTPUT} bytes")));
-        }
         self.parse(&out.stdout, SystemTime::now())
+    }
+
+    /// What a failed run says: never the plugin's output, always what to do.
+    fn child_error(&self, e: ChildError) -> ClusterError {
+        match e {
+            ChildError::NotFound { .. } => self.error(format!(
+                "{} not found{}",
+                self.command,
+                match &self.install_hint {
+                    Some(h) => format!(": {}", h.trim()),
+                    None => ": install it, or put it on PATH".into(),
+                }
+            )),
+            ChildError::TimedOut { after, .. } => self.error(format!(
+                "it did not finish within {} s: it was stopped, with every process it started; check that it can get a token without a prompt (run it by hand)",
+                after.as_secs()
+            )),
+            ChildError::OutputTooLarge { limit, stream, .. } => self.error(format!(
+                "it printed more than {limit} bytes on its {stream} (an ExecCredential is a few KiB): it was stopped, with every process it started"
+            )),
+            ChildError::Spawn { source, .. } => self.error(format!("cannot start it: {source}")),
+            ChildError::Wait { source, .. } => {
+                self.error(format!("waiting for it failed: {source}"))
+            }
+        }
     }
 
     /// Read an ExecCredential printed by the plugin. Never echoes the output.
@@ -228,6 +245,36 @@ impl ExecConfig {
         };
         Ok(ExecToken { token, expires })
     }
+}
+
+/// The command line, with the value of any flag whose name suggests a credential (`--token`,
+/// `--client-secret`, `--password`, `--key`...) replaced by `<redacted>`.
+pub fn redacted_command(command: &str, args: &[String]) -> String {
+    let sensitive = |flag: &str| {
+        let f = flag.trim_start_matches('-').to_ascii_lowercase();
+        ["token", "secret", "password", "passwd", "key", "credential"]
+            .iter()
+            .any(|w| f.contains(w))
+    };
+    let mut parts = vec![command.to_string()];
+    let mut redact_next = false;
+    for a in args {
+        if redact_next {
+            parts.push("<redacted>".into());
+            redact_next = false;
+        } else if a.starts_with('-') && sensitive(a.split('=').next().unwrap_or(a)) {
+            match a.split_once('=') {
+                Some((flag, _)) => parts.push(format!("{flag}=<redacted>")),
+                None => {
+                    parts.push(a.clone());
+                    redact_next = true;
+                }
+            }
+        } else {
+            parts.push(a.clone());
+        }
+    }
+    parts.join(" ")
 }
 
 #[cfg(test)]
@@ -294,5 +341,90 @@ mod tests {
         c.provide_cluster_info = false;
         let v: serde_json::Value = serde_json::from_str(&c.exec_info()).unwrap();
         assert!(v["spec"].get("cluster").is_none());
+    }
+
+    #[test]
+    fn exec_command_shows_subcommands_not_flag_values() {
+        let args: Vec<String> = ["eks", "get-token", "--token", "s3cr3t"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            redacted_command("aws", &args),
+            "aws eks get-token --token <redacted>"
+        );
+        let args: Vec<String> = ["get-token", "--client-secret=shh", "--server-id", "abc"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            redacted_command("kubelogin", &args),
+            "kubelogin get-token --client-secret=<redacted> --server-id abc"
+        );
+    }
+
+    fn script(dir: &std::path::Path, body: &str) -> String {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = dir.join("plugin.sh");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+
+    /// A plugin that prints without end is stopped at the cap, having cost at most the cap.
+    #[tokio::test]
+    async fn endless_output_is_capped_while_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(API_VERSIONS[0]);
+        c.command = script(dir.path(), "exec yes token-token-token");
+        c.args.clear();
+        let m = c
+            .run(Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("printed more than 1048576 bytes on its standard output"),
+            "{m}"
+        );
+        assert!(!m.contains("token-token"), "{m}");
+    }
+
+    /// A plugin that hangs, with a child of its own: both are gone after the time limit.
+    #[tokio::test]
+    async fn a_hanging_plugin_and_its_child_are_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let mut c = cfg(API_VERSIONS[0]);
+        c.command = script(
+            dir.path(),
+            &format!(
+                "sleep 300 &\necho $! > {}\nwait",
+                pid_file.to_string_lossy()
+            ),
+        );
+        c.args.clear();
+        let m = c.run(Duration::from_secs(2)).await.unwrap_err().to_string();
+        assert!(m.contains("did not finish within 2 s"), "{m}");
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Killed with its group; reaped by init soon after (a zombie until then).
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            // SAFETY: signal 0 only checks that the process exists.
+            let alive = unsafe { libc::kill(pid, 0) == 0 };
+            !alive
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| {
+                        s.rsplit(')')
+                            .next()
+                            .is_some_and(|r| r.trim_start().starts_with('Z'))
+                    })
+                    .unwrap_or(true)
+        });
+        assert!(gone, "the plugin's child {pid} outlived the timeout");
     }
 }

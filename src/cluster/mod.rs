@@ -1,32 +1,50 @@
-//! Read-only access to the target Kubernetes cluster, for the checks made before installing
-//! (`preflight`): kubeconfig loading ([`kubeconfig`]), exec credential plugins ([`exec`]), a
-//! small GET-only API client ([`client`]) and the checks themselves ([`mod@preflight`]).
+//! Read-only access to the target Kubernetes cluster, for the checks made before installing:
+//! kubeconfig as kubectl reads it ([`kubeconfig`]: `KUBECONFIG` lists merged, `--context`),
+//! the user's credentials ([`auth`]: tokens, client certificates, exec plugins ([`exec`]), the
+//! oidc auth-provider, impersonation), the API client ([`client`], bounded lists in [`list`])
+//! and the pre-flight ([`mod@preflight`]): reading the cluster in one place, pure rules over
+//! the typed objects read, one file per check.
 //!
-//! Nothing here writes to the cluster (helm does, with the same kubeconfig, running exec
-//! plugins itself). Nothing here reads the environment either: the caller passes
+//! Nothing here writes to the cluster (helm does, with the same kubeconfig files and context,
+//! running exec plugins itself). Nothing here reads the environment either: the caller passes
 //! `--kubeconfig`, `$KUBECONFIG` and the home directory in (see [`kubeconfig::locate`]).
 //!
-//! # Hand-written client, not kube-client (the `kube` crate)
+//! # kube and k8s-openapi, and what is still ours
 //!
-//! Measured with two minimal programs (scratch, not committed) that list the nodes of a
-//! cluster: one over reqwest 0.13 as this module does, one with `kube` 2.0.1 (features
-//! `client`, `rustls-tls`, `config`) and `k8s-openapi` 0.26 (`latest`), both `lto = "thin"`,
-//! `cargo clean` then `cargo build --release`, one after the other on this 2-core machine
-//! with nothing else running (2026-11-30):
+//! The client is kube-client 5 ([`kube::Client`], rustls on aws-lc-rs like the rest of the
+//! tree): TLS against the kubeconfig's CA or the system roots, `tls-server-name`, client
+//! certificates, `proxy-url` (http, https, socks5), the impersonation headers. Kubeconfig files
+//! are kube's types ([`kube::config::Kubeconfig`]), merged by its `merge` (kubectl's rules);
+//! objects are k8s-openapi's (`Node`, `Namespace`, `CustomResourceDefinition`, `Secret`,
+//! `DaemonSet`, version `Info`). Kept in this module, each for a measured or documented reason:
 //!
-//! | | clean release build | release binary | crates in the tree |
-//! |---|---|---|---|
-//! | reqwest only (as here) | 68.6 s | 6 606 752 bytes | 116 |
-//! | kube-client + k8s-openapi | 70.5 s | 7 265 544 bytes | 127 |
+//! - **credentials** ([`auth`], [`exec`]): kube runs exec plugins and the gcp auth-provider's
+//!   command with `Command::output()` (whole output in memory, no time limit, children left
+//!   behind, the output and arguments in its error's `Debug`), and it would send credentials to
+//!   a plain `http://` server, which client-go never does. So credentials are resolved here,
+//!   plugins run through [`crate::child`], and the `Authorization` header is set per request,
+//!   over TLS only;
+//! - **reading answers** ([`client`], [`list`]): kube's typed calls (`Api::get`, `Api::list`)
+//!   read a whole body before any size check, and paging is left to the caller; here every
+//!   body goes through [`kube::Client::send`] and is capped while it is read, and every list is
+//!   bounded in pages, bytes, time and repeated `continue` tokens;
+//! - **errors**: they name the kubeconfig file(s), context, user, server and resource, never a
+//!   credential ([`ClusterError`]).
 //!
-//! So kube-client is not expensive: +2 s of build (k8s-openapi compiles beside the rest),
-//! +0.66 MB of binary, 11 more crates. (An earlier attempt inside a copy of this crate, on a
-//! machine shared with other builds, did not finish in 15 min and is not a figure.) The choice
-//! rests on the rest: the cluster side needs five GETs, a kubeconfig reader and an exec-plugin
-//! runner, about 1 500 lines with their tests, and our error messages and redaction (which
-//! kubeconfig, which plugin, never a token) would wrap kube's own kubeconfig and exec handling
-//! anyway. Decision: keep the hand-written client; switch to kube-client if koord-bundle ever
-//! writes to the cluster itself (today helm does) or needs watches.
+//! What kube costs, measured with two clean `cargo build --release --locked` (`lto = "thin"`,
+//! `codegen-units = 4`) of this crate before and after, each from a fresh target directory on
+//! this 2-core machine while other engineers' builds ran (load average 9–12 in both), 2026-12-01:
+//!
+//! | | wall clock | CPU (user + sys) | binary | crates (`cargo tree --prefix none --no-dedupe \| sort -u`) |
+//! |---|---|---|---|---|
+//! | hand-written client (reqwest) | 13 min 46 s | 316 s | 17 944 752 bytes | 181 |
+//! | kube 5 + k8s-openapi 0.29 | 14 min 04 s | 446 s | 22 694 440 bytes | 227 |
+//!
+//! Of the +4.7 MB (symbol sizes from `nm -S`): kube's own YAML parser (serde-saphyr, granit-parser,
+//! annotate-snippets: ~0.7 MB, linked through kube's error types although kubeconfigs are parsed
+//! by [`crate::yaml`] here), k8s-openapi 0.32 MB, kube-client 0.27 MB, kube's auth layer's
+//! jsonpath and pest 0.25 MB (never run here: no exec or auth-provider entry reaches kube),
+//! hyper-util/tower/tower-http 0.3 MB, and more monomorphised serde_json and core code.
 //!
 //! Testing: no Kubernetes API server can be run where this crate is developed (no kind, k3s or
 //! envtest). The code that talks to a cluster is tested against a FAKE API server
@@ -34,15 +52,17 @@
 //! controllers) seeded with real-format objects (`tests/fixtures/kube/`, shaped on kind, EKS,
 //! ACK and an old cluster, not captured from live ones), and real helm 3 and 4 install into it.
 
+pub mod auth;
 pub mod client;
 pub mod exec;
 pub mod kubeconfig;
+pub mod list;
 pub mod preflight;
-mod release;
 mod secret;
 
+pub use auth::{ClientIdentity, Credentials, Impersonation};
 pub use client::KubeClient;
-pub use kubeconfig::{ClientIdentity, Credentials, Kubeconfig};
+pub use kubeconfig::{Files, Kubeconfig, Merged, Origin};
 pub use preflight::{
     preflight, ChartCrd, Finding, Level, NodeInfo, PreflightInput, PreflightReport, ReleaseInfo,
 };
@@ -69,28 +89,28 @@ pub enum ClusterError {
         source: std::io::Error,
     },
     /// The kubeconfig is not valid YAML of the expected shape, or is inconsistent.
-    #[error("kubeconfig {path}: {message}")]
+    #[error("kubeconfig {kubeconfig}: {message}")]
     InvalidKubeconfig {
-        /// The file.
-        path: PathBuf,
+        /// The file(s), `a.yaml:b.yaml`.
+        kubeconfig: String,
         /// What is wrong (never a credential value).
         message: String,
     },
     /// The requested (or current) context is not in the kubeconfig.
-    #[error("kubeconfig {path}: context {context:?} not found (contexts: {available})")]
+    #[error("kubeconfig {kubeconfig}: context {context:?} not found (contexts: {available})")]
     ContextNotFound {
-        /// The file.
-        path: PathBuf,
+        /// The file(s), `a.yaml:b.yaml`.
+        kubeconfig: String,
         /// The context asked for.
         context: String,
         /// The contexts the file has.
         available: String,
     },
     /// A file named by the kubeconfig (CA, client certificate or key, token file) is unreadable.
-    #[error("kubeconfig {path}: {what} {file}: {source}")]
+    #[error("kubeconfig {kubeconfig}: {what} {file}: {source}")]
     CredentialFile {
-        /// The kubeconfig.
-        path: PathBuf,
+        /// The kubeconfig file(s).
+        kubeconfig: String,
         /// Which entry, e.g. `user "admin" client-key`.
         what: String,
         /// The file it names (resolved against the kubeconfig's directory).
@@ -100,10 +120,12 @@ pub enum ClusterError {
     },
     /// The user's exec credential plugin is misconfigured, missing, failed, or printed no
     /// usable credential.
-    #[error("kubeconfig {path}: user {user:?}: exec credential plugin ({command}): {message}")]
+    #[error(
+        "kubeconfig {kubeconfig}: user {user:?}: exec credential plugin ({command}): {message}"
+    )]
     ExecPlugin {
-        /// The kubeconfig.
-        path: PathBuf,
+        /// The kubeconfig file(s).
+        kubeconfig: String,
         /// The user entry's name.
         user: String,
         /// The plugin command line, e.g. `aws eks get-token --cluster-name prod` (values of
@@ -125,19 +147,20 @@ pub enum ClusterError {
         /// `401 Unauthorized` or `403 Forbidden`.
         status: String,
     },
-    /// The user entry authenticates with an auth-provider (oidc, gcp, azure), not supported.
-    #[error(
-        "kubeconfig {path}: user {user:?} uses the {provider:?} auth-provider: auth-providers are not supported in this version; use a token kubeconfig (e.g. a service-account token) or run with --no-install"
-    )]
+    /// The user entry authenticates with an auth-provider that cannot be used (gcp, azure, an
+    /// oidc entry without a usable id-token).
+    #[error("kubeconfig {kubeconfig}: user {user:?} uses the {provider:?} auth-provider: {hint}")]
     AuthProviderUnsupported {
-        /// The kubeconfig.
-        path: PathBuf,
+        /// The kubeconfig file(s).
+        kubeconfig: String,
         /// The user entry's name.
         user: String,
         /// The provider's name.
         provider: String,
+        /// Why it cannot be used, and what to do.
+        hint: String,
     },
-    /// The HTTP client could not be built from the kubeconfig (bad PEM, bad proxy URL...).
+    /// The client could not be built from the kubeconfig (bad PEM, bad proxy URL...).
     #[error("cannot set up a client for {server} (context {context:?}): {message}")]
     ClientSetup {
         /// The API server URL.

@@ -202,48 +202,141 @@ fn verify(settings: &Settings, progress: &Progress) -> anyhow::Result<(BundleSou
     Ok((src, unhashed))
 }
 
-/// helm, when it will be used (an install, or a dry run's rendering).
-fn find_helm(args: &LoadArgs, progress: &Progress) -> anyhow::Result<Option<Helm>> {
-    let install = !args.no_install;
-    Ok(if install || args.dry_run {
-        match Helm::find(
-            args.helm.as_deref(),
-            std::env::var_os(super::env::PATH).as_deref(),
-        ) {
-            Ok(h) => Some(h),
-            Err(e) if !install => {
-                progress.warn(format!("{e}: the chart will not be rendered"));
-                None
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(
-                    "helm is needed to install (or pass --no-install): nothing was pushed",
-                ))
-            }
-        }
-    } else {
-        None
+/// helm, when it will be used: for an install (a dry run of one included). With
+/// `--no-install` nothing is installed and helm is not looked for.
+fn find_helm(args: &LoadArgs) -> anyhow::Result<Option<Helm>> {
+    if args.no_install {
+        return Ok(None);
+    }
+    Helm::find(
+        args.helm.as_deref(),
+        std::env::var_os(super::env::PATH).as_deref(),
+    )
+    .map(Some)
+    .map_err(|e| {
+        anyhow::Error::new(e)
+            .context("helm is needed to install (or pass --no-install): nothing was pushed")
     })
 }
 
-/// The cluster's pre-flight, before any push: its report (when a cluster was reached) and the
-/// release namespace to install into.
+/// How helm reaches the registry that holds the chart.
+fn registry_access(args: &LoadArgs, settings: &Settings) -> RegistryAccess {
+    let login = &settings.login;
+    RegistryAccess {
+        host: settings.target.registry.clone(),
+        username: login.as_ref().map(|l| l.username.clone()),
+        password: login.as_ref().map(|l| l.password.clone()),
+        ca_file: args.ca_file.first().cloned(),
+        plain_http: args.plain_http,
+        insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+    }
+}
+
+/// What would stop helm after the push, checked before it: helm 3 cannot reach a TLS registry
+/// on a loopback address (it speaks plain HTTP there), so the install from it would fail.
+fn check_helm_reaches_registry(
+    args: &LoadArgs,
+    settings: &Settings,
+    helm: &Helm,
+) -> anyhow::Result<()> {
+    if !helm.supports_oci() {
+        // helm before 3.8 installs the bundle's chart archive: no registry involved.
+        return Ok(());
+    }
+    if let Some(hint) = registry_access(args, settings).loopback_tls_hint(helm) {
+        bail!(
+            "helm {} cannot install the chart from {}: {hint}; nothing was pushed",
+            helm.version,
+            settings.target.host_and_prefix()
+        );
+    }
+    Ok(())
+}
+
+/// The cluster the pre-flight read: its kubeconfig files and context, given to helm as they
+/// are, so that helm installs where the pre-flight looked.
+struct KubeTarget {
+    files: cluster::Files,
+    context: String,
+}
+
+/// The kubeconfig as kubectl reads it (`--kubeconfig`, else the `$KUBECONFIG` list merged,
+/// else `~/.kube/config`; `--context`, else the current context) and a client for it.
+fn kube_client(
+    args: &LoadArgs,
+) -> Result<(cluster::KubeClient, KubeTarget), cluster::ClusterError> {
+    let files = cluster::kubeconfig::locate(
+        args.kubeconfig.as_deref(),
+        std::env::var_os(super::env::KUBECONFIG).as_deref(),
+        dirs::home_dir().as_deref(),
+    )?;
+    let kc = cluster::kubeconfig::read(&files)?.select(args.context.as_deref())?;
+    let client = cluster::KubeClient::new(&kc)?;
+    Ok((
+        client,
+        KubeTarget {
+            files,
+            context: kc.context,
+        },
+    ))
+}
+
+/// The pre-flight's findings, one line each.
+fn print_findings(r: &cluster::PreflightReport, progress: &Progress) {
+    for f in &r.findings {
+        let line = format!(
+            "pre-flight {:?} [{}] {}{}",
+            f.level,
+            f.check,
+            f.message,
+            f.fix
+                .as_ref()
+                .map(|x| format!(" — fix: {x}"))
+                .unwrap_or_default()
+        );
+        match f.level {
+            cluster::Level::Info => progress.say(line),
+            _ => progress.warn(line),
+        }
+    }
+}
+
+/// What the pre-flight gave: its report, the release namespace to install into, the cluster.
+struct Preflight {
+    report: Option<cluster::PreflightReport>,
+    namespace: String,
+    target: Option<KubeTarget>,
+}
+
+/// The cluster's pre-flight, before any push, whenever something will be installed (a dry run
+/// of an install included: it fails where the real run would, before pushing). With
+/// `--no-install` there is no pre-flight.
 async fn preflight(
     args: &LoadArgs,
     manifest: &BundleManifest,
     progress: &Progress,
-) -> anyhow::Result<(Option<cluster::PreflightReport>, String)> {
-    let install = !args.no_install;
-    let platforms: Vec<String> = {
-        let mut p: Vec<String> = manifest
-            .images
-            .iter()
-            .flat_map(|i| i.platforms.clone())
-            .collect();
-        p.sort();
-        p.dedup();
-        p
-    };
+) -> anyhow::Result<Preflight> {
+    // The release namespace: Koordinator's guide installs into `default`; the chart's objects
+    // go to its own namespace whatever this is (see cluster::preflight).
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_RELEASE_NAMESPACE.to_string());
+    if args.no_install {
+        progress.say("pre-flight not run: --no-install (nothing is installed)");
+        return Ok(Preflight {
+            report: None,
+            namespace,
+            target: None,
+        });
+    }
+    let mut platforms: Vec<String> = manifest
+        .images
+        .iter()
+        .flat_map(|i| i.platforms.clone())
+        .collect();
+    platforms.sort();
+    platforms.dedup();
     let crds: Vec<cluster::ChartCrd> = manifest
         .crds
         .iter()
@@ -253,76 +346,41 @@ async fn preflight(
             values_key: c.values_key.clone(),
         })
         .collect();
-    // The release namespace: Koordinator's guide installs into `default`; the chart's objects
-    // go to its own namespace whatever this is (see cluster::preflight).
-    let namespace_explicit = args.namespace.is_some();
-    let mut namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| DEFAULT_RELEASE_NAMESPACE.to_string());
-    let mut preflight = None;
-    if install || args.dry_run {
-        let client = cluster::kubeconfig::locate(
-            args.kubeconfig.as_deref(),
-            std::env::var_os("KUBECONFIG").as_deref(),
-            dirs::home_dir().as_deref(),
-        )
-        .and_then(|path| cluster::kubeconfig::load(&path, args.context.as_deref()))
-        .and_then(|kc| cluster::KubeClient::new(&kc))
-        .map_err(anyhow::Error::new);
-        let input = cluster::PreflightInput {
-            bundle_platforms: &platforms,
-            crds: &crds,
-            namespace: &namespace,
-            namespace_explicit,
-            chart_namespace: CHART_NAMESPACE,
-            release: &args.release,
-            strict: args.strict,
-            host_network: args.host_network,
-        };
-        let outcome = match client {
-            Ok(c) => {
-                if let Some(w) = c.credentials_withheld() {
-                    progress.warn(format!("pre-flight: {w}"));
-                }
-                cluster::preflight(&c, &input)
-                    .await
-                    .map_err(anyhow::Error::new)
+    let input = cluster::PreflightInput {
+        bundle_platforms: &platforms,
+        crds: &crds,
+        namespace: &namespace,
+        namespace_explicit: args.namespace.is_some(),
+        chart_namespace: CHART_NAMESPACE,
+        release: &args.release,
+        strict: args.strict,
+        host_network: args.host_network,
+    };
+    let outcome = match kube_client(args) {
+        Ok((client, target)) => {
+            if let Some(w) = client.credentials_withheld() {
+                progress.warn(format!("pre-flight: {w}"));
             }
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(r) => {
-                for f in &r.findings {
-                    let line = format!(
-                        "pre-flight {:?} [{}] {}{}",
-                        f.level,
-                        f.check,
-                        f.message,
-                        f.fix
-                            .as_ref()
-                            .map(|x| format!(" — fix: {x}"))
-                            .unwrap_or_default()
-                    );
-                    match f.level {
-                        cluster::Level::Info => progress.say(line),
-                        _ => progress.warn(line),
-                    }
-                }
-                if r.failed() && !args.dry_run {
-                    bail!("the pre-flight found problems the install would hit (above): nothing was pushed");
-                }
-                namespace = r.release_namespace.clone();
-                preflight = Some(r);
-            }
-            Err(e) if install && !args.dry_run => {
-                return Err(e.context("no cluster reachable for the pre-flight: nothing was pushed (pass --no-install to push only)"));
-            }
-            Err(e) => progress.warn(format!("no cluster reachable, pre-flight skipped: {e:#}")),
+            cluster::preflight(&client, &input)
+                .await
+                .map(|r| (r, target))
         }
+        Err(e) => Err(e),
+    };
+    let (report, target) = outcome.map_err(|e| {
+        anyhow::Error::new(e).context(
+            "the pre-flight could not read the cluster: nothing was pushed (pass --no-install to push only)",
+        )
+    })?;
+    print_findings(&report, progress);
+    if report.failed() {
+        bail!("the pre-flight found problems the install would hit (above): nothing was pushed");
     }
-
-    Ok((preflight, namespace))
+    Ok(Preflight {
+        namespace: report.release_namespace.clone(),
+        report: Some(report),
+        target: Some(target),
+    })
 }
 
 /// The re-hash decision and the push: when every tag already points at the bundle's digests,
@@ -377,10 +435,10 @@ async fn install(
     settings: &Settings,
     src: &BundleSource,
     helm: Option<&Helm>,
-    preflight: Option<&cluster::PreflightReport>,
-    namespace: &str,
+    pre: &Preflight,
 ) -> anyhow::Result<Installed> {
-    let (target, login, manifest) = (&settings.target, &settings.login, src.manifest());
+    let (target, manifest) = (&settings.target, src.manifest());
+    let (preflight, namespace) = (pre.report.as_ref(), pre.namespace.as_str());
     let install = !args.no_install;
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let mut crds_off: Vec<String> = args.skip_crds.clone();
@@ -420,16 +478,24 @@ async fn install(
         user_sets: args.set.clone(),
         reuse_values: args.reuse_values,
         reset_values: args.reset_values,
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
-        registry: Some(RegistryAccess {
-            host: target.registry.clone(),
-            username: login.as_ref().map(|l| l.username.clone()),
-            password: login.as_ref().map(|l| l.password.clone()),
-            ca_file: args.ca_file.first().cloned(),
-            plain_http: args.plain_http,
-            insecure_skip_tls_verify: args.insecure_skip_tls_verify,
-        }),
+        // helm gets the kubeconfig files and the context the pre-flight read: one file as
+        // --kubeconfig, a $KUBECONFIG list (which --kubeconfig cannot take) in its environment.
+        kubeconfig: pre
+            .target
+            .as_ref()
+            .filter(|t| t.files.origin == cluster::Origin::Flag)
+            .and_then(|t| t.files.paths.first().cloned()),
+        kubeconfig_env: pre
+            .target
+            .as_ref()
+            .filter(|t| t.files.origin == cluster::Origin::Env)
+            .and_then(|t| t.files.env_value()),
+        context: pre
+            .target
+            .as_ref()
+            .map(|t| t.context.clone())
+            .or_else(|| args.context.clone()),
+        registry: Some(registry_access(args, settings)),
         wait: false,
         timeout: None,
     };
@@ -500,8 +566,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(&args, &progress).await?;
     let (src, unhashed) = verify(&settings, &progress)?;
     let manifest = src.manifest().clone();
-    let helm = find_helm(&args, &progress)?;
-    let (preflight, namespace) = preflight(&args, &manifest, &progress).await?;
+    let helm = find_helm(&args)?;
+    if let Some(h) = &helm {
+        check_helm_reaches_registry(&args, &settings, h)?;
+    }
+    let pre = preflight(&args, &manifest, &progress).await?;
     let target = settings.target.clone();
     // The registry step (its first contact; Harbor's projects), before any push.
     let checked =
@@ -510,15 +579,8 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let sink = checked.sink(&registry, &target);
     let (stats, rehashed) =
         hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
-    let done = install(
-        &args,
-        &settings,
-        &src,
-        helm.as_ref(),
-        preflight.as_ref(),
-        &namespace,
-    )
-    .await?;
+    let done = install(&args, &settings, &src, helm.as_ref(), &pre).await?;
+    let (preflight, namespace) = (&pre.report, &pre.namespace);
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
     let (plan, command, rendered_ok, kept_values, installed) = (

@@ -32,6 +32,9 @@ pub mod env {
     pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
     /// Where `docker-credential-*` helpers are found.
     pub const PATH: &str = "PATH";
+    /// The kubeconfig files of `load` (a list, merged as kubectl merges it) when
+    /// `--kubeconfig` is not given; helm gets the same list.
+    pub const KUBECONFIG: &str = "KUBECONFIG";
 }
 
 /// Exit code of success.

@@ -757,6 +757,7 @@ fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself(
             seed: &["kind"],
             tls: true,
             token: Some(token),
+            tls_name: None,
         });
         let (kubeconfig, runs, _) =
             crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
@@ -810,4 +811,191 @@ fn a_registry_that_stores_another_manifest_stops_the_load_before_helm() {
     );
     assert!(fake.releases("default").is_empty());
     assert!(fake.names("CustomResourceDefinition", None).is_empty());
+}
+
+/// Issue 17's case: a.yaml holds the cluster and the user, b.yaml the context and
+/// `current-context`, and `KUBECONFIG=a.yaml:b.yaml`, no `--kubeconfig`. The pre-flight reads
+/// the merged context (it used to read a.yaml alone and stop: "no current-context is set"), and
+/// helm gets the same list in its environment and the same context (`--kube-context`): the dry
+/// run prints both, and the real install with helm 3 and 4 reaches the fake with its token.
+#[test]
+fn a_kubeconfig_list_is_merged_for_the_preflight_and_given_whole_to_helm() {
+    let b = Built::new();
+    let e = env();
+    for major in [3, 4] {
+        let fake = kube_fake::start(Opts {
+            seed: &["kind"],
+            tls: true,
+            token: Some("list-token"),
+            tls_name: None,
+        });
+        let kc: Value =
+            serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
+        let dir = fake.dir.path();
+        let mut cluster = kc["clusters"][0].clone();
+        cluster["name"] = "stub".into();
+        let a = dir.join("a.yaml");
+        std::fs::write(
+            &a,
+            json!({"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "users": kc["users"]})
+                .to_string(),
+        )
+        .unwrap();
+        let bb = dir.join("b.yaml");
+        std::fs::write(
+            &bb,
+            json!({"apiVersion": "v1", "kind": "Config", "current-context": "stub",
+                   "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "fake-admin"}}]})
+                .to_string(),
+        )
+        .unwrap();
+        let list = std::env::join_paths([&a, &bb]).unwrap();
+        let registry = format!("{}/{}", e.plain, unique_prefix(&format!("kclist{major}")));
+        let mut args = load_args(&b, &b.bundle, &registry, &fake, major, &[]);
+        let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
+        args.drain(i..i + 2);
+        let run_with = |extra: &[&str]| {
+            let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+            all.extend(extra);
+            b.home.cmd(&all).env("KUBECONFIG", &list).output().unwrap()
+        };
+        let o = run_with(&["--dry-run", "--json"]);
+        assert_ok(&o);
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let cmd = r["helm"]["command"].as_str().unwrap();
+        assert!(
+            cmd.starts_with(&format!("KUBECONFIG={}:{} ", a.display(), bb.display())),
+            "{cmd}"
+        );
+        assert!(cmd.contains("--kube-context stub"), "{cmd}");
+        assert!(!cmd.contains("--kubeconfig"), "{cmd}");
+        assert!(
+            r["preflight"]["findings"].as_array().unwrap().len() > 3,
+            "{r}"
+        );
+        let o = run_with(&[]);
+        assert_ok(&o);
+        assert_installed(&fake, &registry, "1");
+        let reqs = fake.requests();
+        assert!(
+            reqs.iter().all(|r| r["authorized"] == true),
+            "{:#?}",
+            fake.request_lines()
+        );
+        assert!(reqs
+            .iter()
+            .any(|r| r["userAgent"].as_str().unwrap_or("").starts_with("Helm/")));
+        assert!(reqs.iter().any(|r| r["userAgent"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("koord-bundle/")));
+    }
+}
+
+/// Issue 21: a dry run fails where the real run would, before anything is pushed. helm 3
+/// speaks plain HTTP to a registry on a loopback address, so it cannot install from the TLS
+/// registry on 127.0.0.1: both runs stop before the push, exit 1, saying so and what to use.
+#[test]
+fn helm3_and_a_tls_loopback_registry_stop_before_the_push_in_both_runs() {
+    let b = Built::new();
+    let e = env();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    let prefix = unique_prefix("h3loop");
+    let registry = format!("{}/{prefix}", e.tls);
+    let auth = b.home.login_tls();
+    let mut args = load_args(
+        &b,
+        &b.bundle,
+        &registry,
+        &fake,
+        3,
+        &["--ca-file", e.ca_file.to_str().unwrap()],
+    );
+    args.retain(|a| a != "--plain-http");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+        all.extend(extra);
+        let o = b
+            .home
+            .cmd(&all)
+            .env("REGISTRY_AUTH_FILE", &auth)
+            .output()
+            .unwrap();
+        assert_fails(
+            &o,
+            1,
+            &[
+                "helm 3.17.3 cannot install the chart",
+                "use helm 4",
+                "nothing was pushed",
+            ],
+        );
+    }
+    assert!(repos_under(&prefix).is_empty());
+    assert!(fake.requests().is_empty(), "not even the pre-flight ran");
+}
+
+/// Issue 21: with `--no-install` a dry run needs no helm and no cluster, and does not suggest
+/// `--no-install`; an exec plugin that fails stops a dry run of an install as it stops the
+/// real run (exit 1, nothing pushed), where the dry run used to skip the pre-flight and exit 0.
+#[test]
+fn dry_runs_are_truthful_about_helm_and_the_preflight() {
+    let b = Built::new();
+    let e = env();
+    let prefix = unique_prefix("truthful");
+    let registry = format!("{}/{prefix}", e.plain);
+    let o = b.home.run(&[
+        "load",
+        b.bundle.to_str().unwrap(),
+        "--registry",
+        &registry,
+        "--plain-http",
+        "--no-install",
+        "--dry-run",
+        "--helm",
+        "/nonexistent/helm",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("or run with --no-install") && !err.contains("pass --no-install"),
+        "{err}"
+    );
+    assert!(err.contains("pre-flight not run: --no-install"), "{err}");
+
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        tls: true,
+        token: Some("plugin-token"),
+        tls_name: None,
+    });
+    let (kubeconfig, _, _) =
+        crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", "plugin-token");
+    // The plugin exits 3: its PLUGIN_TOKEN is renamed away.
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .replace("PLUGIN_TOKEN", "OTHER");
+    std::fs::write(&kubeconfig, text).unwrap();
+    let mut args = load_args(&b, &b.bundle, &registry, &fake, 4, &[]);
+    let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
+    args[i + 1] = kubeconfig.to_string_lossy().into();
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+        all.extend(extra);
+        assert_fails(
+            &b.home.run(&all),
+            1,
+            &[
+                "exec credential plugin",
+                "it failed (exit status: 3)",
+                "nothing was pushed",
+            ],
+        );
+    }
+    assert!(repos_under(&prefix).is_empty());
 }

@@ -20,6 +20,7 @@ pub struct KubeFake {
     pub dir: tempfile::TempDir,
     child: Child,
     ca: Option<PathBuf>,
+    tls_name: bool,
 }
 
 /// Options of [`start`].
@@ -31,6 +32,8 @@ pub struct Opts<'a> {
     pub tls: bool,
     /// Bearer token every API request must carry.
     pub token: Option<&'a str>,
+    /// With `tls`: the certificate names this DNS name only, not 127.0.0.1.
+    pub tls_name: Option<&'a str>,
 }
 
 pub fn fixture_dir(name: &str) -> PathBuf {
@@ -60,6 +63,9 @@ pub fn start(opts: Opts<'_>) -> KubeFake {
     if let Some(t) = opts.token {
         cmd.args(["--token", t]);
     }
+    if let Some(n) = opts.tls_name {
+        cmd.args(["--tls-name", n]);
+    }
     let mut child = cmd
         .spawn()
         .expect("python3 runs tests/kube-fake/fake_apiserver.py");
@@ -83,6 +89,7 @@ pub fn start(opts: Opts<'_>) -> KubeFake {
         url,
         kubeconfig: dir.path().join("kubeconfig"),
         ca: opts.tls.then(|| dir.path().join("ca.crt")),
+        tls_name: opts.tls_name.is_some(),
         child,
         dir,
     }
@@ -93,7 +100,11 @@ impl KubeFake {
     fn control(&self, path: &str, post: Option<&Value>) -> Value {
         let mut c = Command::new("curl");
         c.args(["-sS", "--fail-with-body", "--max-time", "30"]);
-        if let Some(ca) = &self.ca {
+        if self.tls_name {
+            // Its certificate does not name 127.0.0.1 (and curl's own SNI must not be counted:
+            // none is sent to an IP address).
+            c.arg("--insecure");
+        } else if let Some(ca) = &self.ca {
             c.arg("--cacert").arg(ca);
         }
         if let Some(body) = post {
@@ -108,6 +119,20 @@ impl KubeFake {
             String::from_utf8_lossy(&o.stderr)
         );
         serde_json::from_slice(&o.stdout).expect("the fake answers JSON")
+    }
+
+    /// LIST answers of paths matching `path_regex` never end (`mode` `cycle` over `tokens`, or
+    /// `fresh` tokens), each padded with `pad_bytes`.
+    pub fn pages(&self, rule: Value) {
+        self.control("/_fake/pages", Some(&rule));
+    }
+
+    /// The TLS server names clients sent.
+    pub fn sni(&self) -> Vec<Value> {
+        self.control("/_fake/sni", None)["sni"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Every object it holds.

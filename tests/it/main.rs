@@ -19,6 +19,8 @@ mod helm;
 mod hostile;
 mod install;
 mod kube_fake;
+mod kube_hostile;
+mod kubeconfig;
 mod large_blobs;
 mod layers;
 mod load;

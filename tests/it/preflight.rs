@@ -19,6 +19,7 @@ fn start(cluster: &str) -> KubeFake {
         seed: &[cluster],
         tls: true,
         token: Some(TOKEN),
+        tls_name: None,
     })
 }
 const RELEASE: &str = "koordinator";
@@ -146,7 +147,7 @@ async fn kind_fresh_cluster_passes() {
         .collect();
     assert!(
         seen.contains(&format!(
-            "GET /api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}"
+            "GET /api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{RELEASE}&limit=50"
         )),
         "{seen:?}"
     );
@@ -599,4 +600,179 @@ async fn fake_answers_like_an_api_server() {
     let none = client.get_json("/api/v1/namespaces/koordinator-system/secrets?labelSelector=owner%3Dhelm%2Cname%3Dother").await.unwrap().unwrap();
     assert_eq!(none["kind"], "SecretList");
     assert!(none["items"].as_array().unwrap().is_empty());
+}
+
+/// The fake's kubeconfig with its cluster and user entries changed by `edit`, written next to it.
+fn edited_kubeconfig(
+    fake: &KubeFake,
+    name: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> std::path::PathBuf {
+    let mut kc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
+    edit(&mut kc);
+    let path = fake.dir.path().join(name);
+    std::fs::write(&path, kc.to_string()).unwrap();
+    path
+}
+
+/// `tls-server-name`: the fake's certificate names `kubernetes.fake` only, not 127.0.0.1. With
+/// the name set, the client checks the certificate against it and sends it as SNI; without it,
+/// the handshake fails, naming the server.
+#[tokio::test]
+async fn tls_server_name_is_sent_and_checked() {
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        tls: true,
+        token: Some(TOKEN),
+        tls_name: Some("kubernetes.fake"),
+    });
+    let crds = chart_180_crds();
+    let platforms = platforms(&["linux/amd64"]);
+    let input = input_for(&platforms, &crds, false);
+    let cfg = cluster::kubeconfig::load(&fake.kubeconfig, None).unwrap();
+    let e = preflight(&KubeClient::new(&cfg).unwrap(), &input)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClusterError::Tls { .. }), "{e:?}");
+    assert!(e.to_string().contains(&fake.url), "{e}");
+    let named = edited_kubeconfig(&fake, "named", |kc| {
+        kc["clusters"][0]["cluster"]["tls-server-name"] = "kubernetes.fake".into();
+    });
+    let cfg = cluster::kubeconfig::load(&named, None).unwrap();
+    let r = preflight(&KubeClient::new(&cfg).unwrap(), &input)
+        .await
+        .expect("the certificate is checked against tls-server-name");
+    assert!(!r.failed(), "{:#?}", r.findings);
+    assert!(
+        fake.sni().iter().any(|s| s == "kubernetes.fake"),
+        "{:?}",
+        fake.sni()
+    );
+}
+
+/// `as`, `as-uid`, `as-groups`, `as-user-extra`: every request carries the `Impersonate-*`
+/// headers, as kubectl sends them.
+#[tokio::test]
+async fn impersonation_headers_are_sent() {
+    let fake = start("kind");
+    let path = edited_kubeconfig(&fake, "impersonating", |kc| {
+        let u = &mut kc["users"][0]["user"];
+        u["as"] = "jane".into();
+        u["as-uid"] = "1001".into();
+        u["as-groups"] = serde_json::json!(["devs", "ops"]);
+        u["as-user-extra"] = serde_json::json!({"reason": ["audit"]});
+    });
+    let cfg = cluster::kubeconfig::load(&path, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    client.get_json("/version").await.unwrap().unwrap();
+    let reqs = fake.requests();
+    let imp = &reqs.last().unwrap()["impersonate"];
+    assert_eq!(
+        imp["impersonate-user"],
+        serde_json::json!(["jane"]),
+        "{imp}"
+    );
+    assert_eq!(imp["impersonate-uid"], serde_json::json!(["1001"]), "{imp}");
+    assert_eq!(
+        imp["impersonate-group"],
+        serde_json::json!(["devs", "ops"]),
+        "{imp}"
+    );
+    assert_eq!(
+        imp["impersonate-extra-reason"],
+        serde_json::json!(["audit"]),
+        "{imp}"
+    );
+}
+
+/// A CONNECT proxy of the test's own, counting the tunnels it opened and their targets.
+fn connect_proxy() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let seen = s2.clone();
+            std::thread::spawn(move || {
+                let mut c = c;
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match c.read(&mut b) {
+                        Ok(1) => head.push(b[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                seen.lock()
+                    .unwrap()
+                    .push(head.lines().next().unwrap_or("").to_string());
+                let Ok(up) = std::net::TcpStream::connect(&target) else {
+                    let _ = c.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                    return;
+                };
+                let _ = c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut up2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Both);
+                });
+                let mut up = up;
+                let _ = std::io::copy(&mut c, &mut up);
+                let _ = up.shutdown(std::net::Shutdown::Both);
+                let _ = t.join();
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// `proxy-url`: the API server is reached through the kubeconfig's HTTP proxy (a CONNECT
+/// tunnel), TLS and token end to end through it.
+#[tokio::test]
+async fn proxy_url_tunnels_through_the_proxy() {
+    let fake = start("kind");
+    let (proxy, seen) = connect_proxy();
+    let path = edited_kubeconfig(&fake, "proxied", |kc| {
+        kc["clusters"][0]["cluster"]["proxy-url"] = proxy.clone().into();
+    });
+    let cfg = cluster::kubeconfig::load(&path, None).unwrap();
+    let v = KubeClient::new(&cfg)
+        .unwrap()
+        .get_json("/version")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v["gitVersion"], "v1.29.2");
+    let host = fake.url.trim_start_matches("https://").to_string();
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with(&format!("CONNECT {host} "))),
+        "{seen:?}"
+    );
+}
+
+/// Credentials go over TLS only: to a plain-HTTP server the token is not sent, and the 401
+/// says why, naming the user and the server.
+#[tokio::test]
+async fn no_token_over_plain_http() {
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        token: Some(TOKEN),
+        ..Default::default()
+    });
+    let cfg = cluster::kubeconfig::load(&fake.kubeconfig, None).unwrap();
+    let client = KubeClient::new(&cfg).unwrap();
+    assert!(client.credentials_withheld().is_some());
+    let e = client.get_json("/version").await.unwrap_err();
+    assert!(
+        matches!(e, ClusterError::CredentialsWithheld { .. }),
+        "{e:?}"
+    );
+    assert!(fake.requests().iter().all(|r| r["authorized"] == false));
 }

@@ -16,6 +16,11 @@ Endpoints outside the Kubernetes API, for tests (no authentication):
                             matching requests never get an answer (to interrupt helm mid-way)
     POST /_fake/fail        {"method": ..., "path_regex": ..., "code": 500, "count": N}
     POST /_fake/objects     {"objects": [...]}: store objects as they are, no admission
+    POST /_fake/pages       {"path_regex": ..., "mode": "cycle"|"fresh", "tokens": [...],
+                            "pad_bytes": N}: LIST answers of matching paths never end: each
+                            carries a continue token (the tokens in a circle, or a new one
+                            each time) and N bytes of padding (a hostile server, for the
+                            client's bounds)
 Standard library only, plus PyYAML when a server-side apply body is YAML rather than JSON.
 """
 
@@ -619,7 +624,8 @@ class RawBody:
 
 STORE = None
 LOG_LOCK = threading.Lock()
-HANGS, FAILS = [], []
+HANGS, FAILS, PAGES = [], [], []
+SNI = []  # the server names clients sent (TLS SNI), in order; None when they sent none
 OPTS = None
 
 
@@ -658,6 +664,11 @@ class Handler(BaseHTTPRequestHandler):
                  "contentType": self.headers.get("Content-Type", ""), "accept": self.headers.get("Accept", ""),
                  "userAgent": self.headers.get("User-Agent", ""),
                  "authorized": self.authorized()}
+        imp = {k.lower(): self.headers.get_all(k) for k in set(self.headers.keys())
+               if k.lower().startswith("impersonate-")}
+        if imp:
+            entry["impersonate"] = imp
+        pad = 0
         try:
             if path.startswith("/_fake/"):
                 code, out = self.control(method, path, body)
@@ -677,6 +688,7 @@ class Handler(BaseHTTPRequestHandler):
                         raise ApiError(f.get("code", 500), f.get("reason", "InternalError"),
                                        f.get("message", "injected failure (fake API server)"))
                 code, out = self.api(method, path, query, body, entry)
+                pad = self.hostile_page(method, path, code, out, entry)
         except ApiError as e:
             code, out = e.code, status_body(e.code, e.reason, e.message, e.details)
         except Exception as e:  # a bug of the fake: say so loudly
@@ -692,6 +704,8 @@ class Handler(BaseHTTPRequestHandler):
             data, ctype = out.data, out.ctype
         else:
             data = json.dumps(out).encode()
+            if pad:
+                data = data[:-1] + b', "padding": "' + b"x" * pad + b'"}'
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
@@ -699,6 +713,26 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.wfile.write(data)
+
+    def hostile_page(self, method, path, code, out, entry):
+        """A LIST answer of a /_fake/pages path: a continue token that never ends the list."""
+        if method != "GET" or code != 200 or not isinstance(out, dict):
+            return 0
+        if not out.get("kind", "").endswith("List"):
+            return 0
+        for rule in PAGES:
+            if re.search(rule["path_regex"], path):
+                rule["served"] = rule.get("served", 0) + 1
+                n = rule["served"]
+                if rule.get("mode") == "fresh":
+                    token = f"fresh-{n}"
+                else:
+                    tokens = rule.get("tokens") or ["A", "B"]
+                    token = tokens[(n - 1) % len(tokens)]
+                out.setdefault("metadata", {})["continue"] = token
+                entry["continueGiven"] = token
+                return int(rule.get("pad_bytes", 0))
+        return 0
 
     def authorized(self):
         if OPTS.token is None:
@@ -715,6 +749,8 @@ class Handler(BaseHTTPRequestHandler):
             with STORE.lock:
                 objs = [copy.deepcopy(o) for _, o in sorted(STORE.objects.items())]
             return 200, {"objects": objs, "resourceVersion": str(STORE.rv)}
+        if path == "/_fake/sni":
+            return 200, {"sni": list(SNI)}
         if path == "/_fake/requests":
             with LOG_LOCK, open(os.path.join(OPTS.state_dir, "requests.jsonl")) as f:
                 return 200, {"requests": [json.loads(l) for l in f if l.strip()]}
@@ -722,6 +758,9 @@ class Handler(BaseHTTPRequestHandler):
             rule = json.loads(body)
             rule.setdefault("count", 1)
             (HANGS if path.endswith("hang") else FAILS).append(rule)
+            return 200, {"ok": True}
+        if method == "POST" and path == "/_fake/pages":
+            PAGES.append(json.loads(body))
             return 200, {"ok": True}
         if method == "POST" and path == "/_fake/objects":
             with STORE.lock:
@@ -1227,8 +1266,9 @@ def seed_dir(d):
                 STORE.configz[c[:-5]] = load(os.path.join(p, c))
 
 
-def make_tls(state_dir):
-    """A throw-away CA and a server certificate for 127.0.0.1/localhost (openssl)."""
+def make_tls(state_dir, tls_name=None):
+    """A throw-away CA and a server certificate for 127.0.0.1/localhost (openssl), or for the
+    DNS name `tls_name` only (so that a client must check that name, not the URL's host)."""
     ca_key, ca_crt = os.path.join(state_dir, "ca.key"), os.path.join(state_dir, "ca.crt")
     key, csr, crt = (os.path.join(state_dir, n) for n in ("server.key", "server.csr", "server.crt"))
     ext = os.path.join(state_dir, "server.ext")
@@ -1237,7 +1277,8 @@ def make_tls(state_dir):
         "/CN=fake-kube-apiserver-ca", "-keyout", ca_key, "-out", ca_crt)
     run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", csr)
     with open(ext, "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+        san = f"DNS:{tls_name}" if tls_name else "IP:127.0.0.1,DNS:localhost"
+        f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
     run("openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial",
         "-days", "2", "-out", crt, "-extfile", ext)
     return ca_crt, crt, key
@@ -1251,6 +1292,7 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--tls", action="store_true", help="serve HTTPS with a throw-away CA (DIR/ca.crt)")
     ap.add_argument("--token", help="bearer token every API request must carry (default: none needed)")
+    ap.add_argument("--tls-name", help="with --tls: the certificate names this DNS name only (not 127.0.0.1)")
     ap.add_argument("--seed-dir", action="append", default=[], help="fixture directory to load first")
     ap.add_argument("--git-version", default="v1.29.2")
     ap.add_argument("--namespace-finalize-seconds", type=float, default=1.0,
@@ -1273,9 +1315,10 @@ def main():
     scheme = "http"
     ca = None
     if OPTS.tls:
-        ca, crt, key = make_tls(OPTS.state_dir)
+        ca, crt, key = make_tls(OPTS.state_dir, OPTS.tls_name)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(crt, key)
+        ctx.sni_callback = lambda _sock, name, _ctx: SNI.append(name)
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
         scheme = "https"
     url = f"{scheme}://{OPTS.addr}:{server.server_address[1]}"

@@ -1,0 +1,224 @@
+//! Bounded LIST: `limit`/`continue` paging with every page typed (`k8s_openapi::List<T>`) and
+//! handed on before the next is read, so a list costs one page of memory, never the whole.
+//!
+//! A server (or something posing as one) decides how many pages there are and what is in them,
+//! so every listing is bounded ([`Bounds`]): pages, bytes of one page (capped while read),
+//! bytes over all pages, wall-clock time, and a `continue` token seen on any earlier page
+//! (issue 17: tokens A, B, A, B... made 1,488 requests in 60 s when only the previous token was
+//! compared). Passing a bound ends the listing with an error naming the list and the bound.
+
+use super::client::KubeClient;
+use super::ClusterError;
+use k8s_openapi::ListableResource;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// The bounds of one listing.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Objects asked for per page (`limit`).
+    pub page_limit: u32,
+    /// Pages at most.
+    pub max_pages: usize,
+    /// Bytes of one page at most (the read stops there).
+    pub max_page_bytes: usize,
+    /// Bytes over all pages at most.
+    pub max_total_bytes: u64,
+    /// Wall-clock time for the whole listing.
+    pub time: Duration,
+}
+
+impl Bounds {
+    /// Nodes: 500 a page (as kubectl), 64 MiB a page (500 nodes of a real cluster are 5–15
+    /// MiB), 1,000 pages (500,000 nodes, far above the largest clusters), 1 GiB in all, 5 min.
+    pub const NODES: Bounds = Bounds {
+        page_limit: 500,
+        max_pages: 1000,
+        max_page_bytes: 64 * 1024 * 1024,
+        max_total_bytes: 1024 * 1024 * 1024,
+        time: Duration::from_secs(300),
+    };
+    /// Helm release records (Secrets of up to 1 MiB each, etcd's limit): 50 a page.
+    pub const SECRETS: Bounds = Bounds {
+        page_limit: 50,
+        max_pages: 1000,
+        max_page_bytes: 64 * 1024 * 1024,
+        max_total_bytes: 1024 * 1024 * 1024,
+        time: Duration::from_secs(300),
+    };
+    /// DaemonSets: 500 a page.
+    pub const DAEMONSETS: Bounds = Bounds {
+        page_limit: 500,
+        max_pages: 1000,
+        max_page_bytes: 64 * 1024 * 1024,
+        max_total_bytes: 1024 * 1024 * 1024,
+        time: Duration::from_secs(300),
+    };
+}
+
+/// The paging state: which tokens were seen, how much was read, since when. Pure: it is given
+/// each page's token and size, and says whether to go on.
+#[derive(Debug)]
+pub struct Pager {
+    bounds: Bounds,
+    seen: HashSet<String>,
+    pages: usize,
+    bytes: u64,
+    start: Instant,
+}
+
+impl Pager {
+    /// A listing starting now.
+    pub fn new(bounds: Bounds) -> Self {
+        Pager {
+            bounds,
+            seen: HashSet::new(),
+            pages: 0,
+            bytes: 0,
+            start: Instant::now(),
+        }
+    }
+
+    /// Time left for the next page.
+    pub fn time_left(&self) -> Duration {
+        self.bounds.time.saturating_sub(self.start.elapsed())
+    }
+
+    /// A page of `bytes` was read and gave `token`: the token of the next page, `None` when the
+    /// list is complete, or why the listing must stop.
+    pub fn next(&mut self, token: Option<&str>, bytes: usize) -> Result<Option<String>, String> {
+        self.pages += 1;
+        self.bytes = self.bytes.saturating_add(bytes as u64);
+        let Some(t) = token.filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        if !self.seen.insert(t.to_string()) {
+            return Err(format!(
+                "page {} repeats the continue token of an earlier page: the server sends the list round in a circle",
+                self.pages
+            ));
+        }
+        if self.pages >= self.bounds.max_pages {
+            return Err(format!(
+                "more than {} pages of {} objects",
+                self.bounds.max_pages, self.bounds.page_limit
+            ));
+        }
+        if self.bytes > self.bounds.max_total_bytes {
+            return Err(format!(
+                "more than {} bytes over {} pages",
+                self.bounds.max_total_bytes, self.pages
+            ));
+        }
+        if self.start.elapsed() >= self.bounds.time {
+            return Err(format!(
+                "not complete after {} s ({} pages)",
+                self.bounds.time.as_secs(),
+                self.pages
+            ));
+        }
+        Ok(Some(t.to_string()))
+    }
+}
+
+/// List `path` (a collection, maybe with a `?labelSelector=...` query) page by page within
+/// `bounds`, handing each page's objects to `each`. `Ok(false)` when the server has no such
+/// collection (404).
+pub async fn list<T, F>(
+    client: &KubeClient,
+    path: &str,
+    bounds: Bounds,
+    mut each: F,
+) -> Result<bool, ClusterError>
+where
+    T: ListableResource + serde::de::DeserializeOwned,
+    F: FnMut(Vec<T>),
+{
+    let mut pager = Pager::new(bounds);
+    let mut token: Option<String> = None;
+    let sep = if path.contains('?') { '&' } else { '?' };
+    loop {
+        let mut page_path = format!("{path}{sep}limit={}", bounds.page_limit);
+        if let Some(t) = &token {
+            page_path.push_str("&continue=");
+            page_path.push_str(&crate::text::percent_encode(t));
+        }
+        let stop = |message: String| ClusterError::Api {
+            url: client.url(path),
+            message: format!("listing stopped: {message}"),
+            transient: false,
+        };
+        let left = pager.time_left();
+        let answer = tokio::time::timeout(left, client.fetch(&page_path, bounds.max_page_bytes))
+            .await
+            .map_err(|_| stop(format!("not complete after {} s", bounds.time.as_secs())))??;
+        if answer.status == http::StatusCode::NOT_FOUND && token.is_none() {
+            return Ok(false);
+        }
+        client.check(&page_path, &answer)?;
+        let page: k8s_openapi::List<T> = client.decode(&page_path, &answer)?;
+        let size = answer.body.len();
+        drop(answer);
+        each(page.items);
+        match pager
+            .next(page.metadata.continue_.as_deref(), size)
+            .map_err(stop)?
+        {
+            Some(t) => token = Some(t),
+            None => return Ok(true),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            page_limit: 10,
+            max_pages: 5,
+            max_page_bytes: 1000,
+            max_total_bytes: 2500,
+            time: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn a_token_seen_on_any_earlier_page_stops_the_listing() {
+        let mut p = Pager::new(bounds());
+        assert_eq!(p.next(Some("A"), 10).unwrap().as_deref(), Some("A"));
+        assert_eq!(p.next(Some("B"), 10).unwrap().as_deref(), Some("B"));
+        let e = p.next(Some("A"), 10).unwrap_err();
+        assert!(e.contains("page 3 repeats the continue token"), "{e}");
+        // The last page has no token (or an empty one).
+        let mut p = Pager::new(bounds());
+        assert_eq!(p.next(Some(""), 10).unwrap(), None);
+        assert_eq!(Pager::new(bounds()).next(None, 10).unwrap(), None);
+    }
+
+    #[test]
+    fn pages_and_bytes_are_bounded() {
+        let mut p = Pager::new(bounds());
+        for i in 0..4 {
+            assert!(p.next(Some(&format!("t{i}")), 10).unwrap().is_some());
+        }
+        let e = p.next(Some("t5"), 10).unwrap_err();
+        assert!(e.contains("more than 5 pages"), "{e}");
+        let mut p = Pager::new(bounds());
+        assert!(p.next(Some("a"), 1000).unwrap().is_some());
+        assert!(p.next(Some("b"), 1000).unwrap().is_some());
+        let e = p.next(Some("c"), 1000).unwrap_err();
+        assert!(e.contains("more than 2500 bytes over 3 pages"), "{e}");
+    }
+
+    #[test]
+    fn time_is_bounded() {
+        let mut b = bounds();
+        b.time = Duration::ZERO;
+        let e = Pager::new(b).next(Some("a"), 1).unwrap_err();
+        assert!(e.contains("not complete after 0 s"), "{e}");
+        // The last page is taken even when the time is up.
+        assert_eq!(Pager::new(b).next(None, 1).unwrap(), None);
+    }
+}

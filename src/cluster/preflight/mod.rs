@@ -1,0 +1,390 @@
+//! Checks made against the target cluster before installing the chart, read-only, after the
+//! Koordinator compatibility notes and Helm's install rules. Reading the cluster ([`read`]) is
+//! apart from judging it: each check is a pure rule over the typed objects read (k8s-openapi's
+//! `Node`, `Namespace`, `CustomResourceDefinition`, `Secret`, version `Info`), one file per
+//! check ([`version`], [`nodes`], [`platform`], [`release`], [`crds`], [`namespace`]), each
+//! unit-tested on typed objects without a server.
+//!
+//! | check | reads | finds |
+//! |---|---|---|
+//! | `server-version` | `GET /version` | below 1.18: Fail; 1.18–1.23: Warn (koord-scheduler needs compatibility feature gates there) |
+//! | `node-arch` | `GET /api/v1/nodes` | a node architecture the bundle has no images for: Fail |
+//! | `kernel` | the same | Linux older than 4.19: Warn |
+//! | `containerd` | the same | containerd 1.7+: NRI mode available (Info); else not (Info) |
+//! | `crd-ownership` | `GET .../customresourcedefinitions/<name>` per chart CRD | unowned (ACK): Warn + `crds.<key>=false`, or Fail in strict mode; another release's: Fail |
+//! | `namespace` | `GET /api/v1/namespaces/<ns>` (release and chart namespaces) | the chart's namespace exists without Helm ownership: Fail with the kubectl commands that adopt it; the release namespace is missing: created by helm, unless it is the chart's own |
+//! | `release` | Helm's release Secrets in the release namespace, then in every namespace | an existing release (upgrade, where it lives), or one stuck in a pending state (Fail) |
+//! | `platform` | node `providerID`s and labels, kubelet `/configz`, DaemonSets | kind with a kubelet `cgroupRoot` other than `/` (Fail, with the guide's kind config); EKS with a custom CNI (koord-manager on the host network) |
+//!
+//! # Release namespace and chart namespace
+//!
+//! Koordinator's install guide installs the release into `default` (`helm install koordinator
+//! koordinator-sh/koordinator`); the chart renders its own `koordinator-system` Namespace and puts
+//! every namespaced object there. Helm's first write is the release record, a Secret in the
+//! release namespace: a release namespace of `koordinator-system` fails on a fresh cluster with
+//! 404 `namespaces "koordinator-system" not found`, and with `--create-namespace` helm 3's create
+//! of the chart's own Namespace object then conflicts (409; helm 4, which applies server-side,
+//! gets through: `install::helm{3,4}::old_namespace_choice` shows both). So the release namespace is `default` unless the user names
+//! another one, and a release of the same name found in another namespace (installed there
+//! before) is upgraded where it is rather than installed a second time.
+//!
+//! Tested against a stateful fake API server (`tests/kube-fake/`) and real-format fixtures
+//! (`tests/fixtures/kube/`), not against a live API server.
+//!
+//! Every list read is bounded (pages, bytes, time, repeated `continue` tokens: [`super::list`]).
+
+mod crds;
+mod namespace;
+mod nodes;
+mod ownership;
+mod platform;
+mod read;
+mod release;
+mod version;
+
+pub use nodes::NodeInfo;
+
+use super::client::KubeClient;
+use super::ClusterError;
+use serde::Serialize;
+use std::fmt;
+
+/// Check name: the API server's version.
+pub const CHECK_SERVER_VERSION: &str = "server-version";
+/// Check name: node architectures against the bundle's platforms.
+pub const CHECK_NODE_ARCH: &str = "node-arch";
+/// Check name: node kernel versions.
+pub const CHECK_KERNEL: &str = "kernel";
+/// Check name: container runtime (NRI availability).
+pub const CHECK_CONTAINERD: &str = "containerd";
+/// Check name: ownership of existing chart CRDs.
+pub const CHECK_CRD_OWNERSHIP: &str = "crd-ownership";
+/// Check name: the install namespace.
+pub const CHECK_NAMESPACE: &str = "namespace";
+/// Check name: an existing Helm release.
+pub const CHECK_RELEASE: &str = "release";
+/// Check name: what the platform (kind, EKS) needs.
+pub const CHECK_PLATFORM: &str = "platform";
+
+/// The kind cluster configuration of Koordinator's install guide: kubelet's cgroup root `/`.
+pub const KIND_CLUSTER_CONFIG: &str = r#"kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+- role: control-plane
+  kubeadmConfigPatches:
+  - |
+    kind: InitConfiguration
+    nodeRegistration:
+      kubeletExtraArgs:
+        cgroup-root: "/"
+  - |
+    kind: KubeletConfiguration
+    cgroupRoot: /"#;
+
+/// Node names listed in one finding before "and N more".
+const MAX_NAMES: usize = 5;
+
+/// What the checks need to know about the bundle and the planned install.
+#[derive(Debug, Clone, Copy)]
+pub struct PreflightInput<'a> {
+    /// Platforms the bundle has images for, union over its images (`linux/amd64`, `linux/arm64`).
+    pub bundle_platforms: &'a [String],
+    /// The CRDs the chart will render (leave out those already switched off).
+    pub crds: &'a [ChartCrd],
+    /// Helm release namespace (`default`, as Koordinator's guide installs it).
+    pub namespace: &'a str,
+    /// The user named the release namespace (`--namespace`): a release of the same name in
+    /// another namespace is then a conflict, not followed.
+    pub namespace_explicit: bool,
+    /// The namespace the chart creates and installs its objects into (`koordinator-system`).
+    pub chart_namespace: &'a str,
+    /// Helm release name (`koordinator`).
+    pub release: &'a str,
+    /// Refuse conflicts instead of working around them (unowned CRDs switched off, EKS custom
+    /// CNI on the host network).
+    pub strict: bool,
+    /// koord-manager is put on the host network anyway (`--host-network`).
+    pub host_network: bool,
+}
+
+/// One CRD of the chart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartCrd {
+    /// `metadata.name`, e.g. `reservations.scheduling.koordinator.sh`.
+    pub name: String,
+    /// `spec.names.plural`, e.g. `reservations`.
+    pub plural: String,
+    /// The `X` of the `crds.X` value that switches the template on, if it has one.
+    pub values_key: Option<String>,
+}
+
+/// How serious a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// For information.
+    Info,
+    /// The install can go on, with a caveat.
+    Warn,
+    /// The install would fail or not work.
+    Fail,
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Level::Info => "INFO",
+            Level::Warn => "WARN",
+            Level::Fail => "FAIL",
+        })
+    }
+}
+
+/// One result of a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// How serious.
+    pub level: Level,
+    /// Which check (one of the `CHECK_*` names).
+    pub check: &'static str,
+    /// What was found.
+    pub message: String,
+    /// What to do about it, when there is something to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    pub(crate) fn new(
+        level: Level,
+        check: &'static str,
+        message: impl Into<String>,
+        fix: Option<String>,
+    ) -> Self {
+        Finding {
+            level,
+            check,
+            message: message.into(),
+            fix,
+        }
+    }
+}
+
+/// The newest revision of an existing Helm release of the same name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseInfo {
+    /// Release name.
+    pub name: String,
+    /// Release namespace.
+    pub namespace: String,
+    /// Revision number.
+    pub revision: u32,
+    /// Helm status (`deployed`, `failed`, `pending-upgrade`, ...).
+    pub status: String,
+    /// Chart version of that revision, when its record could be decoded.
+    pub chart_version: Option<String>,
+}
+
+/// Everything the checks found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightReport {
+    /// `gitVersion` of the API server.
+    pub server_version: String,
+    /// The nodes.
+    pub nodes: Vec<NodeInfo>,
+    /// The findings, in check order.
+    pub findings: Vec<Finding>,
+    /// Values to set to `false` (full key paths, `crds.reservations`): CRDs that exist
+    /// without Helm ownership and are left to their current owner.
+    pub crd_values_off: Vec<String>,
+    /// The existing release of the same name, if any (the install is then an upgrade).
+    pub existing_release: Option<ReleaseInfo>,
+    /// The release namespace to install into: the one asked for, or the one where the release
+    /// already lives.
+    pub release_namespace: String,
+    /// The release namespace does not exist: helm creates it (`--create-namespace`).
+    pub create_namespace: bool,
+    /// koord-manager must run on the host network (EKS with a custom CNI): set
+    /// `manager.hostNetwork=true`.
+    pub host_network: bool,
+}
+
+impl PreflightReport {
+    /// True when a finding is a [`Level::Fail`].
+    pub fn failed(&self) -> bool {
+        self.findings.iter().any(|f| f.level == Level::Fail)
+    }
+}
+
+/// Run every check against the cluster behind `client`: read what the checks need, then judge
+/// it. API errors (unreachable, 401, 403, a list past its bounds) end the run with an error;
+/// what the cluster holds is reported as findings.
+pub async fn preflight(
+    client: &KubeClient,
+    input: &PreflightInput<'_>,
+) -> Result<PreflightReport, ClusterError> {
+    let mut findings = Vec::new();
+
+    let info = read::version(client).await?;
+    findings.extend(version::version_findings(&info));
+
+    let nodes = read::nodes(client).await?;
+    findings.extend(nodes::node_findings(&nodes, input.bundle_platforms));
+
+    let kind: Vec<&NodeInfo> = nodes.iter().filter(|n| platform::is_kind(n)).collect();
+    if !kind.is_empty() {
+        let roots = read::kubelet_cgroup_roots(client, &kind).await?;
+        findings.extend(platform::kind_findings(&roots));
+    }
+    let mut host_network = false;
+    if platform::is_eks(&nodes) {
+        let daemonsets = read::daemonsets(client).await?;
+        let (f, hn) = platform::eks_findings(&daemonsets, input.strict, input.host_network);
+        findings.extend(f);
+        host_network = hn;
+    }
+
+    // The release: in the release namespace, else anywhere (installed by hand elsewhere).
+    let here = read::release_secrets(client, Some(input.namespace), input.release).await?;
+    let everywhere = if release::latest(&here, input.namespace).is_some() {
+        None
+    } else {
+        Some(read::release_secrets_everywhere(client, input.release).await?)
+    };
+    let located = release::locate(&here, everywhere.as_ref(), input);
+    findings.extend(located.findings);
+    let ns = located.namespace.as_str();
+    let owner = PreflightInput {
+        namespace: ns,
+        ..*input
+    };
+
+    let mut crds = Vec::new();
+    for crd in input.crds {
+        crds.push((crd, read::crd(client, &crd.name).await?));
+    }
+    let (crd_findings, crd_values_off) = crds::crd_findings(&crds, &owner);
+    findings.extend(crd_findings);
+
+    let release_ns = read::namespace(client, ns).await?;
+    let chart_ns = if input.chart_namespace == ns {
+        release_ns.clone()
+    } else {
+        read::namespace(client, input.chart_namespace).await?
+    };
+    let (ns_findings, create_namespace) = namespace::namespace_findings(
+        release_ns.as_ref(),
+        chart_ns.as_ref(),
+        ns,
+        input.chart_namespace,
+        input.release,
+    );
+    findings.extend(ns_findings);
+    findings.extend(release::release_findings(located.release.as_ref(), &owner));
+
+    Ok(PreflightReport {
+        server_version: version::shown(&info),
+        nodes,
+        findings,
+        crd_values_off,
+        existing_release: located.release,
+        release_namespace: located.namespace,
+        create_namespace,
+        host_network,
+    })
+}
+
+/// `a, b, c and 4 more`.
+pub(crate) fn names<'a>(it: impl IntoIterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = it.into_iter().collect();
+    let mut s = all
+        .iter()
+        .take(MAX_NAMES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if all.len() > MAX_NAMES {
+        s.push_str(&format!(" and {} more", all.len() - MAX_NAMES));
+    }
+    s
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[test]
+    fn report_serializes_camel_case() {
+        let rep = PreflightReport {
+            server_version: "v1.29.2".into(),
+            nodes: vec![NodeInfo {
+                name: "n".into(),
+                arch: "amd64".into(),
+                os: "linux".into(),
+                kernel: "6.8".into(),
+                container_runtime: "containerd://1.7.13".into(),
+                provider_id: String::new(),
+                eks_labels: false,
+            }],
+            findings: vec![Finding::new(Level::Warn, CHECK_KERNEL, "m", None)],
+            crd_values_off: vec!["crds.reservations".into()],
+            existing_release: Some(ReleaseInfo {
+                name: "koordinator".into(),
+                namespace: "koordinator-system".into(),
+                revision: 3,
+                status: "deployed".into(),
+                chart_version: None,
+            }),
+            release_namespace: "default".into(),
+            create_namespace: false,
+            host_network: false,
+        };
+        let v = serde_json::to_value(&rep).unwrap();
+        assert_eq!(v["serverVersion"], "v1.29.2");
+        assert_eq!(v["nodes"][0]["containerRuntime"], "containerd://1.7.13");
+        assert_eq!(v["findings"][0]["level"], "warn");
+        assert!(v["findings"][0].get("fix").is_none());
+        assert_eq!(v["crdValuesOff"][0], "crds.reservations");
+        assert_eq!(
+            v["existingRelease"]["chartVersion"],
+            serde_json::Value::Null
+        );
+        assert!(!rep.failed());
+        assert_eq!(names(["a", "b"]), "a, b");
+        assert_eq!(
+            names(["1", "2", "3", "4", "5", "6", "7"]),
+            "1, 2, 3, 4, 5 and 2 more"
+        );
+    }
+
+    /// A fixture object (tests/fixtures/kube/...), typed.
+    pub(crate) fn fixture<T: serde::de::DeserializeOwned>(p: &str) -> T {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kube")
+            .join(p);
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The pre-flight's input for release `koordinator` in `default`.
+    pub(crate) fn input<'a>(
+        platforms: &'a [String],
+        crds: &'a [ChartCrd],
+        strict: bool,
+    ) -> PreflightInput<'a> {
+        PreflightInput {
+            bundle_platforms: platforms,
+            crds,
+            namespace: "default",
+            namespace_explicit: false,
+            chart_namespace: "koordinator-system",
+            release: "koordinator",
+            strict,
+            host_network: false,
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Hostile clusters and credential plugins against the real binary (issue 17): an exec plugin
+//! that prints without end, `continue` tokens that go round in a circle, a new token on every
+//! oversized page. Each ends with a clear error and exit 1, before anything is pushed, in a
+//! dry run as in the real run, with the binary's memory small: its peak RSS is read with
+//! `/usr/bin/time` when that is installed (said loudly when not). No timing is asserted.
+
+use crate::common::*;
+use crate::kube_fake::{self, KubeFake, Opts};
+use crate::load::{repos_under, unique_prefix, Built};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Most memory the binary may use in these cases (the issue measured 22.6 GB for the plugin
+/// and 3.8 GB for the pages before the bounds).
+const MAX_RSS_KB: u64 = 400 * 1024;
+
+/// `load BUNDLE --registry PLAIN/prefix --plain-http --kubeconfig KC --helm helm4 [extra]`,
+/// under `/usr/bin/time -f` when it exists. Returns the output and the peak RSS in KiB.
+fn load(
+    b: &Built,
+    kubeconfig: &Path,
+    prefix: &str,
+    extra: &[&str],
+) -> (std::process::Output, Option<u64>) {
+    let e = env();
+    let registry = format!("{}/{prefix}", e.plain);
+    let mut args: Vec<String> = vec![
+        "load".into(),
+        b.bundle.to_string_lossy().into(),
+        "--registry".into(),
+        registry,
+        "--plain-http".into(),
+        "--key".into(),
+        b.home.pubkey().to_string_lossy().into(),
+        "--kubeconfig".into(),
+        kubeconfig.to_string_lossy().into(),
+        "--helm".into(),
+        e.helm4.to_string_lossy().into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let time = Path::new("/usr/bin/time");
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let template = b.home.cmd(&a);
+    let mut cmd = if time.is_file() {
+        let mut c = Command::new(time);
+        c.args(["-f", "koord-bundle-maxrss-kb=%M"])
+            .arg(template.get_program())
+            .args(template.get_args());
+        for (k, v) in template.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    } else {
+        eprintln!("\n*** /usr/bin/time IS NOT INSTALLED: peak memory NOT checked ***\n");
+        template
+    };
+    let o = cmd.output().unwrap();
+    let rss = String::from_utf8_lossy(&o.stderr).lines().find_map(|l| {
+        l.strip_prefix("koord-bundle-maxrss-kb=")?
+            .trim()
+            .parse()
+            .ok()
+    });
+    (o, rss)
+}
+
+fn assert_small(rss: Option<u64>) {
+    if let Some(kb) = rss {
+        assert!(
+            kb < MAX_RSS_KB,
+            "koord-bundle peaked at {kb} KiB (bound {MAX_RSS_KB} KiB)"
+        );
+    }
+}
+
+/// A kubeconfig for `fake` whose user's exec plugin runs `script`.
+fn plugin_kubeconfig(fake: &KubeFake, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = fake.dir.path();
+    let plugin = dir.join("hostile-plugin.sh");
+    std::fs::write(&plugin, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut kc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
+    kc["users"][0]["user"] = json!({"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": plugin,
+        "args": ["--token", "not-shown"],
+        "interactiveMode": "Never",
+    }});
+    let path = dir.join("hostile-kubeconfig");
+    std::fs::write(&path, kc.to_string()).unwrap();
+    path
+}
+
+/// An exec plugin that prints forever: stopped at 1 MiB, the run ends with exit 1 naming the
+/// plugin (its arguments' secrets redacted), in the dry run as in the real run, nothing pushed.
+#[test]
+fn an_exec_plugin_that_prints_forever() {
+    let b = Built::new();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        tls: true,
+        token: Some("the-token"),
+        ..Default::default()
+    });
+    let kc = plugin_kubeconfig(&fake, "exec yes 'an endless line of output'");
+    let prefix = unique_prefix("endless-plugin");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let (o, rss) = load(&b, &kc, &prefix, extra);
+        assert_fails(
+            &o,
+            1,
+            &[
+                "exec credential plugin",
+                "hostile-plugin.sh --token <redacted>",
+                "printed more than 1048576 bytes on its standard output",
+                "nothing was pushed",
+            ],
+        );
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("not-shown"));
+        assert_small(rss);
+    }
+    assert!(repos_under(&prefix).is_empty());
+}
+
+/// `continue` tokens A, B, A, B...: the third page repeats the first page's token, and the
+/// listing stops there (it was compared with the previous token only, and looped for ever).
+#[test]
+fn continue_tokens_in_a_circle() {
+    let b = Built::new();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    fake.pages(json!({"path_regex": "^/api/v1/nodes$", "mode": "cycle", "tokens": ["A", "B"]}));
+    let prefix = unique_prefix("circle");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let before = node_lists(&fake);
+        let (o, rss) = load(&b, &fake.kubeconfig, &prefix, extra);
+        assert_fails(
+            &o,
+            1,
+            &[
+                "/api/v1/nodes",
+                "page 3 repeats the continue token of an earlier page",
+                "nothing was pushed",
+            ],
+        );
+        assert_eq!(node_lists(&fake) - before, 3, "three pages, then the stop");
+        assert_small(rss);
+    }
+    assert!(repos_under(&prefix).is_empty());
+}
+
+/// A new token on every page of 100 MiB: the first page is not read past 64 MiB.
+#[test]
+fn a_new_token_on_every_oversized_page() {
+    let b = Built::new();
+    let fake = kube_fake::start(Opts {
+        seed: &["kind"],
+        ..Default::default()
+    });
+    fake.pages(
+        json!({"path_regex": "^/api/v1/nodes$", "mode": "fresh", "pad_bytes": 100 * 1024 * 1024}),
+    );
+    let prefix = unique_prefix("bigpages");
+    let (o, rss) = load(&b, &fake.kubeconfig, &prefix, &["--dry-run"]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            "/api/v1/nodes",
+            "larger than 67108864 bytes",
+            "nothing was pushed",
+        ],
+    );
+    assert_eq!(node_lists(&fake), 1);
+    assert_small(rss);
+    assert!(repos_under(&prefix).is_empty());
+}
+
+fn node_lists(fake: &KubeFake) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| r["method"] == "GET" && r["path"] == "/api/v1/nodes")
+        .count()
+}
