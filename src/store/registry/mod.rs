@@ -159,6 +159,18 @@ pub enum RegistryError {
         /// Attempts made.
         attempts: u32,
     },
+    /// An answer that is not HTTP, or not what it claims to be (a head too large to read, a
+    /// status line or header that does not parse): permanent, not retried. A registry, or a
+    /// proxy in front of it, that answers this way will answer the same way again.
+    #[error("{registry} sent a malformed answer to {what}: {message}: refused, not retried (ask its operators to check it and any proxy in front of it)")]
+    Malformed {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+        /// What is wrong with the answer.
+        message: String,
+    },
     /// Any other status.
     #[error("{registry} answered {what}: {message}")]
     Status {
@@ -278,6 +290,7 @@ impl RegistryError {
             | RegistryError::Denied { registry, .. }
             | RegistryError::Transport { registry, .. }
             | RegistryError::Status { registry, .. }
+            | RegistryError::Malformed { registry, .. }
             | RegistryError::DigestMismatch { registry, .. }
             | RegistryError::Tls { registry, .. }
             | RegistryError::PlainHttp { registry, .. } => registry,
