@@ -306,6 +306,8 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
         return match e {
             // The output and the cache are ours: a failure there is the machine's.
             PackError::Write { .. } | PackError::CorruptCache { .. } => Some(EXIT_INTERNAL),
+            // Sizes no file or disk holds: what the registries declared.
+            PackError::Plan { .. } => Some(EXIT_USER),
             PackError::Sign(s) => sign_code(s),
         };
     }
