@@ -808,7 +808,9 @@ async fn write_bundle(
         path: output.clone(),
         source,
     };
-    // Laid out, and measured against the disk, before the first byte is written.
+    // Checked (one size per blob, naming the images), laid out, and measured against the
+    // disk, before the first byte is written.
+    let totals = copy::totals(graphs.iter().copied(), &settings.on_site)?;
     let tar = writer::Layout::new(
         &output,
         &Plan {
@@ -819,7 +821,6 @@ async fn write_bundle(
             signature: signature.as_deref(),
         },
     )?;
-    let totals = copy::totals(graphs.iter().copied(), &settings.on_site)?;
     check_room(
         &output,
         room_needed(args, settings, tar.len()),
