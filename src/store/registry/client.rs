@@ -594,7 +594,7 @@ pub(crate) async fn status_error(
 }
 
 /// `HTTP 404 Not Found: MANIFEST_UNKNOWN: manifest unknown` from a distribution error body.
-fn error_text(status: StatusCode, body: &[u8]) -> String {
+pub(super) fn error_text(status: StatusCode, body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Env {
         errors: Vec<E>,
