@@ -821,10 +821,20 @@ async fn write_bundle(
             signature: signature.as_deref(),
         },
     )?;
+    // The blobs the cache lacks go there too as they arrive: counted when it shares the
+    // output's file system (a cache elsewhere that fills stops the build with exit 3).
+    let cached = cache_room(cache.as_ref(), settings, &output, &totals);
+    let mut why = largest(&totals);
+    if cached > 0 {
+        why.push_str(&format!(
+            "; with {} for the blob cache on the same file system",
+            human_bytes(cached)
+        ));
+    }
     check_room(
         &output,
-        room_needed(args, settings, tar.len()),
-        &largest(&totals),
+        room_needed(args, settings, tar.len()).saturating_add(cached),
+        &why,
     )?;
     let out = AtomicFile::create(&output).map_err(werr)?;
     let writer = BundleWriter::create(&out, &output, tar, cache.as_ref())?;
@@ -887,6 +897,33 @@ fn room_needed(args: &BuildArgs, settings: &Settings, len: u64) -> u64 {
     } else {
         len
     }
+}
+
+/// Bytes the blob cache will take on the output's file system: the blobs it lacks, when it
+/// is on that file system (else 0).
+fn cache_room(
+    cache: Option<&BlobCache>,
+    settings: &Settings,
+    output: &std::path::Path,
+    totals: &copy::Totals,
+) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Some(cache), Some(root)) = (cache, &settings.cache_root) else {
+        return 0;
+    };
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let dev = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    if dev(root).is_none() || dev(root) != dev(dir) {
+        return 0;
+    }
+    totals
+        .blobs
+        .iter()
+        .filter(|(d, s)| !cache.has(d, **s))
+        .fold(0u64, |a, (_, s)| a.saturating_add(*s))
 }
 
 /// `, its largest blob being D (N bytes) of image I`, for the room check's messages.

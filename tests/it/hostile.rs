@@ -945,3 +945,23 @@ fn every_hostile_case_ends_with_an_exit_code_from_0_to_3() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+#[test]
+fn the_blob_cache_on_the_output_disk_counts_before_the_first_byte() {
+    let h = Home::with_key();
+    let small = h.path().join("small");
+    // 2 MiB for a bundle of about 1.3 MiB and its blobs in the cache: both do not fit.
+    let script = format!(
+        "{build}; rc=$?; ls -A {small}; ls -A {small}/cache/partial; exit $rc",
+        small = small.display(),
+        build = h
+            .build("1.8.0")
+            .args(&["--cache", &format!("{}/cache", small.display())])
+            .out(&small.join("b.tar"))
+            .shell_line(),
+    );
+    let o = in_tmpfs(&h, &small, "2m", &script);
+    assert_fails(&o, 1, &["whole file system", "for the blob cache"]);
+    // Nothing but the cache's (empty) directories.
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "cache");
+}
