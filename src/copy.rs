@@ -611,7 +611,7 @@ pub fn totals<'g>(
                     return Err(graph_err(
                         format!("blob {}", b.digest),
                         format!(
-                        "is declared as {s} bytes by image {} and as {} bytes by image {}: refused",
+                        "declared as {s} bytes by image {} and as {} bytes by image {}: refused",
                         owner.get(&b.digest).map(String::as_str).unwrap_or("?"),
                         b.size,
                         g.image()

@@ -646,13 +646,14 @@ fn is_loopback(host: &str) -> bool {
 }
 
 /// An HTTP answer that does not parse (hyper's parse errors: a head over its buffer, too many
-/// headers, a bad status line or header, a bad version): why, or `None`.
-fn malformed(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+/// headers, a bad status line or header, a bad version): why, and whether it was only too
+/// large; or `None`.
+fn malformed(e: &(dyn std::error::Error + 'static)) -> Option<(String, bool)> {
     let mut cur = Some(e);
     while let Some(c) = cur {
         if let Some(h) = c.downcast_ref::<hyper::Error>() {
             if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
-                return Some(h.to_string());
+                return Some((h.to_string(), h.is_parse_too_large()));
             }
         }
         cur = c.source();
@@ -664,8 +665,9 @@ fn malformed(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 pub(crate) fn classify_send_error(host: &str, what: &str, e: &reqwest::Error) -> RegistryError {
     let message = chain(e);
     let lower = message.to_lowercase();
-    if let Some(why) = malformed(e) {
-        let plain = e.url().is_some_and(|u| u.scheme() == "http");
+    if let Some((why, too_large)) = malformed(e) {
+        // What a TLS server answers to plain HTTP does not parse either.
+        let plain = !too_large && e.url().is_some_and(|u| u.scheme() == "http");
         return RegistryError::Malformed {
             registry: host.to_string(),
             what: what.to_string(),
