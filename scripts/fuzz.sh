@@ -11,6 +11,11 @@
 #   chart_archive  ChartArchive::from_tgz, discover_images, extract_crds
 #   yaml_sources   YAML from every source (--values, index.yaml, kubeconfig, rendered
 #                  manifests, Chart.yaml, values.yaml, CRDs, templates for the built-in engine)
+#   registry_auth  the registry client's reading of WWW-Authenticate challenges and scopes,
+#                  token service answers, Retry-After and error bodies (1 MiB heads included)
+#   graph_walk     copy::resolve / totals / the bundle layout / a dry-run transfer over an
+#                  in-memory store answering hostile graphs (cycles by digest, fan-out, deep
+#                  nesting, sizes that wrap)
 #
 # Exit status: 0 when every target ran its time without a finding; 1 when one crashed (the
 # crash input's path is printed: fuzz/artifacts/<target>/crash-*, leak-*, timeout-*, oom-*);
@@ -59,7 +64,7 @@ fi
 if [[ $# -gt 0 ]]; then
     TARGETS=("$@")
 else
-    TARGETS=(bundle_reader split_header helm_index chart_archive yaml_sources)
+    TARGETS=(bundle_reader split_header helm_index chart_archive yaml_sources registry_auth graph_walk)
 fi
 
 SANITIZER="${KB_FUZZ_SANITIZER:-address}"
@@ -75,6 +80,7 @@ max_len() {
         helm_index) echo 65536 ;;
         chart_archive) echo 262144 ;;
         yaml_sources) echo 131072 ;;
+        registry_auth) echo 1100000 ;;
         *) echo 65536 ;;
     esac
 }

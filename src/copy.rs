@@ -4,12 +4,31 @@
 //! resuming what it holds in part, mounting across repositories where it can, with bounded
 //! parallelism, largest blobs first; then every manifest as its exact bytes, the tag last.
 //!
-//! One policy for all: nested indexes are walked (to a depth of [`MAX_DEPTH`]); a platform
-//! filter keeps the matching entries of the top index and the attestations that describe them
-//! (the index is then rewritten, and both digests are known); blobs an incremental bundle left
-//! out must already be in the sink, checked before anything is written.
+//! One policy for all: nested indexes are walked; a platform filter keeps the matching entries
+//! of the top index and the attestations that describe them (the index is then rewritten, and
+//! both digests are known); blobs an incremental bundle left out must already be in the sink,
+//! checked before anything is written.
+//!
+//! # Bounds
+//!
+//! A graph comes from a registry, and a registry can answer anything: an index of 15,000
+//! children, indexes nested without end, sizes that wrap. The walk takes what a real image needs
+//! many times over, as a registry takes manifests up to 4 MiB and no more (distribution's own
+//! limit), and refuses the rest while walking, before anything is fetched beyond the bound:
+//!
+//! | bound | value | what real images need |
+//! |---|---|---|
+//! | children of one index | [`MAX_CHILDREN`] (256) | Koordinator's: 2 platforms and their attestations; official Docker Hub images about 20 |
+//! | indexes nested in indexes | [`MAX_DEPTH`] (4) | none (the top index lists image manifests) |
+//! | manifests in one bundle | [`MAX_MANIFESTS`] (1,000) | the test environment's 1.8.0 bundle: 17 |
+//! | bytes of those manifests | [`MAX_MANIFEST_BYTES`] (64 MiB) | the same bundle: 9.3 KiB |
+//! | blobs in one bundle (each image's configs and layers) | [`MAX_BLOBS`] (10,000) | the same bundle: 26 |
+//! | one blob, and the blobs of one graph or plan together | [`size::MAX_SIZE`] (2^63 - 1) | what an OCI descriptor (int64) and a file (`off_t`) hold |
+//!
+//! The bundle-wide bounds are kept by a [`Budget`] every [`resolve`] of one bundle shares. A
+//! digest declared with two sizes is refused as well ([`totals`] across graphs).
 
-use crate::oci::{media, Descriptor, Digest, Manifest, ManifestError, Platform};
+use crate::oci::{media, size, Descriptor, Digest, Manifest, ManifestError, Platform};
 use crate::store::{
     BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
@@ -17,9 +36,18 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, TryStreamExt};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Deepest nesting of indexes walked.
+/// Most children of one index.
+pub const MAX_CHILDREN: usize = 256;
+/// Deepest nesting of indexes walked (the top index is depth 0).
 pub const MAX_DEPTH: usize = 4;
+/// Most manifests in one bundle (indexes, image manifests, attestations, the chart's).
+pub const MAX_MANIFESTS: usize = 1000;
+/// Most bytes of manifests in one bundle.
+pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
+/// Most blobs (configs and layers, counted per image) in one bundle.
+pub const MAX_BLOBS: usize = 10_000;
 /// Largest config read to learn a single-platform image's platform.
 const MAX_CONFIG_PEEK: u64 = 1024 * 1024;
 
@@ -49,6 +77,24 @@ pub enum WalkError {
         wanted: String,
         /// What it has.
         available: String,
+    },
+    /// A graph beyond one of the walk's bounds (see the module docs).
+    #[error("image {image}: {what}: refused (koord-bundle takes at most {limit}; see \"Bounds\" in its README)")]
+    Bound {
+        /// The image being walked.
+        image: String,
+        /// What passed the bound.
+        what: String,
+        /// The bound, in words.
+        limit: String,
+    },
+    /// A manifest of an image that is not a manifest.
+    #[error("image {image}: {source}")]
+    Invalid {
+        /// The image being walked (its registry and repository).
+        image: String,
+        /// What is wrong.
+        source: ManifestError,
     },
     /// Blobs left out of an incremental bundle are not in the sink.
     #[error("this incremental bundle needs blobs that {sink} does not hold ({} missing: {}): load the bundle it builds on first", missing.len(), missing.join(", "))]
@@ -96,20 +142,21 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Bytes of every manifest and blob.
+    /// Bytes of every manifest and blob (at most [`size::MAX_SIZE`]: [`resolve`] refuses a
+    /// graph that adds up to more; a graph made otherwise saturates).
     pub fn total_size(&self) -> u64 {
-        self.top.bytes.len() as u64
-            + self
-                .children
-                .iter()
-                .map(|m| m.bytes.len() as u64)
-                .sum::<u64>()
-            + self.blobs.iter().map(|b| b.size).sum::<u64>()
+        let manifests = self.manifests().map(|m| m.bytes.len() as u64);
+        size::checked_sum(manifests.chain(self.blobs.iter().map(|b| b.size))).unwrap_or(u64::MAX)
     }
 
     /// Every manifest, children first, the top one last.
     pub fn manifests(&self) -> impl Iterator<Item = &RawManifest> {
         self.children.iter().chain(std::iter::once(&self.top))
+    }
+
+    /// `repository:tag` (or `@digest`) it was read by: the image, for messages.
+    pub fn image(&self) -> String {
+        self.reference.qualify(&self.repo)
     }
 }
 
@@ -120,17 +167,187 @@ fn graph_err(what: impl Into<String>, reason: impl Into<String>) -> WalkError {
     }
 }
 
+/// What the graphs of one bundle may take together: [`MAX_MANIFESTS`] manifests of
+/// [`MAX_MANIFEST_BYTES`] bytes and [`MAX_BLOBS`] blobs. Every [`resolve`] of a bundle shares
+/// one; what a walk that failed took is given back (another source may serve the image).
+#[derive(Debug, Default)]
+pub struct Budget {
+    manifests: AtomicUsize,
+    manifest_bytes: AtomicU64,
+    blobs: AtomicUsize,
+}
+
+/// What one walk took of a [`Budget`].
+#[derive(Debug, Default)]
+struct Taken {
+    manifests: usize,
+    manifest_bytes: u64,
+    blobs: usize,
+}
+
+impl Budget {
+    /// A place for one more manifest, taken before it is fetched.
+    fn manifest(&self, image: &str, taken: &mut Taken) -> Result<(), WalkError> {
+        let n = self.manifests.fetch_add(1, Ordering::SeqCst) + 1;
+        taken.manifests += 1;
+        if n > MAX_MANIFESTS {
+            return Err(bound(
+                image,
+                format!("its manifests bring the bundle past {MAX_MANIFESTS} manifests"),
+                format!("{MAX_MANIFESTS} manifests in one bundle"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bytes of a manifest fetched.
+    fn manifest_bytes(&self, image: &str, len: u64, taken: &mut Taken) -> Result<(), WalkError> {
+        let n = self.manifest_bytes.fetch_add(len, Ordering::SeqCst);
+        taken.manifest_bytes += len;
+        if n.saturating_add(len) > MAX_MANIFEST_BYTES {
+            return Err(bound(
+                image,
+                format!(
+                    "its manifests bring the bundle's past {}",
+                    crate::text::human_bytes(MAX_MANIFEST_BYTES)
+                ),
+                format!(
+                    "{} of manifests in one bundle",
+                    crate::text::human_bytes(MAX_MANIFEST_BYTES)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `n` more blobs.
+    fn blobs(&self, image: &str, n: usize, taken: &mut Taken) -> Result<(), WalkError> {
+        let total = self.blobs.fetch_add(n, Ordering::SeqCst) + n;
+        taken.blobs += n;
+        if total > MAX_BLOBS {
+            return Err(bound(
+                image,
+                format!("its blobs bring the bundle past {MAX_BLOBS} blobs"),
+                format!("{MAX_BLOBS} blobs in one bundle"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn give_back(&self, taken: &Taken) {
+        self.manifests.fetch_sub(taken.manifests, Ordering::SeqCst);
+        self.manifest_bytes
+            .fetch_sub(taken.manifest_bytes, Ordering::SeqCst);
+        self.blobs.fetch_sub(taken.blobs, Ordering::SeqCst);
+    }
+}
+
+fn bound(image: &str, what: String, limit: String) -> WalkError {
+    WalkError::Bound {
+        image: image.to_string(),
+        what,
+        limit,
+    }
+}
+
+/// One walk: the graph being read, what it has seen (digest → declared size), what it took.
+struct Walk<'a> {
+    image: String,
+    budget: &'a Budget,
+    taken: Taken,
+    seen: BTreeMap<Digest, u64>,
+    /// Declared bytes so far (manifests and blobs), at most [`size::MAX_SIZE`].
+    bytes: u64,
+}
+
+impl Walk<'_> {
+    /// Note `d` with its declared size: `false` when it was seen before (with the same size; a
+    /// second size is refused).
+    fn first_sight(&mut self, d: &Descriptor) -> Result<bool, WalkError> {
+        match self.seen.get(&d.digest) {
+            Some(&s) if s == d.size => Ok(false),
+            Some(&s) => Err(graph_err(
+                format!("image {}", self.image),
+                format!(
+                    "{} is declared as {s} bytes and as {} bytes: refused",
+                    d.digest, d.size
+                ),
+            )),
+            None => {
+                self.seen.insert(d.digest.clone(), d.size);
+                self.bytes = size::checked_add(self.bytes, d.size).ok_or_else(|| {
+                    bound(
+                        &self.image,
+                        format!(
+                            "its blobs add up to more than {} bytes",
+                            size::MAX_SIZE_TEXT
+                        ),
+                        format!("{} bytes in one image", size::MAX_SIZE_TEXT),
+                    )
+                })?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// An index's children, at most [`MAX_CHILDREN`].
+    fn children_ok(&self, digest: &Digest, n: usize) -> Result<(), WalkError> {
+        if n > MAX_CHILDREN {
+            return Err(bound(
+                &self.image,
+                format!("index {digest} lists {n} manifests"),
+                format!("{MAX_CHILDREN} manifests in one index"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A manifest's bytes parsed, naming the image when they are not a manifest.
+    fn parse(&self, m: &RawManifest) -> Result<Manifest, WalkError> {
+        Manifest::parse(&m.bytes, Some(&m.media_type)).map_err(|source| WalkError::Invalid {
+            image: self.image.clone(),
+            source,
+        })
+    }
+}
+
 /// Read the graph `repo` names by `reference` from `src`; with `platforms`, keep only the
-/// matching entries of the top index (and their attestations).
+/// matching entries of the top index (and their attestations). The bundle-wide bounds are
+/// `budget`'s; a walk that fails gives back what it took of it.
 pub async fn resolve<S: Source>(
     src: &S,
     repo: &str,
     reference: &Reference,
     platforms: Option<&[String]>,
+    budget: &Budget,
 ) -> Result<Graph, WalkError> {
+    let mut w = Walk {
+        image: reference.qualify(repo),
+        budget,
+        taken: Taken::default(),
+        seen: BTreeMap::new(),
+        bytes: 0,
+    };
+    let r = resolve_in(src, repo, reference, platforms, &mut w).await;
+    if r.is_err() {
+        budget.give_back(&w.taken);
+    }
+    r
+}
+
+async fn resolve_in<S: Source>(
+    src: &S,
+    repo: &str,
+    reference: &Reference,
+    platforms: Option<&[String]>,
+    w: &mut Walk<'_>,
+) -> Result<Graph, WalkError> {
+    w.budget.manifest(&w.image, &mut w.taken)?;
     let upstream = src.manifest(repo, reference).await?;
-    let name = reference.qualify(repo);
-    let parsed = Manifest::parse(&upstream.bytes, Some(&upstream.media_type))?;
+    w.budget
+        .manifest_bytes(&w.image, upstream.bytes.len() as u64, &mut w.taken)?;
+    let name = w.image.clone();
+    let parsed = w.parse(&upstream)?;
     let mut g = Graph {
         repo: repo.to_string(),
         reference: reference.clone(),
@@ -143,9 +360,10 @@ pub async fn resolve<S: Source>(
         dropped: vec![],
         attestations: 0,
     };
-    let mut seen = BTreeSet::from([upstream.digest.clone()]);
+    w.first_sight(&upstream.descriptor())?;
     match parsed {
         Manifest::Index { manifests, .. } => {
+            w.children_ok(&upstream.digest, manifests.len())?;
             let kept = filter_index(&name, &manifests, platforms)?;
             for (i, m) in manifests.iter().enumerate() {
                 let label = m
@@ -164,11 +382,11 @@ pub async fn resolve<S: Source>(
                 g.top = rewrite_index(&upstream, &kept)?;
             }
             for &i in &kept {
-                walk_child(src, repo, &manifests[i], 1, &mut g, &mut seen).await?;
+                walk_child(src, repo, &manifests[i], 1, &mut g, w).await?;
             }
         }
         img @ Manifest::Image { .. } => {
-            add_blobs(&mut g, &img, &mut seen);
+            add_blobs(&mut g, &img, w)?;
             // A single-platform image names its platform in its config.
             if let Manifest::Image { config, .. } = &img {
                 if let Some(p) = peek_platform(src, repo, config, &mut g).await? {
@@ -255,12 +473,15 @@ fn rewrite_index(upstream: &RawManifest, kept: &[usize]) -> Result<RawManifest, 
     ))
 }
 
-fn add_blobs(g: &mut Graph, m: &Manifest, seen: &mut BTreeSet<Digest>) {
+fn add_blobs(g: &mut Graph, m: &Manifest, w: &mut Walk<'_>) -> Result<(), WalkError> {
+    let before = g.blobs.len();
     for b in m.blobs() {
-        if seen.insert(b.digest.clone()) {
+        if w.first_sight(b)? {
             g.blobs.push(b.clone());
         }
     }
+    w.budget
+        .blobs(&w.image, g.blobs.len() - before, &mut w.taken)
 }
 
 /// Walk one entry of an index: a manifest (recursively) or, when it is not one, a blob.
@@ -270,20 +491,30 @@ async fn walk_child<S: Source>(
     desc: &Descriptor,
     depth: usize,
     g: &mut Graph,
-    seen: &mut BTreeSet<Digest>,
+    w: &mut Walk<'_>,
 ) -> Result<(), WalkError> {
-    if !seen.insert(desc.digest.clone()) {
+    if !w.first_sight(desc)? {
         return Ok(());
     }
     let is_manifest = media::ALL_MANIFESTS.contains(&desc.media_type.as_str());
     if !is_manifest {
         g.blobs.push(desc.clone());
-        return Ok(());
+        return w.budget.blobs(&w.image, 1, &mut w.taken);
     }
+    let what = format!("manifest {repo}@{}", desc.digest);
+    if media::is_index(&desc.media_type) && depth >= MAX_DEPTH {
+        return Err(bound(
+            &w.image,
+            format!("{what} is an index nested deeper than {MAX_DEPTH}"),
+            format!("indexes nested {MAX_DEPTH} deep"),
+        ));
+    }
+    w.budget.manifest(&w.image, &mut w.taken)?;
     let m = src
         .manifest(repo, &Reference::Digest(desc.digest.clone()))
         .await?;
-    let what = format!("manifest {repo}@{}", desc.digest);
+    w.budget
+        .manifest_bytes(&w.image, m.bytes.len() as u64, &mut w.taken)?;
     if m.digest != desc.digest {
         return Err(graph_err(what, format!("served with digest {}", m.digest)));
     }
@@ -297,19 +528,21 @@ async fn walk_child<S: Source>(
         media_type: desc.media_type.clone(),
         ..m
     };
-    match Manifest::parse(&m.bytes, Some(&m.media_type))? {
+    match w.parse(&m)? {
         Manifest::Index { manifests, .. } => {
             if depth >= MAX_DEPTH {
-                return Err(graph_err(
-                    what,
-                    format!("indexes nested deeper than {MAX_DEPTH}"),
+                return Err(bound(
+                    &w.image,
+                    format!("{what} is an index nested deeper than {MAX_DEPTH}"),
+                    format!("indexes nested {MAX_DEPTH} deep"),
                 ));
             }
+            w.children_ok(&desc.digest, manifests.len())?;
             for c in &manifests {
-                Box::pin(walk_child(src, repo, c, depth + 1, g, seen)).await?;
+                Box::pin(walk_child(src, repo, c, depth + 1, g, w)).await?;
             }
         }
-        img @ Manifest::Image { .. } => add_blobs(g, &img, seen),
+        img @ Manifest::Image { .. } => add_blobs(g, &img, w)?,
     }
     g.children.push(m);
     Ok(())
@@ -349,6 +582,62 @@ async fn peek_platform<S: Source>(
         }),
         _ => None,
     })
+}
+
+/// The blobs of several graphs together (each once), what they weigh, and the largest.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    /// Every blob, by digest: its size.
+    pub blobs: BTreeMap<Digest, u64>,
+    /// Their bytes, at most [`size::MAX_SIZE`].
+    pub bytes: u64,
+    /// The largest blob: its digest, size and the image it belongs to (the first one).
+    pub largest: Option<(Digest, u64, String)>,
+}
+
+/// The blobs of `graphs` but those in `skip`, each once: refused when a digest is declared with
+/// two sizes (naming both images) or when they add up to more than [`size::MAX_SIZE`].
+pub fn totals<'g>(
+    graphs: impl IntoIterator<Item = &'g Graph>,
+    skip: &BTreeSet<Digest>,
+) -> Result<Totals, WalkError> {
+    let mut t = Totals::default();
+    let mut owner: BTreeMap<&Digest, String> = BTreeMap::new();
+    for g in graphs {
+        for b in g.blobs.iter().filter(|b| !skip.contains(&b.digest)) {
+            match t.blobs.get(&b.digest) {
+                Some(&s) if s == b.size => continue,
+                Some(&s) => {
+                    return Err(graph_err(
+                        format!("blob {}", b.digest),
+                        format!(
+                        "declared as {s} bytes by image {} and as {} bytes by image {}: refused",
+                        owner.get(&b.digest).map(String::as_str).unwrap_or("?"),
+                        b.size,
+                        g.image()
+                    ),
+                    ))
+                }
+                None => {}
+            }
+            t.blobs.insert(b.digest.clone(), b.size);
+            owner.insert(&b.digest, g.image());
+            t.bytes = size::checked_add(t.bytes, b.size).ok_or_else(|| {
+                bound(
+                    &g.image(),
+                    format!(
+                        "the blobs of the images so far add up to more than {} bytes",
+                        size::MAX_SIZE_TEXT
+                    ),
+                    format!("{} bytes in one bundle", size::MAX_SIZE_TEXT),
+                )
+            })?;
+            if t.largest.as_ref().is_none_or(|(_, s, _)| b.size > *s) {
+                t.largest = Some((b.digest.clone(), b.size, g.image()));
+            }
+        }
+    }
+    Ok(t)
 }
 
 /// One graph to copy: where it goes in the sink.
@@ -461,7 +750,7 @@ impl<K: Sink> Sink for DryRun<'_, K> {
         _data: &dyn Opener,
         on_bytes: &OnBytes,
     ) -> Result<(), StoreError> {
-        on_bytes(desc.size - offset);
+        on_bytes(desc.size.saturating_sub(offset));
         Ok(())
     }
 
@@ -513,8 +802,12 @@ async fn transfer_into<S: Source, K: Sink>(
             stats.graphs_present += 1;
             stats.blobs += it.graph.blobs.len();
             stats.skipped += it.graph.blobs.len();
-            let bytes: u64 = it.graph.blobs.iter().map(|b| b.size).sum();
-            stats.skipped_bytes += bytes;
+            let bytes = it
+                .graph
+                .blobs
+                .iter()
+                .fold(0u64, |a, b| a.saturating_add(b.size));
+            stats.skipped_bytes = stats.skipped_bytes.saturating_add(bytes);
             (opts.on_bytes)(bytes);
             stats.manifests_skipped += it.graph.children.len() + 1;
             stats.tags.push(it.reference.qualify(&it.repo));
@@ -727,11 +1020,11 @@ fn tally(stats: &mut Stats, d: Done) {
     match d {
         Done::Present(n) => {
             stats.skipped += 1;
-            stats.skipped_bytes += n;
+            stats.skipped_bytes = stats.skipped_bytes.saturating_add(n);
         }
         Done::Uploaded(n) => {
             stats.uploaded += 1;
-            stats.uploaded_bytes += n;
+            stats.uploaded_bytes = stats.uploaded_bytes.saturating_add(n);
         }
         Done::Mounted => stats.mounted += 1,
     }
@@ -786,8 +1079,42 @@ async fn copy_blob<S: Source, K: Sink>(
         inline: it.graph.inline.get(&desc.digest),
     };
     sink.put_blob(repo, desc, offset, &data, &opts.on_bytes)
-        .await?;
-    Ok(Done::Uploaded(desc.size - offset))
+        .await
+        .map_err(|e| from_source(e, src, &it.graph.repo))?;
+    Ok(Done::Uploaded(desc.size.saturating_sub(offset)))
+}
+
+/// Content the sink refused for its size or digest came so from the source: the error names
+/// the source (the registry and repository that served it), not the sink that noticed.
+fn from_source<S: Source>(e: StoreError, src: &S, repo: &str) -> StoreError {
+    let from = format!("{} {repo}", src.describe()).trim().to_string();
+    match e {
+        StoreError::DigestMismatch {
+            what,
+            expected,
+            actual,
+            size,
+            ..
+        } => StoreError::DigestMismatch {
+            store: from,
+            what,
+            expected,
+            actual,
+            size,
+        },
+        StoreError::SizeMismatch {
+            what,
+            expected,
+            actual,
+            ..
+        } => StoreError::SizeMismatch {
+            store: from,
+            what,
+            expected,
+            actual,
+        },
+        other => other,
+    }
 }
 
 /// A place among the `jobs` requests the finishing graphs may have in flight.
@@ -947,8 +1274,12 @@ mod tests {
         let src = MemoryStore::new("src");
         let a = index(&src, "a");
         let b = index(&src, "b");
-        let ga = resolve(&src, "a", &tag("v1"), None).await.unwrap();
-        let gb = resolve(&src, "b", &tag("v1"), None).await.unwrap();
+        let ga = resolve(&src, "a", &tag("v1"), None, &Budget::default())
+            .await
+            .unwrap();
+        let gb = resolve(&src, "b", &tag("v1"), None, &Budget::default())
+            .await
+            .unwrap();
         assert_eq!(ga.platforms, ["linux/amd64", "linux/arm64"]);
         assert_eq!(ga.attestations, 1);
         assert_eq!(ga.children.len(), 3);
@@ -988,9 +1319,15 @@ mod tests {
     async fn without_mounts_blobs_are_uploaded_and_a_platform_filter_rewrites_the_index() {
         let src = MemoryStore::new("src");
         let up = index(&src, "a");
-        let g = resolve(&src, "a", &tag("v1"), Some(&["linux/amd64".to_string()]))
-            .await
-            .unwrap();
+        let g = resolve(
+            &src,
+            "a",
+            &tag("v1"),
+            Some(&["linux/amd64".to_string()]),
+            &Budget::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(g.upstream.digest, up.digest);
         assert_ne!(g.top.digest, up.digest, "a new index");
         assert_eq!(
@@ -998,9 +1335,15 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(g.children.len(), 2, "amd64 and its attestation");
-        let e = resolve(&src, "a", &tag("v1"), Some(&["linux/s390x".to_string()]))
-            .await
-            .unwrap_err();
+        let e = resolve(
+            &src,
+            "a",
+            &tag("v1"),
+            Some(&["linux/s390x".to_string()]),
+            &Budget::default(),
+        )
+        .await
+        .unwrap_err();
         assert!(e.to_string().contains("linux/amd64, linux/arm64"), "{e}");
 
         let mut sink = MemoryStore::new("sink");
@@ -1019,7 +1362,9 @@ mod tests {
     async fn left_out_blobs_must_be_in_the_sink_before_anything_is_written() {
         let src = MemoryStore::new("src");
         index(&src, "a");
-        let g = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        let g = resolve(&src, "a", &tag("v1"), None, &Budget::default())
+            .await
+            .unwrap();
         let omitted: BTreeSet<Digest> = [g.blobs[1].digest.clone()].into();
         src.remove_blob(&g.blobs[1].digest);
         let sink = MemoryStore::new("sink");
@@ -1054,7 +1399,9 @@ mod tests {
             media::OCI_INDEX,
         );
         src.add_manifest("a", Some("outer"), outer.clone());
-        let g = resolve(&src, "a", &tag("outer"), None).await.unwrap();
+        let g = resolve(&src, "a", &tag("outer"), None, &Budget::default())
+            .await
+            .unwrap();
         assert_eq!(
             g.children.len(),
             4,
@@ -1087,7 +1434,9 @@ mod tests {
         let src = MemoryStore::new("src");
         let m = image(&src, "a", "amd64", b"layer");
         src.add_manifest("a", Some("v1"), m);
-        let g = resolve(&src, "a", &tag("v1"), None).await.unwrap();
+        let g = resolve(&src, "a", &tag("v1"), None, &Budget::default())
+            .await
+            .unwrap();
         assert_eq!(g.platforms, ["linux/amd64"], "from the config");
         // The source serves other bytes for a layer than its descriptor says.
         let mut bad = g.clone();
@@ -1104,5 +1453,147 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("bytes but"), "{e}");
+    }
+
+    /// An index in `repo` of `n` distinct single-layer images, tagged `tag`.
+    fn wide_index(store: &MemoryStore, repo: &str, tag: &str, n: usize) -> RawManifest {
+        let layer = store.add_blob(
+            repo,
+            "application/vnd.oci.image.layer.v1.tar",
+            b"l".to_vec(),
+        );
+        let kids: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                let cfg = store.add_blob(
+                    repo,
+                    "application/vnd.oci.image.config.v1+json",
+                    format!("{{\"i\":{i}}}").into_bytes(),
+                );
+                let m = RawManifest::new(
+                    serde_json::to_vec(
+                        &json!({"schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+                        "config": cfg, "layers": [layer]}),
+                    )
+                    .unwrap(),
+                    media::OCI_MANIFEST,
+                );
+                store.add_manifest(repo, None, m.clone());
+                json!({"mediaType": media::OCI_MANIFEST, "digest": m.digest, "size": m.bytes.len(),
+                       "platform": {"os": "linux", "architecture": "amd64"}})
+            })
+            .collect();
+        let idx = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": kids}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        store.add_manifest(repo, Some(tag), idx.clone());
+        idx
+    }
+
+    #[tokio::test]
+    async fn an_index_wider_than_the_bound_is_refused_before_its_children_are_read() {
+        let src = MemoryStore::new("src");
+        wide_index(&src, "a", "ok", MAX_CHILDREN);
+        wide_index(&src, "a", "wide", MAX_CHILDREN + 1);
+        let budget = Budget::default();
+        let g = resolve(&src, "a", &tag("ok"), None, &budget).await.unwrap();
+        assert_eq!(g.children.len(), MAX_CHILDREN);
+        let e = resolve(&src, "a", &tag("wide"), None, &budget)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WalkError::Bound { .. }), "{e}");
+        assert!(e.to_string().contains("257 manifests"), "{e}");
+        // The refused walk gave back what it took: only the first graph counts.
+        assert_eq!(budget.manifests.load(Ordering::SeqCst), MAX_CHILDREN + 1);
+    }
+
+    #[tokio::test]
+    async fn the_bundle_wide_bounds_hold_across_graphs() {
+        let src = MemoryStore::new("src");
+        for r in 0..4 {
+            wide_index(&src, &format!("r{r}"), "v1", 250);
+        }
+        let budget = Budget::default();
+        for r in 0..3 {
+            resolve(&src, &format!("r{r}"), &tag("v1"), None, &budget)
+                .await
+                .unwrap();
+        }
+        // 3 × 251 manifests taken; the fourth graph passes 1000.
+        let e = resolve(&src, "r3", &tag("v1"), None, &budget)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("1000 manifests"), "{e}");
+        // A fresh budget: each graph alone is fine.
+        resolve(&src, "r3", &tag("v1"), None, &Budget::default())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn nesting_beyond_the_bound_and_two_sizes_for_one_digest_are_refused() {
+        let src = MemoryStore::new("src");
+        let mut top = index(&src, "a");
+        let wrap = |m: &RawManifest| {
+            RawManifest::new(
+                serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                    "manifests": [{"mediaType": media::OCI_INDEX, "digest": m.digest,
+                                   "size": m.bytes.len()}]}))
+                .unwrap(),
+                media::OCI_INDEX,
+            )
+        };
+        for depth in 1..=MAX_DEPTH {
+            top = wrap(&top);
+            src.add_manifest("a", Some(&format!("d{depth}")), top.clone());
+        }
+        // The top index and MAX_DEPTH - 1 indexes under it, then the multi-arch one: refused.
+        resolve(
+            &src,
+            "a",
+            &tag(&format!("d{}", MAX_DEPTH - 1)),
+            None,
+            &Budget::default(),
+        )
+        .await
+        .unwrap();
+        let e = resolve(
+            &src,
+            "a",
+            &tag(&format!("d{MAX_DEPTH}")),
+            None,
+            &Budget::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("nested deeper than 4"), "{e}");
+
+        // One layer, declared with two sizes by two images.
+        let m = image(&src, "b", "amd64", b"layer");
+        src.add_manifest("b", Some("v1"), m);
+        let g1 = resolve(&src, "b", &tag("v1"), None, &Budget::default())
+            .await
+            .unwrap();
+        let mut g2 = g1.clone();
+        g2.reference = tag("v2");
+        g2.blobs[2].size += 1;
+        let e = totals([&g1, &g2], &BTreeSet::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&g1.blobs[2].digest.to_string()), "{e}");
+        assert!(e.contains("b:v1") && e.contains("b:v2"), "{e}");
+        assert!(e.contains("as 5 bytes") && e.contains("as 6 bytes"), "{e}");
+        // Sizes that would wrap u64 are refused, not added up.
+        let mut g3 = g1.clone();
+        g3.blobs[1].size = size::MAX_SIZE;
+        g3.blobs[2].size = size::MAX_SIZE;
+        let e = totals([&g3], &BTreeSet::new()).unwrap_err().to_string();
+        assert!(e.contains("2^63 - 1"), "{e}");
+        let t = totals([&g1], &BTreeSet::new()).unwrap();
+        assert_eq!(t.bytes, g1.blobs.iter().map(|b| b.size).sum::<u64>());
+        let largest = g1.blobs.iter().map(|b| b.size).max();
+        assert_eq!(t.largest.map(|l| l.1), largest);
     }
 }

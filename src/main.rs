@@ -5,15 +5,12 @@ use koord_bundle::cli::{Cli, Command};
 use koord_bundle::cmd;
 
 fn main() {
+    // A panic anywhere (this thread, a task, a thread of the blocking pool) is a bug: one
+    // message saying so, exit 3 (cmd::EXIT_INTERNAL), never Rust's 101 or an abort.
+    cmd::install_panic_hook();
     // clap exits 2 on a usage error (cmd::EXIT_USAGE) and 0 for --help and --version.
     let cli = Cli::parse();
-    // A panic is a bug: its message is printed by the default hook, and the exit code is that
-    // of an internal failure rather than Rust's 101.
-    let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
-        Ok(code) => code,
-        Err(_) => cmd::EXIT_INTERNAL,
-    };
-    std::process::exit(code);
+    std::process::exit(run(cli));
 }
 
 fn run(cli: Cli) -> i32 {
@@ -28,6 +25,7 @@ fn run(cli: Cli) -> i32 {
         }
     };
     let result = runtime.block_on(async {
+        cmd::test_panic().await;
         match cli.command {
             Command::Keygen(a) => cmd::keygen::run(a),
             Command::Build(a) => cmd::build::run(*a).await,

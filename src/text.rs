@@ -80,7 +80,7 @@ pub fn printable_bytes(b: &[u8]) -> String {
 
 /// `12.3 MiB`.
 pub fn human_bytes(n: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const U: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = n as f64;
     let mut i = 0;
     while v >= 1024.0 && i < U.len() - 1 {

@@ -357,6 +357,38 @@ def yaml_sources(out, repo):
         write(os.path.join(out, "yaml_sources", name), data)
 
 
+def registry_auth(out):
+    """WWW-Authenticate values (one per line) NUL token answer NUL Retry-After NUL error body:
+    what distribution, Docker Hub, ghcr.io, Harbor and the test environment send, and the
+    1 MiB head of issue 18."""
+    seeds = {
+        "distribution": b'Bearer realm="https://auth.example/token",service="registry.example",'
+        b'scope="repository:site/a:pull,push repository:site/b:pull"\n'
+        b'Basic realm="koord-bundle-test"\0'
+        b'{"token":"t1","access_token":"t2","expires_in":300,"issued_at":"2026-01-01T00:00:00Z"}\0'
+        b"120\0"
+        b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required","detail":null}]}',
+        "error-insufficient": b'Bearer realm="https://ghcr.io/token",service="ghcr.io",'
+        b'scope="repository:koordinator-sh/koordlet:pull",error="insufficient_scope"\0'
+        b'{"token":""}\0Sun, 06 Nov 1994 08:49:37 GMT\0<html>502 Bad Gateway</html>',
+        "harbor-robot": b'Bearer realm="https://harbor.example/service/token",service="harbor-registry",'
+        b'scope="repository:library/x:pull,push"\0{"access_token":"abc"}\0'
+        b"Wed, 21 Oct 2015 07:28:00 GMT\0",
+        "odd-spacing": b'Newauth realm="x", Bearer realm=https://a/t , service = s ,scope="a:b:c"\0\0 3 \0',
+        "escapes": b'Bearer realm="https://a/t\\"q",service="\xc3\xa9t\xc3\xa9"\0{"expires_in":18446744073709551615,"token":"x"}\0\0',
+        "huge-head": b'Bearer realm="http://127.0.0.1:9/token",service="' + b"x" * (1 << 20) + b'"\0\0\0',
+    }
+    for name, data in seeds.items():
+        write(os.path.join(out, "registry_auth", name), data)
+
+
+def graph_walk(out):
+    """Arbitrary bytes for the `arbitrary` input of graph_walk (no structure to seed beyond
+    a few shapes: the fuzzer finds the rest)."""
+    for i, data in enumerate([b"\0" * 64, b"\1" * 256, bytes(range(256)) * 4, b"\xff" * 512]):
+        write(os.path.join(out, "graph_walk", f"shape-{i}"), data)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -367,6 +399,8 @@ def main():
     helm_index(out, charts)
     chart_archive(out, charts)
     yaml_sources(out, repo)
+    registry_auth(out)
+    graph_walk(out)
 
 
 if __name__ == "__main__":

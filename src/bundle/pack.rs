@@ -34,6 +34,16 @@ pub enum PackError {
         /// The error.
         source: io::Error,
     },
+    /// The plan cannot be a bundle at all: sizes beyond what a file holds, a bundle larger than
+    /// the whole file system it is to be written to, a blob planned with two sizes. Nothing
+    /// was written.
+    #[error("bundle {path} cannot be written: {reason}")]
+    Plan {
+        /// Output path.
+        path: PathBuf,
+        /// Why, with the sizes (and the largest blob and its image, when known).
+        reason: String,
+    },
     /// A cached blob no longer matches its digest.
     #[error("cached blob {digest} is corrupt (digest {actual}); it was removed from the cache: run the build again to fetch it")]
     CorruptCache {

@@ -331,7 +331,9 @@ impl BundleFile {
                 len: p.size,
             });
         }
-        let size: u64 = parts.iter().map(|s| s.len).sum();
+        // Checked: sizes in a header add up, they never wrap to the bundle's.
+        let size = crate::oci::size::checked_sum(parts.iter().map(|s| s.len))
+            .ok_or_else(|| herr("the parts add up to more than a file can hold"))?;
         if size != header.bundle.size {
             return Err(herr("parts do not add up to the bundle size"));
         }
@@ -416,7 +418,7 @@ impl BundleFile {
             let take = (p.len - offset).min(len);
             out.push(Segment {
                 path: p.path.clone(),
-                offset: p.offset + offset,
+                offset: p.offset.saturating_add(offset),
                 len: take,
             });
             len -= take;

@@ -359,7 +359,9 @@ pub struct Unhashed {
 impl Unhashed {
     /// Bytes still to hash.
     pub fn bytes(&self) -> u64 {
-        self.items.iter().map(|d| d.size).sum()
+        self.items
+            .iter()
+            .fold(0u64, |a, d| a.saturating_add(d.size))
     }
 
     /// How many files.
@@ -597,231 +599,60 @@ fn verify_tar<R: TarInput>(
     policy: SignaturePolicy<'_>,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<(VerifyReport, Vec<Deferred>), VerifyError> {
-    let terr = |e: io::Error| VerifyError::Tar {
-        path: path.to_path_buf(),
-        reason: crate::text::printable(&e.to_string()),
-    };
-    let entry_err = |entry: &str, reason: &str| VerifyError::Entry {
-        path: path.to_path_buf(),
-        entry: entry.to_string(),
-        reason: reason.to_string(),
-    };
+    let terr = |e: io::Error| tar_err(path, e);
     let mut ar = tar::Archive::new(input);
-    let mut entries = R::entries(&mut ar).map_err(terr)?;
-
-    // 1. The checksum file, then the signature, checked before anything else is read.
-    let first = entries
-        .next()
-        .ok_or_else(|| VerifyError::NoChecksums(path.to_path_buf()))?
-        .map_err(terr)?;
-    if first.path().map_err(terr)?.to_string_lossy() != CHECKSUMS_FILE
-        || first.header().entry_type() != tar::EntryType::Regular
-    {
-        return Err(VerifyError::NoChecksums(path.to_path_buf()));
-    }
-    let size = first.size();
-    let sums_bytes = read_small(path, CHECKSUMS_FILE, first, size)?;
-    let mut report = VerifyReport {
-        bundle: path.to_path_buf(),
-        files: 0,
-        blobs: 0,
-        bytes: 0,
-        signature: None,
-        signature_verified: false,
-        manifests: 0,
-        manifest: None,
-        blob_locations: BTreeMap::new(),
-        small_blobs: BTreeMap::new(),
-        compressed,
-        file: None,
+    let mut pass = {
+        let mut entries = R::entries(&mut ar).map_err(terr)?;
+        // 1. The checksum file, then the signature, checked before anything else is read.
+        let (sums_bytes, signature, pending) = signed_head(path, &mut entries, &policy)?;
+        // Parsed only now: a signed checksum file is trusted before its content is
+        // interpreted.
+        let sums = Checksums::parse(&sums_bytes)?;
+        let mut report = VerifyReport {
+            bundle: path.to_path_buf(),
+            files: 0,
+            blobs: 0,
+            bytes: 0,
+            signature: None,
+            signature_verified: false,
+            manifests: 0,
+            manifest: None,
+            blob_locations: BTreeMap::new(),
+            small_blobs: BTreeMap::new(),
+            compressed,
+            file: None,
+        };
+        if let Some((info, verified)) = signature {
+            report.signature = info;
+            report.signature_verified = verified;
+        }
+        // 2. Every other entry, hashed as it streams by.
+        let mut pass = Pass {
+            path,
+            sums,
+            report,
+            on_bytes,
+            seen: BTreeSet::new(),
+            small: BTreeMap::new(),
+            manifest_bytes: None,
+            index_bytes: None,
+            deferred: Vec::new(),
+            buf: vec![0u8; 1 << 20],
+        };
+        if let Some(e) = pending {
+            pass.entry::<R>(e)?;
+        }
+        for e in entries {
+            pass.entry::<R>(e.map_err(terr)?)?;
+        }
+        pass
     };
-    let mut pending = None;
-    match entries.next() {
-        Some(e) => {
-            let e = e.map_err(terr)?;
-            let name = e.path().map_err(terr)?.to_string_lossy().to_string();
-            if name == SIGNATURE_FILE {
-                let size = e.size();
-                let sig = read_small(path, SIGNATURE_FILE, e, size)?;
-                match &policy {
-                    SignaturePolicy::Require(pk) => {
-                        let info = sign::verify(pk, &sig, &sums_bytes).map_err(|source| {
-                            VerifyError::Signature {
-                                path: path.to_path_buf(),
-                                source,
-                            }
-                        })?;
-                        report.signature = Some(info);
-                        report.signature_verified = true;
-                    }
-                    SignaturePolicy::Skip => report.signature = sign::signature_info(&sig).ok(),
-                }
-            } else {
-                if let SignaturePolicy::Require(_) = policy {
-                    return Err(VerifyError::Unsigned(path.to_path_buf()));
-                }
-                pending = Some(e);
-            }
-        }
-        None => {
-            return Err(VerifyError::Missing {
-                path: path.to_path_buf(),
-                missing: Checksums::parse(&sums_bytes)
-                    .map(|s| s.0.into_keys().collect())
-                    .unwrap_or_default(),
-            })
-        }
-    }
-
-    // Parsed only now: a signed checksum file is trusted before its content is interpreted.
-    let sums = Checksums::parse(&sums_bytes)?;
-
-    // 2. Every other entry, hashed as it streams by.
-    let mut seen: BTreeSet<String> = BTreeSet::new();
-    let mut small: BTreeMap<Digest, bytes::Bytes> = BTreeMap::new();
-    let mut manifest_bytes = None;
-    let mut index_bytes = None;
-    let mut deferred: Vec<Deferred> = Vec::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut handle = |mut e: tar::Entry<'_, R>| -> Result<(), VerifyError> {
-        let name = e.path().map_err(terr)?.to_string_lossy().to_string();
-        let raw_name = String::from_utf8_lossy(&e.path_bytes()).to_string();
-        if !safe_path(&raw_name) {
-            return Err(entry_err(
-                &raw_name,
-                "unsafe path (absolute, `..` or empty component)",
-            ));
-        }
-        match e.header().entry_type() {
-            tar::EntryType::Directory => {
-                let prefix = name.trim_end_matches('/').to_string() + "/";
-                if !sums.0.keys().any(|k| k.starts_with(&prefix)) {
-                    return Err(entry_err(&name, "directory not holding any listed file"));
-                }
-                return Ok(());
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {}
-            other => {
-                return Err(entry_err(
-                    &name,
-                    &format!("entry type {other:?} is not allowed (only files and directories)"),
-                ))
-            }
-        }
-        if name == CHECKSUMS_FILE || name == SIGNATURE_FILE || !seen.insert(name.clone()) {
-            return Err(entry_err(&name, "duplicate entry"));
-        }
-        let Some(expected) = sums.0.get(&name) else {
-            return Err(entry_err(&name, "not listed in SHA256SUMS"));
-        };
-        let size = e.size();
-        let position = e.raw_file_position();
-        let blob = match name.strip_prefix("blobs/sha256/").map(Digest::from_hex) {
-            None => None,
-            Some(Err(_)) => return Err(entry_err(&name, "blob file name is not a sha256 digest")),
-            Some(Ok(d)) if &d != expected => {
-                return Err(entry_err(&name, "blob file name is not its digest"))
-            }
-            Some(Ok(d)) => Some(d),
-        };
-        // Held in memory: the bundle manifest and index.json (bounded), and blobs up to 4 MiB
-        // that may be manifests. Every other file is only hashed.
-        let keep = match &blob {
-            None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
-            Some(_) => size <= 4 * 1024 * 1024,
-        };
-        report.files += 1;
-        report.bytes += size;
-        if let Some(d) = &blob {
-            report.blobs += 1;
-            report.blob_locations.insert(d.clone(), (position, size));
-        }
-        if R::DEFER && !keep && size >= DEFER_OVER {
-            // Hashed later, in parallel: its bytes are skipped here.
-            deferred.push(Deferred {
-                name,
-                offset: position,
-                size,
-                expected: expected.clone(),
-            });
-            return Ok(());
-        }
-        let mut hasher = sha2::Sha256::new();
-        let mut kept = Vec::new();
-        let mut n_total = 0u64;
-        loop {
-            let n = e.read(&mut buf).map_err(terr)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            if keep {
-                kept.extend_from_slice(&buf[..n]);
-            }
-            n_total += n as u64;
-            on_bytes(n as u64);
-        }
-        if n_total != size {
-            return Err(VerifyError::Tar {
-                path: path.to_path_buf(),
-                reason: format!("{name} is truncated ({n_total} of {size} bytes)"),
-            });
-        }
-        let actual = Digest::from_hasher(hasher);
-        if &actual != expected {
-            return Err(VerifyError::Mismatch {
-                path: path.to_path_buf(),
-                entry: name,
-                expected: expected.clone(),
-                actual,
-            });
-        }
-        match blob {
-            // Small JSON (manifests, configs) is kept for the layout walk; JSON may start
-            // with whitespace.
-            Some(d) if keep && kept.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => {
-                small.insert(d, kept.into());
-            }
-            Some(_) => {}
-            None if name == MANIFEST_FILE => manifest_bytes = Some(kept),
-            None if name == "index.json" => index_bytes = Some(kept),
-            None => {}
-        }
-        Ok(())
-    };
-    if let Some(e) = pending.take() {
-        handle(e)?;
-    }
-    for e in entries {
-        handle(e.map_err(terr)?)?;
-    }
     // After the end-of-archive block only zeros may follow (the second end block and the
     // record padding): an appended archive would otherwise pass unverified, and `tar -i`
     // would extract it.
-    let mut rest = ar.into_inner();
-    let mut at = 0u64;
-    loop {
-        let n = match rest.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(terr(e)),
-        };
-        if let Some(i) = buf[..n].iter().position(|&b| b != 0) {
-            return Err(VerifyError::Content {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "data after the end of the tar archive ({} bytes past its end-of-archive block): refusing it (an appended archive is not covered by SHA256SUMS)",
-                    at + i as u64
-                ),
-            });
-        }
-        at += n as u64;
-    }
-    let missing: Vec<String> = sums
-        .0
-        .keys()
-        .filter(|k| !seen.contains(*k))
+    only_zeros_after(path, ar.into_inner(), &mut pass.buf)?;
+    let missing: Vec<String> = (pass.sums.0.keys())
+        .filter(|k| !pass.seen.contains(*k))
         .cloned()
         .collect();
     if !missing.is_empty() {
@@ -830,8 +661,15 @@ fn verify_tar<R: TarInput>(
             missing,
         });
     }
-
     // 3. The layout is complete.
+    let Pass {
+        mut report,
+        small,
+        manifest_bytes,
+        index_bytes,
+        deferred,
+        ..
+    } = pass;
     let content = |reason: String| VerifyError::Content {
         path: path.to_path_buf(),
         reason,
@@ -860,6 +698,249 @@ fn verify_tar<R: TarInput>(
     report.manifest = Some(manifest);
     report.small_blobs = small;
     check_layout(path, report, &roots).map(|r| (r, deferred))
+}
+
+fn tar_err(path: &Path, e: io::Error) -> VerifyError {
+    VerifyError::Tar {
+        path: path.to_path_buf(),
+        reason: crate::text::printable(&e.to_string()),
+    }
+}
+
+/// A signature's details and whether a key verified it.
+type Signed = (Option<SignatureInfo>, bool);
+
+/// What [`signed_head`] read: the checksum file's bytes, the signature, and the entry after
+/// the checksum file when it is not a signature.
+type SignedHead<'a, R> = (Vec<u8>, Option<Signed>, Option<tar::Entry<'a, R>>);
+
+/// The first entries: the checksum file, then the signature (verified by `policy` before
+/// anything else is read). Returns the checksum file's bytes, the signature, and the entry
+/// after the checksum file when it is not a signature (an unsigned bundle).
+fn signed_head<'a, R: Read>(
+    path: &Path,
+    entries: &mut tar::Entries<'a, R>,
+    policy: &SignaturePolicy<'_>,
+) -> Result<SignedHead<'a, R>, VerifyError> {
+    let terr = |e: io::Error| tar_err(path, e);
+    let first = entries
+        .next()
+        .ok_or_else(|| VerifyError::NoChecksums(path.to_path_buf()))?
+        .map_err(terr)?;
+    if first.path().map_err(terr)?.to_string_lossy() != CHECKSUMS_FILE
+        || first.header().entry_type() != tar::EntryType::Regular
+    {
+        return Err(VerifyError::NoChecksums(path.to_path_buf()));
+    }
+    let size = first.size();
+    let sums_bytes = read_small(path, CHECKSUMS_FILE, first, size)?;
+    let Some(e) = entries.next() else {
+        return Err(VerifyError::Missing {
+            path: path.to_path_buf(),
+            missing: Checksums::parse(&sums_bytes)
+                .map(|s| s.0.into_keys().collect())
+                .unwrap_or_default(),
+        });
+    };
+    let e = e.map_err(terr)?;
+    let name = e.path().map_err(terr)?.to_string_lossy().to_string();
+    if name != SIGNATURE_FILE {
+        if let SignaturePolicy::Require(_) = policy {
+            return Err(VerifyError::Unsigned(path.to_path_buf()));
+        }
+        return Ok((sums_bytes, None, Some(e)));
+    }
+    let size = e.size();
+    let sig = read_small(path, SIGNATURE_FILE, e, size)?;
+    let signed = match policy {
+        SignaturePolicy::Require(pk) => {
+            let info =
+                sign::verify(pk, &sig, &sums_bytes).map_err(|source| VerifyError::Signature {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            (Some(info), true)
+        }
+        SignaturePolicy::Skip => (sign::signature_info(&sig).ok(), false),
+    };
+    Ok((sums_bytes, Some(signed), None))
+}
+
+/// Read what follows the end-of-archive block: only zeros are allowed.
+fn only_zeros_after(path: &Path, mut rest: impl Read, buf: &mut [u8]) -> Result<(), VerifyError> {
+    let mut at = 0u64;
+    loop {
+        let n = match rest.read(buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(tar_err(path, e)),
+        };
+        if let Some(i) = buf[..n].iter().position(|&b| b != 0) {
+            return Err(VerifyError::Content {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "data after the end of the tar archive ({} bytes past its end-of-archive block): refusing it (an appended archive is not covered by SHA256SUMS)",
+                    at + i as u64
+                ),
+            });
+        }
+        at += n as u64;
+    }
+}
+
+/// The pass over the entries after the signature: what it has seen and kept so far.
+struct Pass<'p> {
+    path: &'p Path,
+    sums: Checksums,
+    report: VerifyReport,
+    on_bytes: &'p (dyn Fn(u64) + Sync),
+    seen: BTreeSet<String>,
+    /// Small JSON blobs (manifests, configs), for the layout walk.
+    small: BTreeMap<Digest, bytes::Bytes>,
+    manifest_bytes: Option<Vec<u8>>,
+    index_bytes: Option<Vec<u8>>,
+    deferred: Vec<Deferred>,
+    buf: Vec<u8>,
+}
+
+impl Pass<'_> {
+    fn entry_err(&self, entry: &str, reason: &str) -> VerifyError {
+        VerifyError::Entry {
+            path: self.path.to_path_buf(),
+            entry: entry.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// One entry: a safe name of an allowed type, listed, once; hashed (or deferred) and
+    /// checked against SHA256SUMS; small JSON kept.
+    fn entry<R: TarInput>(&mut self, mut e: tar::Entry<'_, R>) -> Result<(), VerifyError> {
+        let path = self.path;
+        let terr = |e: io::Error| tar_err(path, e);
+        let name = e.path().map_err(terr)?.to_string_lossy().to_string();
+        let raw_name = String::from_utf8_lossy(&e.path_bytes()).to_string();
+        if !safe_path(&raw_name) {
+            return Err(
+                self.entry_err(&raw_name, "unsafe path (absolute, `..` or empty component)")
+            );
+        }
+        match e.header().entry_type() {
+            tar::EntryType::Directory => {
+                let prefix = name.trim_end_matches('/').to_string() + "/";
+                if !self.sums.0.keys().any(|k| k.starts_with(&prefix)) {
+                    return Err(self.entry_err(&name, "directory not holding any listed file"));
+                }
+                return Ok(());
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {}
+            other => {
+                return Err(self.entry_err(
+                    &name,
+                    &format!("entry type {other:?} is not allowed (only files and directories)"),
+                ))
+            }
+        }
+        if name == CHECKSUMS_FILE || name == SIGNATURE_FILE || !self.seen.insert(name.clone()) {
+            return Err(self.entry_err(&name, "duplicate entry"));
+        }
+        let Some(expected) = self.sums.0.get(&name).cloned() else {
+            return Err(self.entry_err(&name, "not listed in SHA256SUMS"));
+        };
+        let size = e.size();
+        let position = e.raw_file_position();
+        let blob = match name.strip_prefix("blobs/sha256/").map(Digest::from_hex) {
+            None => None,
+            Some(Err(_)) => {
+                return Err(self.entry_err(&name, "blob file name is not a sha256 digest"))
+            }
+            Some(Ok(d)) if d != expected => {
+                return Err(self.entry_err(&name, "blob file name is not its digest"))
+            }
+            Some(Ok(d)) => Some(d),
+        };
+        // Held in memory: the bundle manifest and index.json (bounded), and blobs up to 4 MiB
+        // that may be manifests. Every other file is only hashed.
+        let keep = match &blob {
+            None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
+            Some(_) => size <= 4 * 1024 * 1024,
+        };
+        self.report.files += 1;
+        // A header's size is the bundle's word, not yet checked: summed without wrapping.
+        self.report.bytes = crate::oci::size::checked_add(self.report.bytes, size)
+            .ok_or_else(|| self.entry_err(&name, &format!("{size} bytes is too large")))?;
+        if let Some(d) = &blob {
+            self.report.blobs += 1;
+            self.report
+                .blob_locations
+                .insert(d.clone(), (position, size));
+        }
+        if R::DEFER && !keep && size >= DEFER_OVER {
+            // Hashed later, in parallel: its bytes are skipped here.
+            self.deferred.push(Deferred {
+                name,
+                offset: position,
+                size,
+                expected,
+            });
+            return Ok(());
+        }
+        let kept = self.hash(&mut e, &name, size, &expected, keep)?;
+        match blob {
+            // Small JSON (manifests, configs) is kept for the layout walk; JSON may start
+            // with whitespace.
+            Some(d) if keep && kept.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => {
+                self.small.insert(d, kept.into());
+            }
+            Some(_) => {}
+            None if name == MANIFEST_FILE => self.manifest_bytes = Some(kept),
+            None if name == "index.json" => self.index_bytes = Some(kept),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Hash an entry's `size` bytes against `expected`; its bytes when `keep`.
+    fn hash(
+        &mut self,
+        e: &mut impl Read,
+        name: &str,
+        size: u64,
+        expected: &Digest,
+        keep: bool,
+    ) -> Result<Vec<u8>, VerifyError> {
+        let mut hasher = sha2::Sha256::new();
+        let mut kept = Vec::new();
+        let mut n_total = 0u64;
+        loop {
+            let n = e.read(&mut self.buf).map_err(|e| tar_err(self.path, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&self.buf[..n]);
+            if keep {
+                kept.extend_from_slice(&self.buf[..n]);
+            }
+            n_total += n as u64;
+            (self.on_bytes)(n as u64);
+        }
+        if n_total != size {
+            return Err(VerifyError::Tar {
+                path: self.path.to_path_buf(),
+                reason: format!("{name} is truncated ({n_total} of {size} bytes)"),
+            });
+        }
+        let actual = Digest::from_hasher(hasher);
+        if &actual != expected {
+            return Err(VerifyError::Mismatch {
+                path: self.path.to_path_buf(),
+                entry: name.to_string(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        Ok(kept)
+    }
 }
 
 /// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy
@@ -904,11 +985,13 @@ fn check_layout(
         }
     };
     let mut walked = BTreeSet::new();
+    // One bundle: the walk's bundle-wide bounds hold across its roots.
+    let budget = copy::Budget::default();
     for root in roots {
         present(root)?;
         let reference = crate::store::Reference::Digest(root.digest.clone());
         // Everything the source reads is in memory: the walk completes on its first poll.
-        let graph = copy::resolve(&src, "", &reference, None)
+        let graph = copy::resolve(&src, "", &reference, None, &budget)
             .now_or_never()
             .ok_or_else(|| content("the layout walk did not complete in memory".into()))?
             .map_err(|e| match e {

@@ -239,10 +239,10 @@ impl BundleSource {
                 }
             }
         }
-        let total: u64 = parts.iter().map(|p| p.len).sum();
+        let total = parts.iter().fold(0u64, |a, p| a.saturating_add(p.len));
         if !parts.is_empty() {
             for (d, &(offset, size)) in &report.blob_locations {
-                if offset + size > total {
+                if offset.checked_add(size).is_none_or(|end| end > total) {
                     return Err(content(format!("{d} lies beyond the end of the bundle")));
                 }
             }

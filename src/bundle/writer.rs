@@ -13,7 +13,7 @@
 use super::atomic::AtomicFile;
 use super::pack::{header, PackError, PackStats};
 use super::{CHECKSUMS_FILE, SIGNATURE_FILE};
-use crate::oci::{Descriptor, Digest};
+use crate::oci::{size, Descriptor, Digest};
 use crate::store::cache::Tee;
 use crate::store::{
     BlobCache, Have, OnBytes, Opener, RawManifest, Reference, Sink, Store, StoreError,
@@ -58,6 +58,187 @@ pub struct Counts {
     pub cached_blobs: AtomicU64,
 }
 
+/// A bundle laid out: the bytes before the blobs, every blob's header and place, the length.
+/// Computed before anything is written, with checked arithmetic: a size that would wrap or
+/// pass what a file can hold ([`size::MAX_SIZE`]) is refused here, and [`check_room`] compares
+/// the length with the disk.
+#[derive(Debug)]
+pub struct Layout {
+    head: Vec<u8>,
+    headers: Vec<(u64, tar::Header)>,
+    /// Digest → (offset of its data, size).
+    regions: BTreeMap<Digest, (u64, u64)>,
+    len: u64,
+    files: usize,
+}
+
+fn round_up(n: u64) -> Option<u64> {
+    n.checked_next_multiple_of(512)
+}
+
+impl Layout {
+    /// Lay out `plan` for the bundle `dest` (named in errors).
+    pub fn new(dest: &Path, plan: &Plan<'_>) -> Result<Layout, PackError> {
+        let werr = |source: io::Error| PackError::Write {
+            path: dest.to_path_buf(),
+            source,
+        };
+        let refuse = |reason: String| PackError::Plan {
+            path: dest.to_path_buf(),
+            reason,
+        };
+        let (head, mut count) = head_entries(plan).map_err(werr)?;
+        let mut blobs = plan.blobs.to_vec();
+        blobs.sort();
+        blobs.dedup();
+        if let Some(w) = blobs.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(refuse(format!(
+                "blob {} is planned as {} bytes and as {} bytes",
+                w[0].0, w[0].1, w[1].1
+            )));
+        }
+        // Then each blob: its header, its bytes (later), padding to 512.
+        let mut regions = BTreeMap::new();
+        let mut headers = Vec::with_capacity(blobs.len());
+        let mut at = head.len() as u64;
+        for (d, size) in &blobs {
+            let end = round_up(*size)
+                .and_then(|padded| size::checked_add(at, 512)?.checked_add(padded))
+                .filter(|&e| e <= size::MAX_SIZE - 1024)
+                .ok_or_else(|| {
+                    refuse(format!(
+                        "with blob {d} of {size} bytes it would pass {} bytes, the most a file can hold",
+                        size::MAX_SIZE_TEXT
+                    ))
+                })?;
+            let mut h = header(*size, plan.mtime, false);
+            // A blob's path (77 bytes) always fits the header: no long-name entry.
+            h.set_path(d.layout_path()).map_err(werr)?;
+            h.set_cksum();
+            headers.push((at, h));
+            regions.insert(d.clone(), (at + 512, *size));
+            at = end;
+            count += 1;
+        }
+        Ok(Layout {
+            head,
+            headers,
+            regions,
+            len: at + 1024,
+            files: count,
+        })
+    }
+
+    /// The bundle's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Never empty (the two end blocks at least); for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every blob's place: (digest, offset of its data, size), in offset order.
+    pub fn regions(&self) -> impl Iterator<Item = (&Digest, u64, u64)> {
+        let mut v: Vec<_> = self.regions.iter().map(|(d, &(o, s))| (d, o, s)).collect();
+        v.sort_by_key(|&(_, o, _)| o);
+        v.into_iter()
+    }
+}
+
+/// The entries before the blobs, as a sequential tar writer writes them (without its end
+/// blocks), and how many entries they are.
+fn head_entries(plan: &Plan<'_>) -> io::Result<(Vec<u8>, usize)> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.mode(tar::HeaderMode::Deterministic);
+    let mut count = 0usize;
+    let mtime = plan.mtime;
+    let add = |tar: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8]| -> io::Result<()> {
+        let mut h = header(data.len() as u64, mtime, false);
+        tar.append_data(&mut h, path, data)
+    };
+    add(&mut tar, CHECKSUMS_FILE, plan.checksums)?;
+    count += 1;
+    if let Some(sig) = plan.signature {
+        add(&mut tar, SIGNATURE_FILE, sig)?;
+        count += 1;
+    }
+    let mut dirs_done = BTreeSet::new();
+    let mut ensure_dirs = |tar: &mut tar::Builder<Vec<u8>>, path: &str| -> io::Result<()> {
+        let mut acc = String::new();
+        let parts: Vec<&str> = path.split('/').collect();
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            acc.push_str(part);
+            acc.push('/');
+            if dirs_done.insert(acc.clone()) {
+                let mut h = header(0, mtime, true);
+                tar.append_data(&mut h, &acc, io::empty())?;
+            }
+        }
+        Ok(())
+    };
+    for (p, b) in plan.files {
+        ensure_dirs(&mut tar, p)?;
+        add(&mut tar, p, b)?;
+        count += 1;
+    }
+    if let Some((d, _)) = plan.blobs.iter().min() {
+        ensure_dirs(&mut tar, &d.layout_path())?;
+    }
+    let mut head = tar.into_inner()?;
+    // into_inner finished the archive with its two end blocks: they belong after the blobs.
+    head.truncate(head.len().saturating_sub(1024));
+    Ok((head, count))
+}
+
+/// Room on the file system of `dir`: (bytes free to this user, bytes in all).
+fn space(dir: &Path) -> io::Result<(u64, u64)> {
+    crate::store::file::space(dir)
+}
+
+/// Can the file system that will hold `dest` take `needed` bytes? Refused (exit 1, [`PackError::Plan`]) when
+/// it is larger than the whole file system: no cleaning makes room for it; refused as a full
+/// disk (exit 3, `StorageFull`) when it is larger than what is free now. `what` names what
+/// makes the bundle that large (its largest blob and image), for both messages.
+pub fn check_room(dest: &Path, needed: u64, what: &str) -> Result<(), PackError> {
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let (free, all) = space(dir).map_err(|source| PackError::Write {
+        path: dest.to_path_buf(),
+        source,
+    })?;
+    let h = crate::text::human_bytes;
+    if needed > all {
+        return Err(PackError::Plan {
+            path: dest.to_path_buf(),
+            reason: format!(
+                "it would be {needed} bytes ({}), more than the whole file system of {} holds ({} in all){what}: no cleaning makes room for it",
+                h(needed),
+                dir.display(),
+                h(all)
+            ),
+        });
+    }
+    if needed > free {
+        return Err(PackError::Write {
+            path: dest.to_path_buf(),
+            source: io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "it needs {needed} bytes ({}) and {} has {} free{what}: No space left on device (free some space there, or write the bundle elsewhere with -o)",
+                    h(needed),
+                    dir.display(),
+                    h(free)
+                ),
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// A bundle being written.
 pub struct BundleWriter<'a> {
     file: Arc<File>,
@@ -73,98 +254,35 @@ pub struct BundleWriter<'a> {
     pub counts: Counts,
 }
 
-fn round_up(n: u64) -> u64 {
-    n.div_ceil(512) * 512
-}
-
 impl<'a> BundleWriter<'a> {
-    /// Lay the bundle out in `out` (a temporary file of the destination `dest`): everything but
-    /// the blobs' bytes is written now.
+    /// Write `layout` into `out` (a temporary file of the destination `dest`): everything but
+    /// the blobs' bytes is written now, the whole length reserved first.
     pub fn create(
         out: &AtomicFile,
         dest: &Path,
-        plan: &Plan<'_>,
+        layout: Layout,
         cache: Option<&'a BlobCache>,
     ) -> Result<BundleWriter<'a>, PackError> {
         let werr = |source: io::Error| PackError::Write {
             path: dest.to_path_buf(),
             source,
         };
-        // The entries before the blobs, as a sequential tar writer writes them.
-        let mut tar = tar::Builder::new(Vec::new());
-        tar.mode(tar::HeaderMode::Deterministic);
-        let mut count = 0usize;
-        let mtime = plan.mtime;
-        let add = |tar: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8]| -> io::Result<()> {
-            let mut h = header(data.len() as u64, mtime, false);
-            tar.append_data(&mut h, path, data)
-        };
-        add(&mut tar, CHECKSUMS_FILE, plan.checksums).map_err(werr)?;
-        count += 1;
-        if let Some(sig) = plan.signature {
-            add(&mut tar, SIGNATURE_FILE, sig).map_err(werr)?;
-            count += 1;
-        }
-        let mut dirs_done = BTreeSet::new();
-        let mut ensure_dirs = |tar: &mut tar::Builder<Vec<u8>>, path: &str| -> io::Result<()> {
-            let mut acc = String::new();
-            let parts: Vec<&str> = path.split('/').collect();
-            for part in &parts[..parts.len().saturating_sub(1)] {
-                acc.push_str(part);
-                acc.push('/');
-                if dirs_done.insert(acc.clone()) {
-                    let mut h = header(0, mtime, true);
-                    tar.append_data(&mut h, &acc, io::empty())?;
-                }
-            }
-            Ok(())
-        };
-        for (p, b) in plan.files {
-            ensure_dirs(&mut tar, p).map_err(werr)?;
-            add(&mut tar, p, b).map_err(werr)?;
-            count += 1;
-        }
-        let mut blobs = plan.blobs.to_vec();
-        blobs.sort();
-        blobs.dedup();
-        if let Some((d, _)) = blobs.first() {
-            ensure_dirs(&mut tar, &d.layout_path()).map_err(werr)?;
-        }
-        let mut head = tar.into_inner().map_err(werr)?;
-        // into_inner finished the archive with its two end blocks: they belong after the blobs.
-        head.truncate(head.len().saturating_sub(1024));
-        // Then each blob: its header, its bytes (later), padding to 512.
-        let mut regions = BTreeMap::new();
-        let mut headers = Vec::with_capacity(blobs.len());
-        let mut at = head.len() as u64;
-        for (d, size) in &blobs {
-            let path = d.layout_path();
-            let mut h = header(*size, mtime, false);
-            // A blob's path (77 bytes) always fits the header: no long-name entry.
-            h.set_path(&path).map_err(werr)?;
-            h.set_cksum();
-            headers.push((at, h));
-            regions.insert(d.clone(), (at + 512, *size));
-            at += 512 + round_up(*size);
-            count += 1;
-        }
-        let len = at + 1024;
         let file = out.file().try_clone().map_err(werr)?;
         // The whole size, reserved now: a full disk fails before any blob is downloaded.
         // Unwritten regions read as zeros: the padding and the two end blocks.
-        crate::store::file::reserve(&file, len).map_err(werr)?;
-        crate::store::file::write_at(&file, &head, 0).map_err(werr)?;
-        for (offset, h) in &headers {
+        crate::store::file::reserve(&file, layout.len).map_err(werr)?;
+        crate::store::file::write_at(&file, &layout.head, 0).map_err(werr)?;
+        for (offset, h) in &layout.headers {
             crate::store::file::write_at(&file, h.as_bytes(), *offset).map_err(werr)?;
         }
         Ok(BundleWriter {
             file: Arc::new(file),
             dest: dest.to_path_buf(),
-            regions,
+            regions: layout.regions,
             done: Mutex::new(BTreeSet::new()),
             cache,
-            len,
-            files: count,
+            len: layout.len,
+            files: layout.files,
             counts: Counts::default(),
         })
     }
@@ -289,6 +407,208 @@ impl<'a> BundleWriter<'a> {
         self.counts.cached_blobs.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
+
+    /// Where a download of `desc` starts: the cache's partial download continued (its prefix
+    /// copied into the region and hashed) when the source resumes at its end, else from 0.
+    /// Returns the cache's partial file (when there is a cache), the hash so far and the
+    /// position.
+    async fn resume(
+        &self,
+        desc: &Descriptor,
+        offset: u64,
+        region: u64,
+    ) -> Result<(Option<Tee>, sha2::Sha256, u64), StoreError> {
+        let mut tee: Option<Tee> = match self.cache {
+            Some(c) => Some(c.tee(&desc.digest, desc.size)?),
+            None => None,
+        };
+        let start = match &mut tee {
+            Some(t) if t.offset() == offset => offset,
+            Some(t) => {
+                t.restart()?;
+                0
+            }
+            None => 0,
+        };
+        match &tee {
+            Some(t) if start > 0 => {
+                let hasher = self
+                    .copy_from_cache(t.path().to_path_buf(), start, region, None)
+                    .await?;
+                self.counts.from_cache.fetch_add(start, Ordering::Relaxed);
+                Ok((tee, hasher, start))
+            }
+            _ => Ok((tee, sha2::Sha256::new(), 0)),
+        }
+    }
+
+    /// Receive the rest of `desc` from `stream` (which starts at `pos`), hashing it here and
+    /// writing it on a thread of the blocking pool, a few MiB behind the download: receiving
+    /// and hashing on one core, writing on another. What is in flight is bounded in bytes, not
+    /// pieces (a piece is up to ~400 KiB on a fast link): the receiver holds a permit per KiB
+    /// until the writer has written its piece.
+    async fn receive(
+        &self,
+        desc: &Descriptor,
+        region: u64,
+        mut pos: u64,
+        mut got: Received,
+        mut stream: crate::store::BlobStream,
+        on_bytes: &OnBytes,
+    ) -> Result<(u64, Received), StoreError> {
+        let size = desc.size;
+        let budget = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let writes = spawn_writes(self.file.clone(), region + pos, got.tee.take(), rx);
+        let mut failed: Option<StoreError> = None;
+        while let Some(piece) = stream.next().await {
+            let piece = match piece {
+                Ok(p) => p,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            let next = pos.saturating_add(piece.len() as u64);
+            if next > size {
+                failed = Some(self.size_mismatch(desc, next));
+                break;
+            }
+            got.hasher.update(&piece);
+            pos = next;
+            on_bytes(piece.len() as u64);
+            self.counts
+                .received
+                .fetch_add(piece.len() as u64, Ordering::Relaxed);
+            let kib = piece.len().div_ceil(1024).clamp(1, IN_FLIGHT_KIB) as u32;
+            let Ok(permit) = budget.clone().acquire_many_owned(kib).await else {
+                break;
+            };
+            if tx.send((piece, permit)).is_err() {
+                break; // The writer stopped: its error is below.
+            }
+        }
+        drop(tx);
+        let (written, tee) = writes.await.map_err(|e| self.err(e.to_string()))?;
+        got.tee = tee;
+        let written = written.err().map(|e| match e {
+            WriteFail::Bundle(source) => StoreError::other(
+                self.describe(),
+                PackError::Write {
+                    path: self.dest.clone(),
+                    source,
+                },
+            ),
+            WriteFail::Cache(c) => StoreError::Cache(c),
+        });
+        if let Some(e) = failed.or(written) {
+            // A transfer that broke leaves the cache's partial file (the next run resumes);
+            // content that does not match does not.
+            if matches!(e, StoreError::SizeMismatch { .. }) {
+                if let Some(t) = got.tee.take() {
+                    t.discard();
+                }
+            }
+            return Err(e);
+        }
+        Ok((pos, got))
+    }
+
+    fn size_mismatch(&self, desc: &Descriptor, actual: u64) -> StoreError {
+        StoreError::SizeMismatch {
+            store: self.describe(),
+            what: format!("blob {}", desc.digest),
+            expected: desc.size,
+            actual,
+        }
+    }
+
+    /// The whole blob arrived: it must be `desc`'s size and digest (else what the cache got is
+    /// dropped too); the cache's copy is committed.
+    fn finish_blob(
+        &self,
+        desc: &Descriptor,
+        (pos, got): (u64, Received),
+    ) -> Result<(), StoreError> {
+        let Received { hasher, mut tee } = got;
+        let actual = Digest::from_hasher(hasher);
+        if pos != desc.size || actual != desc.digest {
+            if let Some(t) = tee.take() {
+                t.discard();
+            }
+            return Err(if pos != desc.size {
+                self.size_mismatch(desc, pos)
+            } else {
+                StoreError::DigestMismatch {
+                    store: self.describe(),
+                    what: format!("blob {}", desc.digest),
+                    expected: desc.digest.clone(),
+                    actual,
+                    size: pos,
+                }
+            });
+        }
+        if let Some(t) = tee {
+            t.commit()?;
+        }
+        self.mark_done(&desc.digest);
+        Ok(())
+    }
+}
+
+/// A blob being received: its hash so far and the cache's partial file it also goes to.
+struct Received {
+    hasher: sha2::Sha256,
+    tee: Option<Tee>,
+}
+
+/// Why the writing side of a transfer stopped.
+enum WriteFail {
+    Bundle(io::Error),
+    Cache(crate::store::CacheError),
+}
+
+type Piece = (bytes::Bytes, tokio::sync::OwnedSemaphorePermit);
+
+/// The writing side of a transfer, on the blocking pool: each piece goes to the cache's partial
+/// file at once (what a killed build keeps), the bundle gets them a MiB at a time from
+/// `start_at` on. Gives the partial file back at the end.
+fn spawn_writes(
+    file: Arc<File>,
+    start_at: u64,
+    mut tee: Option<Tee>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Piece>,
+) -> tokio::task::JoinHandle<(Result<(), WriteFail>, Option<Tee>)> {
+    tokio::task::spawn_blocking(move || {
+        let mut result: Result<(), WriteFail> = Ok(());
+        let mut buf: Vec<u8> = Vec::with_capacity(WRITE_PIECE);
+        let mut at = start_at;
+        let flush = |buf: &mut Vec<u8>, at: &mut u64| -> Result<(), WriteFail> {
+            crate::store::file::write_at(&file, buf, *at).map_err(WriteFail::Bundle)?;
+            *at += buf.len() as u64;
+            buf.clear();
+            Ok(())
+        };
+        while let Some((piece, _permit)) = rx.blocking_recv() {
+            if result.is_err() {
+                continue; // Drain: the receiving side learns of the error at the end.
+            }
+            if let Some(t) = &mut tee {
+                if let Err(e) = t.write(&piece) {
+                    result = Err(WriteFail::Cache(e));
+                    continue;
+                }
+            }
+            buf.extend_from_slice(&piece);
+            if buf.len() >= WRITE_PIECE {
+                result = flush(&mut buf, &mut at);
+            }
+        }
+        if result.is_ok() && !buf.is_empty() {
+            result = flush(&mut buf, &mut at);
+        }
+        (result, tee)
+    })
 }
 
 impl Store for BundleWriter<'_> {
@@ -338,162 +658,19 @@ impl Sink for BundleWriter<'_> {
                 return Ok(());
             }
         }
-        // The cache's partial download, continued: its prefix is copied (and hashed) first.
-        let mut tee: Option<Tee> = match self.cache {
-            Some(c) => Some(c.tee(&desc.digest, size)?),
-            None => None,
-        };
-        let mut hasher = sha2::Sha256::new();
-        let mut pos = 0u64;
-        let start = match &mut tee {
-            Some(t) if t.offset() == offset => offset,
-            Some(t) => {
-                t.restart()?;
-                0
-            }
-            None => 0,
-        };
-        if start > 0 {
-            if let Some(t) = &tee {
-                hasher = self
-                    .copy_from_cache(t.path().to_path_buf(), start, region, None)
-                    .await?;
-                self.counts.from_cache.fetch_add(start, Ordering::Relaxed);
-                pos = start;
-            }
-        }
-        let mut stream = data.open(pos).await?;
-        // The writes (the bundle at the blob's offset, the cache's partial file) run on a thread
-        // of the blocking pool, a few MiB behind the download: receiving and hashing here,
-        // writing there, on two cores.
-        // What is in flight is bounded in bytes, not pieces (a piece is up to ~400 KiB on a fast
-        // link): the receiver holds a permit per KiB until the writer has written its piece.
-        let budget = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(
-            bytes::Bytes,
-            tokio::sync::OwnedSemaphorePermit,
-        )>();
-        let file = self.file.clone();
-        let mut tee_w = tee.take();
-        enum WriteFail {
-            Bundle(io::Error),
-            Cache(crate::store::CacheError),
-        }
-        let start_at = region + pos;
-        let writes = tokio::task::spawn_blocking(move || {
-            // Each piece goes to the cache's partial file at once (what a killed build keeps);
-            // the bundle gets them a MiB at a time.
-            let mut result: Result<(), WriteFail> = Ok(());
-            let mut buf: Vec<u8> = Vec::with_capacity(WRITE_PIECE);
-            let mut at = start_at;
-            let flush = |buf: &mut Vec<u8>, at: &mut u64| -> Result<(), WriteFail> {
-                crate::store::file::write_at(&file, buf, *at).map_err(WriteFail::Bundle)?;
-                *at += buf.len() as u64;
-                buf.clear();
-                Ok(())
-            };
-            while let Some((piece, _permit)) = rx.blocking_recv() {
-                if result.is_err() {
-                    continue; // Drain: the receiving side learns of the error at the end.
-                }
-                if let Some(t) = &mut tee_w {
-                    if let Err(e) = t.write(&piece) {
-                        result = Err(WriteFail::Cache(e));
-                        continue;
-                    }
-                }
-                buf.extend_from_slice(&piece);
-                if buf.len() >= WRITE_PIECE {
-                    result = flush(&mut buf, &mut at);
-                }
-            }
-            if result.is_ok() && !buf.is_empty() {
-                result = flush(&mut buf, &mut at);
-            }
-            (result, tee_w)
-        });
-        let mut failed: Option<StoreError> = None;
-        while let Some(piece) = stream.next().await {
-            let piece = match piece {
-                Ok(p) => p,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
-            if pos + piece.len() as u64 > size {
-                failed = Some(StoreError::SizeMismatch {
-                    store: self.describe(),
-                    what: format!("blob {}", desc.digest),
-                    expected: size,
-                    actual: pos + piece.len() as u64,
-                });
-                break;
-            }
-            hasher.update(&piece);
-            pos += piece.len() as u64;
-            on_bytes(piece.len() as u64);
-            self.counts
-                .received
-                .fetch_add(piece.len() as u64, Ordering::Relaxed);
-            let kib = piece.len().div_ceil(1024).clamp(1, IN_FLIGHT_KIB) as u32;
-            let Ok(permit) = budget.clone().acquire_many_owned(kib).await else {
-                break;
-            };
-            if tx.send((piece, permit)).is_err() {
-                break; // The writer stopped: its error is below.
-            }
-        }
-        drop(tx);
-        let (written, tee_back) = writes.await.map_err(|e| self.err(e.to_string()))?;
-        tee = tee_back;
-        if let Some(e) = failed.or(written.err().map(|e| match e {
-            WriteFail::Bundle(source) => StoreError::other(
-                self.describe(),
-                PackError::Write {
-                    path: self.dest.clone(),
-                    source,
-                },
-            ),
-            WriteFail::Cache(c) => StoreError::Cache(c),
-        })) {
-            // A transfer that broke leaves the cache's partial file (the next run resumes);
-            // content that does not match does not.
-            if matches!(e, StoreError::SizeMismatch { .. }) {
-                if let Some(t) = tee.take() {
-                    t.discard();
-                }
-            }
-            return Err(e);
-        }
-        let actual = Digest::from_hasher(hasher);
-        if pos != size || actual != desc.digest {
-            // What the cache got is not kept either.
-            if let Some(t) = tee.take() {
-                t.discard();
-            }
-            return Err(if pos != size {
-                StoreError::SizeMismatch {
-                    store: self.describe(),
-                    what: format!("blob {}", desc.digest),
-                    expected: size,
-                    actual: pos,
-                }
-            } else {
-                StoreError::DigestMismatch {
-                    store: self.describe(),
-                    what: format!("blob {}", desc.digest),
-                    expected: desc.digest.clone(),
-                    actual,
-                    size: pos,
-                }
-            });
-        }
-        if let Some(t) = tee {
-            t.commit()?;
-        }
-        self.mark_done(&desc.digest);
-        Ok(())
+        let (tee, hasher, pos) = self.resume(desc, offset, region).await?;
+        let stream = data.open(pos).await?;
+        let got = self
+            .receive(
+                desc,
+                region,
+                pos,
+                Received { hasher, tee },
+                stream,
+                on_bytes,
+            )
+            .await?;
+        self.finish_blob(desc, got)
     }
 
     async fn has_manifest(
@@ -525,5 +702,76 @@ impl Sink for BundleWriter<'_> {
         }
         self.mark_done(&m.digest);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan<'a>(blobs: &'a [(Digest, u64)], files: &'a [(String, Vec<u8>)]) -> Plan<'a> {
+        Plan {
+            files,
+            blobs,
+            mtime: 0,
+            checksums: b"sums",
+            signature: None,
+        }
+    }
+
+    #[test]
+    fn sizes_that_would_wrap_are_refused_when_laid_out() {
+        let dest = Path::new("b.tar");
+        let files = [("index.json".to_string(), b"{}".to_vec())];
+        let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
+        // 2^64 - 1 rounds up past u64: it wrapped to 0 and the regions overlapped.
+        for blobs in [
+            vec![(a.clone(), u64::MAX)],
+            vec![(a.clone(), size::MAX_SIZE)],
+            vec![
+                (a.clone(), size::MAX_SIZE / 2),
+                (b.clone(), size::MAX_SIZE / 2),
+            ],
+        ] {
+            let e = Layout::new(dest, &plan(&blobs, &files)).unwrap_err();
+            assert!(matches!(e, PackError::Plan { .. }), "{e}");
+            assert!(e.to_string().contains("2^63 - 1"), "{e}");
+        }
+        // One digest, two sizes.
+        let e = Layout::new(dest, &plan(&[(a.clone(), 1), (a.clone(), 2)], &files)).unwrap_err();
+        assert!(e.to_string().contains("as 1 bytes and as 2 bytes"), "{e}");
+        // Large but possible: laid out, regions in order and apart, the length their sum.
+        let blobs = [(a.clone(), 1 << 40), (b.clone(), 1000)];
+        let l = Layout::new(dest, &plan(&blobs, &files)).unwrap();
+        let regions: Vec<_> = l.regions().collect();
+        assert_eq!(regions.len(), 2);
+        let (_, o0, s0) = regions[0];
+        let (_, o1, s1) = regions[1];
+        assert!(o0 + s0 <= o1 - 512, "{regions:?}");
+        assert_eq!(l.len(), (o1 + s1).next_multiple_of(512) + 1024);
+    }
+
+    #[test]
+    fn room_is_the_whole_file_system_then_what_is_free() {
+        let dir = std::env::temp_dir();
+        let dest = dir.join("b.tar");
+        let (free, all) = space(&dir).unwrap();
+        check_room(&dest, 1, "").unwrap();
+        // More than the file system holds: the plan is impossible (exit 1).
+        let e = check_room(&dest, all + 1, "; its largest blob is X").unwrap_err();
+        assert!(matches!(e, PackError::Plan { .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("whole file system") && text.contains("largest blob is X"));
+        // More than is free, less than it holds: a full disk (exit 3).
+        if free < all {
+            let e = check_room(&dest, free + 1, "").unwrap_err();
+            match e {
+                PackError::Write { source, .. } => {
+                    assert_eq!(source.kind(), io::ErrorKind::StorageFull);
+                    assert!(source.to_string().contains("No space left on device"));
+                }
+                other => panic!("{other}"),
+            }
+        }
     }
 }

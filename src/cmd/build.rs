@@ -6,7 +6,7 @@ use crate::bundle::manifest::{
     Tool,
 };
 use crate::bundle::pack::{self, Compression};
-use crate::bundle::writer::{BundleWriter, Plan};
+use crate::bundle::writer::{self, check_room, BundleWriter, Plan};
 use crate::bundle::{BundleManifest, FORMAT_VERSION, REF_NAME};
 use crate::chart::{self, ChartArchive, ChartImage};
 use crate::cli::BuildArgs;
@@ -20,7 +20,7 @@ use crate::store::registry::RegistryStore;
 use crate::store::{BlobCache, RawManifest, Reference, Registry, RegistryOptions};
 use crate::text::human_bytes;
 use anyhow::{bail, Context as _};
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -291,6 +291,7 @@ async fn resolve_image(
     w: &Wanted,
     candidates: &[(String, ImageRef)],
     platforms: Option<&[String]>,
+    budget: &copy::Budget,
 ) -> anyhow::Result<Resolved> {
     let mut fallbacks = Vec::new();
     let mut unreachable = false;
@@ -300,7 +301,7 @@ async fn resolve_image(
             (Some(d), _) => Reference::Digest(Digest::from_hex(d.trim_start_matches("sha256:"))?),
             (None, t) => Reference::Tag(t.clone().unwrap_or_else(|| "latest".into())),
         };
-        match copy::resolve(store, &repo, &reference, platforms).await {
+        match copy::resolve(store, &repo, &reference, platforms, budget).await {
             Ok(graph) => {
                 return Ok(Resolved {
                     graph,
@@ -372,19 +373,10 @@ async fn write_blobs(
     jobs: usize,
     progress: &Progress,
 ) -> anyhow::Result<FetchStats> {
-    let mut unique: BTreeMap<&Digest, u64> = BTreeMap::new();
-    for g in graphs {
-        for b in g
-            .blobs
-            .iter()
-            .filter(|b| !settings.on_site.contains(&b.digest))
-        {
-            unique.insert(&b.digest, b.size);
-        }
-    }
+    let totals = copy::totals(graphs.iter().copied(), &settings.on_site)?;
     let mut stats = FetchStats {
-        blobs: unique.len(),
-        bytes: unique.values().sum(),
+        blobs: totals.blobs.len(),
+        bytes: totals.bytes,
         ..Default::default()
     };
     let bar = progress.bytes("writing bundle", stats.bytes);
@@ -594,22 +586,22 @@ async fn resolve_all(
         .iter()
         .map(|w| candidates(map, &settings.sources, w))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let resolved: Vec<anyhow::Result<Resolved>> =
-        futures_util::stream::iter(wanted.iter().zip(&cands))
-            .map(|(w, c)| {
-                let platforms = settings.platforms.as_deref();
-                async move {
-                    resolve_image(store, w, c, platforms)
-                        .await
-                        .with_context(|| {
-                            format!("image {} (component {})", w.original, w.component)
-                        })
-                }
-            })
-            .buffered(jobs.max(1))
-            .collect()
-            .await;
-    let resolved: Vec<Resolved> = resolved.into_iter().collect::<anyhow::Result<_>>()?;
+    // The walk's bundle-wide bounds (manifests, their bytes, blobs) hold across the images.
+    let budget = &copy::Budget::default();
+    // The first failure ends the walk of the rest (a graph beyond a bound stops the build
+    // there, not after every other image was walked).
+    let resolved: Vec<Resolved> = futures_util::stream::iter(wanted.iter().zip(&cands))
+        .map(|(w, c)| {
+            let platforms = settings.platforms.as_deref();
+            async move {
+                resolve_image(store, w, c, platforms, budget)
+                    .await
+                    .with_context(|| format!("image {} (component {})", w.original, w.component))
+            }
+        })
+        .buffered(jobs.max(1))
+        .try_collect()
+        .await?;
     for (w, r) in wanted.iter().zip(&resolved) {
         if !r.fallbacks.is_empty() {
             progress.warn(format!(
@@ -743,7 +735,9 @@ fn assemble(
         },
         blobs: BlobTotals {
             count: blobs.len(),
-            bytes: blobs.iter().map(|(_, s)| s).sum(),
+            bytes: crate::oci::size::checked_sum(blobs.iter().map(|(_, s)| *s)).context(
+                "the bundle's blobs add up to more than 2^63 - 1 bytes, the most a file can hold",
+            )?,
         },
         blob_list: blobs.iter().map(|(d, _)| d.clone()).collect(),
         base: settings.base.as_ref().map(|(m, d)| BaseRecord {
@@ -798,12 +792,7 @@ async fn write_bundle(
     let (manifest, files, blobs) = (&layout.manifest, &layout.files, &layout.blobs);
     let meta = &manifest.chart;
     let created = &manifest.created;
-    let output = args.output.clone().unwrap_or_else(|| {
-        settings.output_dir.join(match args.compress {
-            Compression::None => format!("koordinator-{}.tar", meta.version),
-            Compression::Gzip => format!("koordinator-{}.tar.gz", meta.version),
-        })
-    });
+    let output = output_path(args, settings, &meta.version);
     let trusted = format!(
         "koord-bundle {} {} created {created}",
         meta.name, meta.version
@@ -819,9 +808,10 @@ async fn write_bundle(
         path: output.clone(),
         source,
     };
-    let out = AtomicFile::create(&output).map_err(werr)?;
-    let writer = BundleWriter::create(
-        &out,
+    // Checked (one size per blob, naming the images), laid out, and measured against the
+    // disk, before the first byte is written.
+    let totals = copy::totals(graphs.iter().copied(), &settings.on_site)?;
+    let tar = writer::Layout::new(
         &output,
         &Plan {
             files,
@@ -830,8 +820,24 @@ async fn write_bundle(
             checksums: &checksums,
             signature: signature.as_deref(),
         },
-        cache.as_ref(),
     )?;
+    // The blobs the cache lacks go there too as they arrive: counted when it shares the
+    // output's file system (a cache elsewhere that fills stops the build with exit 3).
+    let cached = cache_room(cache.as_ref(), settings, &output, &totals);
+    let mut why = largest(&totals);
+    if cached > 0 {
+        why.push_str(&format!(
+            "; with {} for the blob cache on the same file system",
+            human_bytes(cached)
+        ));
+    }
+    check_room(
+        &output,
+        room_needed(args, settings, tar.len()).saturating_add(cached),
+        &why,
+    )?;
+    let out = AtomicFile::create(&output).map_err(werr)?;
+    let writer = BundleWriter::create(&out, &output, tar, cache.as_ref())?;
     let stats = write_blobs(store, &writer, graphs, settings, args.jobs, progress).await?;
     let written = tokio::task::block_in_place(|| writer.finish())?;
     let (out, parts) = match (settings.split, args.compress) {
@@ -872,6 +878,65 @@ async fn write_bundle(
     })
 }
 
+/// Where the bundle goes: `-o`, else `koordinator-VERSION.tar[.gz]` in the output directory.
+fn output_path(args: &BuildArgs, settings: &Settings, version: &str) -> PathBuf {
+    args.output.clone().unwrap_or_else(|| {
+        settings.output_dir.join(match args.compress {
+            Compression::None => format!("koordinator-{version}.tar"),
+            Compression::Gzip => format!("koordinator-{version}.tar.gz"),
+        })
+    })
+}
+
+/// Bytes the output's file system must take for a bundle of `len` bytes: the bundle, and once
+/// more for what is made of it before it goes (its parts with `--split`, its gzip copy with
+/// `--compress gzip`).
+fn room_needed(args: &BuildArgs, settings: &Settings, len: u64) -> u64 {
+    if settings.split.is_some() || args.compress == Compression::Gzip {
+        len.saturating_mul(2)
+    } else {
+        len
+    }
+}
+
+/// Bytes the blob cache will take on the output's file system: the blobs it lacks, when it
+/// is on that file system (else 0).
+fn cache_room(
+    cache: Option<&BlobCache>,
+    settings: &Settings,
+    output: &std::path::Path,
+    totals: &copy::Totals,
+) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Some(cache), Some(root)) = (cache, &settings.cache_root) else {
+        return 0;
+    };
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let dev = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    if dev(root).is_none() || dev(root) != dev(dir) {
+        return 0;
+    }
+    totals
+        .blobs
+        .iter()
+        .filter(|(d, s)| !cache.has(d, **s))
+        .fold(0u64, |a, (_, s)| a.saturating_add(*s))
+}
+
+/// `, its largest blob being D (N bytes) of image I`, for the room check's messages.
+fn largest(totals: &copy::Totals) -> String {
+    match &totals.largest {
+        Some((d, size, image)) => format!(
+            "; its largest blob is {d} of image {image}, {size} bytes ({})",
+            human_bytes(*size)
+        ),
+        None => String::new(),
+    }
+}
+
 /// Run the build.
 pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
@@ -888,15 +953,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         .map(|(w, r)| record(w, r))
         .collect();
     if args.dry_run {
-        return print_plan(
-            &args,
-            chart.archive.meta(),
-            &chart.fetched,
-            &records,
-            &chart.crds,
-            &resolved,
-            &chart.discovery,
-        );
+        return print_plan(&args, &settings, &chart, &records, &resolved, &progress);
     }
     let created_secs = super::creation_time()?;
     let created = super::rfc3339(created_secs);
@@ -993,20 +1050,33 @@ fn print_result(
 /// `--dry-run`: the plan, nothing downloaded but manifests.
 fn print_plan(
     args: &BuildArgs,
-    meta: &crate::chart::ChartMeta,
-    fetched: &FetchedChart,
+    settings: &Settings,
+    chart: &ChartInput,
     records: &[ImageRecord],
-    crds: &[crate::chart::Crd],
     resolved: &[Resolved],
-    discovery: &crate::bundle::manifest::DiscoveryRecord,
+    progress: &Progress,
 ) -> anyhow::Result<()> {
-    let mut unique = BTreeMap::new();
-    for r in resolved {
-        for b in &r.graph.blobs {
-            unique.insert(b.digest.clone(), b.size);
-        }
+    let (meta, fetched, crds, discovery) = (
+        chart.archive.meta(),
+        &chart.fetched,
+        &chart.crds,
+        &chart.discovery,
+    );
+    // Checked as a build checks them: a size that cannot be is refused here too.
+    let totals = copy::totals(resolved.iter().map(|r| &r.graph), &BTreeSet::new())?;
+    let (unique, total) = (&totals.blobs, totals.bytes);
+    let output = output_path(args, settings, &meta.version);
+    match check_room(
+        &output,
+        room_needed(args, settings, total),
+        &largest(&totals),
+    ) {
+        Err(pack::PackError::Write { source, .. }) => progress.warn(format!(
+            "a build to {} would stop before downloading: {source}",
+            output.display()
+        )),
+        other => other?,
     }
-    let total: u64 = unique.values().sum();
     if args.json {
         return super::print_json(&json!({
             "dryRun": true,

@@ -650,6 +650,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
 async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, String)>> {
     let m = src.manifest();
     let mut out = Vec::new();
+    let budget = copy::Budget::default();
     for r in m
         .images
         .iter()
@@ -658,7 +659,7 @@ async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, 
     {
         let (repo, tag) =
             split_ref(r).with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?;
-        let g = copy::resolve(src, repo, &Reference::Tag(tag.to_string()), None)
+        let g = copy::resolve(src, repo, &Reference::Tag(tag.to_string()), None, &budget)
             .await
             .with_context(|| format!("{repo}:{tag} in the bundle"))?;
         out.push((g, repo.to_string(), tag.to_string()));
@@ -709,12 +710,8 @@ async fn push<K: crate::store::Sink>(
         })
         .collect();
     let omitted = m.omitted_blobs.iter().map(|o| o.digest.clone()).collect();
-    let total: u64 = graphs
-        .iter()
-        .flat_map(|(g, _, _)| g.blobs.iter().map(|b| (&b.digest, b.size)))
-        .collect::<std::collections::BTreeMap<_, _>>()
-        .values()
-        .sum();
+    // Checked: a digest with two sizes, or sizes that add up past 2^63 - 1, are refused.
+    let total = copy::totals(graphs.iter().map(|(g, _, _)| g), &Default::default())?.bytes;
     let bar = progress.bytes(
         if dry_run {
             "checking registry"

@@ -35,6 +35,78 @@ pub mod env {
     /// The kubeconfig files of `load` (a list, merged as kubectl merges it) when
     /// `--kubeconfig` is not given; helm gets the same list.
     pub const KUBECONFIG: &str = "KUBECONFIG";
+    /// Tests only, and only in debug builds: `main`, `task`, `blocking` or `thread` makes the
+    /// binary panic there before it runs its command, so the tests see that a panic anywhere
+    /// ends as [`super::install_panic_hook`] says (no input reaches a panic otherwise: each one
+    /// found was fixed). Release builds do not read it.
+    pub const TEST_PANIC: &str = "KOORD_BUNDLE_TEST_PANIC";
+}
+
+/// Where bugs are reported.
+pub const ISSUES: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/issues");
+
+/// Make every panic, on any thread (the main one, a tokio task, the blocking pool, a thread of
+/// our own), end the process the same way: one message saying it is a bug and where to report
+/// it, child processes ended, exit code [`EXIT_INTERNAL`]. Never Rust's 101, never an abort
+/// (134) or a core dump: the hook exits before anything unwinds, so no second panic in a
+/// destructor can turn it into an abort, and a panic on another thread cannot be lost in a
+/// `JoinError`. (A write to a closed standard output or error is reported as such, not as a
+/// bug.) Set once, first thing in `main`.
+pub fn install_panic_hook() {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    std::panic::set_hook(Box::new(|info| {
+        if REPORTED.swap(true, Ordering::SeqCst) {
+            // Another thread is already reporting and exiting: wait for it.
+            loop {
+                std::thread::park();
+            }
+        }
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_else(|| "?".into());
+        let text = if what.starts_with("failed printing to std") {
+            // `println!` to a closed pipe (`koord-bundle inspect B | head -1`): not a bug.
+            format!("error: {}\n", crate::text::terminal_safe(&what))
+        } else {
+            format!(
+                "error: internal error: {} (at {at}, thread {})\n  this is a bug in koord-bundle {}: please report it at {ISSUES} with the command you ran and this message\n",
+                crate::text::terminal_safe(&what),
+                std::thread::current().name().unwrap_or("unnamed"),
+                env!("CARGO_PKG_VERSION"),
+            )
+        };
+        // Never a panic in here (a failed write is ignored): that would abort.
+        let _ = std::io::stderr().write_all(text.as_bytes());
+        crate::child::kill_all();
+        std::process::exit(EXIT_INTERNAL);
+    }));
+}
+
+/// `KOORD_BUNDLE_TEST_PANIC` (see [`env::TEST_PANIC`]): a panic where it says, in debug builds.
+pub async fn test_panic() {
+    #[cfg(debug_assertions)]
+    match std::env::var(env::TEST_PANIC).as_deref() {
+        Ok("main") => panic!("test panic on the main thread"),
+        Ok("task") => {
+            let _ = tokio::spawn(async { panic!("test panic in a tokio task") }).await;
+        }
+        Ok("blocking") => {
+            let _ = tokio::task::spawn_blocking(|| panic!("test panic on the blocking pool")).await;
+        }
+        Ok("thread") => {
+            let _ = std::thread::spawn(|| panic!("test panic on a thread of its own")).join();
+        }
+        _ => {}
+    }
 }
 
 /// Exit code of success.
@@ -325,6 +397,8 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
         return match e {
             // The output and the cache are ours: a failure there is the machine's.
             PackError::Write { .. } | PackError::CorruptCache { .. } => Some(EXIT_INTERNAL),
+            // Sizes no file or disk holds: what the registries declared.
+            PackError::Plan { .. } => Some(EXIT_USER),
             PackError::Sign(s) => sign_code(s),
         };
     }

@@ -74,7 +74,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(m) = report.manifest.as_ref().filter(|m| m.base.is_some()) {
-        let bytes: u64 = m.omitted_blobs.iter().map(|o| o.size).sum();
+        let bytes = m
+            .omitted_blobs
+            .iter()
+            .fold(0u64, |a, o| a.saturating_add(o.size));
         println!(
             "expected   incremental bundle: {} blobs ({bytes} bytes) left out, which the target registry must already hold (from the {} bundle)",
             m.omitted_blobs.len(),

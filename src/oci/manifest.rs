@@ -1,3 +1,4 @@
+use super::size::{MAX_SIZE, MAX_SIZE_TEXT};
 use super::{media, Digest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -126,6 +127,18 @@ impl Manifest {
                 raw.schema_version
             )));
         }
+        // A size an OCI descriptor cannot hold (its `size` is an int64) is refused here, where
+        // every walk of every graph first meets it: nothing downstream adds it up.
+        let all = raw.manifests.iter().flatten();
+        let all = all
+            .chain(raw.config.iter())
+            .chain(raw.layers.iter().flatten());
+        if let Some(d) = all.into_iter().find(|d| d.size > MAX_SIZE) {
+            return Err(invalid(format!(
+                "{} declares {} bytes, more than an OCI descriptor can hold ({MAX_SIZE_TEXT}: its size is an int64)",
+                d.digest, d.size
+            )));
+        }
         let media_type = raw
             .media_type
             .or_else(|| transport_type.map(str::to_string))
@@ -205,6 +218,16 @@ mod tests {
             Manifest::Image { .. }
         ));
         assert!(Manifest::parse(b"{\"schemaVersion\":1}", None).is_err());
+        // A size an int64 cannot hold: refused, naming the blob.
+        let huge = format!(
+            r#"{{"schemaVersion":2,"config":{{"mediaType":"a","digest":"{d}","size":1}},"layers":[{{"mediaType":"b","digest":"{d}","size":18446744073709551615}}]}}"#
+        );
+        let e = Manifest::parse(huge.as_bytes(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&d.to_string()) && e.contains("int64"), "{e}");
+        let max = huge.replace("18446744073709551615", "9223372036854775807");
+        assert!(Manifest::parse(max.as_bytes(), None).is_ok());
         assert!(Manifest::parse(b"not json", None).is_err());
     }
 }

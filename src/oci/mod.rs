@@ -4,6 +4,7 @@
 mod digest;
 mod manifest;
 mod reference;
+pub mod size;
 mod target;
 
 pub use digest::{Digest, DigestError, Sha256Writer};

@@ -566,7 +566,10 @@ async fn blob<S: Catalog + 'static>(
     let len = if size == 0 { 0 } else { end - start + 1 };
     let body = match in_memory {
         _ if req.method() == Method::HEAD => Body::empty(),
-        Some(m) => Body::full(m.bytes.slice(start as usize..(start + len) as usize)),
+        Some(m) => match usize::try_from(start.saturating_add(len)) {
+            Ok(end) if end <= m.bytes.len() => Body::full(m.bytes.slice(start as usize..end)),
+            _ => return internal("a range beyond the manifest"),
+        },
         None => {
             // Opened here, before the answer: a source that cannot serve it (the bundle changed
             // on disk) answers 500, not a broken transfer.
@@ -761,7 +764,8 @@ fn stream_range<S: Catalog + 'static>(
             carry: Bytes::new(),
         };
         let mut pos = (start / CHUNK) * CHUNK;
-        while pos < start + len {
+        let stop = start.saturating_add(len).min(desc.size);
+        while pos < stop {
             let n = (desc.size - pos).min(CHUNK);
             let chunk = match exact.take(n as usize).await {
                 Ok(c) if c.len() as u64 == n => c,
@@ -786,7 +790,7 @@ fn stream_range<S: Catalog + 'static>(
             }
             // The part of this chunk the range asked for.
             let from = start.saturating_sub(pos) as usize;
-            let to = ((start + len).min(pos + n) - pos) as usize;
+            let to = (stop.min(pos + n) - pos) as usize;
             if tx.send(Ok(chunk.slice(from..to))).await.is_err() {
                 return; // The client went away.
             }
@@ -877,6 +881,39 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=0-0"), 0), Unsatisfiable);
         assert_eq!(parse_range(Some("bytes=0-1,4-5"), 10), Whole);
         assert_eq!(parse_range(Some("items=0-1"), 10), Whole);
+        // Numbers at and past u64's end: answered or refused, never wrapped.
+        let max = u64::MAX;
+        assert_eq!(
+            parse_range(Some("bytes=18446744073709551615-"), 10),
+            Unsatisfiable
+        );
+        assert_eq!(
+            parse_range(Some("bytes=18446744073709551616-"), 10),
+            Unsatisfiable
+        );
+        assert_eq!(
+            parse_range(Some("bytes=0-18446744073709551615"), 10),
+            Part(0, 9)
+        );
+        assert_eq!(
+            parse_range(Some("bytes=-18446744073709551615"), 10),
+            Part(0, 9)
+        );
+        assert_eq!(
+            parse_range(Some("bytes=-99999999999999999999"), 10),
+            Unsatisfiable
+        );
+        assert_eq!(parse_range(Some("bytes=5-"), max), Part(5, max - 1));
+        assert_eq!(parse_range(Some("bytes=-1"), max), Part(max - 1, max - 1));
+        for r in [
+            "bytes=0-",
+            "bytes=-18446744073709551615",
+            "bytes=18446744073709551614-",
+        ] {
+            if let Part(a, b) = parse_range(Some(r), max) {
+                assert!(b >= a && b - a < max, "{r}: the length {b} - {a} + 1 fits");
+            }
+        }
     }
 
     #[test]

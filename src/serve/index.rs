@@ -32,10 +32,12 @@ impl Index {
     /// Walk every tag the source lists.
     pub async fn build<S: Catalog>(src: &S) -> Result<Index, WalkError> {
         let mut ix = Index::default();
+        let budget = copy::Budget::default();
         for (name, tags) in src.catalog() {
             let mut repo = Repository::default();
             for tag in tags {
-                let g = copy::resolve(src, &name, &Reference::Tag(tag.clone()), None).await?;
+                let g =
+                    copy::resolve(src, &name, &Reference::Tag(tag.clone()), None, &budget).await?;
                 repo.tags.insert(tag, g.top.digest.clone());
                 for m in g.manifests() {
                     repo.manifests.insert(m.digest.clone());

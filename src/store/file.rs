@@ -53,6 +53,26 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
+/// Room on the file system holding `dir` (`statvfs`): (bytes free to an unprivileged user,
+/// bytes in all).
+pub fn space(dir: &std::path::Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
+    // SAFETY: statvfs fills the zeroed struct it is given, from a NUL-terminated path that
+    // outlives the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((
+        (st.f_bavail as u64).saturating_mul(unit),
+        (st.f_blocks as u64).saturating_mul(unit),
+    ))
+}
+
 /// The regions' bytes in order, `PIECE` at a time, read on the blocking pool.
 pub fn stream(store: String, regions: Vec<Region>) -> BlobStream {
     let pieces = regions.into_iter().flat_map(|r| {

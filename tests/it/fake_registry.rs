@@ -228,3 +228,258 @@ fn serve(
         respond(&mut out, "404 Not Found", "application/json", "", b"{}")?;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A registry that answers whatever a test makes it answer (issue 18: hostile graphs and sizes).
+
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+const OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// What a [`Hostile`] registry holds and how it misbehaves. Fill it, then [`Hostile::start`].
+#[derive(Default, Clone)]
+pub struct Hostile {
+    /// (repository, tag or digest) → (body, media type).
+    manifests: HashMap<(String, String), (Vec<u8>, String)>,
+    /// digest → bytes.
+    blobs: HashMap<String, Vec<u8>>,
+    /// Blobs answered with zeros until the client stops reading.
+    endless: Vec<String>,
+    /// A `WWW-Authenticate` value every answer carries, with status 401.
+    pub www_authenticate: Option<String>,
+}
+
+/// A running [`Hostile`] registry.
+pub struct HostileRegistry {
+    pub addr: String,
+    /// Manifest GETs answered.
+    pub manifest_gets: Arc<AtomicUsize>,
+    /// Requests answered, all kinds.
+    pub requests: Arc<AtomicUsize>,
+    /// Bytes of endless blobs sent.
+    pub endless_bytes: Arc<AtomicUsize>,
+}
+
+/// A descriptor as JSON.
+pub fn desc(media_type: &str, digest: &str, size: u64) -> serde_json::Value {
+    serde_json::json!({"mediaType": media_type, "digest": digest, "size": size})
+}
+
+impl Hostile {
+    /// A blob; its descriptor.
+    pub fn blob(&mut self, data: &[u8]) -> serde_json::Value {
+        let d = digest(data);
+        self.blobs.insert(d.clone(), data.to_vec());
+        let mt = if data.starts_with(b"{") {
+            OCI_CONFIG
+        } else {
+            OCI_LAYER
+        };
+        desc(mt, &d, data.len() as u64)
+    }
+
+    /// A blob that is never served whole: `size` is what its descriptor says, the registry
+    /// sends zeros until the client stops. Its descriptor.
+    pub fn endless_blob(&mut self, seed: &str, size: u64) -> serde_json::Value {
+        let d = digest(format!("endless {seed}").as_bytes());
+        self.endless.push(d.clone());
+        desc(OCI_LAYER, &d, size)
+    }
+
+    /// A manifest document under its digest (and `tag`); its descriptor.
+    pub fn manifest(
+        &mut self,
+        repo: &str,
+        doc: &serde_json::Value,
+        tag: Option<&str>,
+    ) -> serde_json::Value {
+        let body = serde_json::to_vec(doc).unwrap();
+        let mt = doc["mediaType"]
+            .as_str()
+            .unwrap_or(OCI_MANIFEST)
+            .to_string();
+        let d = digest(&body);
+        if let Some(t) = tag {
+            self.raw_manifest(repo, t, body.clone(), &mt);
+        }
+        self.raw_manifest(repo, &d, body.clone(), &mt);
+        desc(&mt, &d, body.len() as u64)
+    }
+
+    /// Any bytes as the manifest `repo:reference` (no check at all).
+    pub fn raw_manifest(&mut self, repo: &str, reference: &str, body: Vec<u8>, media_type: &str) {
+        self.manifests.insert(
+            (repo.to_string(), reference.to_string()),
+            (body, media_type.to_string()),
+        );
+    }
+
+    /// A linux/amd64 image of `layers` (its config added); `note` makes it distinct.
+    pub fn image(
+        &mut self,
+        repo: &str,
+        layers: &[serde_json::Value],
+        tag: Option<&str>,
+        note: Option<usize>,
+    ) -> serde_json::Value {
+        let config = self.blob(
+            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#,
+        );
+        let mut doc = serde_json::json!({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "config": config, "layers": layers});
+        if let Some(n) = note {
+            doc["annotations"] = serde_json::json!({"n": n.to_string()});
+        }
+        self.manifest(repo, &doc, tag)
+    }
+
+    /// An index of `children` (each given a linux/amd64 platform unless it has one).
+    pub fn index(
+        &mut self,
+        repo: &str,
+        children: Vec<serde_json::Value>,
+        tag: Option<&str>,
+    ) -> serde_json::Value {
+        let children: Vec<serde_json::Value> = children
+            .into_iter()
+            .map(|mut c| {
+                if c.get("platform").is_none() {
+                    c["platform"] = serde_json::json!({"os": "linux", "architecture": "amd64"});
+                }
+                c
+            })
+            .collect();
+        let doc = serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX,
+            "manifests": children});
+        self.manifest(repo, &doc, tag)
+    }
+
+    /// Serve it on 127.0.0.1 (a free port).
+    pub fn start(self) -> HostileRegistry {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let reg = HostileRegistry {
+            addr,
+            manifest_gets: Arc::default(),
+            requests: Arc::default(),
+            endless_bytes: Arc::default(),
+        };
+        let state = Arc::new(self);
+        let counters = (
+            reg.manifest_gets.clone(),
+            reg.requests.clone(),
+            reg.endless_bytes.clone(),
+        );
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (state, counters) = (state.clone(), counters.clone());
+                std::thread::spawn(move || {
+                    let _ = serve_hostile(conn, &state, &counters);
+                });
+            }
+        });
+        reg
+    }
+}
+
+type Counters = (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicUsize>);
+
+fn serve_hostile(conn: TcpStream, h: &Hostile, counters: &Counters) -> std::io::Result<()> {
+    let (manifest_gets, requests, endless_bytes) = counters;
+    // One write per answer, sent at once (no 40 ms of Nagle and delayed ACK per request).
+    conn.set_nodelay(true)?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut out = conn;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.len() < 2 {
+            return Ok(());
+        }
+        let (method, path) = (parts[0].to_string(), parts[1].to_string());
+        loop {
+            let mut hl = String::new();
+            if reader.read_line(&mut hl)? == 0 || hl.trim_end().is_empty() {
+                break;
+            }
+        }
+        requests.fetch_add(1, Ordering::SeqCst);
+        let head = method == "HEAD";
+        let mut respond = |status: &str, ctype: &str, extra: &str, body: &[u8]| {
+            let mut answer = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{extra}\r\n",
+                body.len()
+            )
+            .into_bytes();
+            if !head {
+                answer.extend_from_slice(body);
+            }
+            out.write_all(&answer)?;
+            out.flush()
+        };
+        if let Some(w) = &h.www_authenticate {
+            respond(
+                "401 Unauthorized",
+                "application/json",
+                &format!("WWW-Authenticate: {w}\r\n"),
+                br#"{"errors":[{"code":"UNAUTHORIZED"}]}"#,
+            )?;
+            continue;
+        }
+        let path = path.split('?').next().unwrap_or("").to_string();
+        if path == "/v2/" || path == "/v2" {
+            respond("200 OK", "application/json", "", b"{}")?;
+            continue;
+        }
+        if let Some((repo, r)) = path
+            .strip_prefix("/v2/")
+            .and_then(|p| p.rsplit_once("/manifests/"))
+        {
+            manifest_gets.fetch_add(1, Ordering::SeqCst);
+            match h.manifests.get(&(repo.to_string(), r.to_string())) {
+                Some((body, mt)) => {
+                    let extra = format!("Docker-Content-Digest: {}\r\n", digest(body));
+                    respond("200 OK", mt, &extra, body)?
+                }
+                None => respond(
+                    "404 Not Found",
+                    "application/json",
+                    "",
+                    br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#,
+                )?,
+            }
+            continue;
+        }
+        if let Some((_, d)) = path.rsplit_once("/blobs/") {
+            if h.endless.iter().any(|e| e == d) {
+                write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
+                )?;
+                if head {
+                    return Ok(());
+                }
+                let zeros = vec![0u8; 1 << 20];
+                loop {
+                    out.write_all(&zeros)?;
+                    endless_bytes.fetch_add(zeros.len(), Ordering::SeqCst);
+                }
+            }
+            match h.blobs.get(d) {
+                Some(b) => respond("200 OK", "application/octet-stream", "", b)?,
+                None => respond(
+                    "404 Not Found",
+                    "application/json",
+                    "",
+                    br#"{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]}"#,
+                )?,
+            }
+            continue;
+        }
+        respond("404 Not Found", "application/json", "", b"{}")?;
+    }
+}

@@ -114,14 +114,16 @@ fn source_date_epoch_gives_byte_identical_bundles() {
 fn disk_full_leaves_no_bundle_and_a_valid_cache() {
     let h = Home::with_key();
     let small = h.path().join("small");
-    // A private mount namespace with a 600 KiB tmpfs as the output directory (the bundle is
-    // about 1.3 MiB); the cache stays on the real disk.
+    // A private mount namespace with a 4 MiB tmpfs as the output directory, filled but for
+    // 512 KiB (the bundle is about 1.3 MiB: it fits the file system, not what is free); the
+    // cache stays on the real disk. (A file system smaller than the bundle is exit 1:
+    // hostile.rs.)
     let script = format!(
-        "{build}; rc=$?; ls -A {small}; exit $rc",
+        "dd if=/dev/zero of={small}/fill bs=1k count=3584 2>/dev/null; {build}; rc=$?; rm {small}/fill; ls -A {small}; exit $rc",
         small = small.display(),
         build = h.build("1.8.0").out(&small.join("b.tar")).shell_line(),
     );
-    let o = in_tmpfs(&h, &small, "600k", &script);
+    let o = in_tmpfs(&h, &small, "4m", &script);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
         o.status.code(),

@@ -471,3 +471,497 @@ fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
     );
     check("join", o);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Round 3 (issue 18): sizes that wrap, graphs without end, a binary that never aborts. Each
+// hostile registry is an in-process one (`fake_registry::Hostile`): no real registry serves a
+// layer of 2^64-1 bytes or an index of 15,000 children.
+
+use crate::fake_registry::{Hostile, HostileRegistry, OCI_INDEX};
+use std::process::Output;
+
+/// `build 1.8.0` of the test environment plus `--image FAKE/<image>` for each of `images`,
+/// unsigned, into `out/` of the home.
+fn build_with(h: &Home, fake: &HostileRegistry, images: &[&str], extra: &[&str]) -> Output {
+    let mut b = h
+        .build("1.8.0")
+        .arg("--unsigned")
+        .out(&h.path().join("out/koordinator-1.8.0.tar"));
+    for i in images {
+        b = b.args(&["--image", &format!("{}/{i}", fake.addr)]);
+    }
+    std::fs::create_dir_all(h.path().join("out")).unwrap();
+    b.args(extra).run()
+}
+
+/// Nothing at all in `dir` (no bundle, no hidden temporary file).
+fn assert_empty(dir: &Path) {
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", dir.display());
+}
+
+/// An image whose one layer declares `size` bytes and is served as zeros without end.
+fn endless_image(size: u64) -> (Hostile, String) {
+    let mut f = Hostile::default();
+    let layer = f.endless_blob("layer", size);
+    let d = layer["digest"].as_str().unwrap().to_string();
+    f.image("hostile/img", &[layer], Some("v1"), None);
+    (f, d)
+}
+
+#[test]
+fn a_layer_declared_2_pow_64_minus_1_bytes_is_refused_before_anything_is_written() {
+    let h = Home::new();
+    let (f, layer) = endless_image(u64::MAX);
+    let fake = f.start();
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let o = build_with(&h, &fake, &["hostile/img:v1"], extra);
+        let err = assert_fails(&o, 1, &[&layer, "hostile/img:v1", "18446744073709551615"]);
+        assert!(err.contains("int64"), "{err}");
+        assert!(!err.contains("to download"), "{err}");
+    }
+    assert_eq!(
+        fake.endless_bytes.load(Ordering::SeqCst),
+        0,
+        "not a byte of it fetched"
+    );
+    assert_empty(&h.path().join("out"));
+    assert_empty(&h.cache().join("partial"));
+}
+
+#[test]
+fn a_layer_larger_than_the_disk_is_refused_naming_image_and_blob() {
+    let h = Home::new();
+    let (f, layer) = endless_image(1 << 62);
+    let fake = f.start();
+    let o = build_with(&h, &fake, &["hostile/img:v1"], &[]);
+    let err = assert_fails(&o, 1, &[&layer, "hostile/img:v1", "whole file system"]);
+    assert!(!err.contains("File too large"), "{err}");
+    assert_eq!(fake.endless_bytes.load(Ordering::SeqCst), 0);
+    assert_empty(&h.path().join("out"));
+    // --dry-run tells the same before anything is fetched but manifests.
+    let o = build_with(&h, &fake, &["hostile/img:v1"], &["--dry-run"]);
+    assert_fails(&o, 1, &[&layer, "hostile/img:v1", "whole file system"]);
+}
+
+#[test]
+fn an_index_of_15000_children_is_refused_before_they_are_fetched() {
+    let h = Home::new();
+    let mut f = Hostile::default();
+    let layer = f.blob(b"one layer");
+    let kids: Vec<serde_json::Value> = (0..15_000)
+        .map(|i| f.image("hostile/img", std::slice::from_ref(&layer), None, Some(i)))
+        .collect();
+    f.index("hostile/img", kids, Some("v1"));
+    let fake = f.start();
+    let o = build_with(&h, &fake, &["hostile/img:v1"], &[]);
+    assert_fails(&o, 1, &["hostile/img:v1", "15000", "256"]);
+    // The top index only (and no retry of it).
+    assert_eq!(fake.manifest_gets.load(Ordering::SeqCst), 1);
+    assert_empty(&h.path().join("out"));
+}
+
+#[test]
+fn indexes_nested_deeper_than_the_bound_are_refused() {
+    let h = Home::new();
+    let mut f = Hostile::default();
+    let layer = f.blob(b"one layer");
+    let mut top = f.image("hostile/img", &[layer], None, None);
+    for _ in 0..64 {
+        top = f.index("hostile/img", vec![top], None);
+    }
+    let d = top["digest"].as_str().unwrap().to_string();
+    let body = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2,
+        "mediaType": OCI_INDEX, "manifests": [top]}))
+    .unwrap();
+    f.raw_manifest("hostile/img", "v1", body, OCI_INDEX);
+    let fake = f.start();
+    let o = build_with(&h, &fake, &["hostile/img:v1"], &[]);
+    assert_fails(
+        &o,
+        1,
+        &["hostile/img:v1", "nested deeper than 4", "\"Bounds\""],
+    );
+    // The top index and the three under it; the fourth is refused by its descriptor, unread.
+    assert_eq!(fake.manifest_gets.load(Ordering::SeqCst), 4, "{d}");
+}
+
+#[test]
+fn a_bundle_of_more_manifests_than_the_bound_is_refused_while_walking() {
+    let h = Home::new();
+    let mut f = Hostile::default();
+    let layer = f.blob(b"one layer");
+    let mut images = Vec::new();
+    for n in 0..5 {
+        let repo = format!("hostile/img{n}");
+        let kids: Vec<serde_json::Value> = (0..250)
+            .map(|i| f.image(&repo, std::slice::from_ref(&layer), None, Some(i)))
+            .collect();
+        f.index(&repo, kids, Some("v1"));
+        images.push(format!("{repo}:v1"));
+    }
+    let fake = f.start();
+    let images: Vec<&str> = images.iter().map(String::as_str).collect();
+    let o = build_with(&h, &fake, &images, &["--jobs", "1"]);
+    assert_fails(&o, 1, &["1000 manifests"]);
+    // The walk stopped at the bound: the fifth image's children were not all fetched.
+    let gets = fake.manifest_gets.load(Ordering::SeqCst);
+    assert!(gets <= 1010, "{gets} manifest fetches");
+    assert_empty(&h.path().join("out"));
+}
+
+#[test]
+fn a_blob_declared_with_two_sizes_is_refused() {
+    let h = Home::new();
+    let mut f = Hostile::default();
+    let layer = f.blob(b"one layer, two sizes");
+    let d = layer["digest"].as_str().unwrap().to_string();
+    f.image("hostile/a", std::slice::from_ref(&layer), Some("v1"), None);
+    let mut lie = layer.clone();
+    lie["size"] = (20 + 1000).into();
+    f.image("hostile/b", &[lie], Some("v1"), None);
+    let fake = f.start();
+    let o = build_with(&h, &fake, &["hostile/a:v1", "hostile/b:v1"], &[]);
+    // Refused from the plan, naming both images, before any blob was fetched.
+    assert_fails(
+        &o,
+        1,
+        &[
+            &d,
+            "as 20 bytes",
+            "as 1020 bytes",
+            "hostile/a:v1",
+            "hostile/b:v1",
+        ],
+    );
+    assert_empty(&h.path().join("out"));
+    assert_empty(&h.cache().join("blobs/sha256"));
+}
+
+#[test]
+fn a_malformed_answer_is_refused_at_once_naming_the_registry() {
+    // A 1 MiB WWW-Authenticate header: no HTTP client takes a head that large.
+    let h = Home::new();
+    let mut f = Hostile::default();
+    f.www_authenticate = Some(format!(
+        "Bearer realm=\"http://127.0.0.1:9/token\",service=\"{}\"",
+        "x".repeat(1 << 20)
+    ));
+    let fake = f.start();
+    let o = build_with(&h, &fake, &["hostile/img:v1"], &[]);
+    let err = assert_fails(&o, 1, &[&fake.addr, "malformed"]);
+    assert!(!err.contains("retrying"), "{err}");
+    assert_eq!(fake.requests.load(Ordering::SeqCst), 1, "{err}");
+
+    // A manifest that is not the JSON it claims to be.
+    let mut f = Hostile::default();
+    f.raw_manifest(
+        "hostile/img",
+        "v1",
+        b"<html>a proxy's login page</html>".to_vec(),
+        crate::fake_registry::OCI_MANIFEST,
+    );
+    let fake = f.start();
+    let o = build_with(&h, &fake, &["hostile/img:v1"], &[]);
+    let err = assert_fails(&o, 1, &[&fake.addr, "hostile/img:v1", "not a valid"]);
+    assert!(!err.contains("retrying"), "{err}");
+    assert_eq!(fake.manifest_gets.load(Ordering::SeqCst), 1);
+
+    // A manifest asked by digest, served with other bytes.
+    let mut f = Hostile::default();
+    let layer = f.blob(b"a layer");
+    let real = f.image("hostile/img", &[layer], None, None);
+    let d = real["digest"].as_str().unwrap().to_string();
+    f.raw_manifest(
+        "hostile/img",
+        &d,
+        br#"{"schemaVersion":2,"other":true}"#.to_vec(),
+        crate::fake_registry::OCI_MANIFEST,
+    );
+    let fake = f.start();
+    let o = build_with(&h, &fake, &[&format!("hostile/img:v1@{d}")], &[]);
+    let err = assert_fails(&o, 1, &[&fake.addr, &d]);
+    assert!(!err.contains("retrying"), "{err}");
+    assert_eq!(fake.manifest_gets.load(Ordering::SeqCst), 1);
+    assert_empty(&h.path().join("out"));
+}
+
+#[test]
+fn a_panic_anywhere_is_exit_3_with_one_message_saying_it_is_a_bug() {
+    // No input reaches a panic (each one found was fixed): the debug binary panics where
+    // KOORD_BUNDLE_TEST_PANIC says, as a bug would.
+    let h = Home::new();
+    for place in ["main", "task", "blocking", "thread"] {
+        let o = h
+            .cmd(&["inspect", "no-such.tar"])
+            .env("KOORD_BUNDLE_TEST_PANIC", place)
+            .output()
+            .unwrap();
+        let err = assert_fails(
+            &o,
+            3,
+            &[
+                "internal error",
+                "this is a bug in koord-bundle",
+                "https://github.com/koordinator-sh/koord-bundle/issues",
+            ],
+        );
+        assert_eq!(err.matches("internal error").count(), 1, "{place}: {err}");
+        // The default hook's text is not printed (the message above replaces it).
+        assert!(!err.contains("panicked at"), "{place}: {err}");
+    }
+}
+
+#[test]
+fn a_bundle_larger_than_the_whole_disk_is_1_and_nothing_is_fetched() {
+    let h = Home::with_key();
+    let small = h.path().join("small");
+    // A 600 KiB file system for a bundle of about 1.3 MiB: no cleaning makes room.
+    let script = format!(
+        "{build}; rc=$?; ls -A {small}; exit $rc",
+        small = small.display(),
+        build = h.build("1.8.0").out(&small.join("b.tar")).shell_line(),
+    );
+    let o = in_tmpfs(&h, &small, "600k", &script);
+    let err = assert_fails(&o, 1, &["whole file system", "its largest blob is sha256:"]);
+    assert!(err.contains("of image "), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "", "files left");
+    // Refused before the first blob was fetched: nothing in the cache.
+    let cached: Vec<_> = ["blobs/sha256", "partial"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(h.cache().join(d)).into_iter().flatten())
+        .collect();
+    assert!(cached.is_empty(), "{} files in the cache", cached.len());
+}
+
+/// Every hostile case of this file, through the binary: whatever the input, the exit code is
+/// one of 0 to 3 (never a signal, an abort's 134 or a panic's 101).
+#[test]
+fn every_hostile_case_ends_with_an_exit_code_from_0_to_3() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let b = bundle.to_str().unwrap().to_string();
+    let bin = env!("CARGO_BIN_EXE_koord-bundle");
+    let mut cases: Vec<(String, i32, Output)> = Vec::new();
+    let mut case = |name: &str, want: i32, o: Output| cases.push((name.to_string(), want, o));
+
+    // Round 2: a split header edited, data after the tar's end, a gzip bundle to load,
+    // leftovers of a killed build, a full disk.
+    let parts = h.path().join("parts");
+    assert_ok(&h.run(&[
+        "split",
+        &b,
+        "--size",
+        "600K",
+        "--output-dir",
+        parts.to_str().unwrap(),
+    ]));
+    let first = parts.join("koordinator-1.8.0.tar.part000");
+    let mut fp = read_first_part(&first);
+    fp.json["bundle"]["file"] = "../victim".into();
+    fp.sig.clear();
+    write_first_part(&first, &fp);
+    let first = first.to_str().unwrap();
+    case("join: edited header", 1, h.run(&["join", first]));
+    case(
+        "join: edited header, signature skipped",
+        1,
+        h.run(&["join", first, "--insecure-skip-signature"]),
+    );
+    let appended = h.path().join("appended.tar");
+    let mut bytes = std::fs::read(&bundle).unwrap();
+    bytes.extend_from_slice(&std::fs::read(&bundle).unwrap()[..4096]);
+    std::fs::write(&appended, &bytes).unwrap();
+    case(
+        "verify: data after the end",
+        1,
+        h.run(&["verify", appended.to_str().unwrap()]),
+    );
+    let gz = h.path().join("koordinator-1.8.0.tar.gz");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(&[7u8; 4096]).unwrap();
+    std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+    case(
+        "load: gzip",
+        1,
+        h.run(&[
+            "load",
+            gz.to_str().unwrap(),
+            "--registry",
+            "127.0.0.1:9/x",
+            "--no-install",
+        ]),
+    );
+    std::fs::write(
+        h.path().join(".koordinator-1.8.0.tar.a1B2c3.partial"),
+        [0u8; 64],
+    )
+    .unwrap();
+    case(
+        "build: leftovers of a killed build",
+        0,
+        h.build("1.8.0").run(),
+    );
+    let small = h.path().join("small");
+    case(
+        "split: full disk",
+        3,
+        in_small_disk(
+            &h,
+            &small,
+            &format!(
+                "{bin} split {b} --size 200K --output-dir {}",
+                small.display()
+            ),
+        ),
+    );
+
+    // Round 3: registries that answer what no registry should.
+    let (f, _) = endless_image(u64::MAX);
+    let fake = f.start();
+    case(
+        "build: 2^64-1 bytes",
+        1,
+        build_with(&h, &fake, &["hostile/img:v1"], &[]),
+    );
+    case(
+        "build --dry-run: 2^64-1 bytes",
+        1,
+        build_with(&h, &fake, &["hostile/img:v1"], &["--dry-run"]),
+    );
+    let (f, _) = endless_image(1 << 62);
+    let fake = f.start();
+    case(
+        "build: 2^62 bytes",
+        1,
+        build_with(&h, &fake, &["hostile/img:v1"], &[]),
+    );
+    let mut f = Hostile::default();
+    let layer = f.blob(b"l");
+    let kids = (0..300)
+        .map(|i| f.image("hostile/img", std::slice::from_ref(&layer), None, Some(i)))
+        .collect();
+    f.index("hostile/img", kids, Some("v1"));
+    let mut top = f.image("hostile/deep", std::slice::from_ref(&layer), None, None);
+    for _ in 0..10 {
+        top = f.index("hostile/deep", vec![top], None);
+    }
+    let body = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2,
+        "mediaType": OCI_INDEX, "manifests": [top]}))
+    .unwrap();
+    f.raw_manifest("hostile/deep", "v1", body, OCI_INDEX);
+    f.raw_manifest("hostile/html", "v1", b"<html>".to_vec(), OCI_INDEX);
+    let fake = f.start();
+    case(
+        "build: 300 children",
+        1,
+        build_with(&h, &fake, &["hostile/img:v1"], &[]),
+    );
+    case(
+        "build: nested 11 deep",
+        1,
+        build_with(&h, &fake, &["hostile/deep:v1"], &[]),
+    );
+    case(
+        "build: not JSON",
+        1,
+        build_with(&h, &fake, &["hostile/html:v1"], &[]),
+    );
+    let mut f = Hostile::default();
+    f.www_authenticate = Some(format!(
+        "Bearer realm=\"x\",service=\"{}\"",
+        "x".repeat(1 << 20)
+    ));
+    let fake = f.start();
+    case(
+        "build: 1 MiB head",
+        1,
+        build_with(&h, &fake, &["hostile/img:v1"], &[]),
+    );
+    // A tar entry whose header claims 2^64 - 1 bytes.
+    let mut huge = tar::Header::new_gnu();
+    huge.set_size(u64::MAX);
+    huge.set_path("blobs/sha256/x").unwrap();
+    huge.set_cksum();
+    let mut tarb = std::fs::read(&bundle).unwrap()[..1536].to_vec();
+    tarb.extend_from_slice(huge.as_bytes());
+    tarb.extend_from_slice(&[0u8; 4096]);
+    let t = h.path().join("huge-entry.tar");
+    std::fs::write(&t, &tarb).unwrap();
+    case(
+        "verify: an entry of 2^64-1 bytes",
+        1,
+        h.run(&["verify", t.to_str().unwrap(), "--insecure-skip-signature"]),
+    );
+    // serve, asked for ranges at and past u64's end, then told to stop.
+    let mut s = start(&h, &[&b]);
+    let (entry, _) = largest_blob(&bundle);
+    let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
+    let repo = image_digests(&manifest(&h, &bundle))
+        .into_iter()
+        .map(|(r, _)| r.split(':').next().unwrap().to_string())
+        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
+        .expect("the largest blob is in some image");
+    let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
+    for (range, want) in [
+        ("18446744073709551615-", 416),
+        ("18446744073709551614-18446744073709551615", 416),
+        ("0-18446744073709551615", 206),
+        ("-18446744073709551615", 206),
+        ("99999999999999999999999-1", 416),
+    ] {
+        let r = curl(&["-H", &format!("Range: bytes={range}")], &url);
+        assert_eq!(r.status, want, "serve, Range {range}");
+    }
+    let code = s.terminate().code();
+    assert!(matches!(code, Some(0..=3)), "serve ended with {code:?}");
+    for place in ["main", "task", "blocking", "thread"] {
+        let o = h
+            .cmd(&["verify", &b])
+            .env("KOORD_BUNDLE_TEST_PANIC", place)
+            .output()
+            .unwrap();
+        case(&format!("a panic ({place})"), 3, o);
+    }
+
+    let mut wrong = Vec::new();
+    for (name, want, o) in &cases {
+        let code = o.status.code();
+        assert!(
+            matches!(code, Some(0..=3)),
+            "{name}: ended with {:?} ({:?})\n{}",
+            code,
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if code != Some(*want) {
+            wrong.push(format!("{name}: {code:?}, expected {want}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn the_blob_cache_on_the_output_disk_counts_before_the_first_byte() {
+    let h = Home::with_key();
+    let small = h.path().join("small");
+    // 2 MiB for a bundle of about 1.3 MiB and its blobs in the cache: both do not fit.
+    let script = format!(
+        "{build}; rc=$?; ls -A {small}; ls -A {small}/cache/partial; exit $rc",
+        small = small.display(),
+        build = h
+            .build("1.8.0")
+            .args(&["--cache", &format!("{}/cache", small.display())])
+            .out(&small.join("b.tar"))
+            .shell_line(),
+    );
+    let o = in_tmpfs(&h, &small, "2m", &script);
+    assert_fails(&o, 1, &["whole file system", "for the blob cache"]);
+    // Nothing but the cache's (empty) directories.
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "cache");
+}

@@ -54,7 +54,7 @@ impl Server {
         }
     }
     /// Send SIGTERM and wait for the exit.
-    fn terminate(&mut self) -> ExitStatus {
+    pub(crate) fn terminate(&mut self) -> ExitStatus {
         let o = tool(
             "kill",
             &["-TERM", &self.child.id().to_string()],

@@ -271,7 +271,14 @@ pub(crate) fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<D
         .split(':')
         .map(|x| x.parse().ok())
         .collect::<Option<_>>()?;
-    if hms.len() != 3 || !(1..=31).contains(&day) || year < 1970 {
+    // An IMF-fixdate's fields are small: anything else is not one (and would overflow below).
+    if hms.len() != 3
+        || !(1..=31).contains(&day)
+        || !(1970..=9999).contains(&year)
+        || hms[0] > 23
+        || hms[1] > 59
+        || hms[2] > 60
+    {
         return None;
     }
     // Days from civil (Howard Hinnant's algorithm).
@@ -365,5 +372,13 @@ mod tests {
         );
         assert_eq!(parse_retry_after(" 3 ", t0), Some(Duration::from_secs(3)));
         assert_eq!(parse_retry_after("soon", t0), None);
+        // Fields no date has: they overflowed the arithmetic (a panic in a debug build).
+        for v in [
+            "Sun, 06 Nov 1994 99999999999999999:49:37 GMT",
+            "Sun, 06 Nov 9223372036854775807 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:18446744073709551615 GMT",
+        ] {
+            assert_eq!(parse_retry_after(v, t0), None, "{v}");
+        }
     }
 }

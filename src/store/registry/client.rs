@@ -619,7 +619,7 @@ pub(crate) async fn status_error(
 }
 
 /// `HTTP 404 Not Found: MANIFEST_UNKNOWN: manifest unknown` from a distribution error body.
-fn error_text(status: StatusCode, body: &[u8]) -> String {
+pub(super) fn error_text(status: StatusCode, body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Env {
         errors: Vec<E>,
@@ -670,10 +670,39 @@ fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// An HTTP answer that does not parse (hyper's parse errors: a head over its buffer, too many
+/// headers, a bad status line or header, a bad version): why, and whether it was only too
+/// large; or `None`.
+fn malformed(e: &(dyn std::error::Error + 'static)) -> Option<(String, bool)> {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+                return Some((h.to_string(), h.is_parse_too_large()));
+            }
+        }
+        cur = c.source();
+    }
+    None
+}
+
 /// A failed exchange, sorted into what the user can act on.
 pub(crate) fn classify_send_error(host: &str, what: &str, e: &reqwest::Error) -> RegistryError {
     let message = chain(e);
     let lower = message.to_lowercase();
+    if let Some((why, too_large)) = malformed(e) {
+        // What a TLS server answers to plain HTTP does not parse either.
+        let plain = !too_large && e.url().is_some_and(|u| u.scheme() == "http");
+        return RegistryError::Malformed {
+            registry: host.to_string(),
+            what: what.to_string(),
+            message: if plain {
+                format!("{why} (if {host} speaks HTTPS, drop --plain-http)")
+            } else {
+                why
+            },
+        };
+    }
     if lower.contains("invalidcontenttype") || lower.contains("corrupt message") {
         return RegistryError::PlainHttp {
             registry: host.to_string(),
@@ -770,5 +799,54 @@ mod tests {
             error_text(StatusCode::BAD_GATEWAY, b""),
             "HTTP 502 Bad Gateway"
         );
+    }
+
+    /// A server on 127.0.0.1 that answers every connection with `answer` (then closes it).
+    fn answering(answer: Vec<u8>) -> String {
+        use std::io::{Read as _, Write as _};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for mut c in l.incoming().flatten() {
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf);
+                let _ = c.write_all(&answer);
+            }
+        });
+        addr
+    }
+
+    async fn get(addr: &str) -> RegistryError {
+        let e = reqwest::Client::new()
+            .get(format!("http://{addr}/v2/"))
+            .send()
+            .await
+            .unwrap_err();
+        classify_send_error(addr, "ping", &e)
+    }
+
+    #[tokio::test]
+    async fn a_malformed_answer_is_permanent_and_a_cut_one_transient() {
+        // A head larger than any client reads: permanent, named.
+        let mut huge =
+            b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"x\",service=\""
+                .to_vec();
+        huge.extend(std::iter::repeat_n(b'x', 1 << 20));
+        huge.extend_from_slice(b"\"\r\nContent-Length: 0\r\n\r\n");
+        for answer in [
+            huge,
+            b"HTTP/1.1 2000 What\r\n\r\n".to_vec(),
+            b"\x15\x03\x03\x00\x02\x02\x46".to_vec(), // a TLS alert
+        ] {
+            let addr = answering(answer);
+            let e = get(&addr).await;
+            assert!(matches!(e, RegistryError::Malformed { .. }), "{e:?}");
+            assert!(!e.should_retry() && !e.is_transient(), "{e:?}");
+            assert!(e.to_string().contains(&addr), "{e}");
+        }
+        // Closed before any answer (a reset, a proxy restarting): transient, retried.
+        let addr = answering(Vec::new());
+        let e = get(&addr).await;
+        assert!(e.should_retry() && e.is_transient(), "{e:?}");
     }
 }

@@ -32,6 +32,82 @@ pub use harbor::{CheckOptions, HarborError, Project, ProjectState, PushDenied};
 pub use probe::{Flavor, ProbeError};
 pub use store::RegistryStore;
 
+/// The client's readers of what a registry or token service answers, pure, for the fuzz
+/// targets (`fuzz/fuzz_targets/registry_auth.rs`): not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::auth::{self, Challenge, Scope, TokenAnswer};
+    use std::time::{Duration, Instant};
+
+    /// A challenge as the client reads it: `Some((realm, service, scopes))` for Bearer,
+    /// `None` for Basic.
+    pub type Read = Option<(String, Option<String>, Vec<String>)>;
+
+    /// Every challenge of `values` (`WWW-Authenticate` headers), as the client reads them.
+    pub fn challenges(values: &[&str]) -> Vec<Read> {
+        auth::parse_challenges(values.iter().copied())
+            .into_iter()
+            .map(|c| match c {
+                Challenge::Bearer {
+                    realm,
+                    service,
+                    scopes,
+                    ..
+                } => Some((
+                    realm,
+                    service,
+                    scopes.iter().map(|s| s.to_string()).collect(),
+                )),
+                Challenge::Basic => None,
+            })
+            .collect()
+    }
+
+    /// `type:name:actions` parsed and printed again, as the client does with a challenge's
+    /// scopes (`None` when it does not parse).
+    pub fn scope(s: &str) -> Option<String> {
+        Scope::parse(s).map(|s| s.to_string())
+    }
+
+    /// Scope lists merged as for one token request, printed (the token cache's key).
+    pub fn merged(lists: &[Vec<String>]) -> String {
+        let parsed: Vec<Vec<Scope>> = lists
+            .iter()
+            .map(|l| l.iter().filter_map(|s| Scope::parse(s)).collect())
+            .collect();
+        auth::scopes_text(&auth::merge_scopes(parsed.iter().map(Vec::as_slice)))
+    }
+
+    /// A token service's answer as the client reads it: the token's length and how long it
+    /// is kept (`None`: no token in it, or not the JSON of the spec).
+    pub fn token_answer(body: &[u8]) -> Option<(usize, Duration)> {
+        let a: TokenAnswer = serde_json::from_slice(body).ok()?;
+        let now = Instant::now();
+        a.into_cached(now).map(|c| {
+            (
+                c.token.expose().len(),
+                c.until.saturating_duration_since(now),
+            )
+        })
+    }
+
+    /// `Retry-After` as the client reads it, at a fixed now.
+    pub fn retry_after(v: &str) -> Option<Duration> {
+        auth::parse_retry_after(
+            v,
+            std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        )
+    }
+
+    /// An error body as the client words it.
+    pub fn error_text(status: u16, body: &[u8]) -> String {
+        match reqwest::StatusCode::from_u16(status) {
+            Ok(s) => super::client::error_text(s, body),
+            Err(_) => String::new(),
+        }
+    }
+}
+
 use super::auth::{AuthError, Credentials};
 use super::retry::RetryPolicy;
 use crate::oci::{media, Digest, ImageRef};
@@ -164,6 +240,18 @@ pub enum RegistryError {
         /// Attempts made.
         attempts: u32,
     },
+    /// An answer that is not HTTP, or not what it claims to be (a head too large to read, a
+    /// status line or header that does not parse): permanent, not retried. A registry, or a
+    /// proxy in front of it, that answers this way will answer the same way again.
+    #[error("{registry} sent a malformed answer to {what}: {message}: refused, not retried (ask its operators to check it and any proxy in front of it)")]
+    Malformed {
+        /// Registry host.
+        registry: String,
+        /// What was asked for.
+        what: String,
+        /// What is wrong with the answer.
+        message: String,
+    },
     /// Any other status.
     #[error("{registry} answered {what}: {message}")]
     Status {
@@ -283,6 +371,7 @@ impl RegistryError {
             | RegistryError::Denied { registry, .. }
             | RegistryError::Transport { registry, .. }
             | RegistryError::Status { registry, .. }
+            | RegistryError::Malformed { registry, .. }
             | RegistryError::DigestMismatch { registry, .. }
             | RegistryError::Tls { registry, .. }
             | RegistryError::PlainHttp { registry, .. } => registry,
