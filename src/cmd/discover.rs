@@ -27,6 +27,7 @@ pub fn images(
             Helm::find(
                 args.helm.as_deref(),
                 std::env::var_os(super::env::PATH).as_deref(),
+                &crate::helm::FOR_LOAD,
             )
             .context(
                 "--discover helm: no usable helm (install helm 3.5+ or pass --helm PATH; \
@@ -37,6 +38,7 @@ pub fn images(
         Discover::Auto => Helm::find(
             args.helm.as_deref(),
             std::env::var_os(super::env::PATH).as_deref(),
+            &crate::helm::FOR_LOAD,
         )
         .ok(),
     };

@@ -333,6 +333,10 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
             HelmError::LoginFailed { .. } | HelmError::Failed { .. } if e.is_transient() => {
                 Some(EXIT_INTERNAL)
             }
+            // A slow registry or cluster; a chart that renders without end is the input's.
+            HelmError::Stopped { transient, .. } => {
+                Some(if *transient { EXIT_INTERNAL } else { EXIT_USER })
+            }
             _ => Some(EXIT_USER),
         };
     }
