@@ -77,7 +77,15 @@ fn run_bounded(mut cmd: Command) -> std::process::Output {
 }
 
 fn build_chart(h: &Home, chart: &Path, extra: &[&str]) -> std::process::Output {
-    let mut c = h.cmd(&["build", "--chart", chart.to_str().unwrap(), "--dry-run"]);
+    let helm = crate::common::env().helm3.to_str().unwrap();
+    let mut c = h.cmd(&[
+        "build",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--dry-run",
+        "--helm",
+        helm,
+    ]);
     c.args(extra);
     run_bounded(c)
 }
@@ -127,7 +135,7 @@ fn regression_crd_template_is_bounded() {
             ("templates/crd/x.yaml", &crd),
         ],
     );
-    let o = build_chart(&h, &chart, &["--discover", "builtin"]);
+    let o = build_chart(&h, &chart, &[]);
     assert_fails(
         &o,
         1,
@@ -180,6 +188,8 @@ fn regression_repository_index_is_bounded() {
         "--repo",
         repo.to_str().unwrap(),
         "--dry-run",
+        "--helm",
+        crate::common::env().helm3.to_str().unwrap(),
     ]);
     let o = run_bounded(c);
     assert_fails(&o, 1, &["index.yaml", "nested deeper than 100 levels"]);
@@ -230,7 +240,16 @@ fn endless_index_server() -> (String, std::thread::JoinHandle<u64>) {
 fn regression_endless_chunked_index_stops_at_its_cap() {
     let h = Home::new();
     let (url, server) = endless_index_server();
-    let c = h.cmd(&["build", "1.8.0", "--repo", &url, "--dry-run"]);
+    let helm = crate::common::env().helm3.to_str().unwrap();
+    let c = h.cmd(&[
+        "build",
+        "1.8.0",
+        "--repo",
+        &url,
+        "--dry-run",
+        "--helm",
+        helm,
+    ]);
     let o = run_bounded(c);
     assert_fails(
         &o,
