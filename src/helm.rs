@@ -977,18 +977,12 @@ impl Job {
     }
 
     fn hint(self) -> Option<String> {
-        match self {
-            Job::Template => Some(format!(
-                "rendering a published Koordinator chart takes helm well under a second and prints under 1 MiB; this chart renders for longer than {} s or prints more than {} MiB: it is not a chart koord-bundle can take",
-                TEMPLATE_TIME.as_secs(),
-                crate::yaml::MANIFESTS.max_bytes / MIB
-            )),
-            Job::Install(_) => Some(
-                "the cluster or the registry answered too slowly; check them, then re-run".into(),
-            ),
-            Job::Registry => Some("the registry answered too slowly; check it, then re-run".into()),
-            Job::Probe => Some("this helm does not answer `helm version`: is it a working helm binary?".into()),
-        }
+        Some(match self {
+            Job::Template => "a published Koordinator chart renders in well under a second, to under 1 MiB: this chart is not one koord-bundle can take; check where it came from".into(),
+            Job::Install(_) => "the cluster or the registry answered too slowly; check them, then re-run".into(),
+            Job::Registry => "the registry answered too slowly; check it, then re-run".into(),
+            Job::Probe => "this helm does not answer `helm version`: is it a working helm binary?".into(),
+        })
     }
 }
 

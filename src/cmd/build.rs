@@ -539,7 +539,13 @@ async fn read_chart(
     }
     // The chart's own files first (no outside program), then helm.
     let crds = chart::extract_crds(&archive)?;
-    let (images, discovery) = super::discover::images(helm, args, &archive, &fetched.bytes)?;
+    let origin = match (&fetched.url, &args.chart) {
+        (Some(url), _) => url.clone(),
+        (None, Some(file)) => format!("--chart {}", file.display()),
+        (None, None) => "the chart archive".into(),
+    };
+    let (images, discovery) =
+        super::discover::images(helm, args, &archive, &fetched.bytes, &origin)?;
     let wanted = wanted_images(&images, &args.images)?;
     progress.say(format!(
         "found    {} images and {} CRDs in chart {} {} (helm template, helm v{})",

@@ -9,12 +9,14 @@ use anyhow::Context as _;
 use serde_yaml_ng::Value;
 
 /// The images `archive` deploys, rendered by `helm template` with the user's `--values` and
-/// `--set`; and which helm rendered them.
+/// `--set`; and which helm rendered them. `origin` says where the chart came from (its URL,
+/// the `--chart` file), for messages.
 pub fn images(
     helm: &Helm,
     args: &BuildArgs,
     archive: &ChartArchive,
     archive_bytes: &[u8],
+    origin: &str,
 ) -> anyhow::Result<(Vec<ChartImage>, DiscoveryRecord)> {
     // helm reads the chart from a file: the very bytes that go into the bundle.
     let dir = tempfile::tempdir().context("cannot create a temporary directory for helm")?;
@@ -31,7 +33,7 @@ pub fn images(
     plan.user_sets = args.set.clone();
     let rendered = tokio::task::block_in_place(|| helm.template(&plan)).with_context(|| {
         format!(
-            "helm {} could not render chart {} {} to find its images",
+            "helm {} could not render chart {} {} ({origin}) to find its images",
             helm.version,
             archive.meta().name,
             archive.meta().version

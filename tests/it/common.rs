@@ -290,6 +290,24 @@ impl Build<'_> {
     }
 }
 
+/// Write a chart archive at `path`: `files` under a `koordinator/` top folder, gzipped.
+pub fn chart_tgz(path: &Path, files: &[(&str, &[u8])]) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut b = tar::Builder::new(gz);
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, format!("koordinator/{name}"), *data)
+            .unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap();
+}
+
 pub fn assert_ok(o: &Output) {
     assert!(
         o.status.success(),

@@ -16,6 +16,7 @@ mod faults;
 mod fuzz_regressions;
 mod helm;
 mod hostile;
+mod hostile_charts;
 mod install;
 mod kube_fake;
 mod large_blobs;

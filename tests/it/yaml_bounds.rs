@@ -20,22 +20,7 @@ fn walk_around(levels: usize) -> Vec<u8> {
 
 const CHART_YAML: &[u8] = b"apiVersion: v2\nname: koordinator\nversion: 9.9.9\n";
 
-fn tgz(path: &Path, files: &[(&str, &[u8])]) {
-    let gz = flate2::write::GzEncoder::new(
-        std::fs::File::create(path).unwrap(),
-        flate2::Compression::fast(),
-    );
-    let mut b = tar::Builder::new(gz);
-    for (name, data) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, format!("koordinator/{name}"), *data)
-            .unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap();
-}
+use crate::common::chart_tgz as tgz;
 
 /// Run, and fail (killing it) if it has not finished after two minutes: before the bound these
 /// inputs took minutes, and a test must fail then rather than hang. Not a timing assertion on
