@@ -25,7 +25,8 @@
 //! | run                              | time limit                 | stdout cap | stderr cap |
 //! |----------------------------------|----------------------------|------------|------------|
 //! | `version`, `registry login --help` | 30 s                     | 64 KiB     | 64 KiB     |
-//! | `template`                       | 120 s                      | 64 MiB (= [`crate::yaml::MANIFESTS`]) | 4 MiB |
+//! | `template` (chart archive)       | 120 s                      | 64 MiB (= [`crate::yaml::MANIFESTS`]) | 4 MiB |
+//! | `template` (OCI chart)           | 300 s                      | 64 MiB     | 4 MiB      |
 //! | `pull`, `registry login`         | 300 s                      | 1 MiB      | 4 MiB      |
 //! | `upgrade --install`              | helm's `--timeout` (default 5 min) + 5 min | 64 MiB | 16 MiB |
 //!
@@ -949,6 +950,8 @@ enum Job {
     Probe,
     /// `helm template` of a chart archive: an untrusted chart, rendered locally.
     Template,
+    /// `helm template` of a chart in an OCI registry: fetched first, then rendered.
+    TemplateFromRegistry,
     /// `helm pull`, `helm registry login`: one registry exchange.
     Registry,
     /// `helm upgrade --install`, given helm's own `--timeout`.
@@ -960,6 +963,7 @@ impl Job {
         let (timeout, max_stdout, max_stderr) = match self {
             Job::Probe => (PROBE_TIME, 64 * KIB, 64 * KIB),
             Job::Template => (TEMPLATE_TIME, crate::yaml::MANIFESTS.max_bytes, 4 * MIB),
+            Job::TemplateFromRegistry => (REGISTRY_TIME, crate::yaml::MANIFESTS.max_bytes, 4 * MIB),
             Job::Registry => (REGISTRY_TIME, MIB, 4 * MIB),
             Job::Install(own) => (own.saturating_add(INSTALL_HEADROOM), 64 * MIB, 16 * MIB),
         };
@@ -973,14 +977,19 @@ impl Job {
 
     /// A run stopped at a bound may do better later: a registry or cluster that was slow.
     fn transient(self) -> bool {
-        matches!(self, Job::Registry | Job::Install(_))
+        matches!(
+            self,
+            Job::Registry | Job::TemplateFromRegistry | Job::Install(_)
+        )
     }
 
     fn hint(self) -> Option<String> {
         Some(match self {
             Job::Template => "a published Koordinator chart renders in well under a second, to under 1 MiB: this chart is not one koord-bundle can take; check where it came from".into(),
             Job::Install(_) => "the cluster or the registry answered too slowly; check them, then re-run".into(),
-            Job::Registry => "the registry answered too slowly; check it, then re-run".into(),
+            Job::Registry | Job::TemplateFromRegistry => {
+                "the registry answered too slowly; check it, then re-run".into()
+            }
             Job::Probe => "this helm does not answer `helm version`: is it a working helm binary?".into(),
         })
     }
@@ -1294,10 +1303,10 @@ impl Helm {
         let reg = plan.oci_registry();
         let secret = reg.and_then(RegistryAccess::password);
         let command = format!("helm template {} ({})", plan.release, plan.chart.describe());
-        // An OCI chart is fetched from the registry first: a slow registry, not the chart.
+        // An OCI chart is fetched from the registry first: more time, for a slow registry.
         let job = match plan.chart {
             ChartSource::Archive(_) => Job::Template,
-            ChartSource::Oci { .. } => Job::Registry,
+            ChartSource::Oci { .. } => Job::TemplateFromRegistry,
         };
         let ran = run_helm(&self.path, &args, Run::new(&command, job).secret(secret));
         drop(dir);
@@ -1964,6 +1973,7 @@ mod tests {
         for job in [
             Job::Probe,
             Job::Template,
+            Job::TemplateFromRegistry,
             Job::Registry,
             Job::Install(HELM_DEFAULT_TIMEOUT),
         ] {
@@ -2068,6 +2078,11 @@ mod tests {
         assert_eq!(
             Job::Template.limits().max_stdout,
             crate::yaml::MANIFESTS.max_bytes
+        );
+        let oci = Job::TemplateFromRegistry.limits();
+        assert_eq!(
+            (oci.timeout, oci.max_stdout),
+            (REGISTRY_TIME, crate::yaml::MANIFESTS.max_bytes)
         );
     }
 
