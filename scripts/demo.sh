@@ -38,7 +38,7 @@ cd "$WORK"
 
 step "connected side: a signing key, then the bundle of Koordinator 1.8.0"
 "$KB" keygen --unencrypted
-"$KB" build 1.8.0 --repo "$KB_HELM_REPO" --source "$KB_PLAIN_REGISTRY" --plain-http
+"$KB" build 1.8.0 --repo "$KB_HELM_REPO" --source "$KB_PLAIN_REGISTRY" --plain-http --helm "$KB_HELM4"
 "$KB" inspect koordinator-1.8.0.tar
 
 step "the sneakernet: only the bundle and the public key cross"

@@ -8,9 +8,10 @@
 #   bundle_reader  verify_from / verify / read_head, Checksums::parse, koord-bundle.json
 #   split_header   BundleFile::open of a split bundle's parts, reader, check_parts, join
 #   helm_index     RepoIndex::parse, versions, resolve with VersionSpec::parse
-#   chart_archive  ChartArchive::from_tgz, discover_images, extract_crds
+#   chart_archive  ChartArchive::from_tgz, extract_crds, images_from_rendered
 #   yaml_sources   YAML from every source (--values, index.yaml, kubeconfig, rendered
-#                  manifests, Chart.yaml, values.yaml, CRDs, templates for the built-in engine)
+#                  manifests, Chart.yaml, values.yaml, CRDs, helm's output named after a
+#                  chart's components)
 #   registry_auth  the registry client's reading of WWW-Authenticate challenges and scopes,
 #                  token service answers, Retry-After and error bodies (1 MiB heads included)
 #   graph_walk     copy::resolve / totals / the bundle layout / a dry-run transfer over an

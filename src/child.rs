@@ -45,7 +45,7 @@ impl std::fmt::Display for Stream {
 pub type LineSink = Arc<dyn Fn(Stream, &[u8]) + Send + Sync>;
 
 /// The bounds of one run.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Wall-clock time from spawn to the end of all output.
     pub timeout: Duration,
@@ -53,6 +53,23 @@ pub struct Limits {
     pub max_stdout: usize,
     /// Most bytes kept from standard error; one more ends the child.
     pub max_stderr: usize,
+    /// The child's address space (`RLIMIT_AS`, bytes), set between fork and exec: an
+    /// allocation past it fails inside the child (a Go program such as helm then ends with
+    /// "fatal error: out of memory"), never in koord-bundle. `None`: the limit koord-bundle
+    /// itself runs under.
+    pub max_memory: Option<u64>,
+}
+
+impl Default for Limits {
+    /// 60 s, 1 MiB per stream, no memory limit of its own.
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(60),
+            max_stdout: 1 << 20,
+            max_stderr: 1 << 20,
+            max_memory: None,
+        }
+    }
 }
 
 /// What a finished run gave.
@@ -211,6 +228,79 @@ fn reader<R: Read + Send + 'static>(
     })
 }
 
+/// Standard streams, a process group of its own and the address-space limit.
+fn prepare(cmd: &mut Command, stdin: bool, stderr: StderrMode, limits: &Limits) {
+    cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(match stderr {
+            StderrMode::Capture => Stdio::piped(),
+            StderrMode::Inherit => Stdio::inherit(),
+        })
+        .process_group(0);
+    if let Some(bytes) = limits.max_memory {
+        let lim = libc::rlimit {
+            rlim_cur: bytes as libc::rlim_t,
+            rlim_max: bytes as libc::rlim_t,
+        };
+        // SAFETY: between fork and exec only async-signal-safe calls are allowed; setrlimit(2)
+        // is one, and `lim` is a plain value copied into the closure.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_AS, &lim) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
+}
+
+/// Wait for `open` streams to end (the child and everything holding its pipes closed them),
+/// then for the child; a cap or the deadline is the run's failure.
+fn watch(
+    rx: &mpsc::Receiver<Event>,
+    mut open: usize,
+    child: &mut std::process::Child,
+    deadline: Instant,
+    limits: &Limits,
+    program: &std::path::Path,
+) -> Option<ChildError> {
+    let timed_out = || ChildError::TimedOut {
+        program: program.to_path_buf(),
+        after: limits.timeout,
+    };
+    while open > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Event::Eof) => open -= 1,
+            Ok(Event::TooLarge(stream, limit)) => {
+                return Some(ChildError::OutputTooLarge {
+                    program: program.to_path_buf(),
+                    stream,
+                    limit,
+                })
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => return Some(timed_out()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Output closed: the child has exited or is about to; it still gets the deadline.
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return None,
+            Ok(None) if Instant::now() >= deadline => return Some(timed_out()),
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(source) => {
+                return Some(ChildError::Wait {
+                    program: program.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
 /// Run `cmd` to its end within `limits`, feeding it `stdin` (else `/dev/null`). Standard output
 /// is always read (capped); standard error as `stderr` says. The child gets a process group of
 /// its own, which is killed when the run ends, whatever the way.
@@ -224,17 +314,7 @@ pub fn run(
     sink: Option<LineSink>,
 ) -> Result<Output, ChildError> {
     let program = PathBuf::from(cmd.get_program());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(match stderr {
-        StderrMode::Capture => Stdio::piped(),
-        StderrMode::Inherit => Stdio::inherit(),
-    })
-    .process_group(0);
+    prepare(&mut cmd, stdin.is_some(), stderr, limits);
     let start = Instant::now();
     let mut child = spawn_retrying(&mut cmd).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ChildError::NotFound {
@@ -275,76 +355,23 @@ pub fn run(
     let mut streams = 0;
     let out = child.stdout.take().map(|r| {
         streams += 1;
-        reader(
-            r,
-            Stream::Stdout,
-            limits.max_stdout,
-            sink.clone(),
-            tx.clone(),
-        )
+        let cap = limits.max_stdout;
+        reader(r, Stream::Stdout, cap, sink.clone(), tx.clone())
     });
     let err = child.stderr.take().map(|r| {
         streams += 1;
-        reader(
-            r,
-            Stream::Stderr,
-            limits.max_stderr,
-            sink.clone(),
-            tx.clone(),
-        )
+        let cap = limits.max_stderr;
+        reader(r, Stream::Stderr, cap, sink.clone(), tx.clone())
     });
     drop(tx);
-
-    // Wait for both streams to end (the child and everything holding its pipes closed them),
-    // then for the child; a cap or the deadline ends the group.
-    let deadline = start + limits.timeout;
-    let mut failure: Option<ChildError> = None;
-    let mut open = streams;
-    while open > 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(Event::Eof) => open -= 1,
-            Ok(Event::TooLarge(stream, limit)) => {
-                failure = Some(ChildError::OutputTooLarge {
-                    program: program.clone(),
-                    stream,
-                    limit,
-                });
-                break;
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                failure = Some(ChildError::TimedOut {
-                    program: program.clone(),
-                    after: limits.timeout,
-                });
-                break;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    if failure.is_none() {
-        // Output closed: the child has exited or is about to; it still gets the deadline.
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() >= deadline => {
-                    failure = Some(ChildError::TimedOut {
-                        program: program.clone(),
-                        after: limits.timeout,
-                    });
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(source) => {
-                    failure = Some(ChildError::Wait {
-                        program: program.clone(),
-                        source,
-                    });
-                    break;
-                }
-            }
-        }
-    }
+    let failure = watch(
+        &rx,
+        streams,
+        &mut child,
+        start + limits.timeout,
+        limits,
+        &program,
+    );
     // End the group (grandchildren too), then reap the child and join the readers: with the
     // group dead, every pipe is closed and nothing below blocks.
     drop(group);
@@ -398,6 +425,7 @@ mod tests {
             timeout: Duration::from_secs(secs),
             max_stdout: cap,
             max_stderr: cap,
+            max_memory: None,
         }
     }
 
@@ -464,6 +492,7 @@ mod tests {
                 timeout: Duration::from_millis(500),
                 max_stdout: 1024,
                 max_stderr: 1024,
+                max_memory: None,
             },
             None,
         )
@@ -549,6 +578,24 @@ mod tests {
                 (Stream::Stdout, "c".into())
             ]
         );
+    }
+
+    #[test]
+    fn the_address_space_limit_reaches_the_child_only() {
+        let mut l = limits(10, 1024);
+        l.max_memory = Some(256 << 20);
+        // `ulimit -v`: the limit in KiB, as the child's shell sees it.
+        let out = run(sh("ulimit -v"), None, StderrMode::Capture, &l, None).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "262144");
+        let out = run(
+            sh("ulimit -v"),
+            None,
+            StderrMode::Capture,
+            &limits(10, 1024),
+            None,
+        )
+        .unwrap();
+        assert_ne!(String::from_utf8_lossy(&out.stdout).trim(), "262144");
     }
 
     #[test]

@@ -13,6 +13,28 @@
 //! Everything captured from helm is additionally scrubbed of the password before it is shown
 //! or stored in an error.
 //!
+//! # Bounds
+//!
+//! helm is an outside program, and `helm template` is fed an untrusted chart: every run goes
+//! through [`crate::child::run`], in a process group of its own that is killed with it, with a
+//! time limit, a cap on each output stream (checked while reading) and an address space of
+//! [`HELM_MEMORY`]. Passing a bound ends helm with [`HelmError::Stopped`] naming it; helm
+//! crashing on its own (Go's "fatal error: out of memory", a stack overflow) is
+//! [`HelmError::Crashed`].
+//!
+//! | run                              | time limit                 | stdout cap | stderr cap |
+//! |----------------------------------|----------------------------|------------|------------|
+//! | `version`, `registry login --help` | 30 s                     | 64 KiB     | 64 KiB     |
+//! | `template` (chart archive)       | 120 s                      | 64 MiB (= [`crate::yaml::MANIFESTS`]) | 4 MiB |
+//! | `template` (OCI chart)           | 300 s                      | 64 MiB     | 4 MiB      |
+//! | `pull`, `registry login`         | 300 s                      | 1 MiB      | 4 MiB      |
+//! | `upgrade --install`              | helm's `--timeout` (default 5 min) + 5 min | 64 MiB | 16 MiB |
+//!
+//! Rendering Koordinator 1.8.0 takes helm 3.17.3 about 0.2 s, 55 MB resident, and prints
+//! 356 KB. `upgrade --install` waits for the cluster for up to its own `--timeout` (helm's
+//! default: 5 min): the limit adds 5 min of headroom on top, so that helm's own, clearer
+//! timeout message comes first.
+//!
 //! # Flags per helm version (checked against helm 3.17.3 and 4.1.4)
 //!
 //! | flag                                     | helm 3                 | helm 4 |
@@ -42,6 +64,7 @@
 
 // The Koordinator chart's values and the images of rendered manifests are chart logic: they
 // live in `crate::chart` (`generated_values`, `rendered_images`), not here.
+use crate::child::{self, ChildError, Limits, LineSink, StderrMode};
 use crate::store::Secret;
 use regex::Regex;
 use semver::Version;
@@ -49,13 +72,56 @@ use serde_yaml_ng::Value;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, ExitStatus};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-/// The oldest helm koord-bundle works with.
-pub const MIN_HELM: Version = Version::new(3, 5, 0);
+/// What a command needs helm for, and the oldest helm that does it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// The oldest helm that will do.
+    pub min: Version,
+    /// What for, as it reads after "koord-bundle ".
+    pub purpose: &'static str,
+}
+
+/// `build` renders the chart with `helm template` to find its images. helm 3.8 (January
+/// 2022) is the oldest with OCI support generally available: the machine that builds a bundle
+/// then has a helm that can also install it the way `load` does, from the registry.
+pub const FOR_BUILD: Need = Need {
+    min: Version::new(3, 8, 0),
+    purpose: "build renders the chart with `helm template` to find its images",
+};
+
+/// `load` installs with helm; before 3.8 from the bundle's chart archive (no OCI), which helm
+/// 3.5 already does.
+pub const FOR_LOAD: Need = Need {
+    min: Version::new(3, 5, 0),
+    purpose: "load installs the chart with helm (3.8 or newer to install from an OCI registry)",
+};
+
+/// helm's address space (`RLIMIT_AS`), for every run: 4 GiB. helm (Go) needs about 600 MiB of
+/// address space just to start (it refused to start under 512 MiB, measured with
+/// `prlimit --as`), and rendering Koordinator 1.8.0 keeps 55 MB resident. Without a limit, a
+/// hostile chart of a few hundred bytes took helm 3.17.3 to 11.6 GB resident in 30 s (string
+/// doubling with `printf "%s%s"`) or 11.1 GB in 82 s (`tpl` calling itself) before it crashed;
+/// under this limit it crashes at 4 GiB instead, and takes nothing else on the machine down
+/// with it.
+pub const HELM_MEMORY: u64 = 4 << 30;
+/// `helm version` and other local probes.
+const PROBE_TIME: Duration = Duration::from_secs(30);
+/// `helm template` of a chart.
+const TEMPLATE_TIME: Duration = Duration::from_secs(120);
+/// `helm pull` and `helm registry login`: one registry exchange each.
+const REGISTRY_TIME: Duration = Duration::from_secs(300);
+/// helm's own default `--timeout` for `upgrade --install`.
+const HELM_DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// What `upgrade --install` gets beyond its own `--timeout`.
+const INSTALL_HEADROOM: Duration = Duration::from_secs(300);
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
 /// OCI support is generally available (no `HELM_EXPERIMENTAL_OCI`) from this helm on.
 const OCI_GA: Version = Version::new(3, 8, 0);
 /// `--ca-file`/`--insecure-skip-tls-verify` apply to OCI registries, `registry login --ca-file`.
@@ -74,19 +140,52 @@ const TAIL_LINES: usize = 20;
 #[derive(Debug, thiserror::Error)]
 pub enum HelmError {
     /// No helm binary.
-    #[error("helm not found {looked}: install helm 3.5 or newer (https://helm.sh/docs/intro/install/), or pass --helm PATH")]
+    #[error("helm not found {looked}: koord-bundle {} and needs helm {} or newer; install it (https://helm.sh/docs/intro/install/) or pass --helm PATH", need.purpose, need.min)]
     NotFound {
-        /// Where it was looked for ("on PATH", "at /x/helm").
+        /// Where it was looked for ("at /x/helm (--helm)", "on PATH (looked in /a, /b)").
         looked: String,
+        /// What it was needed for.
+        need: Need,
     },
 
-    /// The helm binary is older than [`MIN_HELM`].
-    #[error("helm {version} at {} is too old: koord-bundle needs helm 3.5 or newer (3.8 or newer to install from an OCI registry); install a newer helm or pass --helm PATH", path.display())]
+    /// The helm binary is older than the command needs.
+    #[error("helm {version} at {} is too old: koord-bundle {} and needs helm {} or newer; install a newer helm (https://helm.sh/docs/intro/install/) or pass --helm PATH", path.display(), need.purpose, need.min)]
     TooOld {
         /// The binary.
         path: PathBuf,
         /// Its version.
         version: Version,
+        /// What it was needed for.
+        need: Need,
+    },
+
+    /// helm passed a bound koord-bundle sets on it (time, output) and was stopped, with
+    /// everything it started.
+    #[error("{command} was stopped: {source}{}", hint_suffix(hint))]
+    Stopped {
+        /// The command and its subject.
+        command: String,
+        /// Which bound.
+        source: ChildError,
+        /// Another try may do better (a slow registry or cluster), as opposed to a chart that
+        /// renders without end.
+        transient: bool,
+        /// What to do.
+        hint: Option<String>,
+    },
+
+    /// helm's runtime gave up (Go's `fatal error:`): out of memory under [`HELM_MEMORY`], a
+    /// stack overflow. What a hostile chart does to it; no real chart comes near.
+    #[error("{command} crashed ({status}): {fatal} [hint: helm runs with an address space of {} GiB; no published chart needs a fraction of it: the chart makes helm {what}]", HELM_MEMORY >> 30)]
+    Crashed {
+        /// The command and its subject.
+        command: String,
+        /// helm's exit status.
+        status: String,
+        /// helm's `runtime:` and `fatal error:` lines.
+        fatal: String,
+        /// "run out of memory", "overflow its stack", "crash".
+        what: &'static str,
     },
 
     /// `helm version` printed nothing that looks like a version.
@@ -776,12 +875,36 @@ fn parse_version(text: &str) -> Option<Version> {
     Some(v)
 }
 
-/// The first executable `helm` in a PATH-like list.
-fn find_on_path(path_var: Option<&OsStr>) -> Option<PathBuf> {
+/// The first executable `helm` in a PATH-like list; else every directory looked in.
+fn find_on_path(path_var: Option<&OsStr>) -> Result<PathBuf, Vec<PathBuf>> {
     let name = if cfg!(windows) { "helm.exe" } else { "helm" };
-    std::env::split_paths(path_var?)
+    let dirs: Vec<PathBuf> = path_var
+        .map(std::env::split_paths)
+        .into_iter()
+        .flatten()
+        .collect();
+    dirs.iter()
         .map(|d| d.join(name))
         .find(|p| is_executable(p))
+        .ok_or(dirs)
+}
+
+/// "on PATH (looked in /a, /b)" for [`HelmError::NotFound`].
+fn looked_on_path(dirs: &[PathBuf]) -> String {
+    if dirs.is_empty() {
+        return "on PATH (PATH is empty or not set)".into();
+    }
+    let list: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                ".".to_string()
+            } else {
+                d.display().to_string()
+            }
+        })
+        .collect();
+    format!("on PATH (looked in {})", list.join(", "))
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -828,82 +951,270 @@ fn status_text(s: &ExitStatus) -> String {
     s.to_string()
 }
 
-/// Read a child's pipe line by line: copy each line (scrubbed) to our stderr if `echo`, and
-/// keep it.
-fn pump<R: Read + Send + 'static>(
-    r: R,
-    echo: bool,
-    secret: Option<Secret>,
-) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(r);
-        let mut all = String::new();
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = redact(&String::from_utf8_lossy(&buf), secret.as_ref());
-                    if echo {
-                        // eprint! (not a raw stderr handle) so that test harnesses capture it;
-                        // helm quotes the cluster and the chart: no control character of
-                        // theirs reaches the terminal raw.
-                        eprint!("{}", crate::text::terminal_safe(&line));
-                    }
-                    all.push_str(&line);
-                }
-            }
+/// The kinds of helm runs, each with its bounds (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// `helm version`, `helm registry login --help`: local and instant.
+    Probe,
+    /// `helm template` of a chart archive: an untrusted chart, rendered locally.
+    Template,
+    /// `helm template` of a chart in an OCI registry: fetched first, then rendered.
+    TemplateFromRegistry,
+    /// `helm pull`, `helm registry login`: one registry exchange.
+    Registry,
+    /// `helm upgrade --install`, given helm's own `--timeout`.
+    Install(Duration),
+}
+
+impl Job {
+    fn limits(self) -> Limits {
+        let (timeout, max_stdout, max_stderr) = match self {
+            Job::Probe => (PROBE_TIME, 64 * KIB, 64 * KIB),
+            Job::Template => (TEMPLATE_TIME, crate::yaml::MANIFESTS.max_bytes, 4 * MIB),
+            Job::TemplateFromRegistry => (REGISTRY_TIME, crate::yaml::MANIFESTS.max_bytes, 4 * MIB),
+            Job::Registry => (REGISTRY_TIME, MIB, 4 * MIB),
+            Job::Install(own) => (own.saturating_add(INSTALL_HEADROOM), 64 * MIB, 16 * MIB),
+        };
+        Limits {
+            timeout,
+            max_stdout,
+            max_stderr,
+            max_memory: Some(HELM_MEMORY),
         }
-        all
+    }
+
+    /// A run stopped at a bound may do better later: a registry or cluster that was slow.
+    fn transient(self) -> bool {
+        matches!(
+            self,
+            Job::Registry | Job::TemplateFromRegistry | Job::Install(_)
+        )
+    }
+
+    fn hint(self) -> Option<String> {
+        Some(match self {
+            Job::Template => "a published Koordinator chart renders in well under a second, to under 1 MiB: this chart is not one koord-bundle can take; check where it came from".into(),
+            Job::Install(_) => "the cluster or the registry answered too slowly; check them, then re-run".into(),
+            Job::Registry | Job::TemplateFromRegistry => {
+                "the registry answered too slowly; check it, then re-run".into()
+            }
+            Job::Probe => "this helm does not answer `helm version`: is it a working helm binary?".into(),
+        })
+    }
+}
+
+/// helm's `--timeout` (a Go duration: `300s`, `10m`, `1h30m`, `1.5h`); `None` if it does not
+/// read as one (helm then refuses it itself).
+fn go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+/// A finished helm run, its output scrubbed of the password.
+struct Ran {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Pass each line to `sink` scrubbed of `secret`.
+fn scrubbing(sink: LineSink, secret: Option<Secret>) -> LineSink {
+    Arc::new(move |stream, line| {
+        let text = redact(&String::from_utf8_lossy(line), secret.as_ref());
+        sink(stream, text.as_bytes())
     })
 }
 
-impl Helm {
-    /// Find helm: `explicit` (`--helm PATH`), else `helm` on `path_var` (the caller's `PATH`). Reads its version with
-    /// `helm version --template '{{.Version}}'` (helm 3 and 4 print e.g. `v3.17.3`/`v4.1.4`),
-    /// falling back to `helm version --short`.
-    ///
-    /// Errors: [`HelmError::NotFound`] (install helm 3.5+ or pass `--helm`),
-    /// [`HelmError::TooOld`] below helm 3.5, [`HelmError::VersionUnknown`].
-    pub fn find(explicit: Option<&Path>, path_var: Option<&OsStr>) -> Result<Helm, HelmError> {
-        let path = match explicit {
-            Some(p) => p.to_path_buf(),
-            None => find_on_path(path_var).ok_or_else(|| HelmError::NotFound {
-                looked: "on PATH".into(),
-            })?,
-        };
-        let not_found = |path: &Path| HelmError::NotFound {
-            looked: format!("at {}", path.display()),
-        };
-        if explicit.is_some() && !path.exists() {
-            return Err(not_found(&path));
+/// One helm run: what it is, and what it is fed.
+struct Run<'a> {
+    /// The command and its subject, for errors.
+    command: &'a str,
+    job: Job,
+    /// `job`'s bounds (tests shorten them).
+    limits: Limits,
+    stdin: Option<&'a [u8]>,
+    /// Scrubbed from everything helm prints.
+    secret: Option<&'a Secret>,
+    /// Receives helm's lines as they come.
+    sink: Option<LineSink>,
+    /// `KUBECONFIG` for helm: the list the pre-flight read, so that helm merges the same files.
+    kubeconfig_env: Option<&'a OsStr>,
+}
+
+impl<'a> Run<'a> {
+    fn new(command: &'a str, job: Job) -> Self {
+        Run {
+            command,
+            job,
+            limits: job.limits(),
+            stdin: None,
+            secret: None,
+            sink: None,
+            kubeconfig_env: None,
         }
+    }
+    fn secret(mut self, secret: Option<&'a Secret>) -> Self {
+        self.secret = secret;
+        self
+    }
+}
+
+/// Run helm at `path` with `args` within the run's bounds (through [`child::run`]).
+fn run_helm(path: &Path, args: &[String], run: Run<'_>) -> Result<Ran, HelmError> {
+    let Run {
+        command,
+        job,
+        limits,
+        stdin,
+        secret,
+        sink,
+        kubeconfig_env,
+    } = run;
+    let mut cmd = Command::new(path);
+    cmd.args(args);
+    if let Some(list) = kubeconfig_env {
+        cmd.env("KUBECONFIG", list);
+    }
+    let sink = sink.map(|s| scrubbing(s, secret.cloned()));
+    let out = child::run(cmd, stdin, StderrMode::Capture, &limits, sink).map_err(|e| match e {
+        ChildError::NotFound { .. } => HelmError::Spawn {
+            path: path.to_path_buf(),
+            source: std::io::ErrorKind::NotFound.into(),
+        },
+        ChildError::Spawn { source, .. } | ChildError::Wait { source, .. } => HelmError::Spawn {
+            path: path.to_path_buf(),
+            source,
+        },
+        e @ (ChildError::TimedOut { .. } | ChildError::OutputTooLarge { .. }) => {
+            HelmError::Stopped {
+                command: command.to_string(),
+                source: e,
+                transient: job.transient(),
+                hint: job.hint(),
+            }
+        }
+    })?;
+    Ok(Ran {
+        status: out.status,
+        stdout: redact(&String::from_utf8_lossy(&out.stdout), secret),
+        stderr: redact(&String::from_utf8_lossy(&out.stderr), secret),
+    })
+}
+
+/// The error of a helm run that failed: [`HelmError::Crashed`] when Go's runtime gave up (its
+/// `fatal error:` line, with the `runtime:` line before it; never the goroutine dump that
+/// follows), else [`HelmError::Failed`] with the tail of `output` (helm's own error, from its
+/// last `Error:` line on, when `error_only`).
+fn failure(
+    command: String,
+    status: &ExitStatus,
+    output: &str,
+    error_only: bool,
+    hint: Option<String>,
+) -> HelmError {
+    let lines: Vec<&str> = output.lines().collect();
+    if let Some(i) = lines.iter().position(|l| l.starts_with("fatal error: ")) {
+        let start = if i > 0 && lines[i - 1].starts_with("runtime: ") {
+            i - 1
+        } else {
+            i
+        };
+        let fatal: String = lines[start..=i].join("; ").chars().take(400).collect();
+        let what = if fatal.contains("out of memory") {
+            "run out of memory"
+        } else if fatal.contains("stack overflow") || fatal.contains("stack exceeds") {
+            "overflow its stack"
+        } else {
+            "crash"
+        };
+        return HelmError::Crashed {
+            command,
+            status: status_text(status),
+            fatal,
+            what,
+        };
+    }
+    HelmError::Failed {
+        command,
+        status: status_text(status),
+        stderr_tail: tail(
+            if error_only {
+                error_part(output)
+            } else {
+                output
+            },
+            TAIL_LINES,
+        ),
+        hint,
+    }
+}
+
+impl Helm {
+    /// Find helm: `explicit` (`--helm PATH`), else `helm` on `path_var` (the caller's `PATH`),
+    /// for what `need` says. Reads its version with `helm version --template '{{.Version}}'`
+    /// (helm 3 and 4 print e.g. `v3.17.3`/`v4.1.4`), falling back to `helm version --short`;
+    /// each probe is bounded like every helm run.
+    ///
+    /// Errors: [`HelmError::NotFound`] naming where it looked (the `--helm` path, or every
+    /// `PATH` entry) and how to install helm, [`HelmError::TooOld`] below `need.min`,
+    /// [`HelmError::VersionUnknown`], [`HelmError::Stopped`] for a helm that hangs.
+    pub fn find(
+        explicit: Option<&Path>,
+        path_var: Option<&OsStr>,
+        need: &Need,
+    ) -> Result<Helm, HelmError> {
+        let not_found = |looked: String| HelmError::NotFound {
+            looked,
+            need: need.clone(),
+        };
+        let path = match explicit {
+            Some(p) if !p.exists() => {
+                return Err(not_found(format!("at {} (--helm)", p.display())))
+            }
+            Some(p) => p.to_path_buf(),
+            None => find_on_path(path_var).map_err(|dirs| not_found(looked_on_path(&dirs)))?,
+        };
         let probe = |args: &[&str]| -> Result<(bool, String), HelmError> {
-            let mut cmd = Command::new(&path);
-            cmd.args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let child = spawn_retrying(&mut cmd).map_err(|source| match source.kind() {
-                std::io::ErrorKind::NotFound => not_found(&path),
-                _ => HelmError::Spawn {
-                    path: path.clone(),
-                    source,
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let ran = run_helm(&path, &args, Run::new("helm version", Job::Probe)).map_err(
+                |e| match e {
+                    HelmError::Spawn { source, .. }
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        not_found(format!("at {}", path.display()))
+                    }
+                    other => other,
                 },
-            })?;
-            let out = child
-                .wait_with_output()
-                .map_err(|source| HelmError::Spawn {
-                    path: path.clone(),
-                    source,
-                })?;
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok((out.status.success(), text))
+            )?;
+            Ok((
+                ran.status.success(),
+                format!("{}{}", ran.stdout, ran.stderr),
+            ))
         };
         let (ok, text) = probe(&["version", "--template", "{{.Version}}"])?;
         let version = match (ok, parse_version(text.trim())) {
@@ -925,8 +1236,12 @@ impl Helm {
                 }
             }
         };
-        if version < MIN_HELM {
-            return Err(HelmError::TooOld { path, version });
+        if version < need.min {
+            return Err(HelmError::TooOld {
+                path,
+                version,
+                need: need.clone(),
+            });
         }
         Ok(Helm { path, version })
     }
@@ -944,8 +1259,10 @@ impl Helm {
     /// Write generated values to a temp file (0600), log in to the registry if credentials are
     /// given using a throw-away registry config (`--registry-config` in a temp dir, password via
     /// `--password-stdin`, never argv), then run `helm upgrade --install ...`
-    /// ([`InstallPlan::upgrade_install_args`], adapted to this helm). Streams helm's output to
-    /// our stderr; returns [`HelmError::Failed`] with the tail of helm's stderr on failure.
+    /// ([`InstallPlan::upgrade_install_args`], adapted to this helm). helm's output goes to
+    /// `sink` line by line as it comes, scrubbed of the password (the caller prints it); a
+    /// failure is [`HelmError::Failed`] with helm's own error (from its last `Error:` line).
+    /// The run is bounded by helm's `--timeout` (default 5 min) plus 5 min.
     ///
     /// `client_dry_run` adds `--dry-run=client` (`--dry-run` before helm 3.13). Note that even
     /// then helm reads the release history from the cluster: without a reachable Kubernetes API
@@ -955,6 +1272,7 @@ impl Helm {
         &self,
         plan: &InstallPlan,
         client_dry_run: bool,
+        sink: Option<LineSink>,
     ) -> Result<HelmOutput, HelmError> {
         self.check_chart(plan)?;
         let dir = private_tempdir()?;
@@ -968,20 +1286,31 @@ impl Helm {
         );
         let reg = plan.oci_registry();
         let secret = reg.and_then(RegistryAccess::password);
-        let result = self.run_streaming(
-            &args,
-            plan.kubeconfig_env.as_deref(),
-            secret,
-            command,
-            reg.and_then(|r| r.loopback_tls_hint(self)),
-        );
+        let own_timeout = plan
+            .timeout
+            .as_deref()
+            .and_then(go_duration)
+            .unwrap_or(HELM_DEFAULT_TIMEOUT);
+        let mut run = Run::new(&command, Job::Install(own_timeout)).secret(secret);
+        run.sink = sink;
+        run.kubeconfig_env = plan.kubeconfig_env.as_deref();
+        let ran = run_helm(&self.path, &args, run);
         drop(dir);
-        result
+        let ran = ran?;
+        if !ran.status.success() {
+            // The whole output was passed on as it came: the error repeats only helm's own.
+            let hint = reg.and_then(|r| r.loopback_tls_hint(self));
+            return Err(failure(command, &ran.status, &ran.stderr, true, hint));
+        }
+        Ok(HelmOutput {
+            stdout: ran.stdout,
+            stderr: ran.stderr,
+        })
     }
 
     /// `helm template` of the plan's chart with the same values (generated, then the user's)
     /// and, for OCI charts, the same registry login/TLS flags → the rendered manifests. Needs no
-    /// cluster.
+    /// cluster. Bounded: 120 s, 64 MiB of output, [`HELM_MEMORY`].
     pub fn template(&self, plan: &InstallPlan) -> Result<String, HelmError> {
         self.check_chart(plan)?;
         let dir = private_tempdir()?;
@@ -989,17 +1318,20 @@ impl Helm {
         let args = plan.template_args_for(Some(&self.version), &values_file);
         let reg = plan.oci_registry();
         let secret = reg.and_then(RegistryAccess::password);
-        let (status, stdout, stderr) = self.run_captured(&args, None, secret)?;
+        let command = format!("helm template {} ({})", plan.release, plan.chart.describe());
+        // An OCI chart is fetched from the registry first: more time, for a slow registry.
+        let job = match plan.chart {
+            ChartSource::Archive(_) => Job::Template,
+            ChartSource::Oci { .. } => Job::TemplateFromRegistry,
+        };
+        let ran = run_helm(&self.path, &args, Run::new(&command, job).secret(secret));
         drop(dir);
-        if !status.success() {
-            return Err(HelmError::Failed {
-                command: format!("helm template {} ({})", plan.release, plan.chart.describe()),
-                status: status_text(&status),
-                stderr_tail: tail(&stderr, TAIL_LINES),
-                hint: reg.and_then(|r| r.loopback_tls_hint(self)),
-            });
+        let ran = ran?;
+        if !ran.status.success() {
+            let hint = reg.and_then(|r| r.loopback_tls_hint(self));
+            return Err(failure(command, &ran.status, &ran.stderr, false, hint));
         }
-        Ok(stdout)
+        Ok(ran.stdout)
     }
 
     /// `helm pull oci://... --version V --destination DIR` (DIR is created if needed), with the
@@ -1046,15 +1378,17 @@ impl Helm {
             );
         }
         let secret = registry.and_then(RegistryAccess::password);
-        let (status, _stdout, stderr) = self.run_captured(&args, None, secret)?;
+        let command = format!("helm pull {reference} --version {version}");
+        let ran = run_helm(
+            &self.path,
+            &args,
+            Run::new(&command, Job::Registry).secret(secret),
+        );
         drop(dir);
-        if !status.success() {
-            return Err(HelmError::Failed {
-                command: format!("helm pull {reference} --version {version}"),
-                status: status_text(&status),
-                stderr_tail: tail(&stderr, TAIL_LINES),
-                hint: registry.and_then(|r| r.loopback_tls_hint(self)),
-            });
+        let ran = ran?;
+        if !ran.status.success() {
+            let hint = registry.and_then(|r| r.loopback_tls_hint(self));
+            return Err(failure(command, &ran.status, &ran.stderr, false, hint));
         }
         let name = reference
             .trim_end_matches('/')
@@ -1137,13 +1471,16 @@ impl Helm {
         let args = login_args(reg, &self.version, registry_config, plain_flag);
         let mut stdin = password.expose().as_bytes().to_vec();
         stdin.push(b'\n');
-        let (status, stdout, stderr) = self.run_captured(&args, Some(&stdin), Some(password))?;
-        if !status.success() {
+        let command = format!("helm registry login {}", reg.host);
+        let mut run = Run::new(&command, Job::Registry).secret(Some(password));
+        run.stdin = Some(&stdin);
+        let ran = run_helm(&self.path, &args, run)?;
+        if !ran.status.success() {
             return Err(HelmError::LoginFailed {
                 host: reg.host.clone(),
                 username: username.to_string(),
-                status: status_text(&status),
-                stderr_tail: tail(&format!("{stdout}{stderr}"), TAIL_LINES),
+                status: status_text(&ran.status),
+                stderr_tail: tail(&format!("{}{}", ran.stdout, ran.stderr), TAIL_LINES),
                 hint: None,
             });
         }
@@ -1155,126 +1492,13 @@ impl Helm {
         if self.major() >= 4 {
             return true;
         }
-        let mut cmd = Command::new(&self.path);
-        cmd.args(["registry", "login", "--help"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        match spawn_retrying(&mut cmd).and_then(|c| c.wait_with_output()) {
-            Ok(out) => String::from_utf8_lossy(&out.stdout).contains("--plain-http"),
-            Err(_) => false,
-        }
-    }
-
-    fn command(&self, args: &[String]) -> Command {
-        let mut cmd = Command::new(&self.path);
-        cmd.args(args);
-        cmd
-    }
-
-    fn spawn(&self, cmd: &mut Command) -> Result<Child, HelmError> {
-        spawn_retrying(cmd).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => HelmError::NotFound {
-                looked: format!("at {}", self.path.display()),
-            },
-            _ => HelmError::Spawn {
-                path: self.path.clone(),
-                source,
-            },
-        })
-    }
-
-    /// Run helm, copying its output (scrubbed) to our stderr as it comes.
-    fn run_streaming(
-        &self,
-        args: &[String],
-        kubeconfig_env: Option<&OsStr>,
-        secret: Option<&Secret>,
-        command: String,
-        hint: Option<String>,
-    ) -> Result<HelmOutput, HelmError> {
-        let mut cmd = self.command(args);
-        if let Some(list) = kubeconfig_env {
-            cmd.env("KUBECONFIG", list);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = self.spawn(&mut cmd)?;
-        let out = child.stdout.take().map(|r| pump(r, true, secret.cloned()));
-        let err = child.stderr.take().map(|r| pump(r, true, secret.cloned()));
-        let status = child.wait().map_err(|source| HelmError::Spawn {
-            path: self.path.clone(),
-            source,
-        })?;
-        let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
-        if !status.success() {
-            return Err(HelmError::Failed {
-                command,
-                status: status_text(&status),
-                // The whole output was just shown as it came: the error repeats only helm's
-                // own error (from its last `Error:` line on).
-                stderr_tail: tail(error_part(&stderr), TAIL_LINES),
-                hint,
-            });
-        }
-        Ok(HelmOutput { stdout, stderr })
-    }
-
-    /// Run helm quietly, feeding `stdin`; returns (status, stdout, stderr), scrubbed.
-    fn run_captured(
-        &self,
-        args: &[String],
-        stdin: Option<&[u8]>,
-        secret: Option<&Secret>,
-    ) -> Result<(ExitStatus, String, String), HelmError> {
-        let mut cmd = self.command(args);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = self.spawn(&mut cmd)?;
-        let writer = match (stdin, child.stdin.take()) {
-            (Some(bytes), Some(mut pipe)) => {
-                let bytes = bytes.to_vec();
-                Some(std::thread::spawn(move || {
-                    let _ = pipe.write_all(&bytes);
-                    // `pipe` dropped here: helm sees end of input.
-                }))
-            }
-            _ => None,
-        };
-        let out = child.stdout.take().map(|r| pump(r, false, secret.cloned()));
-        let err = child.stderr.take().map(|r| pump(r, false, secret.cloned()));
-        let status = child.wait().map_err(|source| HelmError::Spawn {
-            path: self.path.clone(),
-            source,
-        })?;
-        if let Some(w) = writer {
-            let _ = w.join();
-        }
-        let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
-        Ok((status, stdout, stderr))
-    }
-}
-
-/// Spawn, retrying briefly on ETXTBSY (the binary was just written, or is being replaced).
-fn spawn_retrying(cmd: &mut Command) -> std::io::Result<Child> {
-    let mut attempt = 0;
-    loop {
-        match cmd.spawn() {
-            #[cfg(target_os = "linux")]
-            Err(e) if e.raw_os_error() == Some(26) && attempt < 10 => {
-                attempt += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
-            }
-            other => return other,
-        }
+        let args: Vec<String> = ["registry", "login", "--help"].map(String::from).into();
+        run_helm(
+            &self.path,
+            &args,
+            Run::new("helm registry login --help", Job::Probe),
+        )
+        .is_ok_and(|ran| ran.stdout.contains("--plain-http"))
     }
 }
 
@@ -1647,10 +1871,27 @@ mod tests {
             std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let path = std::env::join_paths([d1.path(), d2.path()]).unwrap();
-        assert_eq!(find_on_path(Some(&path)), Some(exe));
+        assert_eq!(find_on_path(Some(&path)), Ok(exe));
         let empty = tempfile::tempdir().unwrap();
-        assert_eq!(find_on_path(Some(empty.path().as_os_str())), None);
-        assert_eq!(find_on_path(None), None);
+        let looked = find_on_path(Some(empty.path().as_os_str())).unwrap_err();
+        assert_eq!(looked, [empty.path().to_path_buf()]);
+        assert_eq!(find_on_path(None), Err(vec![]));
+        // Where it looked, every entry, for the message.
+        let both = std::env::join_paths([d1.path(), empty.path()]).unwrap();
+        let e = Helm::find(None, Some(&both), &FOR_BUILD).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!(
+                "on PATH (looked in {}, {})",
+                d1.path().display(),
+                empty.path().display()
+            )) && text.contains("3.8.0")
+                && text.contains("https://helm.sh/docs/intro/install/")
+                && text.contains("--helm PATH"),
+            "{text}"
+        );
+        let e = Helm::find(None, None, &FOR_BUILD).unwrap_err();
+        assert!(e.to_string().contains("PATH is empty or not set"), "{e}");
     }
 
     #[cfg(unix)]
@@ -1663,6 +1904,205 @@ mod tests {
     }
 
     #[cfg(unix)]
+    fn short(job: Job, command: &str) -> Run<'_> {
+        let mut r = Run::new(command, job);
+        r.limits.timeout = Duration::from_millis(700);
+        r.limits.max_stdout = 1 << 20;
+        r
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_helm_past_a_bound_is_stopped_with_everything_it_started() {
+        let d = tempfile::tempdir().unwrap();
+        let p = fake_helm(d.path(), "yes koord");
+        let e = run_helm(&p, &[], short(Job::Template, "helm template x"))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                &e,
+                HelmError::Stopped {
+                    source: ChildError::OutputTooLarge { .. },
+                    transient: false,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with("helm template x was stopped: ")
+                && e.to_string()
+                    .contains("more than 1048576 bytes on its standard output"),
+            "{e}"
+        );
+        let pid = d.path().join("pid");
+        let p = fake_helm(
+            d.path(),
+            &format!(
+                "sleep 300 >/dev/null 2>&1 & echo $! > {}; exec sleep 300",
+                pid.display()
+            ),
+        );
+        let e = run_helm(
+            &p,
+            &[],
+            short(Job::Install(HELM_DEFAULT_TIMEOUT), "helm upgrade"),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            matches!(
+                &e,
+                HelmError::Stopped {
+                    source: ChildError::TimedOut { .. },
+                    transient: true,
+                    ..
+                }
+            ) && e.to_string().contains("did not finish within 1 s"),
+            "{e}"
+        );
+        let pid: i32 = std::fs::read_to_string(&pid)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(true)
+        });
+        assert!(gone, "helm's child {pid} outlived it");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn every_helm_run_gets_the_address_space_limit() {
+        let d = tempfile::tempdir().unwrap();
+        // `ulimit -v`: the address-space limit in KiB, as the shell sees it.
+        let p = fake_helm(d.path(), "ulimit -v");
+        for job in [
+            Job::Probe,
+            Job::Template,
+            Job::TemplateFromRegistry,
+            Job::Registry,
+            Job::Install(HELM_DEFAULT_TIMEOUT),
+        ] {
+            let ran = run_helm(&p, &[], Run::new("helm", job)).unwrap();
+            assert_eq!(
+                ran.stdout.trim(),
+                (HELM_MEMORY / 1024).to_string(),
+                "{job:?}"
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_sink_gets_helm_lines_scrubbed() {
+        let d = tempfile::tempdir().unwrap();
+        let p = fake_helm(
+            d.path(),
+            &format!("echo 'one {PW}'; echo two >&2; printf three"),
+        );
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let s2 = seen.clone();
+        let secret = Secret::new(PW);
+        let mut run =
+            Run::new("helm upgrade", Job::Install(HELM_DEFAULT_TIMEOUT)).secret(Some(&secret));
+        run.sink = Some(Arc::new(move |_, line: &[u8]| {
+            s2.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(line).into_owned())
+        }));
+        let ran = run_helm(&p, &[], run).unwrap();
+        let mut got = seen.lock().unwrap().clone();
+        got.sort();
+        assert_eq!(got, ["one <redacted>\n", "three", "two\n"]);
+        assert_eq!(ran.stdout, "one <redacted>\nthree");
+    }
+
+    #[test]
+    fn go_runtime_crashes_are_named_without_the_goroutine_dump() {
+        let st = exit_status(2);
+        let oom = "runtime: out of memory: cannot allocate 100000595968-byte block (12140544 in use)\nfatal error: out of memory\n\ngoroutine 1 gp=0xc0000061c0 m=5 [running]:\nruntime.throw({0x235d37d?, 0xba43b8?})\n";
+        let e = failure("helm template k".into(), &st, oom, false, None);
+        let t = e.to_string();
+        assert!(
+            matches!(
+                e,
+                HelmError::Crashed {
+                    what: "run out of memory",
+                    ..
+                }
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("cannot allocate 100000595968-byte block")
+                && !t.contains("goroutine")
+                && t.contains("4 GiB"),
+            "{t}"
+        );
+        let so = "runtime: goroutine stack exceeds 1000000000-byte limit\nruntime: sp=0xc140980368\nfatal error: stack overflow\n\nruntime stack:\n";
+        let e = failure("helm template k".into(), &st, so, false, None);
+        assert!(
+            matches!(
+                e,
+                HelmError::Crashed {
+                    what: "overflow its stack",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = failure(
+            "helm template k".into(),
+            &st,
+            "Error: parse error at (x.yaml:1)\n",
+            false,
+            None,
+        );
+        assert!(matches!(e, HelmError::Failed { .. }), "{e}");
+    }
+
+    #[cfg(unix)]
+    fn exit_status(code: i32) -> ExitStatus {
+        use std::os::unix::process::ExitStatusExt as _;
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn go_durations() {
+        let s = Duration::from_secs;
+        assert_eq!(go_duration("300s"), Some(s(300)));
+        assert_eq!(go_duration("10m"), Some(s(600)));
+        assert_eq!(go_duration("1h30m"), Some(s(5400)));
+        assert_eq!(go_duration("1.5h"), Some(s(5400)));
+        assert_eq!(go_duration("1500ms"), Some(Duration::from_millis(1500)));
+        for bad in ["", "10", "m", "10x", "-1s", "1e400h"] {
+            assert_eq!(go_duration(bad), None, "{bad}");
+        }
+        let l = Job::Install(go_duration("10m").unwrap()).limits();
+        assert_eq!(l.timeout, s(900));
+        assert_eq!(Job::Install(HELM_DEFAULT_TIMEOUT).limits().timeout, s(600));
+        assert_eq!(
+            Job::Template.limits().max_stdout,
+            crate::yaml::MANIFESTS.max_bytes
+        );
+        let oci = Job::TemplateFromRegistry.limits();
+        assert_eq!(
+            (oci.timeout, oci.max_stdout),
+            (REGISTRY_TIME, crate::yaml::MANIFESTS.max_bytes)
+        );
+    }
+
+    #[cfg(unix)]
     #[test]
     fn find_reads_versions_and_refuses_old_ones() {
         let d = tempfile::tempdir().unwrap();
@@ -1670,37 +2110,51 @@ mod tests {
             d.path(),
             r#"[ "$2" = "--template" ] && { echo "v3.9.4"; exit 0; }; exit 1"#,
         );
-        assert_eq!(Helm::find(Some(&p), None).unwrap().version, v("3.9.4"));
+        assert_eq!(
+            Helm::find(Some(&p), None, &FOR_BUILD).unwrap().version,
+            v("3.9.4")
+        );
         let d = tempfile::tempdir().unwrap();
         // --template unknown (exit 1): falls back to --short.
         let p = fake_helm(
             d.path(),
             r#"[ "$2" = "--short" ] && { echo "v3.6.3+gd506314"; exit 0; }; echo "Error: unknown flag: --template" >&2; exit 1"#,
         );
-        let h = Helm::find(Some(&p), None).unwrap();
+        let h = Helm::find(Some(&p), None, &FOR_LOAD).unwrap();
         assert_eq!(
             (h.version.clone(), h.major(), h.supports_oci()),
             (v("3.6.3"), 3, false)
         );
         let d = tempfile::tempdir().unwrap();
         let p = fake_helm(d.path(), "echo v3.4.0");
-        let e = Helm::find(Some(&p), None).unwrap_err();
+        let e = Helm::find(Some(&p), None, &FOR_LOAD).unwrap_err();
         assert!(
             matches!(e, HelmError::TooOld { .. })
                 && e.to_string().contains("3.4.0")
-                && e.to_string().contains("3.5"),
+                && e.to_string().contains("3.5.0"),
+            "{e}"
+        );
+        // build needs 3.8: 3.6.3 is refused there.
+        let d = tempfile::tempdir().unwrap();
+        let p = fake_helm(d.path(), "echo v3.6.3");
+        let e = Helm::find(Some(&p), None, &FOR_BUILD).unwrap_err();
+        assert!(
+            matches!(e, HelmError::TooOld { .. })
+                && e.to_string().contains("needs helm 3.8.0 or newer")
+                && e.to_string().contains("build"),
             "{e}"
         );
         let d = tempfile::tempdir().unwrap();
         let p = fake_helm(d.path(), "echo nothing useful");
         assert!(matches!(
-            Helm::find(Some(&p), None),
+            Helm::find(Some(&p), None, &FOR_BUILD),
             Err(HelmError::VersionUnknown { .. })
         ));
-        let e = Helm::find(Some(Path::new("/nonexistent/dir/helm")), None).unwrap_err();
+        let e = Helm::find(Some(Path::new("/nonexistent/dir/helm")), None, &FOR_BUILD).unwrap_err();
         assert!(matches!(e, HelmError::NotFound { .. }), "{e}");
         assert!(
-            e.to_string().contains("/nonexistent/dir/helm") && e.to_string().contains("--helm"),
+            e.to_string().contains("at /nonexistent/dir/helm (--helm)")
+                && e.to_string().contains("--helm PATH"),
             "{e}"
         );
     }

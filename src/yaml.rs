@@ -372,50 +372,6 @@ fn parse_checked<T: serde::de::DeserializeOwned>(
     serde_yaml_ng::from_str(text).map_err(|e| invalid(what, e))
 }
 
-/// The plain scalars that YAML 1.1 (go-yaml v2, which Helm reads values with) resolves to
-/// booleans but YAML 1.2 (serde_yaml_ng) leaves as strings.
-const YAML11_TRUE: [&str; 6] = ["y", "Y", "yes", "Yes", "YES", "on"];
-const YAML11_TRUE_MORE: [&str; 2] = ["On", "ON"];
-const YAML11_FALSE: [&str; 8] = ["n", "N", "no", "No", "NO", "off", "Off", "OFF"];
-
-/// Parse a Helm values file (a chart's `values.yaml`, a `--values` file) as Helm reads it:
-/// like [`parse_value`], except that the plain (unquoted) scalars YAML 1.1 takes for booleans
-/// (`yes`, `no`, `on`, `off`, `y`, `n` and their capitalised forms) are booleans, as in helm
-/// (so `enabled: no` switches a component off for the built-in reader too). The scalars are
-/// found with libyaml's own events (the guard pass, run once) and rewritten in place as
-/// `true`/`false`; the rewrite changes no structure, so it needs no second guard pass.
-pub fn parse_helm_values(what: &str, bytes: &[u8], limits: &Limits) -> Result<Value, YamlError> {
-    let text = text_of(what, bytes, limits)?;
-    let mut spans: Vec<(usize, usize, bool)> = Vec::new();
-    let docs = events(what, text, limits, &mut |e| {
-        if e.kind == Kind::Scalar && e.plain && e.end <= text.len() {
-            let raw = &text[e.start..e.end];
-            let word = raw.trim();
-            if YAML11_TRUE.contains(&word) || YAML11_TRUE_MORE.contains(&word) {
-                spans.push((e.start, e.end, true));
-            } else if YAML11_FALSE.contains(&word) {
-                spans.push((e.start, e.end, false));
-            }
-        }
-        Ok(())
-    })?;
-    if spans.is_empty() {
-        return parse_checked(what, text, docs);
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (start, end, b) in spans {
-        if start < at {
-            continue;
-        }
-        out.push_str(&text[at..start]);
-        out.push_str(if b { "true" } else { "false" });
-        at = end;
-    }
-    out.push_str(&text[at..]);
-    parse_checked(what, &out, docs)
-}
-
 /// Parse every document of a YAML stream (`---`-separated), within `limits` (over all of
 /// them). Empty documents are left out.
 #[allow(clippy::disallowed_methods)] // the one place that parses, after the guard
@@ -670,26 +626,6 @@ mod tests {
         let deep = b"a: &a [[[[[[[[x]]]]]]]]\nb: [[[*a]]]\n";
         let err = parse_value("deep alias", deep, &SMALL).expect_err("deep alias");
         assert!(matches!(err, YamlError::TooDeep { line: 2, .. }), "{err}");
-    }
-
-    #[test]
-    fn helm_values_read_yaml_1_1_booleans() {
-        let v = parse_helm_values(
-            "values",
-            b"a: no\nb: 'no'\nc: \"yes\"\nd: On\ny: why\nl: [n, Y, off, nope]\ne: |\n  no\n",
-            &SMALL,
-        )
-        .expect("values");
-        assert_eq!(v["a"], Value::Bool(false));
-        assert_eq!(v["b"], "no");
-        assert_eq!(v["c"], "yes");
-        assert_eq!(v["d"], Value::Bool(true));
-        assert_eq!(v[&Value::Bool(true)], "why");
-        assert_eq!(
-            v["l"],
-            parse_value("l", b"[false, true, false, nope]", &SMALL).expect("list")
-        );
-        assert_eq!(v["e"], "no\n");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 #![no_main]
-//! Chart archives on untrusted bytes: `ChartArchive::from_tgz`, then `discover_images` and
-//! `extract_crds` on what parses.
+//! Chart archives on untrusted bytes: `ChartArchive::from_tgz`, then `extract_crds`, and
+//! `images_from_rendered` (the images of a rendering, named after the chart's components) with
+//! each of the chart's template files taken as if helm had rendered it, on what parses.
 //!
 //! Two input shapes:
 //! * a gzip stream (starts with `1f 8b`): fed to `from_tgz` as is. The custom mutator
@@ -10,18 +11,17 @@
 //!   tar (raw header names, so `..` and absolute paths get through; GNU long names past 100
 //!   bytes) and gzipped here. A path whose first byte is 0x01..=0x07 gets the tar entry type
 //!   `'0' + byte` (1 hard link, 2 symlink, 3 char device, 4 block device, 5 directory,
-//!   6 FIFO, 7 contiguous). Two pseudo-paths are not files: `--values` (a YAML overlay merged
-//!   into the chart's values) and `--set` (a `--set` expression); discovery then also runs
-//!   with the overridden values. Insertions and deletions keep this shape intact.
+//!   6 FIFO, 7 contiguous). Two pseudo-paths are skipped: `--values` and `--set` (inputs of
+//!   the value merging and `--set` parser that helm now does instead; older corpus entries
+//!   still hold them). Insertions and deletions keep this shape intact.
 //!
 //! Checked on top of "no panic": an accepted archive has only safe, non-empty relative paths
 //! and a named, versioned Chart.yaml; discovered images are unique references; extracted CRDs
 //! have unique names and file names that are plain base names (the bundle stores them as
 //! `crds/<file_name>`), and CRDs cut out of templates hold no template action.
 
-use koord_bundle::chart::{
-    apply_set, discover_images, extract_crds, merge_values, ChartArchive, ChartError,
-};
+use koord_bundle::chart::rendered::images_in_manifests;
+use koord_bundle::chart::{extract_crds, images_from_rendered, ChartArchive, ChartError};
 use libfuzzer_sys::{fuzz_mutator, fuzz_target, fuzzer_mutate};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -31,10 +31,9 @@ const MUTATE_MAX_TAR: u64 = 8 * 1024 * 1024;
 
 fuzz_target!(|data: &[u8]| {
     if data.starts_with(&[0x1f, 0x8b]) {
-        check(data, &[], &[]);
+        check(data);
     } else {
-        let (tgz, overlays, sets) = build_from_list(data);
-        check(&tgz, &overlays, &sets);
+        check(&build_from_list(data));
     }
 });
 
@@ -83,24 +82,16 @@ fn raw_header(name: &[u8], kind: u8, size: u64) -> tar::Header {
     h
 }
 
-/// (tgz, `--values` overlays, `--set` expressions) from the file-list shape.
-fn build_from_list(data: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>, Vec<String>) {
+/// The tgz of the file-list shape.
+fn build_from_list(data: &[u8]) -> Vec<u8> {
     let mut parts = data.split(|&b| b == 0);
     let mut b = tar::Builder::new(Vec::new());
-    let mut overlays = Vec::new();
-    let mut sets = Vec::new();
     let mut count = 0;
     while let Some(path) = parts.next() {
         let content = parts.next().unwrap_or_default();
         match path {
-            b"--values" => {
-                overlays.push(content.to_vec());
-                continue;
-            }
-            b"--set" => {
-                sets.push(String::from_utf8_lossy(content).into_owned());
-                continue;
-            }
+            // Inputs of code that is gone (helm merges values and reads --set).
+            b"--values" | b"--set" => continue,
             // The empty piece after a trailing NUL (`./` still writes an empty chart path).
             b"" => continue,
             _ => {}
@@ -128,14 +119,10 @@ fn build_from_list(data: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>, Vec<String>) {
         let _ = b.append(&h, &content[..size]);
     }
     let tar = b.into_inner().unwrap_or_default();
-    (
-        gzip(&tar, flate2::Compression::none()),
-        overlays.into_iter().take(2).collect(),
-        sets.into_iter().take(4).collect(),
-    )
+    gzip(&tar, flate2::Compression::none())
 }
 
-fn check(tgz: &[u8], overlays: &[Vec<u8>], sets: &[String]) {
+fn check(tgz: &[u8]) {
     let chart = match ChartArchive::from_tgz(tgz) {
         Ok(c) => c,
         Err(
@@ -166,21 +153,20 @@ fn check(tgz: &[u8], overlays: &[Vec<u8>], sets: &[String]) {
     assert!(!meta.name.trim().is_empty() && !meta.version.trim().is_empty());
     assert!(chart.values().is_mapping(), "values are not a mapping");
 
-    check_images(discover_images(&chart, chart.values()));
-    if !overlays.is_empty() || !sets.is_empty() {
-        let mut values = chart.values().clone();
-        for o in overlays {
-            if let Ok(v) = serde_yaml_ng::from_slice::<serde_yaml_ng::Value>(o) {
-                merge_values(&mut values, &v);
-            }
+    // Each template as if helm had rendered it (with its `# Source:` line): the images of a
+    // rendering named after this chart's components.
+    for (path, bytes) in chart.files() {
+        if !path.starts_with("templates/") {
+            continue;
         }
-        for s in sets {
-            let before = values.clone();
-            if apply_set(&mut values, s).is_err() {
-                assert_eq!(values, before, "a failed --set changed the values");
-            }
+        let text = format!(
+            "---\n# Source: {}/{path}\n{}",
+            chart.meta().name,
+            String::from_utf8_lossy(bytes)
+        );
+        if let Ok(found) = images_in_manifests(&text) {
+            check_images(images_from_rendered(&found, &chart));
         }
-        check_images(discover_images(&chart, &values));
     }
 
     if let Ok(crds) = extract_crds(&chart) {

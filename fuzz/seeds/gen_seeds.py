@@ -317,9 +317,6 @@ def chart_archive(out, charts):
         ("demo/templates/_helpers.tpl", b'{{ define "x" }}image: {{ .Values.nope }}{{ end }}\n'),
     ]
     write(os.path.join(out, "chart_archive", "small.list"), file_list(small))
-    write(os.path.join(out, "chart_archive", "small-set.list"),
-          file_list(small + [("--set", b"sidecar.enabled=true,manager.image.tag=v9"),
-                             ("--values", b"imageRepositoryHost: docker.io\n")]))
     plain_crd = CRD.split(b"\n", 1)[1].rsplit(b"{{- end }}", 1)[0]
     write(os.path.join(out, "chart_archive", "crds-folder.list"),
           file_list([("demo/Chart.yaml", chart_yaml), ("demo/crds/foo.yaml", plain_crd),
@@ -351,8 +348,12 @@ def yaml_sources(out, repo):
         "values-yaml": b"\5image: {repository: org/app, tag: v1}\nregistry: ''\n",
         "crd": b"\6apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: foos.x.io}\nspec: {group: x.io, names: {kind: Foo, plural: foos}}\n",
     }
-    for name in ("deployment.yaml", "cronjob.yaml", "_helpers.tpl"):
-        seeds["template-" + name] = b"\7" + open(os.path.join(synth, "templates", name), "rb").read()
+    # Selector 7: rendered manifests as helm prints them, of the demo chart.
+    seeds["rendered-demo"] = (b"\7---\n# Source: demo/templates/x.yaml\nspec:\n  containers:\n"
+                              b"  - {name: app, image: 'r.example/org/app:v1'}\n  - {name: side, image: busybox}\n")
+    for name in ("deployment.yaml", "cronjob.yaml"):
+        seeds["rendered-" + name] = (b"\7---\n# Source: idioms/templates/" + name.encode() + b"\n"
+                                     + open(os.path.join(synth, "templates", name), "rb").read())
     for name, data in seeds.items():
         write(os.path.join(out, "yaml_sources", name), data)
 

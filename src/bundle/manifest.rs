@@ -48,9 +48,10 @@ pub struct BundleManifest {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoveryRecord {
-    /// `helm` (real `helm template`) or `builtin` (the built-in template reader).
+    /// `helm`: real `helm template` (always, since helm became a prerequisite of `build`;
+    /// bundles of older versions may say `builtin`, koord-bundle's former template engine).
     pub method: String,
-    /// The helm version that rendered the chart (`v3.17.3`), for `helm`.
+    /// The helm version that rendered the chart (`v3.17.3`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm_version: Option<String>,
 }

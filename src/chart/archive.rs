@@ -111,13 +111,9 @@ fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
         file: file.to_string(),
         reason,
     };
-    // Values are read as Helm reads them (YAML 1.1 booleans: `enabled: no` is false).
-    let parsed = if file == "Chart.yaml" {
-        crate::yaml::parse_value(file, bytes, &limits)
-    } else {
-        crate::yaml::parse_helm_values(file, bytes, &limits)
-    };
-    let mut v = parsed.map_err(|e| invalid(e.reason()))?;
+    // Values are only read for the names of components' image repositories (helm renders
+    // the chart): YAML 1.1's booleans (`enabled: no`) need no special reading.
+    let mut v = crate::yaml::parse_value(file, bytes, &limits).map_err(|e| invalid(e.reason()))?;
     v.apply_merge()
         .map_err(|e| invalid(format!("merge keys: {e}")))?;
     Ok(v)
@@ -300,11 +296,6 @@ impl ChartArchive {
     /// path.
     pub fn templates(&self) -> impl Iterator<Item = (&str, &[u8])> {
         self.files().filter(|(k, _)| k.starts_with("templates/"))
-    }
-
-    /// "name version", for messages.
-    pub(crate) fn label(&self) -> String {
-        format!("{} {}", self.meta.name, self.meta.version)
     }
 }
 

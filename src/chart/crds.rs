@@ -22,7 +22,7 @@ use regex::Regex;
 use serde_yaml_ng::Value;
 
 use super::discover::{declares_crd, is_rendered_template};
-use super::template::{eval_condition, keyword, tokenize, Token, Tri};
+use super::template::{is_plain_condition, keyword, tokenize, Token};
 use super::{line_of, ChartArchive, ChartError};
 
 /// A CustomResourceDefinition shipped by a chart.
@@ -118,7 +118,7 @@ fn strip_wrapper(file: &str, text: &str) -> Result<(String, Option<String>), Cha
         ));
     }
     let cond = open.inner["if".len()..].trim();
-    if eval_condition(cond, &Value::Null) == Tri::Unknown {
+    if !is_plain_condition(cond) {
         return Err(invalid(
             file,
             format!(
@@ -171,7 +171,9 @@ fn documents(yaml: &str) -> Vec<&str> {
 }
 
 fn str_at<'v>(v: &'v Value, path: &[&str]) -> Option<&'v str> {
-    super::template::lookup(v, path).and_then(Value::as_str)
+    path.iter()
+        .try_fold(v, |cur, key| cur.as_mapping()?.get(*key))
+        .and_then(Value::as_str)
 }
 
 fn parse_crd(

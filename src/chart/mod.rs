@@ -5,15 +5,17 @@
 //! * [`index`]: parse a Helm repository `index.yaml`, resolve a version constraint
 //!   (Helm / Masterminds semantics) and chart URLs.
 //! * [`archive`]: read a `helm package` archive (`.tgz`) safely into memory.
-//! * [`values`]: Helm's merging of `--values` files and the `--set` syntax.
-//! * [`discover`]: find the container images the chart deploys, for given values.
-//! * [`crds`]: extract the CustomResourceDefinitions the chart ships (wrapped in templates).
+//! * [`values`]: the values koord-bundle sets when it installs the chart.
 //! * [`rendered`]: the container images of rendered manifests (`helm template`'s output).
+//! * [`discover`]: those images checked and named after the chart's components.
+//! * [`crds`]: extract the CustomResourceDefinitions the chart ships (wrapped in templates).
+//!
+//! Rendering is helm's: no template is evaluated here (only the `{{ if }}` wrapper of a CRD
+//! template is recognised, and cut out).
 
 pub mod archive;
 pub mod crds;
 pub mod discover;
-mod engine;
 pub mod index;
 pub mod rendered;
 mod template;
@@ -30,13 +32,13 @@ pub(crate) fn re(
 
 pub use archive::{ChartArchive, ChartMeta};
 pub use crds::{extract_crds, Crd};
-pub use discover::{discover_images, ChartImage};
+pub use discover::{images_from_rendered, ChartImage};
 pub use index::{index_url, resolve_chart_url, ChartEntry, RepoIndex, VersionSpec};
 pub use rendered::rendered_images;
-pub use values::{apply_set, generated_values, merge_values};
+pub use values::generated_values;
 
 /// Errors of the chart module. Every message names its subject (chart, version, URL, file,
-/// template path and line, `--set` expression).
+/// template path and line).
 #[derive(Debug, thiserror::Error)]
 pub enum ChartError {
     /// The repository index could not be read at all.
@@ -123,52 +125,6 @@ pub enum ChartError {
         reason: String,
     },
 
-    /// A `--set` expression could not be applied.
-    #[error("--set {expr:?}: {reason}")]
-    InvalidSet {
-        /// The expression as given.
-        expr: String,
-        /// Why it failed.
-        reason: String,
-    },
-
-    /// A template could not be tokenized (unterminated `{{`, invalid UTF-8).
-    #[error("{template}:{line}: {reason}")]
-    TemplateSyntax {
-        /// Template path relative to the chart root.
-        template: String,
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong.
-        reason: String,
-    },
-
-    /// An `image:` line of a template could not be evaluated with the given values.
-    #[error("{template}:{line}: cannot evaluate image line `{text}`: {reason}")]
-    UnresolvedImage {
-        /// Template path relative to the chart root (e.g. `templates/koordlet.yaml`).
-        template: String,
-        /// 1-based line number of the `image:` line.
-        line: usize,
-        /// The line as written in the template (trimmed).
-        text: String,
-        /// What could not be evaluated.
-        reason: String,
-    },
-
-    /// An `image:` line evaluated to something that is not a usable image reference.
-    #[error("{template}:{line}: image line renders {reference:?}, which is not a valid image reference: {reason}")]
-    InvalidImage {
-        /// Template path relative to the chart root.
-        template: String,
-        /// 1-based line number.
-        line: usize,
-        /// The rendered value.
-        reference: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-
     /// A rendered container image (from `helm template`) is not a usable image reference.
     #[error(
         "{template} (as rendered): image {reference:?} is not a valid image reference: {reason}"
@@ -179,52 +135,6 @@ pub enum ChartError {
         /// The rendered value.
         reference: String,
         /// What is wrong with it.
-        reason: String,
-    },
-
-    /// The values declare an image (`<component>.image.repository`) that no template uses:
-    /// the bundle would not know whether it must carry it.
-    #[error(
-        "values declare image {component}.image.repository = {repository:?}, \
-         but no template of the chart uses it (misspelled key, or a component this chart version does not have?)"
-    )]
-    UnusedImageValue {
-        /// Values path of the component (e.g. `manager`).
-        component: String,
-        /// The repository value (rendered as text).
-        repository: String,
-    },
-
-    /// Rendering failed where helm's would fail too (`required`, `fail`, a field of nil).
-    #[error("{template}:{line}: {reason}")]
-    TemplateFailed {
-        /// Template path relative to the chart root.
-        template: String,
-        /// 1-based line number (0 when unknown).
-        line: usize,
-        /// What failed.
-        reason: String,
-    },
-
-    /// The built-in reader cannot evaluate something the images depend on.
-    #[error("{template}:{line}: cannot evaluate `{action}` without helm: {reason}")]
-    Unevaluable {
-        /// Template path relative to the chart root.
-        template: String,
-        /// 1-based line number.
-        line: usize,
-        /// The template action, as written.
-        action: String,
-        /// What could not be evaluated and why it matters.
-        reason: String,
-    },
-
-    /// The chart uses a feature this module does not handle.
-    #[error("chart {chart}: unsupported: {reason}")]
-    UnsupportedChart {
-        /// Chart name and version.
-        chart: String,
-        /// What is not supported.
         reason: String,
     },
 

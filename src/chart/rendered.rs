@@ -1,7 +1,7 @@
-//! The container images of rendered manifests (what `helm template` prints, or what the
-//! built-in reader renders): the `image` of every entry of `containers`, `initContainers` and
-//! `ephemeralContainers`, at any depth, so every workload kind (Pod, Deployment, DaemonSet,
-//! StatefulSet, ReplicaSet, Job, CronJob, and custom resources embedding a pod template) counts.
+//! The container images of rendered manifests (what `helm template` prints): the `image` of
+//! every entry of `containers`, `initContainers` and `ephemeralContainers`, at any depth, so
+//! every workload kind (Pod, Deployment, DaemonSet, StatefulSet, ReplicaSet, Job, CronJob, and
+//! custom resources embedding a pod template) counts.
 
 use std::collections::BTreeSet;
 

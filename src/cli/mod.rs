@@ -122,17 +122,6 @@ pub struct KeygenArgs {
     pub json: bool,
 }
 
-/// How `build` finds the images of a chart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Discover {
-    /// helm when one is found, else the built-in reader.
-    Auto,
-    /// Real `helm template` (fails without helm).
-    Helm,
-    /// The built-in template reader, even when helm is there.
-    Builtin,
-}
-
 /// `build`.
 #[derive(Debug, Args)]
 pub struct BuildArgs {
@@ -163,19 +152,14 @@ pub struct BuildArgs {
     /// Add an image by hand (full reference).
     #[arg(long = "image", value_name = "REF")]
     pub images: Vec<String>,
-    /// How the images the chart deploys are found: `helm` renders the chart with real
-    /// `helm template` (exact; needs helm 3.5+), `builtin` reads the templates without helm
-    /// (the common Helm idioms; refuses what it cannot evaluate), `auto` uses helm when one is
-    /// found (--helm, else PATH) and the built-in reader otherwise. Recorded in the bundle.
-    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
-    pub discover: Discover,
-    /// The helm binary for `--discover helm|auto` [default: helm on PATH].
+    /// The helm binary (3.8 or newer) that renders the chart with `helm template` to find its
+    /// images (recorded in the bundle) [default: helm on PATH].
     #[arg(long, value_name = "PATH")]
     pub helm: Option<PathBuf>,
-    /// Values file fed to image discovery, as helm would.
+    /// Values file passed to `helm template` when finding the images.
     #[arg(long = "values", short = 'f', value_name = "FILE")]
     pub values: Vec<PathBuf>,
-    /// Value fed to image discovery, as helm's --set.
+    /// Value passed to `helm template` (its --set) when finding the images.
     #[arg(long = "set", value_name = "K=V")]
     pub set: Vec<String>,
     /// Output file [default: koordinator-<version>.tar].

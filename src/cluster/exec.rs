@@ -162,6 +162,7 @@ impl ExecConfig {
             timeout,
             max_stdout: MAX_OUTPUT,
             max_stderr: MAX_OUTPUT,
+            max_memory: None,
         };
         let out = child::run_async(cmd, None, StderrMode::Inherit, limits, None)
             .await

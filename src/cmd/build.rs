@@ -11,6 +11,7 @@ use crate::bundle::{BundleManifest, FORMAT_VERSION, REF_NAME};
 use crate::chart::{self, ChartArchive, ChartImage};
 use crate::cli::BuildArgs;
 use crate::copy::{self, Graph, Item};
+use crate::helm::Helm;
 use crate::oci::{media, Digest, ImageRef};
 use crate::progress::{Mode, Progress};
 use crate::sources::{Origin, SourceMap};
@@ -164,6 +165,8 @@ fn load_base(path: &std::path::Path) -> anyhow::Result<(BundleManifest, Digest)>
 /// What a build needs, resolved once from the flags and the environment before any I/O: an
 /// error in any of them costs no download.
 struct Settings {
+    /// The helm that renders the chart (`--helm`, else on `PATH`; 3.8+).
+    helm: Helm,
     sources: Vec<Origin>,
     /// The sources as given (or the default list), for the bundle manifest.
     recorded_sources: Vec<String>,
@@ -202,6 +205,23 @@ impl Settings {
             .as_deref()
             .map(crate::bundle::parts::parse_size)
             .transpose()?;
+        // helm renders the chart: without one, nothing is downloaded.
+        let helm = Helm::find(
+            args.helm.as_deref(),
+            std::env::var_os(super::env::PATH).as_deref(),
+            &crate::helm::FOR_BUILD,
+        )
+        .context(
+            "build needs helm to find the images the chart deploys (nothing was downloaded)",
+        )?;
+        // The values files go to helm as they are; each is checked to be bounded YAML first,
+        // so that a bad one is named before anything is downloaded.
+        for f in &args.values {
+            let limits = crate::yaml::VALUES_FILE;
+            let text = read_file_bounded(f, limits.max_bytes)
+                .with_context(|| format!("cannot read values file {}", f.display()))?;
+            crate::yaml::check(&format!("values file {}", f.display()), &text, &limits)?;
+        }
         let signer = if args.dry_run || args.unsigned {
             None
         } else {
@@ -237,6 +257,7 @@ impl Settings {
                 })?;
         }
         Ok(Settings {
+            helm,
             sources,
             recorded_sources: if args.sources.is_empty() {
                 map.default.clone()
@@ -490,9 +511,13 @@ struct ChartInput {
     discovery: crate::bundle::manifest::DiscoveryRecord,
 }
 
-/// The chart (from the repository index, or `--chart`), its values with `--values`/`--set`,
-/// the images it deploys plus `--image`, and its CRDs.
-async fn read_chart(args: &BuildArgs, progress: &Progress) -> anyhow::Result<ChartInput> {
+/// The chart (from the repository index, or `--chart`), its CRDs, and the images it deploys
+/// (rendered by helm with `--values`/`--set`) plus `--image`.
+async fn read_chart(
+    args: &BuildArgs,
+    helm: &Helm,
+    progress: &Progress,
+) -> anyhow::Result<ChartInput> {
     let http = HttpFetcher::new(&args.ca_file, Default::default())?;
     let fetched = fetch_chart(args, &http, progress).await?;
     let archive = ChartArchive::from_tgz(&fetched.bytes)
@@ -504,34 +529,23 @@ async fn read_chart(args: &BuildArgs, progress: &Progress) -> anyhow::Result<Cha
             meta.name
         ));
     }
-    let mut values = archive.values().clone();
-    for f in &args.values {
-        let limits = crate::yaml::VALUES_FILE;
-        let text = read_file_bounded(f, limits.max_bytes)
-            .with_context(|| format!("cannot read values file {}", f.display()))?;
-        let overlay = crate::yaml::parse_helm_values(
-            &format!("values file {}", f.display()),
-            &text,
-            &limits,
-        )?;
-        chart::merge_values(&mut values, &overlay);
-    }
-    for s in &args.set {
-        chart::apply_set(&mut values, s)?;
-    }
-    let (images, discovery) = super::discover::images(args, &archive, &fetched.bytes, &values)?;
+    // The chart's own files first (no outside program), then helm.
     let crds = chart::extract_crds(&archive)?;
+    let origin = match (&fetched.url, &args.chart) {
+        (Some(url), _) => url.clone(),
+        (None, Some(file)) => format!("--chart {}", file.display()),
+        (None, None) => "the chart archive".into(),
+    };
+    let (images, discovery) =
+        super::discover::images(helm, args, &archive, &fetched.bytes, &origin)?;
     let wanted = wanted_images(&images, &args.images)?;
     progress.say(format!(
-        "found    {} images and {} CRDs in chart {} {} ({})",
+        "found    {} images and {} CRDs in chart {} {} (helm template, helm v{})",
         wanted.len(),
         crds.len(),
         meta.name,
         meta.version,
-        match &discovery.helm_version {
-            Some(v) => format!("helm template, helm {v}"),
-            None => "built-in chart reader".into(),
-        }
+        helm.version
     ));
 
     Ok(ChartInput {
@@ -942,7 +956,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let map = SourceMap::builtin();
     let settings = Settings::resolve(&args, &map)?;
-    let chart = read_chart(&args, &progress).await?;
+    let chart = read_chart(&args, &settings.helm, &progress).await?;
     let store = registry_store(&args, &settings, &chart.wanted, &progress)?;
     let resolved =
         resolve_all(&store, &map, &settings, &chart.wanted, args.jobs, &progress).await?;

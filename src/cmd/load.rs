@@ -211,6 +211,7 @@ fn find_helm(args: &LoadArgs) -> anyhow::Result<Option<Helm>> {
     Helm::find(
         args.helm.as_deref(),
         std::env::var_os(super::env::PATH).as_deref(),
+        &helm::FOR_LOAD,
     )
     .map(Some)
     .map_err(|e| {
@@ -545,7 +546,15 @@ async fn install(
     let mut installed = false;
     if install && !args.dry_run {
         if let Some(h) = helm {
-            tokio::task::block_in_place(|| h.upgrade_install(&plan, false)).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
+            // helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the
+            // cluster and the chart: no control character of theirs reaches the terminal raw.
+            let sink: crate::child::LineSink = std::sync::Arc::new(|_, line: &[u8]| {
+                eprint!(
+                    "{}",
+                    crate::text::terminal_safe(&String::from_utf8_lossy(line))
+                )
+            });
+            tokio::task::block_in_place(|| h.upgrade_install(&plan, false, Some(sink))).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
             installed = true;
         }
     }

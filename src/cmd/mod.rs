@@ -426,6 +426,10 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
             HelmError::LoginFailed { .. } | HelmError::Failed { .. } if e.is_transient() => {
                 Some(EXIT_INTERNAL)
             }
+            // A slow registry or cluster; a chart that renders without end is the input's.
+            HelmError::Stopped { transient, .. } => {
+                Some(if *transient { EXIT_INTERNAL } else { EXIT_USER })
+            }
             _ => Some(EXIT_USER),
         };
     }
@@ -546,6 +550,34 @@ mod tests {
             retryable: true,
             attempts: 6,
         }
+    }
+
+    /// helm stopped at a bound: 3 when it waited on a registry or cluster, 1 when it rendered
+    /// a chart without end; helm crashing on a chart is the chart's (1).
+    #[test]
+    fn helm_stopped_or_crashed() {
+        use crate::helm::HelmError;
+        let stopped = |transient| {
+            anyhow::Error::from(HelmError::Stopped {
+                command: "helm x".into(),
+                source: crate::child::ChildError::TimedOut {
+                    program: "helm".into(),
+                    after: std::time::Duration::from_secs(1),
+                },
+                transient,
+                hint: None,
+            })
+            .context("could not render")
+        };
+        assert_eq!(exit_code(&stopped(true)), EXIT_INTERNAL);
+        assert_eq!(exit_code(&stopped(false)), EXIT_USER);
+        let crashed = anyhow::Error::from(HelmError::Crashed {
+            command: "helm template".into(),
+            status: "exit status: 2".into(),
+            fatal: "fatal error: out of memory".into(),
+            what: "run out of memory",
+        });
+        assert_eq!(exit_code(&crashed), EXIT_USER);
     }
 
     #[test]

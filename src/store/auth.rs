@@ -12,7 +12,12 @@
 //! tell "the helper has no credentials for this host" (exit 1, `credentials not found`) from a
 //! broken helper, has no timeout for a helper that hangs, and returns plain `String` secrets. The
 //! protocol is small (one JSON object in, one out), so it lives here, with those points covered.
+//!
+//! A helper is an outside program: it runs through [`crate::child`] (30 s, 64 KiB of output
+//! read with the cap, its process group killed with it), at most once per host per command,
+//! its failure kept like its answer: concurrent look-ups of a host wait for the one run.
 
+use crate::child::{self, ChildError, Limits, StderrMode};
 use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -157,7 +162,7 @@ impl Lookup {
 }
 
 /// An auth file that exists but cannot be read, or a credential helper that failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AuthError {
     /// The file is unreadable or malformed.
     #[error("cannot read registry auth file {path}: {reason}")]
@@ -176,7 +181,8 @@ pub enum AuthError {
         config: PathBuf,
         /// The registry asked about.
         host: String,
-        /// What went wrong (never the helper's standard output).
+        /// What went wrong: the helper's first line of output (escaped, at most 200
+        /// characters) when it failed, never output that parses as a credential.
         reason: String,
     },
 }
@@ -205,12 +211,16 @@ pub struct Credentials {
     considered: Vec<PathBuf>,
     /// `PATH` to find `docker-credential-*` on (`None`: the process's own).
     helper_path: Option<OsString>,
-    cache: Arc<Mutex<BTreeMap<String, Lookup>>>,
+    /// One look-up per host, its outcome kept (a helper's failure too); shared by clones.
+    cache: Arc<Mutex<BTreeMap<String, Slot>>>,
 }
+
+/// The outcome of one host's look-up, filled once: concurrent look-ups wait for it.
+type Slot = Arc<tokio::sync::OnceCell<Result<Lookup, AuthError>>>;
 
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-/// Largest helper answer read.
+/// Largest helper answer read (each of standard output and standard error).
 const HELPER_MAX_OUTPUT: usize = 64 * 1024;
 
 impl Credentials {
@@ -242,17 +252,15 @@ impl Credentials {
     }
 
     /// Find the credential for `host`, running a credential helper if a file names one. The
-    /// answer is kept: a helper runs at most once per host.
+    /// outcome is kept, a failure too: a helper runs at most once per host, and look-ups of a
+    /// host while its helper runs wait for that run.
     pub async fn resolve(&self, host: &str) -> Result<Lookup, AuthError> {
         let h = normalise_host(host);
-        if let Some(l) = self.cache.lock().ok().and_then(|c| c.get(&h).cloned()) {
-            return Ok(l);
-        }
-        let lookup = self.resolve_uncached(&h).await?;
-        if let Ok(mut c) = self.cache.lock() {
-            c.insert(h, lookup.clone());
-        }
-        Ok(lookup)
+        let slot: Slot = {
+            let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            c.entry(h.clone()).or_default().clone()
+        };
+        slot.get_or_init(|| self.resolve_uncached(&h)).await.clone()
     }
 
     async fn resolve_uncached(&self, h: &str) -> Result<Lookup, AuthError> {
@@ -329,7 +337,6 @@ impl Credentials {
         host: &str,
         config: &Path,
     ) -> Result<Option<Credential>, AuthError> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let err = |reason: String| AuthError::Helper {
             helper: name.to_string(),
             config: config.to_path_buf(),
@@ -343,92 +350,50 @@ impl Credentials {
         {
             return Err(err("the helper name is not a plain name".into()));
         }
-        let mut cmd = tokio::process::Command::new(format!("docker-credential-{name}"));
-        cmd.arg("get")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
+        let program = format!("docker-credential-{name}");
+        let mut cmd = std::process::Command::new(&program);
+        cmd.arg("get");
         if let Some(p) = &self.helper_path {
             cmd.env("PATH", p);
         }
-        let mut child = cmd.spawn().map_err(|e| {
-            err(if e.kind() == std::io::ErrorKind::NotFound {
-                format!("docker-credential-{name} is not on PATH")
-            } else {
-                format!("cannot start it: {e}")
-            })
-        })?;
         // Docker Hub's server is known to helpers by its v1 URL.
         let server = if host == "docker.io" {
             "https://index.docker.io/v1/"
         } else {
             host
         };
-        let run = async {
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin.write_all(server.as_bytes()).await?;
-                drop(stdin);
-            }
-            let mut out = Vec::new();
-            let mut errout = Vec::new();
-            let stdout = child.stdout.take();
-            let stderr = child.stderr.take();
-            let read_out = async {
-                if let Some(s) = stdout {
-                    s.take(HELPER_MAX_OUTPUT as u64 + 1)
-                        .read_to_end(&mut out)
-                        .await?;
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            let read_err = async {
-                if let Some(s) = stderr {
-                    s.take(4096).read_to_end(&mut errout).await?;
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            let (a, b) = tokio::join!(read_out, read_err);
-            a?;
-            b?;
-            let status = child.wait().await?;
-            Ok::<_, std::io::Error>((status, out, errout))
+        let limits = Limits {
+            timeout: HELPER_TIMEOUT,
+            max_stdout: HELPER_MAX_OUTPUT,
+            max_stderr: HELPER_MAX_OUTPUT,
+            max_memory: None,
         };
-        let (status, out, errout) = match tokio::time::timeout(HELPER_TIMEOUT, run).await {
-            Ok(r) => r.map_err(|e| err(e.to_string()))?,
-            Err(_) => {
-                return Err(err(format!(
-                    "no answer within {} s",
-                    HELPER_TIMEOUT.as_secs()
-                )))
-            }
-        };
-        if !status.success() {
+        let out = child::run_async(
+            cmd,
+            Some(server.as_bytes().to_vec()),
+            StderrMode::Capture,
+            limits,
+            None,
+        )
+        .await
+        .map_err(|e| {
+            err(match e {
+                ChildError::NotFound { .. } => format!("{program} is not on PATH"),
+                // Timed out or printed too much: the message names the limit.
+                other => other.to_string(),
+            })
+        })?;
+        if !out.status.success() {
             // The helpers' protocol: "credentials not found in native keychain" on stdout.
-            let text = String::from_utf8_lossy(&out).to_lowercase();
-            let etext = String::from_utf8_lossy(&errout).to_lowercase();
+            let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+            let etext = String::from_utf8_lossy(&out.stderr).to_lowercase();
             if text.contains("credentials not found") || etext.contains("credentials not found") {
                 return Ok(None);
             }
-            let first = String::from_utf8_lossy(&errout)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .chars()
-                .take(200)
-                .collect::<String>();
             return Err(err(format!(
-                "exited with {status}{}",
-                if first.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {first}")
-                }
-            )));
-        }
-        if out.len() > HELPER_MAX_OUTPUT {
-            return Err(err(format!(
-                "its answer is larger than {HELPER_MAX_OUTPUT} bytes"
+                "exited with {}{} [hint: see what it says with `echo {server} | {program} get`]",
+                out.status,
+                said(&out.stdout, &out.stderr)
             )));
         }
         #[derive(serde::Deserialize)]
@@ -439,7 +404,7 @@ impl Credentials {
             #[serde(default)]
             secret: Option<Secret>,
         }
-        let a: Answer = serde_json::from_slice(&out).map_err(|_| {
+        let a: Answer = serde_json::from_slice(&out.stdout).map_err(|_| {
             err("its answer is not the JSON object {ServerURL, Username, Secret}".into())
         })?;
         let Some(secret) = a.secret.filter(|s| !s.is_empty()) else {
@@ -454,6 +419,29 @@ impl Credentials {
             })
         }))
     }
+}
+
+/// What a failed helper said, for its error: `: "FIRST LINE"` — the first non-empty line of its
+/// standard output (where helpers answer, errors included), else of its standard error,
+/// escaped and at most 200 characters. Never output that parses as JSON (a credential, or
+/// part of one): then only that it answered JSON.
+fn said(stdout: &[u8], stderr: &[u8]) -> String {
+    let first = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(str::to_string)
+    };
+    let is_json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).is_ok();
+    for stream in [stdout, stderr] {
+        let Some(line) = first(stream) else { continue };
+        if is_json(stream) || is_json(line.as_bytes()) || line.starts_with('{') {
+            return ": its output is JSON, not shown (it may hold a secret)".into();
+        }
+        return format!(": \"{}\"", crate::text::printable(&line));
+    }
+    String::new()
 }
 
 fn read_file(path: &Path) -> Result<AuthFile, AuthError> {
@@ -614,5 +602,92 @@ mod tests {
         );
         let e = rt.block_on(c.resolve("c.example")).unwrap_err();
         assert!(e.to_string().contains("not on PATH"), "{e}");
+    }
+
+    #[test]
+    fn what_a_failed_helper_said() {
+        assert_eq!(
+            said(
+                b"\nYou do not currently have an active account selected.\nmore\n",
+                b"x"
+            ),
+            ": \"You do not currently have an active account selected.\""
+        );
+        assert_eq!(said(b"", b"boom\x1b[2J\n"), ": \"boom\\u{1b}[2J\"");
+        assert_eq!(said(b"", b""), "");
+        for secret in [
+            &b"{\"ServerURL\":\"h\",\"Username\":\"u\",\"Secret\":\"p\"}"[..],
+            b"{\"Secret\": \"p\",\n",
+        ] {
+            let t = said(secret, b"");
+            assert!(!t.contains('p') || !t.contains("\"p\""), "{t}");
+            assert!(t.contains("JSON, not shown"), "{t}");
+        }
+        let long = "y".repeat(300);
+        assert_eq!(said(long.as_bytes(), b"").chars().count(), 2 + 2 + 200 + 1);
+    }
+
+    /// A helper that fails runs once per host, however many look-ups ask at once (they wait
+    /// for the one run, a second long); its failure is kept. (The one that hangs is in
+    /// tests/it/token_registry.rs: 30 s.)
+    #[test]
+    fn a_helper_runs_once_per_host_and_its_failure_is_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let count = dir.path().join("count");
+        let helper = bin.join("docker-credential-flaky");
+        std::fs::write(
+            &helper,
+            format!(
+                "#!/bin/sh\nread s\necho \"$s\" >> '{}'\n/bin/sleep 1\necho 'You do not currently have an active account selected.'\nexit 1\n",
+                count.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = dir.path().join("config.json");
+        std::fs::write(&cfg, r#"{"credsStore":"flaky"}"#).unwrap();
+        let c =
+            Credentials::from_files_with_path(&[cfg], Some(bin.as_os_str().to_owned())).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let errors: Vec<AuthError> = rt.block_on(async {
+            let mut tasks = Vec::new();
+            for host in [
+                "a.example",
+                "a.example",
+                "b.example",
+                "a.example",
+                "b.example",
+            ] {
+                let c = c.clone();
+                tasks.push(tokio::spawn(async move { c.resolve(host).await }));
+            }
+            let mut errs = Vec::new();
+            for t in tasks {
+                errs.push(t.await.unwrap().unwrap_err());
+            }
+            // Later look-ups get the kept failure.
+            errs.push(c.resolve("a.example").await.unwrap_err());
+            errs
+        });
+        let mut asked: Vec<String> = std::fs::read_to_string(&count)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        asked.sort();
+        assert_eq!(asked, ["a.example", "b.example"]);
+        let e = errors[5].to_string();
+        assert!(
+            e.contains("\"You do not currently have an active account selected.\"")
+                && e.contains("`echo a.example | docker-credential-flaky get`"),
+            "{e}"
+        );
     }
 }

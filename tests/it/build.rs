@@ -441,10 +441,9 @@ fn chart_digest_mismatch_stops_the_build_unless_overridden() {
 #[test]
 fn unknown_version_lists_the_nearest() {
     let h = Home::with_key();
-    let e = env();
     let o = h.build("1.7.5").run();
     assert_fails(&o, 1, &["1.7.5", "1.8.0", "1.6.0"]);
-    let o = h.run(&["build", "~1.9", "--repo", &e.helm_repo]);
+    let o = h.build("~1.9").run();
     assert_fails(&o, 1, &["~1.9"]);
     // Ranges and `latest` resolve.
     let o = h.build(">=1.4 <1.7").args(&["--dry-run", "--json"]).run();

@@ -1,7 +1,7 @@
 //! Every published chart version, 0.1.0 – 1.8.0 (issue 8 part 2 and part 4): the images
-//! `build` bundles are exactly those real `helm template` renders from the chart, whether
-//! build renders it with helm or reads it with its built-in reader, and a real build of every
-//! version succeeds both ways.
+//! `build` bundles are exactly those real `helm template` renders from the chart (build renders
+//! it with helm, always: issue 17), and a real build of every version succeeds with helm 3 and
+//! helm 4. Without helm, build stops before any download.
 
 use crate::common::{assert_ok, env, fixtures, pushed_digest, tar_entries, Home};
 use serde_json::Value;
@@ -98,7 +98,6 @@ fn originals(plan: &Value) -> BTreeSet<String> {
 fn every_chart_version_bundles_exactly_what_helm_renders() {
     let e = env();
     let h = Home::new();
-    let helm3 = e.helm3.to_str().unwrap();
     let all = versions();
     assert_eq!(all.len(), 21, "{all:?}");
     for (i, version) in all.iter().enumerate() {
@@ -107,23 +106,19 @@ fn every_chart_version_bundles_exactly_what_helm_renders() {
         if i % 5 == 0 {
             assert_eq!(helm_images(&e.helm4, version, &[]), truth, "{version}");
         }
-        for (how, extra) in [
-            ("helm", vec!["--discover", "helm", "--helm", helm3]),
-            ("builtin", vec!["--discover", "builtin"]),
-        ] {
-            let p = plan(&h, version, &extra);
-            assert_eq!(originals(&p), truth, "{version} with {how}");
-            assert_eq!(p["discovery"]["method"], how, "{version}");
-            for img in p["images"].as_array().unwrap() {
-                assert_eq!(
-                    img["digest"],
-                    pushed_digest(
-                        img["repository"].as_str().unwrap(),
-                        img["tag"].as_str().unwrap()
-                    ),
-                    "{version} {how}: {img}"
-                );
-            }
+        let p = plan(&h, version, &[]);
+        assert_eq!(originals(&p), truth, "{version}");
+        assert_eq!(p["discovery"]["method"], "helm", "{version}");
+        assert_eq!(p["discovery"]["helmVersion"], "v3.17.3", "{version}");
+        for img in p["images"].as_array().unwrap() {
+            assert_eq!(
+                img["digest"],
+                pushed_digest(
+                    img["repository"].as_str().unwrap(),
+                    img["tag"].as_str().unwrap()
+                ),
+                "{version}: {img}"
+            );
         }
     }
     // Overrides as helm takes them: an image tag changed and the host switched; on 0.4.1 the
@@ -136,37 +131,35 @@ fn every_chart_version_bundles_exactly_what_helm_renders() {
         ("0.4.1", &["imageRepositoryHost=ghcr.io"][..]),
     ] {
         let truth = helm_images(&e.helm3, version, sets);
-        for extra in [
-            vec!["--discover", "helm", "--helm", helm3],
-            vec!["--discover", "builtin"],
-        ] {
-            let mut x: Vec<&str> = extra.clone();
-            for s in sets {
-                x.extend(["--set", s]);
-            }
-            let p = plan(&h, version, &x);
-            assert_eq!(originals(&p), truth, "{version} {extra:?}");
+        let mut x: Vec<&str> = Vec::new();
+        for s in sets {
+            x.extend(["--set", s]);
         }
+        let p = plan(&h, version, &x);
+        assert_eq!(originals(&p), truth, "{version} {sets:?}");
     }
 }
 
 #[test]
-fn every_chart_version_builds_a_bundle_with_helm_and_without() {
+fn every_chart_version_builds_a_bundle_with_helm_3_and_helm_4() {
     let e = env();
     let h = Home::new();
-    let helm4 = e.helm4.to_str().unwrap();
-    for version in versions() {
+    for (i, version) in versions().into_iter().enumerate() {
+        // Every version with helm 4; every third one with helm 3 too.
+        let helms: Vec<(&Path, &str)> = if i % 3 == 0 {
+            vec![(&e.helm4, "v4.1.4"), (&e.helm3, "v3.17.3")]
+        } else {
+            vec![(&e.helm4, "v4.1.4")]
+        };
+        let truth = helm_images(&e.helm3, &version, &[]);
         let mut manifests = Vec::new();
-        for (how, extra) in [
-            ("helm", vec!["--discover", "helm", "--helm", helm4]),
-            ("builtin", vec!["--discover", "builtin"]),
-        ] {
-            let out = h.path().join(format!("k-{version}-{how}.tar"));
+        for (helm, helm_version) in helms {
+            let out = h.path().join(format!("k-{version}-{helm_version}.tar"));
             let o = h
                 .build(&version)
+                .helm(Some(helm))
                 .args(&["--unsigned", "--json"])
                 .out(&out)
-                .args(&extra)
                 .run();
             assert_ok(&o);
             let entries = tar_entries(&out);
@@ -194,18 +187,16 @@ fn every_chart_version_builds_a_bundle_with_helm_and_without() {
                     serde_json::from_str(&s).unwrap()
                 })
                 .expect("koord-bundle.json");
-            assert_eq!(manifest["discovery"]["method"], how, "{version}");
-            if how == "helm" {
-                assert_eq!(manifest["discovery"]["helmVersion"], "v4.1.4");
-            }
+            assert_eq!(manifest["discovery"]["method"], "helm", "{version}");
+            assert_eq!(manifest["discovery"]["helmVersion"], helm_version);
+            assert_eq!(originals(&manifest), truth, "{version} {helm_version}");
             manifests.push(manifest);
             std::fs::remove_file(&out).unwrap();
         }
-        assert_eq!(
-            manifests[0]["images"], manifests[1]["images"],
-            "{version}: helm and built-in discovery bundle the same images"
-        );
-        assert_eq!(manifests[0]["crds"], manifests[1]["crds"], "{version}");
+        for m in &manifests[1..] {
+            assert_eq!(m["images"], manifests[0]["images"], "{version}");
+            assert_eq!(m["crds"], manifests[0]["crds"], "{version}");
+        }
     }
 }
 
@@ -248,11 +239,9 @@ fn helm_template_dir(name: &str, sets: &[&str]) -> BTreeSet<String> {
 }
 
 #[test]
-fn synthetic_chart_idioms_read_like_helm_with_and_without_helm() {
-    let e = env();
+fn synthetic_chart_idioms_bundle_what_helm_renders() {
     let h = Home::new();
     let chart = package("idioms", h.path());
-    let helm3 = e.helm3.to_str().unwrap();
     for sets in [
         vec![],
         vec![
@@ -263,77 +252,124 @@ fn synthetic_chart_idioms_read_like_helm_with_and_without_helm() {
     ] {
         let truth = helm_template_dir("idioms", &sets);
         assert!(truth.len() >= 3, "{truth:?}");
-        for how in [
-            vec!["--discover", "helm", "--helm", helm3],
-            vec!["--discover", "builtin"],
-        ] {
-            let mut build = h
-                .build("")
-                .chart(&chart)
-                .args(&["--dry-run", "--json"])
-                .args(&how);
-            for s in &sets {
-                build = build.args(&["--set", s]);
-            }
-            let o = build.run();
-            assert_ok(&o);
-            let p: Value = serde_json::from_slice(&o.stdout).unwrap();
-            assert_eq!(originals(&p), truth, "{how:?} {sets:?}");
-            // The optional component is bundled only when enabled.
-            let side = p["images"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|i| i["repository"] == "koordinator-sh/koord-device-daemon");
-            assert_eq!(side, !sets.is_empty(), "{how:?} {sets:?}");
-            assert_eq!(p["crds"][0], "widgets.idioms.example.com");
+        let mut build = h.build("").chart(&chart).args(&["--dry-run", "--json"]);
+        for s in &sets {
+            build = build.args(&["--set", s]);
         }
+        let o = build.run();
+        assert_ok(&o);
+        let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(originals(&p), truth, "{sets:?}");
+        // The optional component is bundled only when enabled.
+        let side = p["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["repository"] == "koordinator-sh/koord-device-daemon");
+        assert_eq!(side, !sets.is_empty(), "{sets:?}");
+        assert_eq!(p["crds"][0], "widgets.idioms.example.com");
     }
 }
 
+/// A chart only helm can read (`.Capabilities`, functions the old built-in reader lacked):
+/// bundled as helm renders it.
 #[test]
-fn a_chart_only_helm_can_read_is_refused_without_helm() {
+fn a_chart_only_helm_can_read_bundles_what_helm_renders() {
     let e = env();
     let h = Home::new();
     let chart = package("needs-helm", h.path());
-    let base = h.build("").chart(&chart).args(&["--dry-run", "--json"]);
-    // A PATH without helm, whatever the machine has installed.
-    let no_helm = h.path().join("empty-path");
-    std::fs::create_dir_all(&no_helm).unwrap();
-    // Built-in (also what `auto` does with no helm on PATH): refused, naming file and line.
-    for how in [["--discover", "builtin"], ["--discover", "auto"]] {
-        let o = base
-            .clone()
-            .args(&how)
-            .cmd()
-            .env("PATH", &no_helm)
-            .output()
-            .unwrap();
-        crate::common::assert_fails(
-            &o,
-            1,
-            &[
-                "templates/daemonset.yaml:9",
-                ".Capabilities",
-                "install helm",
-            ],
-        );
+    for (helm, version) in [(&e.helm3, "v3.17.3"), (&e.helm4, "v4.1.4")] {
+        let o = h
+            .build("")
+            .chart(&chart)
+            .helm(Some(helm))
+            .args(&["--dry-run", "--json"])
+            .run();
+        assert_ok(&o);
+        let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(originals(&p), helm_template_dir("needs-helm", &[]));
+        assert_eq!(p["discovery"]["helmVersion"], version);
     }
-    // With helm: what helm renders.
-    let o = base
+}
+
+/// A chart repository that counts the connections it gets (and answers none).
+fn counting_repo() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n2 = n.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            n2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(c);
+        }
+    });
+    (url, n)
+}
+
+/// build needs helm (3.8+): without one it stops at once, before any download, naming where
+/// it looked and how to install helm; the same for a helm that is too old.
+#[test]
+fn build_without_helm_stops_before_any_download() {
+    let h = Home::new();
+    let (repo, connections) = counting_repo();
+    let no_helm = h.path().join("empty-path");
+    let other = h.path().join("other-dir");
+    std::fs::create_dir_all(&no_helm).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let path = std::env::join_paths([&no_helm, &other]).unwrap();
+    let build = h.build("1.8.0").repo(&repo).helm(None);
+    // Not on PATH: every PATH entry is named.
+    let o = build.clone().cmd().env("PATH", &path).output().unwrap();
+    crate::common::assert_fails(
+        &o,
+        1,
+        &[
+            &format!(
+                "helm not found on PATH (looked in {}, {})",
+                no_helm.display(),
+                other.display()
+            ),
+            "needs helm 3.8.0 or newer",
+            "https://helm.sh/docs/intro/install/",
+            "--helm PATH",
+            "nothing was downloaded",
+        ],
+    );
+    // --helm naming nothing.
+    let missing = h.path().join("no-such-helm");
+    let o = build
         .clone()
-        .args(&["--discover", "helm", "--helm", e.helm3.to_str().unwrap()])
-        .run();
-    assert_ok(&o);
-    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(originals(&p), helm_template_dir("needs-helm", &[]));
-    assert_eq!(p["discovery"]["helmVersion"], "v3.17.3");
-    // --discover helm without helm says what to do.
-    let o = base
-        .args(&["--discover", "helm"])
+        .helm(Some(&missing))
         .cmd()
-        .env("PATH", &no_helm)
+        .env("PATH", &path)
         .output()
         .unwrap();
-    crate::common::assert_fails(&o, 1, &["--discover helm", "helm"]);
+    crate::common::assert_fails(
+        &o,
+        1,
+        &[&format!("helm not found at {} (--helm)", missing.display())],
+    );
+    // A helm older than 3.8.
+    let old = other.join("helm");
+    std::fs::write(&old, "#!/bin/sh\necho v3.7.2\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let o = build.cmd().env("PATH", &path).output().unwrap();
+    crate::common::assert_fails(
+        &o,
+        1,
+        &[
+            &format!("helm 3.7.2 at {} is too old", old.display()),
+            "needs helm 3.8.0 or newer",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "build reached the chart repository without helm"
+    );
 }

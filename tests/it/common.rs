@@ -134,7 +134,8 @@ impl Home {
         .unwrap();
         p
     }
-    /// `build VERSION --repo <chart repo> --source <plain registry> --plain-http` in this home:
+    /// `build VERSION --repo <chart repo> --source <plain registry> --plain-http --helm <helm 3>`
+    /// in this home:
     /// the argument list most tests start from (see [`Build`]).
     pub fn build(&self, version: &str) -> Build<'_> {
         let e = env();
@@ -145,6 +146,7 @@ impl Home {
             sources: vec![e.plain.clone()],
             plain_http: true,
             out: None,
+            helm: Some(e.helm3.clone()),
             extra: Vec::new(),
         }
     }
@@ -175,7 +177,7 @@ impl Home {
 }
 
 /// A `build` command line of a [`Home`]: `build VERSION --repo R --source S --plain-http
-/// [-o OUT] EXTRA...`, by default from the test environment's chart repository and plain
+/// [-o OUT] --helm HELM EXTRA...`, by default from the test environment's chart repository and plain
 /// registry. A test changes the part it is about ([`Build::repo`], [`Build::source`],
 /// [`Build::https`], [`Build::chart`], [`Build::out`]), adds the rest
 /// ([`Build::arg`], [`Build::args`]) and runs it ([`Build::run`], or [`Build::cmd`] to set
@@ -188,6 +190,9 @@ pub struct Build<'h> {
     sources: Vec<String>,
     plain_http: bool,
     out: Option<PathBuf>,
+    /// `--helm HELM` (build needs helm; the test environment's helm 3 unless a test changes
+    /// it with [`Build::helm`]).
+    helm: Option<PathBuf>,
     extra: Vec<String>,
 }
 
@@ -225,6 +230,12 @@ impl Build<'_> {
         self.out = Some(out.to_path_buf());
         self
     }
+    /// `--helm HELM` with this helm instead of the environment's helm 3; `None`: no `--helm`
+    /// (helm is then looked for on PATH).
+    pub fn helm(mut self, helm: Option<&Path>) -> Self {
+        self.helm = helm.map(Path::to_path_buf);
+        self
+    }
     /// One more argument.
     pub fn arg(mut self, arg: &str) -> Self {
         self.extra.push(arg.to_string());
@@ -251,6 +262,9 @@ impl Build<'_> {
         if let Some(out) = &self.out {
             v.extend(["-o".to_string(), out.to_string_lossy().to_string()]);
         }
+        if let Some(helm) = &self.helm {
+            v.extend(["--helm".to_string(), helm.to_string_lossy().to_string()]);
+        }
         v.extend(self.extra.iter().cloned());
         v
     }
@@ -274,6 +288,24 @@ impl Build<'_> {
     pub fn run(&self) -> Output {
         self.cmd().output().expect("run koord-bundle")
     }
+}
+
+/// Write a chart archive at `path`: `files` under a `koordinator/` top folder, gzipped.
+pub fn chart_tgz(path: &Path, files: &[(&str, &[u8])]) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut b = tar::Builder::new(gz);
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, format!("koordinator/{name}"), *data)
+            .unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap();
 }
 
 pub fn assert_ok(o: &Output) {

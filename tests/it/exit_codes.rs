@@ -18,7 +18,15 @@ fn dead_addr() -> String {
 
 fn build(h: &Home, extra: &[&str]) -> std::process::Output {
     let out = h.path().join("b.tar");
-    let mut args = vec!["build", "1.8.0", "-o", out.to_str().unwrap()];
+    let helm = env().helm3.to_str().unwrap();
+    let mut args = vec![
+        "build",
+        "1.8.0",
+        "-o",
+        out.to_str().unwrap(),
+        "--helm",
+        helm,
+    ];
     args.extend_from_slice(extra);
     h.run(&args)
 }
@@ -126,9 +134,8 @@ fn build_from_a_plain_http_source_without_the_flag_is_1() {
 
 #[test]
 fn build_of_a_version_that_does_not_exist_is_1() {
-    let e = env();
     let h = Home::with_key();
-    let o = h.run(&["build", "9.9.9", "--repo", &e.helm_repo]);
+    let o = h.build("9.9.9").run();
     assert_fails(&o, INPUT, &["no version matching \"9.9.9\"", "1.8.0"]);
 }
 

@@ -408,7 +408,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
         .trim_start_matches(&format!("{}/", hb.host))
         .to_string();
     for (helm, host, plain) in [(&e.helm4, &hb.host, false), (&e.helm3, &hb.http_host, true)] {
-        let helm = Helm::find(Some(helm), None).unwrap();
+        let helm = Helm::find(Some(helm), None, &koord_bundle::helm::FOR_LOAD).unwrap();
         let access = RegistryAccess {
             host: host.clone(),
             username: Some(hb.robot.0.clone()),

@@ -45,7 +45,7 @@ const IMAGES_180: [&str; 5] = [
 fn helm(major: u64) -> Helm {
     let e = env();
     let path = if major == 3 { &e.helm3 } else { &e.helm4 };
-    let h = Helm::find(Some(path), None)
+    let h = Helm::find(Some(path), None, &koord_bundle::helm::FOR_BUILD)
         .unwrap_or_else(|err| panic!("{err} (scripts/install-deps.sh installs helm)"));
     assert_eq!(h.major(), major);
     assert!(h.supports_oci());
@@ -261,7 +261,7 @@ pub fn memory_driver_helm(real: &Helm, dir: &Path) -> Helm {
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let h = Helm::find(Some(&wrapper), None).unwrap();
+    let h = Helm::find(Some(&wrapper), None, &koord_bundle::helm::FOR_LOAD).unwrap();
     assert_eq!(h.version, real.version);
     h
 }
@@ -461,9 +461,18 @@ fn upgrade_install_dry_run(major: u64, from_registry: bool) {
     plan.kubeconfig = Some(write_kubeconfig(dir.path(), &server));
     plan.context = Some("dummy".into());
     plan.timeout = Some("2m".into());
+    // helm's lines reach the sink as they come, scrubbed.
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let l2 = lines.clone();
+    let sink: koord_bundle::child::LineSink = std::sync::Arc::new(move |_, line: &[u8]| {
+        l2.lock().unwrap().push_str(&String::from_utf8_lossy(line))
+    });
     let out = h
-        .upgrade_install(&plan, true)
+        .upgrade_install(&plan, true, Some(sink))
         .unwrap_or_else(|e| panic!("{e}"));
+    let seen = lines.lock().unwrap().clone();
+    assert!(seen.contains("koordinator-system"), "{seen}");
+    assert!(!seen.contains(&env().password), "{seen}");
     assert!(out.stdout.contains("koordinator-system"), "{}", out.stdout);
     check_rendered(&out.manifest());
     assert!(!out.stdout.contains(&env().password) && !out.stderr.contains(&env().password));
@@ -476,7 +485,7 @@ fn upgrade_install_needs_a_cluster(major: u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut plan = tool_plan(ChartSource::Archive(chart_180()), None);
     plan.kubeconfig = Some(write_kubeconfig(dir.path(), "https://127.0.0.1:1"));
-    let err = h.upgrade_install(&plan, true).unwrap_err();
+    let err = h.upgrade_install(&plan, true, None).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, HelmError::Failed { .. }), "{text}");
     assert!(
@@ -608,11 +617,18 @@ mod dry_run {
 #[test]
 fn missing_helm_is_not_found() {
     let dir = tempfile::tempdir().unwrap();
-    let err = Helm::find(Some(&dir.path().join("helm")), None).unwrap_err();
+    let err = Helm::find(
+        Some(&dir.path().join("helm")),
+        None,
+        &koord_bundle::helm::FOR_LOAD,
+    )
+    .unwrap_err();
     assert!(matches!(err, HelmError::NotFound { .. }), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("install helm 3.5") && text.contains("--helm"),
+        text.contains("needs helm 3.5.0 or newer")
+            && text.contains("https://helm.sh/docs/intro/install/")
+            && text.contains("--helm PATH"),
         "{text}"
     );
 }
@@ -624,7 +640,7 @@ fn old_fake_helm_is_too_old() {
     let fake = dir.path().join("helm");
     std::fs::write(&fake, "#!/bin/sh\necho v3.4.0\n").unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let err = Helm::find(Some(&fake), None).unwrap_err();
+    let err = Helm::find(Some(&fake), None, &koord_bundle::helm::FOR_LOAD).unwrap_err();
     assert!(
         matches!(&err, HelmError::TooOld { version, .. } if version.to_string() == "3.4.0"),
         "{err}"

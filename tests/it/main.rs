@@ -17,6 +17,7 @@ mod fuzz_regressions;
 mod harbor;
 mod helm;
 mod hostile;
+mod hostile_charts;
 mod install;
 mod kube_fake;
 mod kube_hostile;

@@ -507,6 +507,125 @@ fn credential_helpers_creds_store_and_cred_helpers() {
     assert!(!err.contains("refused the credentials"), "{err}");
 }
 
+/// A `docker-credential-NAME` script: `body` after it logs each run (the server asked about)
+/// to `NAME.runs`, which the caller counts.
+fn write_broken_helper(bin: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(bin).unwrap();
+    let runs = bin.join(format!("{name}.runs"));
+    let p = bin.join(format!("docker-credential-{name}"));
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 2\nread -r server\necho \"$server\" >> '{}'\n{body}\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    runs
+}
+
+fn runs(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 21 and issue 17 on credential helpers, with `load`: a failing helper's own words are
+/// shown (its first line on stdout, where helpers answer) with the command to see them again;
+/// a helper that hangs is stopped at the 30 s its message names, with what it started; one that
+/// prints without end is stopped at its cap. Each runs once per host in the whole load (it ran
+/// 3 to 5 times: once before verification, then once per parallel push).
+#[test]
+fn broken_credential_helpers_run_once_and_say_why() {
+    let b = TokenBuilt::new();
+    let t = tenv();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let hint = |name: &str| format!("`echo {} | docker-credential-{name} get`", t.registry);
+    // Fails, saying why on stdout (as docker-credential-gcloud does).
+    let log = write_broken_helper(
+        &bin,
+        "kbfail",
+        "echo 'You do not currently have an active account selected.'\necho 'second line' >&2\nexit 1",
+    );
+    let o = load_with_docker_config(
+        &b,
+        &unique_prefix("credfail"),
+        &dir.path().join("fail"),
+        r#"{"credsStore":"kbfail"}"#,
+        &bin,
+    );
+    assert_fails(
+        &o,
+        1,
+        &[
+            "credential helper docker-credential-kbfail",
+            "exited with exit status: 1: \"You do not currently have an active account selected.\"",
+            &hint("kbfail"),
+        ],
+    );
+    assert_eq!(runs(&log), vec![t.registry.as_str()], "one run per host");
+    // Prints without end: stopped at 64 KiB; never its output in the message.
+    let log = write_broken_helper(&bin, "kbendless", "exec yes '{\"Secret\":\"s3cr3t-x\"}'");
+    let o = load_with_docker_config(
+        &b,
+        &unique_prefix("credendless"),
+        &dir.path().join("endless"),
+        r#"{"credsStore":"kbendless"}"#,
+        &bin,
+    );
+    let err = assert_fails(
+        &o,
+        1,
+        &[
+            "docker-credential-kbendless",
+            "printed more than 65536 bytes on its standard output",
+        ],
+    );
+    assert!(!err.contains("s3cr3t-x"), "{err}");
+    assert_eq!(runs(&log), vec![t.registry.as_str()], "one run per host");
+    // Hangs, with a child of its own: stopped at 30 s, the child too.
+    let pid = dir.path().join("hang.pid");
+    let log = write_broken_helper(
+        &bin,
+        "kbhang",
+        &format!(
+            "sleep 600 >/dev/null 2>&1 &\necho $! > '{}'\nexec sleep 600",
+            pid.display()
+        ),
+    );
+    let o = load_with_docker_config(
+        &b,
+        &unique_prefix("credhang"),
+        &dir.path().join("hang"),
+        r#"{"credsStore":"kbhang"}"#,
+        &bin,
+    );
+    assert_fails(
+        &o,
+        1,
+        &[
+            "docker-credential-kbhang",
+            "did not finish within 30 s",
+            "with everything it started",
+        ],
+    );
+    assert_eq!(runs(&log), vec![t.registry.as_str()], "one run per host");
+    let pid = std::fs::read_to_string(&pid).unwrap().trim().to_string();
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false);
+    assert!(!alive, "the helper's child {pid} outlived it");
+}
+
 #[test]
 fn identity_token_from_auths_and_from_a_helper() {
     let b = TokenBuilt::new();

@@ -20,22 +20,7 @@ fn walk_around(levels: usize) -> Vec<u8> {
 
 const CHART_YAML: &[u8] = b"apiVersion: v2\nname: koordinator\nversion: 9.9.9\n";
 
-fn tgz(path: &Path, files: &[(&str, &[u8])]) {
-    let gz = flate2::write::GzEncoder::new(
-        std::fs::File::create(path).unwrap(),
-        flate2::Compression::fast(),
-    );
-    let mut b = tar::Builder::new(gz);
-    for (name, data) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, format!("koordinator/{name}"), *data)
-            .unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap();
-}
+use crate::common::chart_tgz as tgz;
 
 /// Run, and fail (killing it) if it has not finished after two minutes: before the bound these
 /// inputs took minutes, and a test must fail then rather than hang. Not a timing assertion on
@@ -77,7 +62,15 @@ fn run_bounded(mut cmd: Command) -> std::process::Output {
 }
 
 fn build_chart(h: &Home, chart: &Path, extra: &[&str]) -> std::process::Output {
-    let mut c = h.cmd(&["build", "--chart", chart.to_str().unwrap(), "--dry-run"]);
+    let helm = crate::common::env().helm3.to_str().unwrap();
+    let mut c = h.cmd(&[
+        "build",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--dry-run",
+        "--helm",
+        helm,
+    ]);
     c.args(extra);
     run_bounded(c)
 }
@@ -127,7 +120,7 @@ fn regression_crd_template_is_bounded() {
             ("templates/crd/x.yaml", &crd),
         ],
     );
-    let o = build_chart(&h, &chart, &["--discover", "builtin"]);
+    let o = build_chart(&h, &chart, &[]);
     assert_fails(
         &o,
         1,
@@ -180,6 +173,8 @@ fn regression_repository_index_is_bounded() {
         "--repo",
         repo.to_str().unwrap(),
         "--dry-run",
+        "--helm",
+        crate::common::env().helm3.to_str().unwrap(),
     ]);
     let o = run_bounded(c);
     assert_fails(&o, 1, &["index.yaml", "nested deeper than 100 levels"]);
@@ -230,7 +225,16 @@ fn endless_index_server() -> (String, std::thread::JoinHandle<u64>) {
 fn regression_endless_chunked_index_stops_at_its_cap() {
     let h = Home::new();
     let (url, server) = endless_index_server();
-    let c = h.cmd(&["build", "1.8.0", "--repo", &url, "--dry-run"]);
+    let helm = crate::common::env().helm3.to_str().unwrap();
+    let c = h.cmd(&[
+        "build",
+        "1.8.0",
+        "--repo",
+        &url,
+        "--dry-run",
+        "--helm",
+        helm,
+    ]);
     let o = run_bounded(c);
     assert_fails(
         &o,
