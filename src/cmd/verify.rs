@@ -39,6 +39,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     };
     let report = reader::verify(&args.bundle, policy, &|n| bar.inc(n))?;
     bar.finish("done");
+    let set = report.file.as_ref().and_then(|f| f.set.clone());
+    if let Some(bf) = &report.file {
+        super::split::tell_repairs(&progress, bf);
+    }
     if args.json {
         let m = report.manifest.as_ref();
         return super::print_json(&serde_json::json!({
@@ -50,6 +54,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             "images": m.map(|m| m.images.len()),
             "expectedOnSite": m.map(|m| &m.omitted_blobs),
             "split": report.file.as_ref().map(|f| f.is_split()),
+            "repaired": set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
+            "notes": set.as_ref().map(|s| s.notes.clone()).unwrap_or_default(),
         }));
     }
     match (&report.signature, report.signature_verified) {
