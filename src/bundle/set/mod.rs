@@ -362,6 +362,8 @@ pub struct DamageReport {
     pub more_parity_needed: usize,
     /// Parts to copy again so that every stripe can be rebuilt (fewest first found).
     pub copy_again: Vec<String>,
+    /// What was found when the parts were looked for (short, renamed, foreign parts...).
+    pub notes: Vec<String>,
 }
 
 /// The damage of one part.
@@ -490,9 +492,23 @@ impl fmt::Display for DamageReport {
         let parts: Vec<String> = self.parts.iter().map(|p| p.to_string()).collect();
         let stripes: Vec<u64> = self.beyond.iter().map(|&(j, _)| j).collect();
         let worst = self.beyond.iter().map(|&(_, d)| d).max().unwrap_or(0);
+        let found = if self.notes.is_empty() {
+            String::new()
+        } else {
+            format!(" (found: {})", self.notes.join("; "))
+        };
+        if self.parity == 0 {
+            return write!(
+                f,
+                "split set {}: {}{found}: the set has no parity parts to rebuild from: copy again {} (split with --parity N for sets that rebuild lost or damaged parts)",
+                self.set.display(),
+                parts.join("; "),
+                self.copy_again.join(", "),
+            );
+        }
         write!(
             f,
-            "split set {}: damage beyond repair: {}; {} stripe{} ({}) {} up to {worst} damaged blocks, and the {} parity part{} rebuild at most {} per stripe: {} more parity part{} would have been needed; copy again {} (then every stripe can be rebuilt)",
+            "split set {}: damage beyond repair: {}{found}; {} stripe{} ({}) {} up to {worst} damaged blocks, and the {} parity part{} rebuild at most {} per stripe: {} more parity part{} would have been needed; copy again {} (then every stripe can be rebuilt)",
             self.set.display(),
             parts.join("; "),
             stripes.len(),

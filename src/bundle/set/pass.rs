@@ -179,6 +179,7 @@ impl<'a> Pass<'a> {
         let mut report = DamageReport {
             set: set.path.clone(),
             parity: g.n,
+            notes: set.notes.iter().map(|n| n.to_string()).collect(),
             ..Default::default()
         };
         for (q, blocks) in self.damaged.into_iter().enumerate() {

@@ -209,6 +209,31 @@ impl Set {
         Ok(out)
     }
 
+    /// Check every block of the parity parts (which reading the bundle does not touch unless
+    /// it rebuilds): the damaged ones, per parity part (`repair` writes them back).
+    pub fn check_parity(&self, on_bytes: &(dyn Fn(u64) + Sync)) -> Vec<super::PartDamage> {
+        let g = &self.geometry;
+        let mut out = Vec::new();
+        for p in g.k..g.parts() {
+            let blocks: Vec<u64> = (0..g.blocks(p))
+                .filter(|&b| {
+                    on_bytes(g.block_len(p, b));
+                    self.intact(p, b).is_none()
+                })
+                .collect();
+            if !blocks.is_empty() {
+                out.push(super::PartDamage {
+                    index: p,
+                    file: self.header.parts[p].file.clone(),
+                    missing: self.slots[p].file.is_none(),
+                    blocks,
+                    of: g.blocks(p),
+                });
+            }
+        }
+        out
+    }
+
     /// Bundle bytes `offset..offset + len`, checked and repaired.
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>, SetError> {
         let g = &self.geometry;
