@@ -206,7 +206,7 @@ fn random_damage_in_every_part_is_found_per_block_and_repaired() {
         } else {
             // Parity parts are checked too (reading the bundle does not touch them).
             format!(
-                "{}: 1 of 61 blocks damaged (block {j}): a parity part",
+                "{}: 1 of {stripes} blocks damaged (block {j}): a parity part",
                 s.name(q)
             )
         };
