@@ -263,16 +263,22 @@ fn read_and_check(
         let want = (j1 * g.block).min(g.sizes[q]) - from;
         let slot = &set.slots[q];
         let on_disk = slot.len.saturating_sub(g.data_offset + from).min(want);
+        let at = g.data_offset + from;
         let got = match &slot.file {
             Some(f) if on_disk > 0 => {
-                match crate::store::file::read_at(
-                    f,
-                    &mut buf[..on_disk as usize],
-                    g.data_offset + from,
-                ) {
-                    Ok(()) => on_disk,
-                    Err(_) => 0,
+                let bytes = &mut buf[..on_disk as usize];
+                if crate::store::file::read_at(f, bytes, at).is_err() {
+                    // A read error (unreadable sectors of a scratched disc): block by block, so
+                    // only the blocks that cannot be read count as damaged (zeros fail their
+                    // digest).
+                    for (i, chunk) in bytes.chunks_mut(g.block as usize).enumerate() {
+                        let off = at + i as u64 * g.block;
+                        if crate::store::file::read_at(f, chunk, off).is_err() {
+                            chunk.fill(0);
+                        }
+                    }
                 }
+                on_disk
             }
             _ => 0,
         };
