@@ -67,13 +67,19 @@ impl std::fmt::Debug for Coder {
 impl Coder {
     /// A coder for `k` originals and `n` recovery shards (`n` may be 0: nothing to code).
     pub fn new(k: usize, n: usize) -> Result<Coder, ParityError> {
+        Self::with_budget(k, n, SLICE_BUDGET)
+    }
+
+    /// [`Coder::new`] whose column slices take at most `budget` bytes (two coders working side
+    /// by side share [`SLICE_BUDGET`]).
+    pub fn with_budget(k: usize, n: usize, budget: usize) -> Result<Coder, ParityError> {
         if k == 0 || (n > 0 && !ReedSolomonEncoder::supports(k, n)) {
             return Err(ParityError::Unsupported { k, n });
         }
         Ok(Coder {
             k,
             n,
-            width: slice_width(k, n),
+            width: slice_width_within(k, n, budget),
             enc: None,
             dec: None,
         })
@@ -262,9 +268,13 @@ impl Coder {
 
 /// See [`Coder::slice_width`].
 pub fn slice_width(k: usize, n: usize) -> usize {
+    slice_width_within(k, n, SLICE_BUDGET)
+}
+
+fn slice_width_within(k: usize, n: usize, budget: usize) -> usize {
     let shards = k + n;
     let work = 2 * shards.next_power_of_two();
-    ((SLICE_BUDGET / (shards + work)) / 64 * 64).max(64)
+    ((budget / (shards + work)) / 64 * 64).max(64)
 }
 
 /// The end of the slice that starts at `c`: `c + width`, or `len` when the rest fits (so the

@@ -10,7 +10,7 @@
 use super::header;
 use super::{io_err, DamageReport, PartDamage, Set, SetError, STRIPE_BUDGET};
 use crate::bundle::atomic::AtomicFile;
-use crate::bundle::parity::Coder;
+use crate::bundle::parity::{Coder, SLICE_BUDGET};
 use std::path::PathBuf;
 
 /// What [`repair`] did.
@@ -230,9 +230,22 @@ impl<'a> Pass<'a> {
             }
             let lost = &stripes[j];
             if !lost.is_empty() && lost.len() <= g.n {
-                let from = j as u64 * g.block;
-                let to = (end as u64 - 1) * g.block + g.shard_len(j0 + end as u64 - 1);
-                rebuild(set, bufs, lost, from as usize, to as usize)?;
+                let from = (j as u64 * g.block) as usize;
+                let to = ((end as u64 - 1) * g.block + g.shard_len(j0 + end as u64 - 1)) as usize;
+                // Two halves of the run, on two threads.
+                let cut = (j + (end - j).div_ceil(2)) * g.block as usize;
+                let (mut lo, mut hi): (Vec<&mut [u8]>, Vec<&mut [u8]>) = bufs
+                    .iter_mut()
+                    .map(|b| b[from..to].split_at_mut(cut.min(to) - from))
+                    .unzip();
+                std::thread::scope(|s| {
+                    let other = s.spawn(|| rebuild(set, &mut hi, lost));
+                    rebuild(set, &mut lo, lost)?;
+                    other.join().map_err(|_| SetError::Io {
+                        path: set.path.clone(),
+                        source: std::io::Error::other("a rebuilding thread panicked"),
+                    })?
+                })?;
                 self.rebuilt += (end - j) as u64 * lost.len() as u64;
             }
             j = end;
@@ -322,41 +335,39 @@ fn read_and_check(
     Ok(out)
 }
 
-/// Rebuild bytes `from..to` of the parts `lost` in `bufs` (one run of stripes that lost the same
-/// parts): data parts decoded from `k` intact shards, parity parts encoded again.
-fn rebuild(
-    set: &Set,
-    bufs: &mut [Vec<u8>],
-    lost: &[usize],
-    from: usize,
-    to: usize,
-) -> Result<(), SetError> {
+/// Rebuild the parts `lost` in `parts` (the same bytes of every part: a run of stripes that
+/// lost the same parts): data parts decoded from `k` intact shards, parity parts encoded again.
+/// Each of two threads has a coder of half the slice budget.
+fn rebuild(set: &Set, parts: &mut [&mut [u8]], lost: &[usize]) -> Result<(), SetError> {
     let g = &set.geometry;
     let (k, n) = (g.k, g.n);
+    if parts.first().is_none_or(|p| p.is_empty()) {
+        return Ok(());
+    }
     let perr = |source| SetError::Parity {
         path: set.path.clone(),
         source,
     };
-    let mut coder = Coder::new(k, n).map_err(perr)?;
+    let mut coder = Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?;
     if lost.iter().any(|&q| q < k) {
         let mut present: Vec<Option<&[u8]>> = Vec::with_capacity(k + n);
         let mut outs: Vec<(usize, &mut [u8])> = Vec::new();
-        for (q, buf) in bufs.iter_mut().enumerate() {
+        for (q, buf) in parts.iter_mut().enumerate() {
             if lost.contains(&q) {
                 present.push(None);
                 if q < k {
-                    outs.push((q, &mut buf[from..to]));
+                    outs.push((q, &mut buf[..]));
                 }
             } else {
-                present.push(Some(&buf[from..to]));
+                present.push(Some(&buf[..]));
             }
         }
         coder.decode(&present, &mut outs).map_err(perr)?;
     }
     if lost.iter().any(|&q| q >= k) {
-        let (data, parity) = bufs.split_at_mut(k);
-        let originals: Vec<&[u8]> = data.iter().map(|b| &b[from..to]).collect();
-        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|b| &mut b[from..to]).collect();
+        let (data, parity) = parts.split_at_mut(k);
+        let originals: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|b| &mut b[..]).collect();
         coder.encode(&originals, &mut outs).map_err(perr)?;
     }
     Ok(())

@@ -10,7 +10,7 @@ use super::{
     DIGEST_LEN, FORMAT, MAX_PARTS, STRIPE_BUDGET,
 };
 use crate::bundle::atomic::AtomicFile;
-use crate::bundle::parity::Coder;
+use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
 use crate::bundle::parts::PartInfo;
 use crate::bundle::sign;
 use crate::oci::Digest;
@@ -236,7 +236,9 @@ pub fn split(
 }
 
 /// Every stripe, a group at a time: data blocks from the bundle, parity blocks coded from them,
-/// both written into the parts and digested into the block table (returned).
+/// both written into the parts and digested into the block table (returned). Each group is
+/// coded and digested in two halves (stripes `j0..mid` and `mid..j1`) on two threads, each
+/// with a coder of half the slice budget.
 fn write_stripes(
     bundle: &Path,
     src: &std::fs::File,
@@ -248,12 +250,16 @@ fn write_stripes(
     let per = (STRIPE_BUDGET / (count as u64 * g.block)).max(1);
     let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; (per * g.block) as usize]; count];
     let mut table = vec![0u8; g.total_blocks() as usize * DIGEST_LEN];
-    let mut coder = match n {
+    let perr = |source| SetError::Parity {
+        path: bundle.to_path_buf(),
+        source,
+    };
+    let mut coders = match n {
         0 => None,
-        _ => Some(Coder::new(k, n).map_err(|source| SetError::Parity {
-            path: bundle.to_path_buf(),
-            source,
-        })?),
+        _ => Some([
+            Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
+            Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
+        ]),
     };
     let mut j0 = 0;
     while j0 < g.stripes() {
@@ -265,19 +271,16 @@ fn write_stripes(
                 .map_err(io_err(bundle))?;
             buf[len..].fill(0);
         }
-        let run = ((j1 - 1 - j0) * g.block + g.shard_len(j1 - 1)) as usize;
-        if let Some(coder) = &mut coder {
-            let (data, parity) = bufs.split_at_mut(k);
-            let originals: Vec<&[u8]> = data.iter().map(|b| &b[..run]).collect();
-            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|b| &mut b[..run]).collect();
-            coder
-                .encode(&originals, &mut outs)
-                .map_err(|source| SetError::Parity {
-                    path: bundle.to_path_buf(),
-                    source,
-                })?;
+        let digests = code_group(g, j0, j1, &mut bufs, coders.as_mut()).map_err(|e| match e {
+            Some(source) => perr(source),
+            None => SetError::Io {
+                path: bundle.to_path_buf(),
+                source: std::io::Error::other("a coding thread panicked"),
+            },
+        })?;
+        for (i, d) in digests {
+            table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN].copy_from_slice(&d);
         }
-        digest_group(bundle, g, j0, j1, &bufs, &mut table)?;
         for (q, (tmp, dest)) in tmps.iter().enumerate() {
             let from = (j0 * g.block).min(g.sizes[q]);
             let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
@@ -294,41 +297,68 @@ fn write_stripes(
     Ok(table)
 }
 
-/// The digests of blocks `j0..j1` of every part into `table`, on two threads.
-fn digest_group(
-    bundle: &Path,
+/// Block digests: (index in the block table, digest).
+type Digests = Vec<(usize, [u8; DIGEST_LEN])>;
+
+/// Code the parity blocks of stripes `j0..j1` (read into `bufs`) and digest every block of
+/// them, in two halves on two threads. `Err(None)`: a thread panicked.
+fn code_group(
     g: &Geometry,
     j0: u64,
     j1: u64,
-    bufs: &[Vec<u8>],
-    table: &mut [u8],
-) -> Result<(), SetError> {
-    let count = bufs.len();
-    let digests = |q: usize| -> Vec<(usize, [u8; DIGEST_LEN])> {
-        (j0..j1.min(g.blocks(q)))
-            .map(|b| {
-                let at = ((b - j0) * g.block) as usize;
-                let len = g.block_len(q, b) as usize;
-                (
-                    g.table_index(q, b),
-                    super::block_digest(&bufs[q][at..at + len]),
-                )
-            })
-            .collect()
+    bufs: &mut [Vec<u8>],
+    coders: Option<&mut [Coder; 2]>,
+) -> Result<Digests, Option<ParityError>> {
+    let k = g.k;
+    let mid = j0 + (j1 - j0).div_ceil(2);
+    let cut = ((mid - j0) * g.block) as usize;
+    let run = ((j1 - 1 - j0) * g.block + g.shard_len(j1 - 1)) as usize;
+    let (data, parity) = bufs.split_at_mut(k);
+    let data: &[Vec<u8>] = data;
+    let (mut lo, mut hi): (Vec<&mut [u8]>, Vec<&mut [u8]>) = parity
+        .iter_mut()
+        .map(|b| {
+            let (l, h) = b[..run].split_at_mut(cut.min(run));
+            (l, h)
+        })
+        .unzip();
+    let (c_lo, c_hi) = match coders {
+        Some([a, b]) => (Some(a), Some(b)),
+        None => (None, None),
     };
-    let (even, odd) = std::thread::scope(|s| {
-        let odd = s.spawn(|| (1..count).step_by(2).flat_map(digests).collect::<Vec<_>>());
-        let even: Vec<_> = (0..count).step_by(2).flat_map(digests).collect();
-        (even, odd.join())
-    });
-    let odd = odd.map_err(|_| SetError::Io {
-        path: bundle.to_path_buf(),
-        source: std::io::Error::other("a digesting thread panicked"),
-    })?;
-    for (i, d) in even.into_iter().chain(odd) {
-        table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN].copy_from_slice(&d);
-    }
-    Ok(())
+    let half = |coder: Option<&mut Coder>,
+                outs: &mut [&mut [u8]],
+                a: u64,
+                b: u64,
+                from: usize|
+     -> Result<Digests, ParityError> {
+        let to = from + outs.first().map_or(0, |o| o.len());
+        if let (Some(c), true) = (coder, a < b) {
+            let originals: Vec<&[u8]> = data.iter().map(|d| &d[from..to]).collect();
+            c.encode(&originals, outs)?;
+        }
+        let mut out = Vec::new();
+        for q in 0..g.parts() {
+            for blk in a..b.min(g.blocks(q)) {
+                let at = ((blk - j0) * g.block) as usize;
+                let len = g.block_len(q, blk) as usize;
+                let bytes = if q < k {
+                    &data[q][at..at + len]
+                } else {
+                    &outs[q - k][at - from..at - from + len]
+                };
+                out.push((g.table_index(q, blk), super::block_digest(bytes)));
+            }
+        }
+        Ok(out)
+    };
+    std::thread::scope(|s| {
+        let other = s.spawn(|| half(c_hi, &mut hi, mid, j1, cut));
+        let mut mine = half(c_lo, &mut lo, j0, mid, 0).map_err(Some)?;
+        let theirs = other.join().map_err(|_| None)?.map_err(Some)?;
+        mine.extend(theirs);
+        Ok(mine)
+    })
 }
 
 /// Parts `NAME.partNNN` in `dir` numbered `keep` or more: left by an earlier split.
