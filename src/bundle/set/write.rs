@@ -286,6 +286,7 @@ fn write_stripes(
             let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
             crate::store::file::write_at(tmp.file(), &bufs[q][..len], g.data_offset + from)
                 .map_err(io_err(dest))?;
+            crate::store::file::start_writeback(tmp.file(), g.data_offset + from, len as u64);
         }
         on_bytes(
             (0..k)
