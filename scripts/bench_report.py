@@ -874,8 +874,9 @@ def cmd_parity_report(a) -> int:
 
     L = ["## Parity parts and par2", ""]
     L.append(f"Written by `scripts/bench --parity` on {meta.get('date', '?')} (koord-bundle: "
-             f"{meta.get('runs', '?')} runs of each timing; par2: 2 runs of create and of the 80 MiB "
-             f"repair, one of each other repair; median, peak RSS the largest). The bundle: the image set above built "
+             f"{meta.get('runs', '?')} runs of each timing; par2: one run of each, minutes apiece here; "
+             f"median, peak RSS the largest; every repair and its bound read with the set's pages "
+             f"dropped from the page cache first, so from the disk). The bundle: the image set above built "
              f"into one bundle ({int(meta['bundle_bytes']) / MIB:.1f} MiB), split into "
              f"{meta['parts']} data parts of {meta['part_size']} (`--size`) with `--parity 2`: 20 % "
              f"redundancy. par2cmdline ({meta.get('par2', '?')}) at the same redundancy (`-r20`, its "
@@ -923,8 +924,9 @@ def cmd_parity_report(a) -> int:
     L.append("")
     L.append("Split with and without parity, and repair against the disk (a copy of the same "
              "bytes): split goal ≤ 1.3× split without parity; repair of 2 lost parts at least at "
-             "the speed of reading the 10 surviving parts and writing the 2 rebuilt ones (`cat` "
-             "to /dev/null, then `dd conv=fsync`); memory ≤ 128 MiB.")
+             "the speed of reading the 10 surviving parts from the disk and writing the 2 rebuilt "
+             "ones (`cat` to /dev/null with the parts' pages dropped from the page cache, then "
+             "`dd conv=fsync`); memory ≤ 128 MiB.")
     L.append("")
     L.append("| size | split | split --parity 2 | ÷ | goal | repair 2 lost parts | copy of the same bytes | ÷ | goal | peak RSS (split, repair) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")

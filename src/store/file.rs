@@ -59,14 +59,15 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
 /// here only means the fsync at the end does all the work.
 pub fn start_writeback(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd as _;
-    let (Ok(off), Ok(n)) = (libc::off64_t::try_from(offset), libc::off64_t::try_from(len)) else {
+    let (Ok(off), Ok(n)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
         return;
     };
     // SAFETY: sync_file_range on an open file descriptor owned by `file`, which outlives the
     // call; it only reads its integer arguments.
-    let _ = unsafe {
-        libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE)
-    };
+    let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 /// The regions' bytes in order, `PIECE` at a time, read on the blocking pool.

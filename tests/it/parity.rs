@@ -153,6 +153,28 @@ fn every_combination_of_up_to_n_lost_parts_is_rebuilt() {
             std::fs::rename(aside.join(s.name(i)), &s.parts[i]).unwrap();
         }
     }
+    // N+1 = 3 parts lost: refused, naming them, how many more parity parts, what to copy.
+    for i in [0, 3, 6] {
+        std::fs::rename(&s.parts[i], aside.join(s.name(i))).unwrap();
+    }
+    let out = h.path().join("joined.tar");
+    let mut needles = vec![
+        "damage beyond repair".to_string(),
+        "1 more parity part would have been needed".into(),
+        format!("copy again {}", s.name(0)),
+    ];
+    needles.extend([0, 3, 6].map(|i| format!("{}: missing", s.name(i))));
+    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+    assert_fails(
+        &h.run(&["join", s.arg(1), "-o", out.to_str().unwrap()]),
+        1,
+        &needles,
+    );
+    assert!(!out.exists());
+    assert_fails(&h.run(&["verify", s.arg(7)]), 1, &needles);
+    for i in [0, 3, 6] {
+        std::fs::rename(aside.join(s.name(i)), &s.parts[i]).unwrap();
+    }
     // verify too, from a parity part, with the first and the last data part lost.
     for i in [0, 5] {
         std::fs::remove_file(&s.parts[i]).unwrap();
