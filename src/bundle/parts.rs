@@ -504,7 +504,11 @@ impl BundleFile {
     /// Read a byte range (small: manifests).
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>, PartsError> {
         if let Some(s) = &self.set {
-            return Ok(s.read_range(offset, len)?);
+            return s.read_range(offset, len).map_err(|e| match e {
+                // Beyond repair: the whole picture (every damaged part and block) instead.
+                SetError::Stripe { .. } => self.check_parts().err().unwrap_or(e.into()),
+                other => other.into(),
+            });
         }
         let mut out = Vec::with_capacity(len as usize);
         for s in self.segments(offset, len) {

@@ -93,7 +93,7 @@ pub struct JoinArgs {
 /// `repair`.
 #[derive(Debug, Args)]
 pub struct RepairArgs {
-    /// Any surviving part of the set.
+    /// A part of the set: any part that survived.
     pub part: PathBuf,
     /// Public key that signed the parts' header [default: koord-bundle.pub in the user's config
     /// directory].
@@ -288,8 +288,8 @@ pub struct VerifyArgs {
 /// `load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The bundle, or a part of a split bundle [default: the single koordinator-* bundle, or
-    /// first part, in the current directory].
+    /// The bundle, or a part of a split bundle (any part; the first of an older set)
+    /// [default: the single koordinator-* bundle, or split set, in the current directory].
     pub bundle: Option<PathBuf>,
     /// Target registry: HOST[:PORT][/PREFIX].
     #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]
