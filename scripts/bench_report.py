@@ -913,14 +913,24 @@ def cmd_parity_report(a) -> int:
         L.append(f"| {desc} | {cells[0]} | {cells[1]} |")
     L.append("")
     L.append("Where each is stronger: koord-bundle codes each stripe of blocks across the parts on "
-             "its own (any 2 damaged blocks of a stripe are rebuilt), par2 codes the whole set at "
-             "once (any damaged blocks up to its recovery block count, wherever they are). So par2 "
-             "repairs damage that hits the same stripe in 3 or more parts (the same offsets of 3 "
-             "discs, or many scattered scratches and bit flips), as long as the total stays within "
-             "its budget; koord-bundle repairs damage concentrated in up to 2 parts whatever its "
-             "amount, and many small hits in different stripes even beyond par2's budget (a flipped "
-             "byte costs it one block of 32 KiB, par2 one of its ~240 KiB blocks). Both rebuild "
-             "any 2 lost discs; neither rebuilds 3.")
+             "its own (any 2 damaged blocks of a stripe are rebuilt, however much else is damaged), "
+             "par2 codes the whole set at once (any damaged blocks up to its recovery block count, "
+             "wherever they are, but a partly damaged par2 block costs a whole one, and the last, "
+             "short block of every file costs a whole one too).")
+    L.append("")
+    def ok(sc, t):
+        r = res.get(sc, {}).get(t)
+        return bool(r) and r[0] == "0" and r[1] == "yes"
+    groups = {"only koord-bundle repairs": [], "only par2 repairs": [], "both repair": [], "neither repairs": []}
+    for sc, desc in SCENARIOS.items():
+        if sc in res:
+            k, p = ok(sc, "kb"), ok(sc, "par2")
+            key = ("both repair" if k and p else "only koord-bundle repairs" if k
+                   else "only par2 repairs" if p else "neither repairs")
+            groups[key].append(desc)
+    for key, descs in groups.items():
+        if descs:
+            L.append(f"- {key}: " + "; ".join(descs) + ".")
     L.append("")
     L.append("Split with and without parity, and repair against the disk (a copy of the same "
              "bytes): split goal ≤ 1.3× split without parity; repair of 2 lost parts at least at "
