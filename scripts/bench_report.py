@@ -738,13 +738,235 @@ def cmd_report(a) -> int:
     text = "\n".join(L) + "\n"
     sys.stdout.write(text)
     out = Path(a.out)
-    # The scaling section of an earlier `--scale` run stays (it has its own date).
+    # The sections of earlier `--scale` and `--parity` runs stay (each has its own date).
     old = out.read_text() if out.exists() else ""
-    if "\n## Scaling" in old:
-        rest = old.partition("\n## Scaling")[2]
-        nxt = rest.find("\n## ")
-        text += "\n## Scaling" + (rest[:nxt] if nxt >= 0 else rest).rstrip("\n") + "\n"
+    for kept in ("\n## Scaling", "\n## Parity parts and par2"):
+        if kept in old:
+            rest = old.partition(kept)[2]
+            nxt = rest.find("\n## ")
+            text += kept + (rest[:nxt] if nxt >= 0 else rest).rstrip("\n") + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ #
+# parity parts against par2 (scripts/bench --parity)
+# ------------------------------------------------------------------------------------------ #
+
+# Damage scenarios, on a set of 10 data parts (and 2 parity parts, or par2 files beside them).
+# Offsets are in the data of a part (after koord-bundle's header area), so both sets get the
+# same bundle bytes damaged. Each: (name, description, [(action, part, start MiB, end MiB)]).
+SCENARIOS = {
+    "lost2": "2 of the 10 data parts lost (parts 3 and 7)",
+    "mix80": "80 MiB: part 2 lost, 33 MiB zeroed in part 6",
+    "lost1same3": "part 1 lost, the same 1 MiB zeroed in parts 4 and 8",
+    "scratch80": "80 MiB in 40 scratches of 2 MiB, 4 per data part, random offsets",
+    "flips200": "200 bytes flipped, random offsets over the 10 data parts",
+    "flips600": "600 bytes flipped, random offsets over the 10 data parts",
+    "lost3": "3 of the 10 data parts lost (parts 0, 5, 9)",
+}
+
+
+def split_header(part: Path) -> dict:
+    with open(part, "rb") as f:
+        for _ in range(3):
+            line = f.readline()
+        return json.loads(f.read(int(line)))
+
+
+def cmd_damage(a) -> int:
+    d = Path(a.dir)
+    parts = sorted(p for p in d.iterdir() if ".part" in p.name and p.name.rsplit(".part", 1)[1].isdigit())
+    # The header of the koord-bundle set these data parts come from (any part has it).
+    h = split_header(parts[0] if parts[0].exists() else parts[1])
+    off, k = h["dataOffset"], h["dataParts"]
+    data = parts[:k]
+    sizes = [h["parts"][i]["size"] for i in range(k)]
+    rng = random.Random(a.seed)
+
+    def lose(i):
+        data[i].unlink()
+
+    def zero(i, start, end):
+        with open(data[i], "r+b") as f:
+            f.seek(off + start)
+            f.write(bytes(end - start))
+
+    def flip(i, at):
+        with open(data[i], "r+b") as f:
+            f.seek(off + at)
+            b = f.read(1)
+            f.seek(off + at)
+            f.write(bytes([b[0] ^ 0x5A]))
+
+    s = a.scenario
+    if s == "lost2":
+        lose(3), lose(7)
+    elif s == "mix80":
+        lose(2)
+        zero(6, 5 * MIB, 38 * MIB)
+    elif s == "lost1same3":
+        lose(1)
+        zero(4, 10 * MIB, 11 * MIB)
+        zero(8, 10 * MIB, 11 * MIB)
+    elif s == "scratch80":
+        for i in range(k):
+            for _ in range(4):
+                at = rng.randrange(0, sizes[i] - 2 * MIB)
+                zero(i, at, at + 2 * MIB)
+    elif s.startswith("flips"):
+        for _ in range(int(s[5:])):
+            i = rng.randrange(k)
+            flip(i, rng.randrange(sizes[i]))
+    elif s == "lost3":
+        lose(0), lose(5), lose(9)
+    else:
+        log(f"unknown scenario {s}")
+        return 2
+    return 0
+
+
+def cmd_same(a) -> int:
+    """Exit 0 when every part of --pristine is in --dir with the same bytes."""
+    bad = []
+    for p in sorted(Path(a.pristine).iterdir()):
+        if ".part" not in p.name:
+            continue
+        q = Path(a.dir) / p.name
+        if not q.exists() or q.stat().st_size != p.stat().st_size or \
+                hashlib.sha256(q.read_bytes()).digest() != hashlib.sha256(p.read_bytes()).digest():
+            bad.append(p.name)
+    if bad:
+        log(f"differ from the pristine set: {', '.join(bad)}")
+        return 1
+    return 0
+
+
+def cmd_random_file(a) -> int:
+    """--size bytes of incompressible data (seeded), written once and reused."""
+    out = Path(a.out)
+    if out.exists() and out.stat().st_size == a.size:
+        return 0
+    rng = random.Random(a.seed)
+    with open(out, "wb") as f:
+        left = a.size
+        while left:
+            n = min(left, 16 * MIB)
+            f.write(rng.randbytes(n))
+            left -= n
+    return 0
+
+
+def cmd_parity_report(a) -> int:
+    rec = read_records(Path(a.records))
+    meta = read_meta(Path(a.meta))
+    outcomes = [l.split("\t") for l in Path(a.outcomes).read_text().splitlines() if l.strip()]
+
+    def med(m, t):
+        runs = rec.get((m, t), [])
+        return (statistics.median(r["wall"] for r in runs), max(r["rss_kib"] for r in runs)) if runs else None
+
+    def fmt(x):
+        return f"{x[0]:.2f} s ({x[1] / 1024:.0f} MiB)" if x else "—"
+
+    L = ["## Parity parts and par2", ""]
+    L.append(f"Written by `scripts/bench --parity` on {meta.get('date', '?')} (koord-bundle: "
+             f"{meta.get('runs', '?')} runs of each timing; par2: one run of each, minutes apiece here; "
+             f"median, peak RSS the largest; every repair and its bound read with the set's pages "
+             f"dropped from the page cache first, so from the disk). The bundle: the image set above built "
+             f"into one bundle ({int(meta['bundle_bytes']) / MIB:.1f} MiB), split into "
+             f"{meta['parts']} data parts of {meta['part_size']} (`--size`) with `--parity 2`: 20 % "
+             f"redundancy. par2cmdline ({meta.get('par2', '?')}) at the same redundancy (`-r20`, its "
+             f"default block count and memory, both cores) over the same 10 data parts, written by "
+             f"`koord-bundle split --parity 0` (the same discs, without parity parts).")
+    L.append("")
+    L.append("| measure | koord-bundle | par2 | par2 ÷ koord-bundle | goal | |")
+    L.append("|---|---|---|---|---|---|")
+    kc, pc = med("create", "kb"), med("create", "par2")
+    kr, pr = med("repair-mix80", "kb"), med("repair-mix80", "par2")
+    for name, k, p in (("create the recovery data", kc, pc), ("repair after the same 80 MiB of damage (part 2 lost, 33 MiB of part 6 zeroed)", kr, pr)):
+        ratio = p[0] / k[0] if k and p else 0
+        L.append(f"| {name} | {fmt(k)} | {fmt(p)} | {ratio:.1f}× | ≥ 10× | {'**met**' if ratio >= 10 else '**missed**'} |")
+    L.append(f"| bytes of recovery data | {int(meta['kb_recovery']) / MIB:.1f} MiB (2 parity parts) | "
+             f"{int(meta['par2_recovery']) / MIB:.1f} MiB (.par2 files) | | | |")
+    L.append("")
+    L.append("Which damage each repairs (the same bytes of the same data parts damaged in both sets; "
+             "repaired means the tool exited 0 and every data part is byte-identical to the one "
+             "written; seeded, so every run damages the same bytes):")
+    L.append("")
+    L.append("| damage | koord-bundle repair | par2 repair |")
+    L.append("|---|---|---|")
+    res = {}
+    for sc, tool, rc, same, wall in outcomes:
+        res.setdefault(sc, {})[tool] = (rc, same, float(wall))
+    for sc, desc in SCENARIOS.items():
+        if sc not in res:
+            continue
+        cells = []
+        for t in ("kb", "par2"):
+            rc, same, wall = res[sc].get(t, ("?", "no", 0.0))
+            ok = rc == "0" and same == "yes"
+            cells.append(f"{'repaired' if ok else 'refused' if rc != '0' else 'WRONG BYTES'} ({wall:.1f} s)")
+        L.append(f"| {desc} | {cells[0]} | {cells[1]} |")
+    L.append("")
+    L.append("Where each is stronger: koord-bundle codes each stripe of blocks across the parts on "
+             "its own (any 2 damaged blocks of a stripe are rebuilt, however much else is damaged), "
+             "par2 codes the whole set at once (any damaged blocks up to its recovery block count, "
+             "wherever they are, but a partly damaged par2 block costs a whole one, and the last, "
+             "short block of every file costs a whole one too).")
+    L.append("")
+    def ok(sc, t):
+        r = res.get(sc, {}).get(t)
+        return bool(r) and r[0] == "0" and r[1] == "yes"
+    groups = {"only koord-bundle repairs": [], "only par2 repairs": [], "both repair": [], "neither repairs": []}
+    for sc, desc in SCENARIOS.items():
+        if sc in res:
+            k, p = ok(sc, "kb"), ok(sc, "par2")
+            key = ("both repair" if k and p else "only koord-bundle repairs" if k
+                   else "only par2 repairs" if p else "neither repairs")
+            groups[key].append(desc)
+    for key, descs in groups.items():
+        if descs:
+            L.append(f"- {key}: " + "; ".join(descs) + ".")
+    L.append("")
+    L.append("Split with and without parity, and repair against the disk (a copy of the same "
+             "bytes): split goal ≤ 1.3× split without parity; repair of 2 lost parts at least at "
+             "the speed of reading the 10 surviving parts from the disk and writing the 2 rebuilt "
+             "ones (`cat` to /dev/null with the parts' pages dropped from the page cache, then "
+             "`dd conv=fsync`); memory ≤ 128 MiB.")
+    L.append("")
+    L.append("| size | split | split --parity 2 | ÷ | goal | repair 2 lost parts | copy of the same bytes | ÷ | goal | peak RSS (split, repair) |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for tag, label in (("", f"bench bundle ({int(meta['bundle_bytes']) / MIB:.0f} MiB)"), ("-2g", "2 GiB")):
+        s0, s2 = med("split0" + tag, "kb"), med("split2" + tag, "kb")
+        rp, cp = med("repair-lost2" + tag, "kb"), med("copy-lost2" + tag, "io")
+        if not (s0 and s2 and rp and cp):
+            continue
+        r1, r2 = s2[0] / s0[0], rp[0] / cp[0]
+        rss = max(s2[1], rp[1]) / 1024
+        L.append(f"| {label} | {s0[0]:.2f} s | {s2[0]:.2f} s | {r1:.2f}× | ≤ 1.3× {'**met**' if r1 <= 1.3 else '**missed**'} "
+                 f"| {rp[0]:.2f} s | {cp[0]:.2f} s | {r2:.2f}× | ≤ 1× {'**met**' if r2 <= 1.0 else '**missed**'} "
+                 f"| {s2[1] / 1024:.0f} MiB, {rp[1] / 1024:.0f} MiB ({'**met**' if rss <= 128 else '**missed**'}) |")
+    L.append("")
+    for k in ("commands", "loadavg_before", "loadavg_after", "other_builds", "disk", "commit"):
+        if k in meta:
+            L.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    L.append("")
+    section = "\n".join(L)
+    print(section)
+    out = Path(a.out)
+    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
+    marker = "\n## Parity parts and par2"
+    if marker in text:
+        head, _, rest = text.partition(marker)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt:] if nxt >= 0 else ""
+        text = head.rstrip("\n") + "\n\n" + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, out)
@@ -789,10 +1011,27 @@ def main() -> int:
     sr.add_argument("--sizes", required=True)
     sr.add_argument("--meta", required=True)
     sr.add_argument("--out", required=True)
+    dm = sub.add_parser("damage")
+    dm.add_argument("--dir", required=True)
+    dm.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    dm.add_argument("--seed", type=int, default=20)
+    sm = sub.add_parser("same")
+    sm.add_argument("--dir", required=True)
+    sm.add_argument("--pristine", required=True)
+    rf = sub.add_parser("random-file")
+    rf.add_argument("--out", required=True)
+    rf.add_argument("--size", type=int, required=True)
+    rf.add_argument("--seed", type=int, default=2)
+    pr = sub.add_parser("parity-report")
+    pr.add_argument("--records", required=True)
+    pr.add_argument("--outcomes", required=True)
+    pr.add_argument("--meta", required=True)
+    pr.add_argument("--out", required=True)
     a = ap.parse_args()
     return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
             "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls,
-            "blob-uploads": cmd_blob_uploads}[a.cmd](a)
+            "blob-uploads": cmd_blob_uploads, "damage": cmd_damage, "same": cmd_same,
+            "random-file": cmd_random_file, "parity-report": cmd_parity_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

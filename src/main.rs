@@ -34,6 +34,7 @@ fn run(cli: Cli) -> i32 {
             Command::Load(a) => cmd::load::run(*a).await,
             Command::Split(a) => tokio::task::block_in_place(|| cmd::split::run_split(a)),
             Command::Join(a) => tokio::task::block_in_place(|| cmd::split::run_join(a)),
+            Command::Repair(a) => tokio::task::block_in_place(|| cmd::split::run_repair(a)),
             Command::Serve(a) => cmd::serve::run(a).await,
         }
     });

@@ -1,9 +1,9 @@
 #![no_main]
 //! The header and parts of a split bundle on untrusted bytes.
 //!
-//! Input: the files of a split bundle, separated by the marker `\0PART\0`: the first is written
-//! as `b.tar.part000` (the header and the first data), the others as `b.tar.part001`, ... in a
-//! fresh directory `parts/` of a temporary root. Then `BundleFile::open`, the sequential reader
+//! Input: the files of a split bundle (format v1 or v2), separated by the marker `\0PART\0`: the
+//! first is written as `b.tar.part000` (the header and the first data), the others as
+//! `b.tar.part001`, ... in a fresh directory `parts/` of a temporary root. Then `BundleFile::open`, the sequential reader
 //! (bounded), `check_parts`, `read_range`, `verify_header` with a fixed key, and `join` into
 //! `out/`.
 //!
@@ -84,6 +84,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(parts::is_plain_file_name(&p.file), "{:?} accepted", p.file);
             }
         }
+        if let Some(s) = &bf.set {
+            for p in &s.header.parts {
+                assert!(parts::is_plain_file_name(&p.file), "{:?} accepted", p.file);
+            }
+        }
         for seg in &bf.parts {
             assert_eq!(seg.path.parent(), Some(dir.as_path()), "{:?}", seg.path);
         }
@@ -97,7 +102,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = bf.read_range(bf.size.saturating_sub(10), 100);
         let _ = bf.verify_header(key());
         let joined = out.join("joined.tar");
-        let _ = parts::join(&first, &joined);
+        let _ = parts::join(&bf, &joined);
     }
     // Nothing appeared anywhere but out/joined.tar.
     let mut after = listing(root.path());

@@ -1,10 +1,16 @@
 //! A bundle on disk: one file, or a set of parts (`NAME.part000`, `NAME.part001`, ...) for media
-//! with a size limit. The first part starts with a small header listing every part with its size
-//! and sha256 and the whole bundle's size and sha256, optionally minisign-signed, then the
-//! bundle's first bytes; the other parts are plain slices. Readers take the first part directly:
-//! a part that is missing, short or altered is named with its expected and actual sha256.
+//! with a size limit.
+//!
+//! Sets are written in format v2 ([`super::set`]: the header in every part, block digests,
+//! parity parts); this module opens both versions and still reads v1 sets, whose first part
+//! starts with a small header listing every part with its size and sha256 and the whole
+//! bundle's size and sha256, optionally minisign-signed, then the bundle's first bytes; the
+//! other parts are plain slices. Readers take the first part directly: a part that is missing,
+//! short or altered is named with its expected and actual sha256. [`split`] writes v1 (kept to
+//! test that v1 sets are still read).
 
 use super::atomic::AtomicFile;
+use super::set::{self, Set, SetError, SetReader};
 use super::sign;
 use crate::oci::Digest;
 use serde::{Deserialize, Serialize};
@@ -12,6 +18,7 @@ use sha2::Digest as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// First line of a first part.
 pub const MAGIC: &str = "koord-bundle-split v1";
@@ -124,6 +131,9 @@ pub enum PartsError {
         /// Why.
         source: sign::SignError,
     },
+    /// A v2 set.
+    #[error(transparent)]
+    Set(#[from] SetError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PartsError + '_ {
@@ -218,6 +228,9 @@ pub struct BundleFile {
     pub parts: Vec<Segment>,
     /// Total bundle bytes.
     pub size: u64,
+    /// A v2 set (header in every part, block digests, parity), read through it: `header` is
+    /// then `None` and `parts` lists where the data parts should be.
+    pub set: Option<Arc<Set>>,
 }
 
 fn read_line_bounded(r: &mut impl BufRead, path: &Path) -> Result<String, PartsError> {
@@ -242,10 +255,12 @@ impl BundleFile {
         let f = File::open(path).map_err(io_err(path))?;
         let len = f.metadata().map_err(io_err(path))?.len();
         let mut r = BufReader::new(f);
-        let is_split = r
-            .fill_buf()
-            .map_err(io_err(path))?
-            .starts_with(MAGIC.as_bytes());
+        let head = r.fill_buf().map_err(io_err(path))?;
+        let is_split = head.starts_with(MAGIC.as_bytes());
+        let v2 = set::header::is_v2(head);
+        if v2 || (!is_split && set::looks_like_part(path)) {
+            return Self::open_v2(path, v2, len);
+        }
         if !is_split {
             return Ok(BundleFile {
                 path: path.to_path_buf(),
@@ -258,6 +273,7 @@ impl BundleFile {
                     len,
                 }],
                 size: len,
+                set: None,
             });
         }
         let herr = |reason: &str| PartsError::Header {
@@ -344,17 +360,69 @@ impl BundleFile {
             header_signature: (sig_len > 0).then_some(sig),
             parts,
             size,
+            set: None,
         })
+    }
+
+    /// A v2 set, from any of its parts (`is_v2`: the part named starts with the v2 magic line;
+    /// else it is named like a part and may have lost its header: the set is opened from the
+    /// parts next to it when there are any, and the file read as a whole bundle when not).
+    fn open_v2(path: &Path, is_v2: bool, len: u64) -> Result<Self, PartsError> {
+        if !is_v2 && !set::has_v2_siblings(path) {
+            return Ok(BundleFile {
+                path: path.to_path_buf(),
+                header: None,
+                header_json: vec![],
+                header_signature: None,
+                parts: vec![Segment {
+                    path: path.to_path_buf(),
+                    offset: 0,
+                    len,
+                }],
+                size: len,
+                set: None,
+            });
+        }
+        let s = set::open(path)?;
+        let g = &s.geometry;
+        let parts = (0..g.k)
+            .map(|p| Segment {
+                path: s.part_path(p).to_path_buf(),
+                offset: g.data_offset,
+                len: g.sizes[p],
+            })
+            .collect();
+        Ok(BundleFile {
+            path: path.to_path_buf(),
+            header: None,
+            header_json: s.json.clone(),
+            header_signature: s.signature.clone(),
+            parts,
+            size: s.header.bundle.size,
+            set: Some(Arc::new(s)),
+        })
+    }
+
+    /// The whole bundle's name, size and sha256, as the split header gives them.
+    pub fn whole(&self) -> Option<&PartInfo> {
+        match (&self.header, &self.set) {
+            (Some(h), _) => Some(&h.bundle),
+            (None, Some(s)) => Some(&s.header.bundle),
+            (None, None) => None,
+        }
     }
 
     /// Is this a split bundle?
     pub fn is_split(&self) -> bool {
-        self.header.is_some()
+        self.header.is_some() || self.set.is_some()
     }
 
     /// Check the header signature with `pk` (when the header is signed). Returns whether it was
     /// signed.
     pub fn verify_header(&self, pk: &minisign::PublicKey) -> Result<bool, PartsError> {
+        if let Some(s) = &self.set {
+            return Ok(s.verify_header(pk)?);
+        }
         match &self.header_signature {
             Some(sig) => {
                 sign::verify(pk, sig, &self.header_json).map_err(|source| {
@@ -373,6 +441,7 @@ impl BundleFile {
     /// is reached (a mismatch is an `InvalidData` error naming the part).
     pub fn reader(&self) -> Result<PartsReader, PartsError> {
         Ok(PartsReader {
+            set: self.set.as_ref().map(|s| s.reader()),
             file: self.clone(),
             index: 0,
             current: None,
@@ -385,6 +454,13 @@ impl BundleFile {
     /// Read every part and check it against the header (to name the part that is wrong once
     /// something inside the bundle failed to verify). A whole bundle always passes.
     pub fn check_parts(&self) -> Result<(), PartsError> {
+        if let Some(s) = &self.set {
+            let report = set::check(s, &|_| {})?;
+            if !report.repairable() {
+                return Err(SetError::Beyond(Box::new(report)).into());
+            }
+            return Ok(());
+        }
         let Some(h) = &self.header else { return Ok(()) };
         for (seg, info) in self.parts.iter().zip(&h.parts) {
             let mut f = File::open(&seg.path).map_err(io_err(&seg.path))?;
@@ -429,6 +505,13 @@ impl BundleFile {
 
     /// Read a byte range (small: manifests).
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>, PartsError> {
+        if let Some(s) = &self.set {
+            return s.read_range(offset, len).map_err(|e| match e {
+                // Beyond repair: the whole picture (every damaged part and block) instead.
+                SetError::Stripe { .. } => self.check_parts().err().unwrap_or(e.into()),
+                other => other.into(),
+            });
+        }
         let mut out = Vec::with_capacity(len as usize);
         for s in self.segments(offset, len) {
             let mut f = File::open(&s.path).map_err(io_err(&s.path))?;
@@ -441,8 +524,10 @@ impl BundleFile {
     }
 }
 
-/// Sequential reader over the parts, checking each part's digest.
+/// Sequential reader over the parts, checking each part's digest (v1), or each block's,
+/// repairing what it can (v2).
 pub struct PartsReader {
+    set: Option<SetReader>,
     file: BundleFile,
     index: usize,
     current: Option<BufReader<File>>,
@@ -453,6 +538,9 @@ pub struct PartsReader {
 
 impl Read for PartsReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(s) = &mut self.set {
+            return s.read(buf);
+        }
         loop {
             if self.current.is_none() {
                 let Some(seg) = self.file.parts.get(self.index) else {
@@ -635,29 +723,34 @@ pub fn split(
     Ok(written)
 }
 
-/// Join a split bundle into `out` (checked part by part and as a whole), atomically.
-pub fn join(first: &Path, out: &Path) -> Result<u64, PartsError> {
-    let bf = BundleFile::open(first)?;
-    let Some(header) = &bf.header else {
+/// Join a split bundle into `out` (checked part by part, or block by block and repaired, and
+/// as a whole), atomically: a failure leaves nothing at `out`.
+pub fn join(bf: &BundleFile, out: &Path) -> Result<u64, PartsError> {
+    let first = &bf.path;
+    let Some(whole) = bf.whole() else {
         return Err(PartsError::Header {
             path: first.to_path_buf(),
-            reason: "not the first part of a split bundle".into(),
+            reason: "not a part of a split bundle".into(),
         });
     };
     let tmp = AtomicFile::create(out).map_err(io_err(out))?;
     let mut reader = bf.reader()?;
     let mut w = crate::oci::Sha256Writer::new(io::BufWriter::with_capacity(1 << 20, tmp.file()));
-    io::copy(&mut reader, &mut w).map_err(|e| PartsError::Io {
-        path: first.to_path_buf(),
-        source: e,
-    })?;
+    if let Err(e) = io::copy(&mut reader, &mut w) {
+        // Name the part (and, with parity, every damaged block) rather than the read.
+        bf.check_parts()?;
+        return Err(PartsError::Io {
+            path: first.to_path_buf(),
+            source: e,
+        });
+    }
     let (digest, n, mut buf) = w.finish();
     buf.flush().map_err(io_err(out))?;
     drop(buf);
-    if digest != header.bundle.sha256 || n != header.bundle.size {
+    if digest != whole.sha256 || n != whole.size {
         return Err(PartsError::Digest {
             file: out.to_path_buf(),
-            expected: header.bundle.sha256.clone(),
+            expected: whole.sha256.clone(),
             actual: digest,
         });
     }
@@ -709,7 +802,7 @@ mod tests {
             data[299_000..304_000]
         );
         let joined = dir.path().join("j.tar");
-        join(&parts[0], &joined).unwrap();
+        join(&BundleFile::open(&parts[0]).unwrap(), &joined).unwrap();
         assert_eq!(std::fs::read(&joined).unwrap(), data);
         // An altered part is named.
         let mut p2 = std::fs::read(&parts[2]).unwrap();

@@ -258,7 +258,13 @@ fn read_small(path: &Path, name: &str, r: impl Read, size: u64) -> Result<Vec<u8
 
 /// Read only the head: checksum file, signature and bundle manifest (the first entries).
 pub fn read_head(path: &Path) -> Result<Head, VerifyError> {
-    let mut ar = tar::Archive::new(open(path)?);
+    read_head_of(&BundleFile::open(path).map_err(|e| parts_err(path, e))?)
+}
+
+/// [`read_head`] of a bundle already opened (a split set keeps the log of what it rebuilt).
+pub fn read_head_of(bf: &BundleFile) -> Result<Head, VerifyError> {
+    let path = &bf.path;
+    let mut ar = tar::Archive::new(open_file(bf)?.0);
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
         reason: crate::text::printable(&e.to_string()),

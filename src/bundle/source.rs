@@ -4,10 +4,12 @@
 //! from the bundle file(s), whose size, modification time and identity (device, inode) must stay
 //! those seen before verification began: a changed file is refused before any of it is read.
 //! (A change that puts size and time back is not seen by this check; `serve` hashes what it
-//! sends on top.)
+//! sends on top.) A split set of format v2 is read through the set instead: every block is
+//! checked against the signed header as it is read, and rebuilt from parity when damaged.
 
 use super::parts::BundleFile;
 use super::reader::{self, SignaturePolicy, Unhashed, VerifyError, VerifyReport};
+use super::set::Set;
 use super::BundleManifest;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
@@ -112,6 +114,8 @@ pub struct BundleSource {
     report: VerifyReport,
     manifest: BundleManifest,
     parts: Vec<Part>,
+    /// A v2 split set, read block by block (then `parts` is empty).
+    set: Option<Arc<Set>>,
     /// Repository → tag → top manifest (digest, media type), from the bundle manifest.
     tags: BTreeMap<String, BTreeMap<String, (Digest, String)>>,
     /// Media type of every manifest, as the descriptor that reaches it says.
@@ -158,8 +162,13 @@ impl BundleSource {
         if reader::is_gzip(path, &bf)? {
             return Err(compressed(path));
         }
-        let before = bf
-            .parts
+        // A v2 set checks every block it reads: no stamps (its parts may even be missing).
+        let stamped = if bf.set.is_some() {
+            &[][..]
+        } else {
+            &bf.parts[..]
+        };
+        let before = stamped
             .iter()
             .map(|s| {
                 std::fs::metadata(&s.path)
@@ -174,7 +183,7 @@ impl BundleSource {
         }
         let mut parts = Vec::new();
         let mut start = 0;
-        for (seg, then) in bf.parts.iter().zip(&before) {
+        for (seg, then) in stamped.iter().zip(&before) {
             let file = File::open(&seg.path).map_err(io_err(&seg.path))?;
             let stamp = Stamp::of(&file.metadata().map_err(io_err(&seg.path))?);
             if let Some(what) = stamp.differs(then, true) {
@@ -193,7 +202,9 @@ impl BundleSource {
             });
             start += seg.len;
         }
-        Ok((Self::from_report(path, report, parts)?, unhashed))
+        let mut src = Self::from_report(path, report, parts)?;
+        src.set = bf.set.clone();
+        Ok((src, unhashed))
     }
 
     /// A source over a verified report alone: manifests and small blobs from memory, no layer
@@ -252,6 +263,7 @@ impl BundleSource {
             report,
             manifest,
             parts,
+            set: None,
             tags,
             types,
         })
@@ -284,6 +296,11 @@ impl BundleSource {
     /// The bundle (as the user named it).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The v2 split set it is read from, if it is one (what was rebuilt: [`Set::repairs`]).
+    pub fn split_set(&self) -> Option<&Arc<Set>> {
+        self.set.as_ref()
     }
 
     /// Where bundle bytes `offset..offset+len` are, after checking their files did not change.
@@ -327,6 +344,27 @@ impl BundleSource {
     fn err(&self, e: SourceError) -> StoreError {
         StoreError::other(self.describe(), e)
     }
+}
+
+/// Bundle bytes `offset..offset+len` of a v2 set, a piece at a time on the blocking pool, each
+/// block checked and, when damaged, rebuilt.
+fn set_stream(store: String, set: Arc<Set>, offset: u64, len: u64) -> BlobStream {
+    let pieces = (0..len.div_ceil(file::PIECE)).map(move |i| {
+        let at = i * file::PIECE;
+        (offset + at, (len - at).min(file::PIECE))
+    });
+    futures_util::stream::iter(pieces)
+        .then(move |(at, n)| {
+            let (store, set) = (store.clone(), set.clone());
+            async move {
+                match tokio::task::spawn_blocking(move || set.read_range(at, n)).await {
+                    Ok(Ok(b)) => Ok(bytes::Bytes::from(b)),
+                    Ok(Err(e)) => Err(StoreError::other(store, e)),
+                    Err(e) => Err(StoreError::other(store, e.to_string())),
+                }
+            }
+        })
+        .boxed()
 }
 
 fn compressed(path: &Path) -> SourceError {
@@ -402,6 +440,21 @@ impl Source for BundleSource {
                 store: self.describe(),
                 what: format!("blob {}", desc.digest),
             })?;
+        if let Some(set) = &self.set {
+            let offset = offset.min(size);
+            if at.saturating_add(size) > set.header.bundle.size {
+                return Err(self.err(SourceError::Content {
+                    path: self.path.clone(),
+                    reason: format!("{} lies beyond the end of the bundle", desc.digest),
+                }));
+            }
+            return Ok(set_stream(
+                self.describe(),
+                set.clone(),
+                at + offset,
+                size - offset,
+            ));
+        }
         if self.parts.is_empty() {
             return Err(StoreError::NotFound {
                 store: self.describe(),

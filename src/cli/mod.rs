@@ -28,11 +28,17 @@ pub enum Command {
     /// Verify a bundle, push it into a private registry (digests unchanged), then install or
     /// upgrade Koordinator with helm from there.
     Load(Box<LoadArgs>),
-    /// Split a bundle into parts for media with a size limit (DVD, FAT32 sticks).
+    /// Split a bundle into parts for media with a size limit (DVD, FAT32 sticks), optionally
+    /// with parity parts that rebuild lost or damaged parts.
     Split(SplitArgs),
-    /// Join the parts of a split bundle back into one file, byte-identical to the original.
+    /// Join the parts of a split bundle back into one file, byte-identical to the original
+    /// (damaged or missing parts rebuilt from parity on the way).
     Join(JoinArgs),
-    /// Serve a bundle (or its first part) as a read-only OCI registry, with no extraction.
+    /// Write the damaged or missing parts of a split set back whole, rebuilt from its parity
+    /// parts, so the set can be copied on.
+    Repair(RepairArgs),
+    /// Serve a bundle (or a part of a split bundle) as a read-only OCI registry, with no
+    /// extraction.
     Serve(ServeArgs),
 }
 
@@ -44,6 +50,11 @@ pub struct SplitArgs {
     /// Largest part: 700M, 4G (powers of 1024), 4GB (powers of 1000), dvd, dl-dvd, bd, fat32.
     #[arg(long, value_name = "SIZE")]
     pub size: String,
+    /// N more parts of Reed-Solomon recovery data, each as large as a data part: any N missing
+    /// parts are rebuilt, and so is any damage that leaves at most N damaged blocks in each
+    /// stripe of blocks across the parts.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub parity: usize,
     /// Where to write the parts [default: next to the bundle]. Stale parts of an earlier split
     /// of the same bundle there are removed.
     #[arg(long, value_name = "DIR")]
@@ -60,7 +71,8 @@ pub struct SplitArgs {
 /// `join`.
 #[derive(Debug, Args)]
 pub struct JoinArgs {
-    /// The first part (NAME.part000).
+    /// A part of the set (any part of a set written by this version; the first part,
+    /// NAME.part000, of an older one).
     pub first_part: PathBuf,
     /// Output file [default: the original bundle name, in the current directory].
     #[arg(long, short = 'o', value_name = "FILE")]
@@ -78,10 +90,27 @@ pub struct JoinArgs {
     pub json: bool,
 }
 
+/// `repair`.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// A part of the set: any part that survived.
+    pub part: PathBuf,
+    /// Public key that signed the parts' header [default: koord-bundle.pub in the user's config
+    /// directory].
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Repair without checking the header's signature (an unsigned header, or no key at hand).
+    #[arg(long)]
+    pub insecure_skip_signature: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The bundle (or its first part).
+    /// The bundle, or a part of a split bundle (any part; the first of an older set).
     pub bundle: PathBuf,
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:5000")]
@@ -193,6 +222,10 @@ pub struct BuildArgs {
     /// Write the bundle as parts of at most SIZE (700M, 4G, dvd, bd, fat32) instead of one file.
     #[arg(long, value_name = "SIZE")]
     pub split: Option<String>,
+    /// With --split: N more parts of recovery data, so that any N missing parts are rebuilt
+    /// (see `split --parity`).
+    #[arg(long, value_name = "N", requires = "split", default_value_t = 0)]
+    pub parity: usize,
     /// Leave out every blob this older bundle (or its manifest, from `inspect --manifest`)
     /// already carried: an incremental bundle for a site that loaded the old one.
     #[arg(long, value_name = "OLD_BUNDLE")]
@@ -208,7 +241,7 @@ pub struct BuildArgs {
 /// `inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The bundle (or its first part).
+    /// The bundle, or a part of a split bundle (any part; the first of an older set).
     pub bundle: PathBuf,
     /// Write the bundle manifest alone to FILE (for a later `build --since FILE`).
     #[arg(long, value_name = "FILE")]
@@ -221,8 +254,9 @@ pub struct InspectArgs {
 /// `verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The bundle, or the first part (NAME.part000) of a split bundle (every part is checked
-    /// against the size and sha256 the first part's header lists).
+    /// The bundle, or a part of a split bundle (any part; the first, NAME.part000, of an older
+    /// set): every block of every part is checked against the signed header, and damaged or
+    /// missing ones are rebuilt from parity when the set has parity parts.
     pub bundle: PathBuf,
     /// Public key [default: koord-bundle.pub in the user's config directory].
     #[arg(long, value_name = "PUB")]
@@ -238,8 +272,8 @@ pub struct VerifyArgs {
 /// `load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The bundle, or the first part (NAME.part000) of a split bundle [default: the single
-    /// koordinator-* bundle, or first part, in the current directory].
+    /// The bundle, or a part of a split bundle (any part; the first of an older set)
+    /// [default: the single koordinator-* bundle, or split set, in the current directory].
     pub bundle: Option<PathBuf>,
     /// Target registry: HOST[:PORT][/PREFIX].
     #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]

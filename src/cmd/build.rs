@@ -872,14 +872,15 @@ async fn write_bundle(
                 .context("the output path has no file name")?
                 .to_string_lossy()
                 .to_string();
+            let opts = crate::bundle::set::SplitOptions {
+                size,
+                parity: args.parity,
+                out_dir: &settings.output_dir,
+                name: &name,
+                signer: signer.map(|(sk, _)| sk),
+            };
             let parts = tokio::task::block_in_place(|| {
-                crate::bundle::parts::split(
-                    out.path(),
-                    size,
-                    &settings.output_dir,
-                    &name,
-                    signer.map(|(sk, _)| sk),
-                )
+                crate::bundle::set::split(out.path(), &opts, &|_| {})
             })?;
             (written, parts)
         }

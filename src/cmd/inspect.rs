@@ -6,7 +6,15 @@ use anyhow::Context as _;
 
 /// Show what a bundle holds.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
-    let head = reader::read_head(&args.bundle)?;
+    let progress = crate::progress::Progress::new(crate::progress::Mode::detect(args.json));
+    let bf = crate::bundle::parts::BundleFile::open(&args.bundle).map_err(|source| {
+        reader::VerifyError::Parts {
+            path: args.bundle.clone(),
+            source,
+        }
+    })?;
+    let head = reader::read_head_of(&bf)?;
+    super::split::tell_repairs(&progress, &bf);
     let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
         format!(
             "{}: the bundle manifest is not readable",

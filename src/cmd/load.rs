@@ -32,19 +32,30 @@ const CHART_NAMESPACE: &str = "koordinator-system";
 /// The single `koordinator-*` bundle in the current directory.
 fn find_bundle() -> anyhow::Result<PathBuf> {
     let mut found = Vec::new();
+    // A split set: its first part present (part000 may be lost: any part opens a v2 set).
+    let mut sets: std::collections::BTreeMap<String, PathBuf> = Default::default();
     for e in std::fs::read_dir(".").context("cannot list the current directory")? {
         let p = e?.path();
         let name = p
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        if name.starts_with("koordinator-")
-            && (name.ends_with(".tar") || name.ends_with(".tar.gz") || name.ends_with(".part000"))
-            && p.is_file()
-        {
+        if !name.starts_with("koordinator-") || !p.is_file() {
+            continue;
+        }
+        if name.ends_with(".tar") || name.ends_with(".tar.gz") {
             found.push(p);
+        } else if let Some((stem, _)) = name
+            .rsplit_once(".part")
+            .filter(|_| crate::bundle::set::looks_like_part(&p))
+        {
+            let first = sets.entry(stem.to_string()).or_insert_with(|| p.clone());
+            if p < *first {
+                *first = p;
+            }
         }
     }
+    found.extend(sets.into_values());
     found.sort();
     match found.len() {
         1 => Ok(found.remove(0)),
@@ -189,6 +200,9 @@ fn verify(settings: &Settings, progress: &Progress) -> anyhow::Result<(BundleSou
     })
     .context("the bundle did not verify: nothing was pushed")?;
     bar.finish("layout verified");
+    if let Some(bf) = &src.report().file {
+        super::split::tell_repairs(progress, bf);
+    }
     let report = src.report();
     progress.say(format!(
         "verified {} files, {} blobs{}",

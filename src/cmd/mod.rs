@@ -384,6 +384,9 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(e) = c.downcast_ref::<PartsError>() {
         return parts_code(e);
     }
+    if let Some(e) = c.downcast_ref::<crate::bundle::set::SetError>() {
+        return set_code(e);
+    }
     if let Some(e) = c.downcast_ref::<BundleSourceError>() {
         return match e {
             BundleSourceError::Verify(v) => verify_code(v),
@@ -497,6 +500,24 @@ fn parts_code(e: &crate::bundle::parts::PartsError) -> Option<i32> {
     use crate::bundle::parts::PartsError as P;
     match e {
         P::Io { .. } => None,
+        P::Set(s) => set_code(s),
+        _ => Some(EXIT_USER),
+    }
+}
+
+fn set_code(e: &crate::bundle::set::SetError) -> Option<i32> {
+    use crate::bundle::parity::ParityError;
+    use crate::bundle::set::SetError as S;
+    match e {
+        // Reading a part: missing, a directory (the input) or the disk (the machine).
+        S::Io { .. } => None,
+        S::Signature { source, .. } => sign_code(source),
+        // A bug of the coder, not the input.
+        S::Parity {
+            source: ParityError::Coder(_) | ParityError::Length(_),
+            ..
+        } => Some(EXIT_INTERNAL),
+        // Damage beyond repair, a bad header, parts too small or too many, a file of another set.
         _ => Some(EXIT_USER),
     }
 }

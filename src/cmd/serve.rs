@@ -80,6 +80,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokio::task::block_in_place(|| BundleSource::open(&args.bundle, policy, &|n| bar.inc(n)))
             .context("the bundle did not verify: nothing is served")?;
     bar.finish("verified");
+    if let Some(bf) = &src.report().file {
+        super::split::tell_repairs(&progress, bf);
+    }
+    if let Some(set) = src.split_set() {
+        // Damage that appears while serving: each block rebuilt is told once.
+        let p = progress.clone();
+        set.on_repair(Arc::new(move |r: &crate::bundle::set::Repair| {
+            p.warn(format!(
+                "{}: block {} damaged, rebuilt from parity (koord-bundle repair writes it back)",
+                r.file, r.block
+            ))
+        }));
+    }
     refuse_incremental(src.manifest())?;
     let index = Index::build(&src)
         .await

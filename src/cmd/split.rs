@@ -1,24 +1,73 @@
-//! `koord-bundle split` and `koord-bundle join`.
+//! `koord-bundle split`, `join` and `repair`, and what every reader of a split set says about
+//! the parts it found and the blocks it rebuilt.
 
-use crate::bundle::parts;
-use crate::cli::{JoinArgs, SplitArgs};
-use anyhow::Context as _;
+use crate::bundle::parts::{self, BundleFile};
+use crate::bundle::set;
+use crate::cli::{JoinArgs, RepairArgs, SplitArgs};
+use crate::progress::{Mode, Progress};
+use anyhow::{bail, Context as _};
 use std::path::{Path, PathBuf};
 
-/// Split `bundle` into `dir`; returns the part paths.
+/// Split `bundle` into `dir` with `parity` parity parts; returns the part paths.
 pub fn split_file(
     bundle: &Path,
     size: &str,
+    parity: usize,
     dir: &Path,
     name: &str,
     key: Option<&minisign::SecretKey>,
+    on_bytes: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Vec<PathBuf>> {
     let size = parts::parse_size(size)?;
-    Ok(parts::split(bundle, size, dir, name, key)?)
+    let opts = set::SplitOptions {
+        size,
+        parity,
+        out_dir: dir,
+        name,
+        signer: key,
+    };
+    Ok(set::split(bundle, &opts, on_bytes)?)
+}
+
+/// What was found when the parts of a set were looked for (renamed, swapped, missing,
+/// foreign, damaged headers): one line each.
+pub fn set_notes(bf: &BundleFile) -> Vec<String> {
+    bf.set
+        .as_ref()
+        .map(|s| s.notes.iter().map(|n| n.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// What was rebuilt from parity while the set was read: one line per part.
+pub fn repair_lines(bf: &BundleFile) -> Vec<String> {
+    bf.set
+        .as_ref()
+        .map(|s| s.repairs().iter().map(|r| r.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Say what a reader of `bf` found and rebuilt, as warnings (they name parts to copy again or
+/// repair), with the command that writes the damaged parts back.
+pub fn tell_repairs(progress: &Progress, bf: &BundleFile) {
+    for n in set_notes(bf) {
+        progress.warn(n);
+    }
+    let lines = repair_lines(bf);
+    for l in &lines {
+        progress.warn(l);
+    }
+    let notes = bf.set.as_ref().is_some_and(|s| !s.notes.is_empty());
+    if !lines.is_empty() || notes {
+        progress.warn(format!(
+            "to write the damaged, missing or misplaced parts back whole: koord-bundle repair {}",
+            bf.path.display()
+        ));
+    }
 }
 
 /// `split`.
 pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
+    let progress = Progress::new(Mode::detect(args.json));
     let name = args
         .bundle
         .file_name()
@@ -37,11 +86,24 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     // The parts' header is signed with the given key, else the default one when there is one.
     let key =
         super::signing_key(args.sign_key.as_deref(), args.sign_key.is_some())?.map(|(sk, _)| sk);
-    let written = split_file(&args.bundle, &args.size, &dir, &name, key.as_ref())?;
+    let total = std::fs::metadata(&args.bundle)
+        .with_context(|| format!("cannot read {}", args.bundle.display()))?
+        .len();
+    let bar = progress.bytes("splitting", total);
+    let written = split_file(
+        &args.bundle,
+        &args.size,
+        args.parity,
+        &dir,
+        &name,
+        key.as_ref(),
+        &|n| bar.inc(n),
+    )?;
+    bar.finish("done");
     if args.json {
-        return super::print_json(
-            &serde_json::json!({"parts": written, "headerSigned": key.is_some()}),
-        );
+        return super::print_json(&serde_json::json!({
+            "parts": written, "parityParts": args.parity, "headerSigned": key.is_some()
+        }));
     }
     for p in &written {
         println!(
@@ -51,9 +113,13 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{} parts; verify, inspect and load take {} directly{}",
+        "{} parts{}; verify, inspect, load, serve and join take any of them{}",
         written.len(),
-        written[0].display(),
+        match args.parity {
+            0 => String::new(),
+            1 => ", the last one parity: any 1 part lost is rebuilt".into(),
+            n => format!(", the last {n} parity: any {n} parts lost are rebuilt"),
+        },
         if key.is_some() {
             "; the parts' header is signed"
         } else {
@@ -63,53 +129,131 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The header names the parts and the bundle: trusted only once its signature checked (or
+/// when told not to check). Returns the signature the key verified (v2 sets).
+fn trust_header(
+    bf: &BundleFile,
+    key: Option<&Path>,
+    skip: bool,
+    progress: &Progress,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    if skip {
+        progress.warn("--insecure-skip-signature: the parts' header signature is NOT checked");
+        return Ok(None);
+    }
+    let pk = super::verify::public_key(key)?;
+    let signed = match &bf.set {
+        Some(s) => s.good_signature(&pk)?,
+        None => bf.verify_header(&pk)?.then(Vec::new),
+    };
+    if signed.is_none() {
+        bail!(
+            "{}: the parts' header is not signed, so the file names and digests in it cannot be trusted: \
+             split it again with a key (koord-bundle split --sign-key), or pass --insecure-skip-signature \
+             (verify and load still check the bundle's own signature)",
+            bf.path.display()
+        );
+    }
+    Ok(signed)
+}
+
 /// `join`.
 pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
-    let bf = parts::BundleFile::open(&args.first_part)?;
-    let header = bf.header.as_ref().with_context(|| {
+    let progress = Progress::new(Mode::detect(args.json));
+    let bf = BundleFile::open(&args.first_part)?;
+    let whole = bf.whole().cloned().with_context(|| {
         format!(
-            "{} is not the first part of a split bundle",
+            "{} is not a part of a split bundle",
             args.first_part.display()
         )
     })?;
-    // The header names the parts and the bundle: trust it only once its signature checked.
-    if args.insecure_skip_signature {
-        eprintln!("warning: --insecure-skip-signature: the parts' header signature is NOT checked");
-    } else {
-        let pk = super::verify::public_key(args.key.as_deref())?;
-        if !bf.verify_header(&pk)? {
-            anyhow::bail!(
-                "{}: the parts' header is not signed, so the file names and digests in it cannot be trusted: \
-                 split it again with a key (koord-bundle split --sign-key), or pass --insecure-skip-signature \
-                 (verify and load still check the joined bundle's own signature)",
-                args.first_part.display()
-            );
-        }
-    }
+    trust_header(
+        &bf,
+        args.key.as_deref(),
+        args.insecure_skip_signature,
+        &progress,
+    )?;
     let out = match &args.output {
         Some(o) => o.clone(),
         // Never a path from the header: its plain name, in the current directory.
-        None if parts::is_plain_file_name(&header.bundle.file) => {
-            PathBuf::from(&header.bundle.file)
-        }
+        None if parts::is_plain_file_name(&whole.file) => PathBuf::from(&whole.file),
         None => anyhow::bail!(
             "{}: the header names the bundle \"{}\", which is not a plain file name: refusing to write there; name the output with -o FILE",
             args.first_part.display(),
-            crate::text::printable(&header.bundle.file)
+            crate::text::printable(&whole.file)
         ),
     };
-    let n = parts::join(&args.first_part, &out)?;
+    let n = parts::join(&bf, &out)?;
+    tell_repairs(&progress, &bf);
+    let count = bf
+        .set
+        .as_ref()
+        .map(|s| s.part_count())
+        .or(bf.header.as_ref().map(|h| h.parts.len()))
+        .unwrap_or(0);
     if args.json {
-        return super::print_json(
-            &serde_json::json!({"bundle": out, "bytes": n, "sha256": header.bundle.sha256}),
-        );
+        return super::print_json(&serde_json::json!({
+            "bundle": out, "bytes": n, "sha256": whole.sha256,
+            "repaired": bf.set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
+        }));
     }
     println!(
         "{} ({} bytes, sha256 {}) joined from {} parts",
         out.display(),
         n,
-        header.bundle.sha256.hex(),
-        header.parts.len()
+        whole.sha256.hex(),
+        count
     );
+    Ok(())
+}
+
+/// `repair`.
+pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
+    let progress = Progress::new(Mode::detect(args.json));
+    let bf = BundleFile::open(&args.part)?;
+    let Some(s) = bf.set.clone() else {
+        match &bf.header {
+            Some(_) => bail!(
+                "{}: a set split by an older koord-bundle (format v1: no parity, no block digests) cannot be repaired: copy the damaged part again (koord-bundle verify names it)",
+                args.part.display()
+            ),
+            None => bail!("{} is not a part of a split bundle", args.part.display()),
+        }
+    };
+    let sig = trust_header(
+        &bf,
+        args.key.as_deref(),
+        args.insecure_skip_signature,
+        &progress,
+    )?;
+    for n in set_notes(&bf) {
+        progress.say(n);
+    }
+    let total: u64 = s.geometry.sizes.iter().sum();
+    let bar = progress.bytes("checking", total);
+    let done = set::repair(&s, sig.as_deref(), &|n| bar.inc(n))?;
+    bar.finish("done");
+    if args.json {
+        return super::print_json(&serde_json::json!({
+            "set": s.path, "damage": done.damage, "rebuiltBlocks": done.rebuilt,
+            "written": done.written, "notes": s.notes,
+        }));
+    }
+    for p in &done.damage.parts {
+        println!("damaged  {p}");
+    }
+    for w in &done.written {
+        println!("written  {}", w.display());
+    }
+    if done.written.is_empty() {
+        println!("the set {} is whole: nothing to repair", s.path.display());
+    } else {
+        println!(
+            "{} part{} written back whole ({} blocks rebuilt from parity): the set is whole again",
+            done.written.len(),
+            if done.written.len() == 1 { "" } else { "s" },
+            done.rebuilt
+        );
+    }
     Ok(())
 }

@@ -39,6 +39,27 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     };
     let report = reader::verify(&args.bundle, policy, &|n| bar.inc(n))?;
     bar.finish("done");
+    let set = report.file.as_ref().and_then(|f| f.set.clone());
+    // The parity parts too: damage there lowers what the set can still rebuild.
+    let parity_damage = match &set {
+        Some(s) => {
+            let parity: u64 = s.geometry.sizes[s.geometry.k..].iter().sum();
+            let bar = progress.bytes("checking parity parts", parity);
+            let d = s.check_parity(&|n| bar.inc(n));
+            bar.finish("done");
+            d
+        }
+        None => Vec::new(),
+    };
+    if let Some(bf) = &report.file {
+        super::split::tell_repairs(&progress, bf);
+    }
+    for d in &parity_damage {
+        progress.warn(format!(
+            "{d}: a parity part (koord-bundle repair {} writes it back)",
+            args.bundle.display()
+        ));
+    }
     if args.json {
         let m = report.manifest.as_ref();
         return super::print_json(&serde_json::json!({
@@ -50,6 +71,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             "images": m.map(|m| m.images.len()),
             "expectedOnSite": m.map(|m| &m.omitted_blobs),
             "split": report.file.as_ref().map(|f| f.is_split()),
+            "repaired": set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
+            "parityDamage": parity_damage,
+            "notes": set.as_ref().map(|s| s.notes.clone()).unwrap_or_default(),
         }));
     }
     match (&report.signature, report.signature_verified) {

@@ -73,6 +73,23 @@ pub fn space(dir: &std::path::Path) -> io::Result<(u64, u64)> {
     ))
 }
 
+/// Start writing `len` bytes of `file` at `offset` back to the disk (`sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`), without waiting: a writer that fsyncs at the end then finds most of
+/// its bytes already on the disk, and its writing overlaps its computing. Best effort: an error
+/// here only means the fsync at the end does all the work.
+pub fn start_writeback(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd as _;
+    let (Ok(off), Ok(n)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return;
+    };
+    // SAFETY: sync_file_range on an open file descriptor owned by `file`, which outlives the
+    // call; it only reads its integer arguments.
+    let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
 /// The regions' bytes in order, `PIECE` at a time, read on the blocking pool.
 pub fn stream(store: String, regions: Vec<Region>) -> BlobStream {
     let pieces = regions.into_iter().flat_map(|r| {

@@ -26,6 +26,7 @@ mod large_blobs;
 mod layers;
 mod load;
 mod messages;
+mod parity;
 mod preflight;
 mod serve;
 mod sneakernet;

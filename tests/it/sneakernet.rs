@@ -126,16 +126,17 @@ fn damaged_missing_or_swapped_parts_are_named() {
         let o = h.run(&["verify", &first]);
         assert_fails(&o, 1, needles);
     };
-    // A flipped byte in part 2.
+    // A flipped byte in part 2 (a set without parity parts: the damaged block is named).
     let p2 = parts[2].clone();
     let orig = std::fs::read(&p2).unwrap();
     let mut bad = orig.clone();
-    bad[1000] ^= 1;
+    bad[orig.len() - 1000] ^= 1;
     std::fs::write(&p2, &bad).unwrap();
     verify(&[
-        &p2.file_name().unwrap().to_string_lossy(),
-        "the header says",
-        "copy it again",
+        &format!("{}: 1 of", p2.file_name().unwrap().to_string_lossy()),
+        "blocks damaged (block",
+        "the set has no parity parts",
+        &format!("copy again {}", p2.file_name().unwrap().to_string_lossy()),
     ]);
     // Truncated.
     std::fs::write(&p2, &orig[..orig.len() - 10]).unwrap();
@@ -146,16 +147,24 @@ fn damaged_missing_or_swapped_parts_are_named() {
     // Missing.
     std::fs::remove_file(&p2).unwrap();
     verify(&[&p2.file_name().unwrap().to_string_lossy(), "missing"]);
-    // Swapped (parts 1 and 2 have the same size: contents differ).
+    // Swapped (parts 1 and 2 have the same size): each part says which it is, so both are
+    // read where they are, and said so.
     std::fs::write(&p2, &orig).unwrap();
     let p1 = parts[1].clone();
     let one = std::fs::read(&p1).unwrap();
     std::fs::write(&p1, &orig).unwrap();
     std::fs::write(&p2, &one).unwrap();
-    verify(&[
-        &p1.file_name().unwrap().to_string_lossy(),
-        "the header says",
-    ]);
+    let o = h.run(&["verify", &first]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} holds {} (part 2",
+            p1.display(),
+            p2.file_name().unwrap().to_string_lossy()
+        )),
+        "{err}"
+    );
     std::fs::write(&p1, &one).unwrap();
     std::fs::write(&p2, &orig).unwrap();
     assert_ok(&h.run(&["verify", &first]));

@@ -1,0 +1,333 @@
+//! The header area at the start of every part of a v2 set:
+//!
+//! ```text
+//! koord-bundle-split v2\n
+//! part <index> of <parts> set <set id> check <8 hex>\n
+//! <decimal length of JSON>\n<JSON>\n
+//! <decimal length of signature, 0 when unsigned>\n<minisign signature of the JSON>\n
+//! <decimal length of block table>\n<block table>
+//! zero bytes up to dataOffset
+//! ```
+//!
+//! The set id is the first 16 bytes of the JSON's sha256 (hex); `check` is the first 4 bytes of
+//! the sha256 of the rest of its line, so a damaged part line is never read as another index.
+//! A copy is intact when its JSON hashes to its set id and its table to the JSON's
+//! `blockTable`; the signature, when checked, covers the JSON.
+
+use super::{
+    Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, DIGEST_LEN, FORMAT, MAX_BLOCK,
+    MAX_JSON, MAX_PARTS, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
+};
+use crate::bundle::parts::is_plain_file_name;
+use crate::bundle::sign;
+use crate::oci::Digest;
+use sha2::Digest as _;
+use std::io::{self, BufRead, BufReader, Read, Seek as _};
+use std::path::Path;
+
+/// First line of every part.
+pub const MAGIC: &str = "koord-bundle-split v2";
+/// Largest signature accepted.
+const MAX_SIG: usize = 4096;
+
+/// Which part a file says it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    /// Its index in the set.
+    pub index: usize,
+    /// Parts in the set.
+    pub count: usize,
+    /// The set id.
+    pub set: String,
+}
+
+/// One part's copy of the header, checked for integrity (not yet for its signature).
+#[derive(Debug, Clone)]
+pub struct Copy {
+    /// The JSON.
+    pub json: Vec<u8>,
+    /// The signature (empty when unsigned).
+    pub sig: Vec<u8>,
+    /// The header.
+    pub header: SetHeader,
+    /// The block table.
+    pub table: Vec<u8>,
+    /// The layout.
+    pub geometry: Geometry,
+}
+
+/// The set id of a header JSON.
+pub fn set_id(json: &[u8]) -> String {
+    hex::encode(&sha2::Sha256::digest(json)[..16])
+}
+
+fn line_check(rest: &str) -> String {
+    hex::encode(&sha2::Sha256::digest(rest.as_bytes())[..4])
+}
+
+/// The part line of part `index`.
+pub fn part_line(index: usize, count: usize, set: &str) -> String {
+    let rest = format!("part {index} of {count} set {set}");
+    let check = line_check(&rest);
+    format!("{rest} check {check}\n")
+}
+
+fn parse_part_line(line: &str) -> Option<Ident> {
+    let (rest, check) = line.rsplit_once(" check ")?;
+    if line_check(rest) != check {
+        return None;
+    }
+    let mut w = rest.split(' ');
+    let (Some("part"), Some(i), Some("of"), Some(c), Some("set"), Some(set), None) = (
+        w.next(),
+        w.next(),
+        w.next(),
+        w.next(),
+        w.next(),
+        w.next(),
+        w.next(),
+    ) else {
+        return None;
+    };
+    Some(Ident {
+        index: i.parse().ok()?,
+        count: c.parse().ok()?,
+        set: set.to_string(),
+    })
+}
+
+/// The header area of part `index`: the lines, JSON, signature and table, padded with zeros
+/// to `data_offset` (or unpadded when longer: the caller checks).
+pub fn area(json: &[u8], sig: &[u8], table: &[u8], index: usize, count: usize) -> Vec<u8> {
+    let mut out = format!("{MAGIC}\n").into_bytes();
+    out.extend_from_slice(part_line(index, count, &set_id(json)).as_bytes());
+    out.extend_from_slice(format!("{}\n", json.len()).as_bytes());
+    out.extend_from_slice(json);
+    out.extend_from_slice(format!("\n{}\n", sig.len()).as_bytes());
+    out.extend_from_slice(sig);
+    out.extend_from_slice(format!("\n{}\n", table.len()).as_bytes());
+    out.extend_from_slice(table);
+    out
+}
+
+fn read_line(r: &mut impl BufRead, max: u64) -> io::Result<Option<String>> {
+    let mut line = Vec::new();
+    r.by_ref().take(max).read_until(b'\n', &mut line)?;
+    if line.last() != Some(&b'\n') {
+        return Ok(None);
+    }
+    line.pop();
+    Ok(String::from_utf8(line).ok())
+}
+
+fn read_exact_bounded(r: &mut impl Read, len: u64, max: u64) -> Result<Vec<u8>, String> {
+    if len > max {
+        return Err(format!(
+            "a length of {len} bytes is beyond the {max} allowed"
+        ));
+    }
+    // Grown as bytes arrive, not reserved from a length not yet checked.
+    let mut out = Vec::with_capacity(len.min(1 << 20) as usize);
+    r.take(len)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() as u64 != len {
+        return Err("truncated".into());
+    }
+    Ok(out)
+}
+
+/// The part line of the file at `path`, if it is a v2 part whose part line is intact.
+/// `Err` only when the file cannot be read at all.
+pub fn read_ident(path: &Path) -> io::Result<Option<Ident>> {
+    let f = std::fs::File::open(path)?;
+    if !f.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mut r = BufReader::with_capacity(512, f);
+    if read_line(&mut r, 64)?.as_deref() != Some(MAGIC) {
+        return Ok(None);
+    }
+    Ok(read_line(&mut r, 256)?.as_deref().and_then(parse_part_line))
+}
+
+/// Whether the file at `path` starts with the v2 magic line.
+pub fn is_v2(head: &[u8]) -> bool {
+    head.starts_with(format!("{MAGIC}\n").as_bytes())
+}
+
+/// Read and check the header copy of the file at `path`. `Err` says why it is not intact.
+pub fn read_copy(path: &Path) -> Result<Copy, String> {
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut r = BufReader::with_capacity(64 * 1024, f);
+    let line = |r: &mut BufReader<std::fs::File>, max| {
+        read_line(r, max)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "a header line is damaged or truncated".to_string())
+    };
+    if line(&mut r, 64)? != MAGIC {
+        return Err("it does not start with the v2 split magic line".into());
+    }
+    let ident = read_line(&mut r, 256)
+        .map_err(|e| e.to_string())?
+        .as_deref()
+        .and_then(parse_part_line);
+    let len = |s: String| {
+        s.parse::<u64>()
+            .map_err(|_| "a length line is damaged".to_string())
+    };
+    let json_len = len(line(&mut r, 24)?)?;
+    let json = read_exact_bounded(&mut r, json_len, MAX_JSON)?;
+    if !line(&mut r, 1)?.is_empty() {
+        return Err("no line break after the JSON".into());
+    }
+    let sig_len = len(line(&mut r, 24)?)?;
+    let sig = read_exact_bounded(&mut r, sig_len, MAX_SIG as u64)?;
+    if !line(&mut r, 1)?.is_empty() {
+        return Err("no line break after the signature".into());
+    }
+    let id = set_id(&json);
+    if let Some(i) = &ident {
+        if i.set != id {
+            return Err(format!(
+                "its JSON does not hash to its set id {} (damaged)",
+                i.set
+            ));
+        }
+    }
+    let header: SetHeader =
+        serde_json::from_slice(&json).map_err(|e| format!("its JSON does not parse: {e}"))?;
+    let geometry = geometry_of(&header)?;
+    let table_len = len(line(&mut r, 24)?)?;
+    if table_len != header.block_table.size {
+        return Err("the block table's length differs from the JSON's".into());
+    }
+    let table = read_exact_bounded(&mut r, table_len, MAX_TABLE)?;
+    if Digest::of(&table) != header.block_table.sha256 {
+        return Err("its block table does not match the JSON's sha256 (damaged)".into());
+    }
+    let used = r.stream_position().map_err(|e| e.to_string())?;
+    if used > header.data_offset {
+        return Err("the header area overlaps the data".into());
+    }
+    if ident.as_ref().is_some_and(|i| i.count != geometry.parts()) {
+        return Err("its part line and JSON disagree on the number of parts".into());
+    }
+    Ok(Copy {
+        json,
+        sig,
+        header,
+        table,
+        geometry,
+    })
+}
+
+/// The layout a header describes, after checking everything a reader relies on (a header is
+/// untrusted until its signature is checked, and even then must not make a reader allocate or
+/// loop without bound).
+pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
+    let (k, n, b) = (h.data_parts, h.parity_parts, h.block_size);
+    if h.format != FORMAT || h.code != CODE || h.block_digest != BLOCK_DIGEST {
+        return Err(format!(
+            "unknown format, code or block digest ({}, {}, {})",
+            crate::text::printable(&h.format),
+            crate::text::printable(&h.code),
+            crate::text::printable(&h.block_digest)
+        ));
+    }
+    if k == 0 || h.parts.len() != k.saturating_add(n) || h.parts.len() > MAX_PARTS {
+        return Err("bad part counts".into());
+    }
+    if !b.is_power_of_two() || !(MIN_BLOCK..=MAX_BLOCK).contains(&b) {
+        return Err(format!(
+            "block size {b} is not a power of two in 4 KiB..1 MiB"
+        ));
+    }
+    if (h.parts.len() as u64) * b > STRIPE_BUDGET
+        || (n > 0 && super::super::parity::Coder::new(k, n).is_err())
+    {
+        return Err("a stripe of this set is beyond the memory bound or the code".into());
+    }
+    if !h.data_offset.is_multiple_of(ALIGN) || h.data_offset < ALIGN || h.data_offset >= h.part_size
+    {
+        return Err("bad data offset".into());
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for p in &h.parts {
+        if !is_plain_file_name(&p.file) || !names.insert(p.file.as_str()) {
+            return Err(format!(
+                "part name \"{}\" is not a plain file name, or repeated",
+                crate::text::printable(&p.file)
+            ));
+        }
+        if h.data_offset
+            .checked_add(p.size)
+            .is_none_or(|end| end > h.part_size)
+        {
+            return Err(format!("part {} is larger than the part size", p.file));
+        }
+    }
+    let stride = h.parts[0].size;
+    let g = Geometry::new(h.bundle.size, stride, n, b, h.data_offset);
+    let sizes: Vec<u64> = h.parts.iter().map(|p| p.size).collect();
+    if g.sizes != sizes || g.k != k {
+        return Err("the part sizes do not add up to the bundle".into());
+    }
+    let table = g.total_blocks().checked_mul(DIGEST_LEN as u64);
+    if table != Some(h.block_table.size) || h.block_table.size > MAX_TABLE {
+        return Err("the block table's size does not fit the parts".into());
+    }
+    Ok(g)
+}
+
+/// The signature of the set's header that `pk` verifies: this copy's, else another part's copy
+/// of the same JSON (a signature damaged in one part is read from another). `None` when the
+/// header is not signed.
+pub fn verify_any(set: &super::Set, pk: &minisign::PublicKey) -> Result<Option<Vec<u8>>, SetError> {
+    let sig_err = |source| SetError::Signature {
+        path: set.path.clone(),
+        source,
+    };
+    let first = match &set.signature {
+        None => return Ok(None),
+        Some(sig) => match sign::verify(pk, sig, &set.json) {
+            Ok(_) => return Ok(Some(sig.clone())),
+            Err(e) => e,
+        },
+    };
+    // This copy's signature may be damaged: another part's copy of the same JSON will do.
+    for slot in &set.slots {
+        if slot.file.is_none() || slot.path == set.path {
+            continue;
+        }
+        if let Ok(c) = read_copy(&slot.path) {
+            if c.json == set.json && !c.sig.is_empty() && sign::verify(pk, &c.sig, &c.json).is_ok()
+            {
+                return Ok(Some(c.sig));
+            }
+        }
+    }
+    Err(sig_err(first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_lines_check_themselves() {
+        let l = part_line(3, 12, "00112233445566778899aabbccddeeff");
+        let l = l.trim_end();
+        assert_eq!(
+            parse_part_line(l),
+            Some(Ident {
+                index: 3,
+                count: 12,
+                set: "00112233445566778899aabbccddeeff".into()
+            })
+        );
+        // One digit changed: refused, not read as part 5.
+        assert_eq!(parse_part_line(&l.replacen("part 3", "part 5", 1)), None);
+        assert_eq!(parse_part_line("part 3 of 12"), None);
+    }
+}

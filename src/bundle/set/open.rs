@@ -1,0 +1,307 @@
+//! Opening a v2 set from any of its parts: the header from the part named (or, when its copy is
+//! damaged, from another part next to it), then every part where the header puts it, checked
+//! by the part line it starts with; a part that is not there is looked for among the other
+//! files of the folder by that line, so a renamed or swapped part is found by its content, and a
+//! part of another set in its place is named.
+
+use super::header::{self, Copy, Ident};
+use super::{io_err, SetError, Slot};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Most directory entries looked at when a part is not where the header puts it.
+const MAX_SCAN: usize = 10_000;
+
+/// What was found when a set's parts were looked for (for the commands to tell the user).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Note {
+    /// A part is neither where the header puts it nor anywhere next to it.
+    Missing {
+        /// Its index.
+        part: usize,
+        /// Its file name.
+        file: String,
+    },
+    /// A part was found under another name (renamed, or swapped with another part).
+    Moved {
+        /// Its index.
+        part: usize,
+        /// Its file name in the header.
+        file: String,
+        /// Where it was found.
+        found: PathBuf,
+    },
+    /// The file where a part should be belongs to another split set.
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// The part that should be there.
+        part: usize,
+        /// The bundle of the set it belongs to, when its header could be read.
+        bundle: Option<String>,
+    },
+    /// A part's own copy of the header is damaged (its data is still read, block by block).
+    HeaderDamaged {
+        /// Its index.
+        part: usize,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A part's file has another length than the header says.
+    Size {
+        /// Its index.
+        part: usize,
+        /// The file.
+        path: PathBuf,
+        /// Its length.
+        actual: u64,
+        /// The length the header gives.
+        expected: u64,
+    },
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::Missing { part, file } => write!(f, "{file} (part {part}) is missing"),
+            Note::Moved { part, file, found } => write!(
+                f,
+                "{} holds {file} (part {part}; renamed or swapped): read as part {part}",
+                found.display()
+            ),
+            Note::Foreign { path, part, bundle } => write!(
+                f,
+                "{} belongs to another split set{}, not to this one: part {part} is read as missing",
+                path.display(),
+                bundle
+                    .as_deref()
+                    .map(|b| format!(" (of {})", crate::text::printable(b)))
+                    .unwrap_or_default()
+            ),
+            Note::HeaderDamaged { part, path, reason } => write!(
+                f,
+                "{} (part {part}): its copy of the header is damaged ({reason}); its data is checked block by block",
+                path.display()
+            ),
+            Note::Size {
+                part,
+                path,
+                actual,
+                expected,
+            } => write!(
+                f,
+                "{} (part {part}) is {actual} bytes, the header says {expected}{}",
+                path.display(),
+                if actual < expected {
+                    ": the blocks beyond its end are read as missing"
+                } else {
+                    ": the bytes beyond are ignored"
+                }
+            ),
+        }
+    }
+}
+
+/// The folder of a part.
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Regular files of `dir`, sorted by name (at most [`MAX_SCAN`]).
+fn files_in(dir: &Path) -> Result<Vec<PathBuf>, SetError> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io_err(dir))?.take(MAX_SCAN) {
+        let e = e.map_err(io_err(dir))?;
+        if e.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// An intact header copy for the part `named`: its own, else another part's next to it (of the
+/// same set when the part line of `named` says which).
+fn find_copy(named: &Path) -> Result<(Copy, Option<String>), SetError> {
+    let reason = match header::read_copy(named) {
+        Ok(c) => return Ok((c, None)),
+        Err(r) => r,
+    };
+    let want = header::read_ident(named).ok().flatten().map(|i| i.set);
+    let mut tried = Vec::new();
+    for p in files_in(&dir_of(named))? {
+        if p == named {
+            continue;
+        }
+        let Ok(Some(ident)) = header::read_ident(&p) else {
+            continue;
+        };
+        if want.as_ref().is_some_and(|w| *w != ident.set) {
+            continue;
+        }
+        match header::read_copy(&p) {
+            Ok(c) => return Ok((c, Some(reason))),
+            Err(_) => tried.push(p),
+        }
+    }
+    Err(SetError::Header {
+        path: named.to_path_buf(),
+        reason,
+        tried,
+    })
+}
+
+/// Whether a set can be opened from `named` whose own first line is not the v2 magic line (a
+/// part whose header is damaged): only when other v2 parts are next to it.
+pub(crate) fn has_v2_siblings(named: &Path) -> bool {
+    files_in(&dir_of(named)).is_ok_and(|files| {
+        files
+            .iter()
+            .any(|p| p != named && matches!(header::read_ident(p), Ok(Some(_))))
+    })
+}
+
+/// Open the set the part `named` belongs to.
+pub fn open(named: &Path) -> Result<super::Set, SetError> {
+    let (copy, own_damage) = find_copy(named)?;
+    let id = header::set_id(&copy.json);
+    let dir = dir_of(named);
+    let g = copy.geometry.clone();
+    let count = g.parts();
+    let mut found: Vec<Option<PathBuf>> = vec![None; count];
+    let mut notes = Vec::new();
+    // Files where a part should be whose part line cannot be read: used when nothing better.
+    let mut unreadable: Vec<Option<PathBuf>> = vec![None; count];
+    let mut misplaced = false;
+    for (p, entry) in copy.header.parts.iter().enumerate() {
+        let path = dir.join(&entry.file);
+        match header::read_ident(&path) {
+            Ok(Some(Ident { index, set, .. })) if set == id && index == p => found[p] = Some(path),
+            Ok(Some(Ident { set, .. })) if set == id => misplaced = true,
+            Ok(Some(_)) => {
+                misplaced = true;
+                notes.push(super::Note::Foreign {
+                    bundle: header::read_copy(&path).ok().map(|c| c.header.bundle.file),
+                    path,
+                    part: p,
+                });
+            }
+            Ok(None) => unreadable[p] = Some(path),
+            Err(_) => misplaced = true,
+        }
+    }
+    if misplaced || found.iter().any(|f| f.is_none()) {
+        look_around(&dir, &id, &copy, &mut found, &mut notes)?;
+    }
+    let mut slots = Vec::with_capacity(count);
+    for p in 0..count {
+        let expected = dir.join(&copy.header.parts[p].file);
+        let (path, rewrite) = match (found[p].take(), unreadable[p].take()) {
+            (Some(f), _) => {
+                let moved = f != expected;
+                (f, moved)
+            }
+            (None, Some(u)) => {
+                if own_damage.is_none() || u != named {
+                    let reason = header::read_copy(&u)
+                        .err()
+                        .unwrap_or_else(|| "its part line is damaged".into());
+                    notes.push(super::Note::HeaderDamaged {
+                        part: p,
+                        path: u.clone(),
+                        reason,
+                    });
+                }
+                (u, true)
+            }
+            (None, None) => {
+                notes.push(super::Note::Missing {
+                    part: p,
+                    file: copy.header.parts[p].file.clone(),
+                });
+                slots.push(Slot {
+                    path: expected,
+                    file: None,
+                    len: 0,
+                    rewrite: true,
+                });
+                continue;
+            }
+        };
+        let file = std::fs::File::open(&path).map_err(io_err(&path))?;
+        let len = file.metadata().map_err(io_err(&path))?.len();
+        let mut rewrite = rewrite;
+        if len != g.file_len(p) {
+            rewrite = true;
+            notes.push(super::Note::Size {
+                part: p,
+                path: path.clone(),
+                actual: len,
+                expected: g.file_len(p),
+            });
+        }
+        if path == named {
+            if let Some(reason) = &own_damage {
+                rewrite = true;
+                notes.push(super::Note::HeaderDamaged {
+                    part: p,
+                    path: path.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+        slots.push(Slot {
+            path,
+            file: Some(file),
+            len,
+            rewrite,
+        });
+    }
+    Ok(super::Set {
+        path: named.to_path_buf(),
+        signature: (!copy.sig.is_empty()).then(|| copy.sig.clone()),
+        header: copy.header,
+        json: copy.json,
+        table: copy.table,
+        geometry: g,
+        notes,
+        slots,
+        log: Default::default(),
+        observer: Default::default(),
+    })
+}
+
+/// Parts not where the header puts them: looked for among the folder's files by their part line.
+fn look_around(
+    dir: &Path,
+    id: &str,
+    copy: &Copy,
+    found: &mut [Option<PathBuf>],
+    notes: &mut Vec<super::Note>,
+) -> Result<(), SetError> {
+    for path in files_in(dir)? {
+        if found.iter().any(|f| f.as_ref() == Some(&path)) {
+            continue;
+        }
+        let Ok(Some(ident)) = header::read_ident(&path) else {
+            continue;
+        };
+        if ident.set != id || ident.index >= found.len() || found[ident.index].is_some() {
+            continue;
+        }
+        let file = copy.header.parts[ident.index].file.clone();
+        notes.push(super::Note::Moved {
+            part: ident.index,
+            file,
+            found: path.clone(),
+        });
+        found[ident.index] = Some(path);
+    }
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! One pass over a whole set, a group of stripes at a time: every block of every part read once
+//! and checked against its digest ([`check`]); for [`repair`], the damaged blocks rebuilt from
+//! their stripes and every part that needs it written back whole (to a temporary file renamed
+//! into place only when every stripe could be rebuilt: damage beyond the parity parts writes
+//! nothing).
+//!
+//! Memory: the group's buffers, `(k + n) × B × stripes ≤ STRIPE_BUDGET` (64 MiB), plus the
+//! coder's column slice (at most 32 MiB); the set's block table besides.
+
+use super::header;
+use super::{io_err, DamageReport, PartDamage, Set, SetError, STRIPE_BUDGET};
+use crate::bundle::atomic::AtomicFile;
+use crate::bundle::parity::{Coder, SLICE_BUDGET};
+use std::path::PathBuf;
+
+/// What [`repair`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Repaired {
+    /// The parts written back whole.
+    pub written: Vec<PathBuf>,
+    /// The damage found (every stripe within the parity parts).
+    pub damage: DamageReport,
+    /// Blocks rebuilt from parity.
+    pub rebuilt: u64,
+}
+
+/// Read every block of the set and say what is damaged (an `Ok` report may still be beyond
+/// repair: see [`DamageReport::repairable`]).
+pub fn check(set: &Set, on_bytes: &(dyn Fn(u64) + Sync)) -> Result<DamageReport, SetError> {
+    Ok(Pass::new(set, None, on_bytes)?.run()?.0)
+}
+
+/// Write every damaged, missing, misplaced or short part of the set back whole, its header area
+/// carrying `signature` (the one the key verified; the set's own when none was checked).
+/// Damage beyond the parity parts is refused ([`SetError::Beyond`]) and nothing is written.
+pub fn repair(
+    set: &Set,
+    signature: Option<&[u8]>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<Repaired, SetError> {
+    let sig = signature
+        .map(<[u8]>::to_vec)
+        .or_else(|| set.signature.clone())
+        .unwrap_or_default();
+    let (damage, targets, rebuilt) = Pass::new(set, Some(sig.clone()), on_bytes)?.run()?;
+    if !damage.repairable() {
+        return Err(SetError::Beyond(Box::new(damage)));
+    }
+    let g = &set.geometry;
+    let mut written = Vec::new();
+    for (q, t) in targets.into_iter().enumerate() {
+        let Some(t) = t else { continue };
+        let mut head = header::area(&set.json, &sig, &set.table, q, g.parts());
+        head.resize(g.data_offset as usize, 0);
+        let file = t.tmp.file();
+        crate::store::file::write_at(file, &head, 0).map_err(io_err(&t.dest))?;
+        file.set_len(g.file_len(q)).map_err(io_err(&t.dest))?;
+        t.tmp.commit().map_err(io_err(&t.dest))?;
+        written.push(t.dest);
+    }
+    Ok(Repaired {
+        written,
+        damage,
+        rebuilt,
+    })
+}
+
+/// A part being written back.
+struct Target {
+    tmp: AtomicFile,
+    dest: PathBuf,
+}
+
+struct Pass<'a> {
+    set: &'a Set,
+    /// Repairing: the signature the header areas get.
+    sig: Option<Vec<u8>>,
+    on_bytes: &'a (dyn Fn(u64) + Sync),
+    targets: Vec<Option<Target>>,
+    damaged: Vec<Vec<u64>>,
+    rebuilt: u64,
+}
+
+type Outcome = (DamageReport, Vec<Option<Target>>, u64);
+
+impl<'a> Pass<'a> {
+    fn new(
+        set: &'a Set,
+        sig: Option<Vec<u8>>,
+        on_bytes: &'a (dyn Fn(u64) + Sync),
+    ) -> Result<Pass<'a>, SetError> {
+        let count = set.geometry.parts();
+        let mut pass = Pass {
+            set,
+            sig,
+            on_bytes,
+            targets: (0..count).map(|_| None).collect(),
+            damaged: vec![Vec::new(); count],
+            rebuilt: 0,
+        };
+        if pass.sig.is_some() {
+            for q in 0..count {
+                if set.slots[q].rewrite || !pass.header_intact(q) {
+                    pass.target(q, 0)?;
+                }
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Whether part `q`'s header area is the one it should have.
+    fn header_intact(&self, q: usize) -> bool {
+        let (set, g) = (self.set, &self.set.geometry);
+        let Some(file) = &set.slots[q].file else {
+            return false;
+        };
+        let sig = self.sig.as_deref().unwrap_or_default();
+        let mut want = header::area(&set.json, sig, &set.table, q, g.parts());
+        want.resize(g.data_offset as usize, 0);
+        let mut have = vec![0u8; want.len()];
+        crate::store::file::read_at(file, &mut have, 0).is_ok() && have == want
+    }
+
+    /// Make part `q` a target: its file is written anew; its first `upto` bytes of data (blocks
+    /// checked intact before it was found damaged) are copied from where it is now.
+    fn target(&mut self, q: usize, upto: u64) -> Result<(), SetError> {
+        if self.targets[q].is_some() {
+            return Ok(());
+        }
+        let set = self.set;
+        let dest = set
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(|d| d.join(&set.header.parts[q].file))
+            .unwrap_or_else(|| PathBuf::from(&set.header.parts[q].file));
+        if let Ok(Some(ident)) = header::read_ident(&dest) {
+            if ident.set != set.id() {
+                return Err(SetError::Foreign {
+                    bundle: header::read_copy(&dest).ok().map(|c| c.header.bundle.file),
+                    path: dest,
+                    part: q,
+                });
+            }
+        }
+        let tmp = AtomicFile::create(&dest).map_err(io_err(&dest))?;
+        let g = &set.geometry;
+        crate::store::file::reserve(tmp.file(), g.file_len(q)).map_err(io_err(&dest))?;
+        if let (Some(src), true) = (&set.slots[q].file, upto > 0) {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < upto {
+                let n = (upto - at).min(buf.len() as u64) as usize;
+                let off = g.data_offset + at;
+                crate::store::file::read_at(src, &mut buf[..n], off)
+                    .map_err(io_err(&set.slots[q].path))?;
+                crate::store::file::write_at(tmp.file(), &buf[..n], off).map_err(io_err(&dest))?;
+                at += n as u64;
+            }
+        }
+        self.targets[q] = Some(Target { tmp, dest });
+        Ok(())
+    }
+
+    fn run(mut self) -> Result<Outcome, SetError> {
+        let g = &self.set.geometry;
+        let count = g.parts();
+        let per = (STRIPE_BUDGET / (count as u64 * g.block)).max(1);
+        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; (per * g.block) as usize]; count];
+        let mut j0 = 0;
+        while j0 < g.stripes() {
+            let j1 = (j0 + per).min(g.stripes());
+            self.group(j0, j1, &mut bufs)?;
+            j0 = j1;
+        }
+        drop(bufs);
+        let set = self.set;
+        let mut report = DamageReport {
+            set: set.path.clone(),
+            parity: g.n,
+            notes: set.notes.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+        for (q, blocks) in self.damaged.into_iter().enumerate() {
+            if blocks.is_empty() {
+                continue;
+            }
+            report.parts.push(PartDamage {
+                index: q,
+                file: set.header.parts[q].file.clone(),
+                missing: set.slots[q].file.is_none(),
+                blocks,
+                of: g.blocks(q),
+            });
+        }
+        report.conclude();
+        Ok((report, self.targets, self.rebuilt))
+    }
+
+    /// Stripes `j0..j1`: read, check, rebuild, write.
+    fn group(&mut self, j0: u64, j1: u64, bufs: &mut [Vec<u8>]) -> Result<(), SetError> {
+        let set = self.set;
+        let g = &set.geometry;
+        let count = g.parts();
+        let bad = read_and_check(set, j0, j1, bufs)?;
+        // Per stripe, the parts whose block is damaged.
+        let mut stripes: Vec<Vec<usize>> = vec![Vec::new(); (j1 - j0) as usize];
+        for (q, blocks) in bad.iter().enumerate() {
+            for &b in blocks {
+                stripes[(b - j0) as usize].push(q);
+                self.damaged[q].push(b);
+            }
+        }
+        (self.on_bytes)((j1 - j0) * g.block * count as u64);
+        if self.sig.is_none() {
+            return Ok(());
+        }
+        for (q, blocks) in bad.iter().enumerate() {
+            if !blocks.is_empty() {
+                self.target(q, (j0 * g.block).min(g.sizes[q]))?;
+            }
+        }
+        // Runs of stripes with the same damaged parts are rebuilt at once.
+        let mut j = 0;
+        while j < stripes.len() {
+            let mut end = j + 1;
+            while end < stripes.len() && stripes[end] == stripes[j] {
+                end += 1;
+            }
+            let lost = &stripes[j];
+            if !lost.is_empty() && lost.len() <= g.n {
+                let from = (j as u64 * g.block) as usize;
+                let to = ((end as u64 - 1) * g.block + g.shard_len(j0 + end as u64 - 1)) as usize;
+                // Two halves of the run, on two threads.
+                let cut = (j + (end - j).div_ceil(2)) * g.block as usize;
+                let (mut lo, mut hi): (Vec<&mut [u8]>, Vec<&mut [u8]>) = bufs
+                    .iter_mut()
+                    .map(|b| b[from..to].split_at_mut(cut.min(to) - from))
+                    .unzip();
+                std::thread::scope(|s| {
+                    let other = s.spawn(|| rebuild(set, &mut hi, lost));
+                    rebuild(set, &mut lo, lost)?;
+                    other.join().map_err(|_| SetError::Io {
+                        path: set.path.clone(),
+                        source: std::io::Error::other("a rebuilding thread panicked"),
+                    })?
+                })?;
+                self.rebuilt += (end - j) as u64 * lost.len() as u64;
+            }
+            j = end;
+        }
+        for (q, t) in self.targets.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let from = (j0 * g.block).min(g.sizes[q]);
+            let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
+            crate::store::file::write_at(t.tmp.file(), &bufs[q][..len], g.data_offset + from)
+                .map_err(io_err(&t.dest))?;
+        }
+        Ok(())
+    }
+}
+
+/// Read stripes `j0..j1` of every part into `bufs` (zeros where a part has no bytes) and
+/// return, per part, its damaged blocks among them. Checked on two threads.
+fn read_and_check(
+    set: &Set,
+    j0: u64,
+    j1: u64,
+    bufs: &mut [Vec<u8>],
+) -> Result<Vec<Vec<u64>>, SetError> {
+    let g = &set.geometry;
+    let mut avail = vec![0u64; bufs.len()];
+    for (q, buf) in bufs.iter_mut().enumerate() {
+        let from = (j0 * g.block).min(g.sizes[q]);
+        let want = (j1 * g.block).min(g.sizes[q]) - from;
+        let slot = &set.slots[q];
+        let on_disk = slot.len.saturating_sub(g.data_offset + from).min(want);
+        let at = g.data_offset + from;
+        let got = match &slot.file {
+            Some(f) if on_disk > 0 => {
+                let bytes = &mut buf[..on_disk as usize];
+                if crate::store::file::read_at(f, bytes, at).is_err() {
+                    // A read error (unreadable sectors of a scratched disc): block by block, so
+                    // only the blocks that cannot be read count as damaged (zeros fail their
+                    // digest).
+                    for (i, chunk) in bytes.chunks_mut(g.block as usize).enumerate() {
+                        let off = at + i as u64 * g.block;
+                        if crate::store::file::read_at(f, chunk, off).is_err() {
+                            chunk.fill(0);
+                        }
+                    }
+                }
+                on_disk
+            }
+            _ => 0,
+        };
+        buf[got as usize..].fill(0);
+        avail[q] = got;
+    }
+    let bufs: &[Vec<u8>] = bufs;
+    let check_part = |q: usize| -> Vec<u64> {
+        let buf = &bufs[q];
+        let mut bad = Vec::new();
+        for b in j0..j1.min(g.blocks(q)) {
+            let at = ((b - j0) * g.block) as usize;
+            let len = g.block_len(q, b) as usize;
+            if (at + len) as u64 > avail[q]
+                || super::block_digest(&buf[at..at + len]) != set.expected(q, b)
+            {
+                bad.push(b);
+            }
+        }
+        bad
+    };
+    let count = bufs.len();
+    let (even, odd) = std::thread::scope(|s| {
+        let odd = s.spawn(|| {
+            (1..count)
+                .step_by(2)
+                .map(|q| (q, check_part(q)))
+                .collect::<Vec<_>>()
+        });
+        let even: Vec<_> = (0..count).step_by(2).map(|q| (q, check_part(q))).collect();
+        (even, odd.join())
+    });
+    let odd = odd.map_err(|_| SetError::Io {
+        path: set.path.clone(),
+        source: std::io::Error::other("a checking thread panicked"),
+    })?;
+    let mut out = vec![Vec::new(); count];
+    for (q, bad) in even.into_iter().chain(odd) {
+        out[q] = bad;
+    }
+    Ok(out)
+}
+
+/// Rebuild the parts `lost` in `parts` (the same bytes of every part: a run of stripes that
+/// lost the same parts): data parts decoded from `k` intact shards, parity parts encoded again.
+/// Each of two threads has a coder of half the slice budget.
+fn rebuild(set: &Set, parts: &mut [&mut [u8]], lost: &[usize]) -> Result<(), SetError> {
+    let g = &set.geometry;
+    let (k, n) = (g.k, g.n);
+    if parts.first().is_none_or(|p| p.is_empty()) {
+        return Ok(());
+    }
+    let perr = |source| SetError::Parity {
+        path: set.path.clone(),
+        source,
+    };
+    let mut coder = Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?;
+    if lost.iter().any(|&q| q < k) {
+        let mut present: Vec<Option<&[u8]>> = Vec::with_capacity(k + n);
+        let mut outs: Vec<(usize, &mut [u8])> = Vec::new();
+        for (q, buf) in parts.iter_mut().enumerate() {
+            if lost.contains(&q) {
+                present.push(None);
+                if q < k {
+                    outs.push((q, &mut buf[..]));
+                }
+            } else {
+                present.push(Some(&buf[..]));
+            }
+        }
+        coder.decode(&present, &mut outs).map_err(perr)?;
+    }
+    if lost.iter().any(|&q| q >= k) {
+        let (data, parity) = parts.split_at_mut(k);
+        let originals: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|b| &mut b[..]).collect();
+        coder.encode(&originals, &mut outs).map_err(perr)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! Writing a v2 set (`split`): one pass over the bundle, a group of stripes at a time — the
+//! data parts' blocks read from the bundle, digested, coded into the parity parts' blocks, and
+//! every part's bytes written in place into its temporary file — while another thread hashes
+//! the bundle in order for the header's whole-bundle sha256. The header goes at the start of
+//! every part last, then every part is fsynced and renamed into place.
+
+use super::header;
+use super::{
+    io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, ALIGN, BLOCK_DIGEST, CODE,
+    DIGEST_LEN, FORMAT, MAX_PARTS, STRIPE_BUDGET,
+};
+use crate::bundle::atomic::AtomicFile;
+use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
+use crate::bundle::parts::PartInfo;
+use crate::bundle::sign;
+use crate::oci::Digest;
+use sha2::Digest as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// How to split.
+pub struct SplitOptions<'a> {
+    /// Largest part file.
+    pub size: u64,
+    /// Parity parts.
+    pub parity: usize,
+    /// Where the parts go.
+    pub out_dir: &'a Path,
+    /// The bundle's file name (parts are `NAME.partNNN`).
+    pub name: &'a str,
+    /// Sign the header with this key.
+    pub signer: Option<&'a minisign::SecretKey>,
+}
+
+fn part_name(name: &str, i: usize) -> String {
+    format!("{name}.part{i:03}")
+}
+
+fn trusted_comment(name: &str) -> String {
+    format!("koord-bundle split header of {name}")
+}
+
+/// The header for `g` (digests as given).
+fn header_for(g: &Geometry, bundle: PartInfo, size: u64, name: &str, table: Digest) -> SetHeader {
+    SetHeader {
+        format: FORMAT.into(),
+        bundle,
+        part_size: size,
+        data_offset: g.data_offset,
+        block_size: g.block,
+        data_parts: g.k,
+        parity_parts: g.n,
+        code: CODE.into(),
+        parts: g
+            .sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| PartEntry {
+                file: part_name(name, i),
+                size: s,
+            })
+            .collect(),
+        block_digest: BLOCK_DIGEST.into(),
+        block_table: TableInfo {
+            size: g.total_blocks() * DIGEST_LEN as u64,
+            sha256: table,
+        },
+    }
+}
+
+fn to_json(bundle: &Path, h: &SetHeader) -> Result<Vec<u8>, SetError> {
+    serde_json::to_vec(h).map_err(|e| SetError::Io {
+        path: bundle.to_path_buf(),
+        source: std::io::Error::other(e),
+    })
+}
+
+fn sign_json(
+    bundle: &Path,
+    json: &[u8],
+    name: &str,
+    signer: Option<&minisign::SecretKey>,
+) -> Result<Vec<u8>, SetError> {
+    match signer {
+        Some(sk) => Ok(sign::sign(sk, json, &trusted_comment(name))
+            .map_err(|source| SetError::Signature {
+                path: bundle.to_path_buf(),
+                source,
+            })?
+            .into_bytes()),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The layout for a bundle of `total` bytes: the header area grows with the part count and
+/// the block table, which grow as the area takes room from the parts; repeated until it fits.
+fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry, SetError> {
+    let size = opts.size;
+    let mut h = ALIGN;
+    for _ in 0..64 {
+        let too_small = SetError::HeaderTooLarge {
+            bundle: bundle.to_path_buf(),
+            size,
+            total,
+            header: h,
+        };
+        // The header may take at most half a part.
+        if size < 2 * h {
+            return Err(too_small);
+        }
+        let stride = (size - h) / 2 * 2;
+        let k = total.div_ceil(stride).max(1);
+        let parts = k.saturating_add(opts.parity as u64);
+        if parts > MAX_PARTS as u64 {
+            return Err(SetError::TooManyParts {
+                bundle: bundle.to_path_buf(),
+                parts: parts as usize,
+                size,
+                what: format!("a set has at most {MAX_PARTS} parts"),
+            });
+        }
+        if opts.parity > 0 {
+            Coder::new(k as usize, opts.parity).map_err(|source| SetError::Parity {
+                path: bundle.to_path_buf(),
+                source,
+            })?;
+        }
+        let block = Geometry::block_for(stride.min(total), parts as usize);
+        let g = Geometry::new(total, stride, opts.parity, block, h);
+        let zero = Digest::of(b"");
+        let info = PartInfo {
+            file: opts.name.to_string(),
+            size: total,
+            sha256: zero.clone(),
+        };
+        let json = to_json(bundle, &header_for(&g, info, size, opts.name, zero))?;
+        let sig = sign_json(bundle, &json, opts.name, opts.signer)?;
+        let table = g.total_blocks() * DIGEST_LEN as u64;
+        let line = header::part_line(g.parts() - 1, g.parts(), &header::set_id(&json));
+        let need = (header::MAGIC.len() + 1 + line.len()) as u64
+            + format!("{}\n\n{}\n\n{}\n", json.len(), sig.len(), table).len() as u64
+            + json.len() as u64
+            + sig.len() as u64
+            + table;
+        let need = need.next_multiple_of(ALIGN);
+        if need <= h {
+            return Ok(g);
+        }
+        h = need;
+    }
+    Err(SetError::HeaderTooLarge {
+        bundle: bundle.to_path_buf(),
+        size,
+        total,
+        header: h,
+    })
+}
+
+/// Split `bundle` into a v2 set in `opts.out_dir`; stale parts of an earlier split of the same
+/// name there are removed. Returns the parts written, data parts first.
+pub fn split(
+    bundle: &Path,
+    opts: &SplitOptions<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<PathBuf>, SetError> {
+    let total = std::fs::metadata(bundle).map_err(io_err(bundle))?.len();
+    let g = layout(bundle, total, opts)?;
+    std::fs::create_dir_all(opts.out_dir).map_err(io_err(opts.out_dir))?;
+    let mut tmps = Vec::with_capacity(g.parts());
+    for i in 0..g.parts() {
+        let dest = opts.out_dir.join(part_name(opts.name, i));
+        let tmp = AtomicFile::create(&dest).map_err(io_err(&dest))?;
+        crate::store::file::reserve(tmp.file(), g.file_len(i)).map_err(io_err(&dest))?;
+        tmps.push((tmp, dest));
+    }
+    let src = std::fs::File::open(bundle).map_err(io_err(bundle))?;
+    // The whole bundle's sha256, in order, on a thread of its own (told to stop on a failure).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let whole = {
+        let mut f = std::fs::File::open(bundle).map_err(io_err(bundle))?;
+        let stop = stop.clone();
+        std::thread::spawn(move || -> std::io::Result<Digest> {
+            let mut h = sha2::Sha256::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(std::io::Error::other("stopped"));
+                }
+                match f.read(&mut buf) {
+                    Ok(0) => return Ok(Digest::from_hasher(h)),
+                    Ok(n) => h.update(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    };
+    let table = write_stripes(bundle, &src, &g, &tmps, on_bytes).inspect_err(|_| {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    })?;
+    let whole = whole
+        .join()
+        .map_err(|_| SetError::Io {
+            path: bundle.to_path_buf(),
+            source: std::io::Error::other("the hashing thread panicked"),
+        })?
+        .map_err(io_err(bundle))?;
+    let info = PartInfo {
+        file: opts.name.to_string(),
+        size: total,
+        sha256: whole,
+    };
+    let json = to_json(
+        bundle,
+        &header_for(&g, info, opts.size, opts.name, Digest::of(&table)),
+    )?;
+    let sig = sign_json(bundle, &json, opts.name, opts.signer)?;
+    let mut written = Vec::with_capacity(tmps.len());
+    for (i, (tmp, dest)) in tmps.into_iter().enumerate() {
+        let mut head = header::area(&json, &sig, &table, i, g.parts());
+        if head.len() as u64 > g.data_offset {
+            return Err(SetError::HeaderTooLarge {
+                bundle: bundle.to_path_buf(),
+                size: opts.size,
+                total,
+                header: head.len() as u64,
+            });
+        }
+        head.resize(g.data_offset as usize, 0);
+        crate::store::file::write_at(tmp.file(), &head, 0).map_err(io_err(&dest))?;
+        tmp.commit().map_err(io_err(&dest))?;
+        written.push(dest);
+    }
+    remove_stale(opts.out_dir, opts.name, g.parts())?;
+    Ok(written)
+}
+
+/// Every stripe, a group at a time: data blocks from the bundle, parity blocks coded from them,
+/// both written into the parts and digested into the block table (returned). Each group is
+/// coded and digested in two halves (stripes `j0..mid` and `mid..j1`) on two threads, each
+/// with a coder of half the slice budget.
+fn write_stripes(
+    bundle: &Path,
+    src: &std::fs::File,
+    g: &Geometry,
+    tmps: &[(AtomicFile, PathBuf)],
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<u8>, SetError> {
+    let (k, n, count) = (g.k, g.n, g.parts());
+    let per = (STRIPE_BUDGET / (count as u64 * g.block)).max(1);
+    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; (per * g.block) as usize]; count];
+    let mut table = vec![0u8; g.total_blocks() as usize * DIGEST_LEN];
+    let perr = |source| SetError::Parity {
+        path: bundle.to_path_buf(),
+        source,
+    };
+    let mut coders = match n {
+        0 => None,
+        _ => Some([
+            Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
+            Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
+        ]),
+    };
+    let mut j0 = 0;
+    while j0 < g.stripes() {
+        let j1 = (j0 + per).min(g.stripes());
+        for (i, buf) in bufs[..k].iter_mut().enumerate() {
+            let from = (j0 * g.block).min(g.sizes[i]);
+            let len = ((j1 * g.block).min(g.sizes[i]) - from) as usize;
+            crate::store::file::read_at(src, &mut buf[..len], i as u64 * g.stride() + from)
+                .map_err(io_err(bundle))?;
+            buf[len..].fill(0);
+        }
+        let digests = code_group(g, j0, j1, &mut bufs, coders.as_mut()).map_err(|e| match e {
+            Some(source) => perr(source),
+            None => SetError::Io {
+                path: bundle.to_path_buf(),
+                source: std::io::Error::other("a coding thread panicked"),
+            },
+        })?;
+        for (i, d) in digests {
+            table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN].copy_from_slice(&d);
+        }
+        for (q, (tmp, dest)) in tmps.iter().enumerate() {
+            let from = (j0 * g.block).min(g.sizes[q]);
+            let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
+            crate::store::file::write_at(tmp.file(), &bufs[q][..len], g.data_offset + from)
+                .map_err(io_err(dest))?;
+            crate::store::file::start_writeback(tmp.file(), g.data_offset + from, len as u64);
+        }
+        on_bytes(
+            (0..k)
+                .map(|i| (j1 * g.block).min(g.sizes[i]) - (j0 * g.block).min(g.sizes[i]))
+                .sum(),
+        );
+        j0 = j1;
+    }
+    Ok(table)
+}
+
+/// Block digests: (index in the block table, digest).
+type Digests = Vec<(usize, [u8; DIGEST_LEN])>;
+
+/// Code the parity blocks of stripes `j0..j1` (read into `bufs`) and digest every block of
+/// them, in two halves on two threads. `Err(None)`: a thread panicked.
+fn code_group(
+    g: &Geometry,
+    j0: u64,
+    j1: u64,
+    bufs: &mut [Vec<u8>],
+    coders: Option<&mut [Coder; 2]>,
+) -> Result<Digests, Option<ParityError>> {
+    let k = g.k;
+    let mid = j0 + (j1 - j0).div_ceil(2);
+    let cut = ((mid - j0) * g.block) as usize;
+    let run = ((j1 - 1 - j0) * g.block + g.shard_len(j1 - 1)) as usize;
+    let (data, parity) = bufs.split_at_mut(k);
+    let data: &[Vec<u8>] = data;
+    let (mut lo, mut hi): (Vec<&mut [u8]>, Vec<&mut [u8]>) = parity
+        .iter_mut()
+        .map(|b| {
+            let (l, h) = b[..run].split_at_mut(cut.min(run));
+            (l, h)
+        })
+        .unzip();
+    let (c_lo, c_hi) = match coders {
+        Some([a, b]) => (Some(a), Some(b)),
+        None => (None, None),
+    };
+    let half = |coder: Option<&mut Coder>,
+                outs: &mut [&mut [u8]],
+                a: u64,
+                b: u64,
+                from: usize|
+     -> Result<Digests, ParityError> {
+        let to = from + outs.first().map_or(0, |o| o.len());
+        if let (Some(c), true) = (coder, a < b) {
+            let originals: Vec<&[u8]> = data.iter().map(|d| &d[from..to]).collect();
+            c.encode(&originals, outs)?;
+        }
+        let mut out = Vec::new();
+        for q in 0..g.parts() {
+            for blk in a..b.min(g.blocks(q)) {
+                let at = ((blk - j0) * g.block) as usize;
+                let len = g.block_len(q, blk) as usize;
+                let bytes = if q < k {
+                    &data[q][at..at + len]
+                } else {
+                    &outs[q - k][at - from..at - from + len]
+                };
+                out.push((g.table_index(q, blk), super::block_digest(bytes)));
+            }
+        }
+        Ok(out)
+    };
+    std::thread::scope(|s| {
+        let other = s.spawn(|| half(c_hi, &mut hi, mid, j1, cut));
+        let mut mine = half(c_lo, &mut lo, j0, mid, 0).map_err(Some)?;
+        let theirs = other.join().map_err(|_| None)?.map_err(Some)?;
+        mine.extend(theirs);
+        Ok(mine)
+    })
+}
+
+/// Parts `NAME.partNNN` in `dir` numbered `keep` or more: left by an earlier split.
+fn remove_stale(dir: &Path, name: &str, keep: usize) -> Result<(), SetError> {
+    let prefix = format!("{name}.part");
+    for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let e = e.map_err(io_err(dir))?;
+        let n = e.file_name().to_string_lossy().to_string();
+        let idx = n
+            .strip_prefix(&prefix)
+            .filter(|s| s.len() >= 3 && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<usize>().ok());
+        if idx.is_some_and(|i| i >= keep) {
+            std::fs::remove_file(e.path()).map_err(io_err(&e.path()))?;
+        }
+    }
+    Ok(())
+}
