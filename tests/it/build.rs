@@ -86,19 +86,10 @@ fn build_1_8_0_from_plain_registry_checks_with_standard_tools() {
     }
     // skopeo reads every image straight from the archive.
     for r in &expected {
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                &format!("oci-archive:{}:{r}", bundle.display()),
-            ],
-            h.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            fake_registry::digest(&o.stdout),
-            pushed_digest(r.split(':').next().unwrap(), "v1.8.0")
+        assert_digest(
+            &format!("oci-archive:{}:{r}", bundle.display()),
+            &Skopeo::default(),
+            &pushed_digest(r.split(':').next().unwrap(), "v1.8.0"),
         );
         let o = tool(
             "skopeo",
@@ -330,17 +321,11 @@ fn platform_filter_keeps_only_those_platforms() {
             .any(|p| p == "linux/amd64"));
     }
     let r = "koordinator-sh/koordlet:v1.8.0";
-    let o = tool(
-        "skopeo",
-        &[
-            "inspect",
-            "--raw",
-            &format!("oci-archive:{}:{r}", bundle.display()),
-        ],
-        h.path(),
+    let raw = skopeo_raw(
+        &format!("oci-archive:{}:{r}", bundle.display()),
+        &Skopeo::default(),
     );
-    assert_ok(&o);
-    let idx: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let idx: Value = serde_json::from_slice(&raw).unwrap();
     let ms = idx["manifests"].as_array().unwrap();
     assert_eq!(ms.len(), 1, "amd64 and its attestation are dropped: {idx}");
     assert_eq!(ms[0]["platform"]["architecture"], "arm64");

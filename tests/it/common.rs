@@ -365,6 +365,90 @@ pub fn image_digests(v: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `sha256:HEX` of `bytes`: the digest a registry and skopeo give them.
+pub fn sha256(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// How skopeo reaches a store: the transport flags of `skopeo inspect` (and, prefixed, of
+/// either side of `skopeo copy`). The default has none (an `oci-archive:` or `oci:` path).
+#[derive(Clone, Copy, Default)]
+pub struct Skopeo<'a> {
+    /// `--tls-verify=false`: a plain-HTTP registry.
+    pub plain_http: bool,
+    /// `--cert-dir DIR`: the CA of a TLS registry.
+    pub cert_dir: Option<&'a Path>,
+    /// `--creds USER:PASSWORD`.
+    pub creds: Option<(&'a str, &'a str)>,
+}
+
+#[allow(dead_code)] // not every constructor is used by every test module
+impl<'a> Skopeo<'a> {
+    /// A plain-HTTP registry (`--tls-verify=false`).
+    pub fn plain_http() -> Self {
+        Skopeo {
+            plain_http: true,
+            ..Skopeo::default()
+        }
+    }
+    /// A TLS registry whose CA is in `cert_dir`, with a login (`--cert-dir DIR --creds U:P`).
+    pub fn tls(cert_dir: &'a Path, user: &'a str, password: &'a str) -> Self {
+        Skopeo {
+            cert_dir: Some(cert_dir),
+            creds: Some((user, password)),
+            ..Skopeo::default()
+        }
+    }
+    /// The flags, each named `--{side}NAME`: `side` is "" for `inspect`, "src-" or "dest-" for
+    /// `copy`.
+    pub fn flags(&self, side: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.plain_http {
+            v.push(format!("--{side}tls-verify=false"));
+        }
+        if let Some(d) = self.cert_dir {
+            v.extend([format!("--{side}cert-dir"), d.display().to_string()]);
+        }
+        if let Some((user, password)) = self.creds {
+            v.extend([format!("--{side}creds"), format!("{user}:{password}")]);
+        }
+        v
+    }
+    /// `skopeo inspect --raw REFERENCE` (a skopeo reference: `docker://HOST/REPO:TAG`,
+    /// `oci-archive:PATH:REF`), whatever its outcome.
+    pub fn inspect_raw(&self, reference: &str) -> Output {
+        let mut args = vec!["inspect".to_string(), "--raw".to_string()];
+        args.extend(self.flags(""));
+        args.push(reference.to_string());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tool("skopeo", &args, Path::new("/"))
+    }
+}
+
+/// The raw manifest skopeo reads at `reference`, byte for byte (panics naming the reference
+/// when skopeo cannot read it).
+pub fn skopeo_raw(reference: &str, how: &Skopeo) -> Vec<u8> {
+    let o = how.inspect_raw(reference);
+    assert!(
+        o.status.success(),
+        "skopeo inspect --raw {reference} failed ({:?}):\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+/// The manifest skopeo reads at `reference` has the digest `expected` (the sha256 of the raw
+/// bytes: nothing re-encoded on the way).
+pub fn assert_digest(reference: &str, how: &Skopeo, expected: &str) {
+    assert_eq!(
+        sha256(&skopeo_raw(reference, how)),
+        expected,
+        "the digest of the manifest skopeo reads at {reference}"
+    );
+}
+
 // --- review-b helpers
 
 /// Run `script` with `sh -c` in a private mount namespace where `dir` is a tmpfs of `size`

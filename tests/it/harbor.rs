@@ -113,30 +113,10 @@ fn stored(repository: &str) -> bool {
 }
 
 /// Every image of the bundle under `registry` has the bundle's digest (skopeo, with `who`).
-fn assert_digests(h: &Home, m: &Value, registry: &str, who: &(String, String)) {
-    let hb = harbor();
-    let creds = format!("{}:{}", who.0, who.1);
-    for img in m["images"].as_array().unwrap() {
-        let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--cert-dir",
-                hb.ca_dir.to_str().unwrap(),
-                "--creds",
-                &creds,
-                &target,
-            ],
-            h.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            img["digest"].as_str().unwrap(),
-            "{target}"
-        );
+fn assert_digests(m: &Value, registry: &str, who: &(String, String)) {
+    let skopeo = Skopeo::tls(&harbor().ca_dir, &who.0, &who.1);
+    for (r, digest) in image_digests(m) {
+        assert_digest(&format!("docker://{registry}/{r}"), &skopeo, &digest);
     }
 }
 
@@ -178,7 +158,7 @@ fn harbor_load_into_an_existing_project_keeps_every_digest() {
     assert_eq!(r["harbor"]["projects"][0]["state"], "exists", "{r}");
     assert_eq!(r["harbor"]["projects"][0]["mayPush"], true, "{r}");
     assert!(r["push"]["uploaded"].as_u64().unwrap() > 0, "{r}");
-    assert_digests(&h, &m, &registry, &hb.user);
+    assert_digests(&m, &registry, &hb.user);
     // A re-load pushes nothing, and a Guest (pull only) may do that.
     let o = load_as(&h, &b, &registry, &hb.reader, &[]);
     assert_ok(&o);
@@ -279,7 +259,7 @@ fn harbor_create_project_creates_it_private_then_loads() {
     assert_eq!(detail.status, 200);
     let p: Value = serde_json::from_slice(&detail.body).unwrap();
     assert_eq!(p["metadata"]["public"], "false", "{p}");
-    assert_digests(&h, &m, &registry, &hb.user);
+    assert_digests(&m, &registry, &hb.user);
     // Again: the project is there now; nothing to create, nothing to push.
     let o = load_as(&h, &b, &registry, &hb.user, &["--create-project"]);
     assert_ok(&o);
@@ -364,7 +344,7 @@ fn harbor_one_component_repository_is_1_and_a_project_prefix_takes_it() {
     let o = load_as(&h, &b, &registry, &hb.user, &[]);
     assert_ok(&o);
     assert!(stored(&format!("koord/{sub}/{lone}")));
-    assert_digests(&h, &m, &registry, &hb.user);
+    assert_digests(&m, &registry, &hb.user);
 }
 
 #[test]
@@ -378,7 +358,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
     // --username with --password-stdin.
     let registry = format!("{}/koord/{}", hb.host, unique_prefix("robot"));
     assert_ok(&load_as(&h, &b, &registry, &hb.robot, &[]));
-    assert_digests(&h, &m, &registry, &hb.robot);
+    assert_digests(&m, &registry, &hb.robot);
     // A docker config: `auth` (base64 of robot$koord+ci:secret), then username/password.
     let ca = hb.ca_file.to_str().unwrap().to_string();
     let auth =
@@ -398,7 +378,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
             .output()
             .unwrap();
         assert_ok(&o);
-        assert_digests(&h, &m, &registry, &hb.robot);
+        assert_digests(&m, &registry, &hb.robot);
     }
     // What helm is given: koord-bundle's own login path (`helm registry login --username
     // robot$koord+ci --password-stdin` into a throw-away registry config), then `helm pull`:

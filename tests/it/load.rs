@@ -98,16 +98,10 @@ fn load_into_plain_registry_digests_unchanged_chart_pullable_reload_skips() {
     let m = manifest(&b.home, &b.bundle);
     for img in m["images"].as_array().unwrap() {
         let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
-        let o = tool(
-            "skopeo",
-            &["inspect", "--raw", "--tls-verify=false", &target],
-            b.home.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
+        assert_digest(
+            &target,
+            &Skopeo::plain_http(),
             img["digest"].as_str().unwrap(),
-            "{target}"
         );
         // And every platform manifest is there too (skopeo copies the whole index).
         let dest = b.home.path().join(format!(
@@ -197,26 +191,10 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
     assert!(!all.contains(&e.password), "password in output");
     let m = manifest(&b.home, &b.bundle);
     let cert_dir = Path::new(ca).parent().unwrap().parent().unwrap().join("ca");
+    let skopeo = Skopeo::tls(&cert_dir, &e.username, &e.password);
     for img in m["images"].as_array().unwrap() {
         let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--cert-dir",
-                cert_dir.to_str().unwrap(),
-                "--creds",
-                &format!("{}:{}", e.username, e.password),
-                &target,
-            ],
-            b.home.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            img["digest"].as_str().unwrap()
-        );
+        assert_digest(&target, &skopeo, img["digest"].as_str().unwrap());
     }
     // Wrong password: a clear refusal naming the registry.
     let mut c = b.home.cmd(&[
@@ -561,15 +539,10 @@ fn registry_down_mid_push_then_rerun_completes() {
             e.plain,
             img["ref"].as_str().unwrap()
         );
-        let o = tool(
-            "skopeo",
-            &["inspect", "--raw", "--tls-verify=false", &target],
-            b.home.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            img["digest"].as_str().unwrap()
+        assert_digest(
+            &target,
+            &Skopeo::plain_http(),
+            img["digest"].as_str().unwrap(),
         );
     }
 }

@@ -241,27 +241,18 @@ pub(crate) fn curl(args: &[&str], url: &str) -> Http {
 
 /// `skopeo copy --all` of every image from `src_host` into OCI layouts; checks each copied
 /// index has the bundle's digest (and `skopeo inspect --raw` agrees).
-fn skopeo_copies_every_image(home: &Home, m: &Value, src_host: &str, src_flags: &[&str]) {
+fn skopeo_copies_every_image(home: &Home, m: &Value, src_host: &str, how: &Skopeo) {
+    let src_flags = how.flags("src-");
     for (r, digest) in image_digests(m) {
         let src = format!("docker://{src_host}/{r}");
-        // inspect takes the same flags without the --src- prefix.
-        let flags: Vec<String> = src_flags
-            .iter()
-            .map(|f| f.replacen("--src-", "--", 1))
-            .collect();
-        let mut a = vec!["inspect", "--raw"];
-        a.extend(flags.iter().map(String::as_str));
-        a.push(&src);
-        let o = tool("skopeo", &a, home.path());
-        assert_ok(&o);
-        assert_eq!(sha256(&o.stdout), digest, "{src}");
+        assert_digest(&src, how, &digest);
         let dir = home.path().join(format!(
             "oci-{}",
             unique_prefix(&r.replace(['/', ':'], "_"))
         ));
         let dest = format!("oci:{}:x", dir.display());
         let mut a = vec!["copy", "--all"];
-        a.extend_from_slice(src_flags);
+        a.extend(src_flags.iter().map(String::as_str));
         a.push(&src);
         a.push(&dest);
         let o = tool("skopeo", &a, home.path());
@@ -314,7 +305,7 @@ fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
         assert!(out.contains(needle), "banner lacks {needle:?}:\n{out}");
     }
     assert_eq!(image_digests(&m).len(), 5);
-    skopeo_copies_every_image(&b.home, &m, &s.addr, &["--src-tls-verify=false"]);
+    skopeo_copies_every_image(&b.home, &m, &s.addr, &Skopeo::plain_http());
     let chart_digest = m["chart"]["digest"].as_str().unwrap();
     let e = env();
     for helm in [&e.helm3, &e.helm4] {
@@ -371,18 +362,8 @@ fn serve_and_load_read_the_same_bundle_at_once() {
     assert_ok(&load.join().unwrap());
     for (r, digest) in image_digests(&m) {
         for prefix in [&loaded, &copied] {
-            let o = tool(
-                "skopeo",
-                &[
-                    "inspect",
-                    "--raw",
-                    "--tls-verify=false",
-                    &format!("docker://{}/{prefix}/{r}", e.plain),
-                ],
-                b.home.path(),
-            );
-            assert_ok(&o);
-            assert_eq!(sha256(&o.stdout), digest, "{prefix}/{r}");
+            let target = format!("docker://{}/{prefix}/{r}", e.plain);
+            assert_digest(&target, &Skopeo::plain_http(), &digest);
         }
     }
 }
@@ -678,28 +659,20 @@ fn serve_over_tls_with_basic_auth() {
     assert_eq!(curl(&["-u", &creds], &v2).status, 0);
 
     // skopeo: refused without credentials, copies with them (verifying with the CA).
-    let o = tool(
-        "skopeo",
-        &[
-            "inspect",
-            "--raw",
-            "--cert-dir",
-            ca_dir.to_str().unwrap(),
-            &format!("docker://{}/koordinator-sh/koordlet:v1.8.0", s.addr),
-        ],
-        b.home.path(),
-    );
+    let anonymous = Skopeo {
+        cert_dir: Some(&ca_dir),
+        ..Skopeo::default()
+    };
+    let o = anonymous.inspect_raw(&format!(
+        "docker://{}/koordinator-sh/koordlet:v1.8.0",
+        s.addr
+    ));
     assert!(!o.status.success(), "skopeo without credentials succeeded");
     skopeo_copies_every_image(
         &b.home,
         &m,
         &s.addr,
-        &[
-            "--src-cert-dir",
-            ca_dir.to_str().unwrap(),
-            "--src-creds",
-            &creds,
-        ],
+        &Skopeo::tls(&ca_dir, "alice", password),
     );
 
     // helm 4 over TLS with a registry login (helm 3 speaks plain HTTP to loopback registries,
@@ -850,7 +823,7 @@ fn serve_unsigned_bundle_needs_the_explicit_flag() {
         s.stdout()
     );
     let m = manifest(&h, &bundle);
-    skopeo_copies_every_image(&h, &m, &s.addr, &["--src-tls-verify=false"]);
+    skopeo_copies_every_image(&h, &m, &s.addr, &Skopeo::plain_http());
 }
 
 #[test]
@@ -875,7 +848,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
     assert_ok(&h.run(&["verify", first.to_str().unwrap()]));
     let s = start(h, &[first.to_str().unwrap()]);
     // Every image (so every blob, some of them across two parts) arrives with its digest.
-    skopeo_copies_every_image(h, &m, &s.addr, &["--src-tls-verify=false"]);
+    skopeo_copies_every_image(h, &m, &s.addr, &Skopeo::plain_http());
     helm_pull_is_identical(
         &env().helm3,
         &s.addr,

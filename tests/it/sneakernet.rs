@@ -86,20 +86,10 @@ fn build_split_parts_verify_inspect_load_and_join_byte_identical() {
         "koordinator-sh/koordlet:v1.8.0",
         "koordinator-sh/koord-manager:v1.8.0",
     ] {
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--tls-verify=false",
-                &format!("docker://{}/{prefix}/{img}", e.plain),
-            ],
-            h.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            pushed_digest(img.split(':').next().unwrap(), "v1.8.0")
+        assert_digest(
+            &format!("docker://{}/{prefix}/{img}", e.plain),
+            &Skopeo::plain_http(),
+            &pushed_digest(img.split(':').next().unwrap(), "v1.8.0"),
         );
     }
 }
@@ -279,19 +269,10 @@ fn incremental_bundle_leaves_out_what_the_site_holds_and_load_checks_it() {
             h.path(),
         );
         assert_ok(&o);
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--tls-verify=false",
-                &format!("docker://{registry}/{repo}:v1.8.0"),
-            ],
-            h.path(),
-        );
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            pushed_digest(&repo, "v1.8.0")
+        assert_digest(
+            &format!("docker://{registry}/{repo}:v1.8.0"),
+            &Skopeo::plain_http(),
+            &pushed_digest(&repo, "v1.8.0"),
         );
     }
 }

@@ -191,24 +191,9 @@ fn as_push_user(b: &TokenBuilt, prefix: &str) -> Output {
 /// Every image of the bundle under `prefix`, read back by skopeo with the push user.
 fn assert_digests_with_skopeo(b: &TokenBuilt, prefix: &str) {
     let t = tenv();
-    let creds = format!("{}:{}", t.push_user.0, t.push_user.1);
+    let skopeo = Skopeo::tls(&t.ca_dir, &t.push_user.0, &t.push_user.1);
     for (r, d) in &b.images {
-        let target = format!("docker://{}/{prefix}/{r}", t.registry);
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--cert-dir",
-                t.ca_dir.to_str().unwrap(),
-                "--creds",
-                &creds,
-                &target,
-            ],
-            Path::new("/"),
-        );
-        assert_ok(&o);
-        assert_eq!(&crate::fake_registry::digest(&o.stdout), d, "{target}");
+        assert_digest(&format!("docker://{}/{prefix}/{r}", t.registry), &skopeo, d);
     }
 }
 
