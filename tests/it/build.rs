@@ -132,7 +132,7 @@ fn common_fixture(name: &str) -> Vec<u8> {
 }
 
 fn sha_of(b: &[u8]) -> String {
-    fake_registry::digest(b)[7..].to_string()
+    sha256(b)[7..].to_string()
 }
 
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

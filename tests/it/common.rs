@@ -2,6 +2,7 @@
 //! temporary homes with keys.
 
 use serde_json::Value;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -341,6 +342,24 @@ pub fn tool(cmd: &str, args: &[&str], dir: &Path) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e} (scripts/install-deps.sh installs it)"))
 }
 
+/// Spawn `c` with `input` on its stdin (then closed); its output.
+pub fn run_with_stdin(c: &mut Command, input: &str) -> Output {
+    use std::process::Stdio;
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Names of the entries of a tar, in order.
 pub fn tar_entries(path: &Path) -> Vec<String> {
     let mut ar = tar::Archive::new(std::fs::File::open(path).unwrap());
@@ -496,4 +515,161 @@ impl Home {
         c.args(extra);
         c
     }
+}
+
+// --- the signed bundle of most tests
+
+/// A signed 1.8.0 bundle in a home of its own, for one test: built where the test starts (it
+/// takes well under a second) and removed with the home when the test ends, also when it fails.
+/// (A bundle shared through a static was never removed: statics are not dropped. nextest runs
+/// each test in a process of its own, so a static shared nothing there either.)
+pub struct Built {
+    pub home: Home,
+    pub bundle: PathBuf,
+}
+
+impl Built {
+    pub fn new() -> Self {
+        let home = Home::with_key();
+        let (bundle, _) = home.build_plain("1.8.0", &[]);
+        Built { home, bundle }
+    }
+}
+
+/// `NAME-PID-NANOS`: a repository prefix (or directory name) no other test run uses.
+pub fn unique_prefix(name: &str) -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}-{}-{}", std::process::id(), n % 1_000_000_000)
+}
+
+// --- what is in a bundle file
+
+/// The bundle manifest (`koord-bundle.json`, read from the plain tar).
+pub fn bundle_manifest(bundle: &Path) -> Value {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_string_lossy() == "koord-bundle.json" {
+            let mut text = String::new();
+            e.read_to_string(&mut text).unwrap();
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+    panic!("no koord-bundle.json in {}", bundle.display())
+}
+
+/// The largest blob entry of a plain-tar bundle and where its data starts in the file.
+pub fn largest_blob(bundle: &Path) -> (String, u64) {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    ar.entries()
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().unwrap().starts_with("blobs/sha256/"))
+        .max_by_key(|e| e.size())
+        .map(|e| {
+            (
+                e.path().unwrap().to_string_lossy().into_owned(),
+                e.raw_file_position(),
+            )
+        })
+        .unwrap()
+}
+
+/// Flip one bit of a file in place (size unchanged).
+pub fn flip_byte(path: &Path, at: u64) {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut byte).unwrap();
+    byte[0] ^= 0x01;
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&byte).unwrap();
+    f.sync_all().unwrap();
+}
+
+// --- HTTP, with curl
+
+/// A curl answer.
+pub struct Http {
+    /// The HTTP status; 0 when there was no answer (refused, TLS failure...).
+    pub status: u16,
+    /// Raw header block, lower-cased.
+    pub headers: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Http {
+    /// The value of a header (`name` in any case), if it is there.
+    pub fn header(&self, name: &str) -> Option<String> {
+        let prefix = format!("{}:", name.to_ascii_lowercase());
+        self.headers
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .map(|l| l[prefix.len()..].trim().to_string())
+    }
+    /// The body, which must be JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    /// `errors[0].code` of a distribution API error body ("" when there is none).
+    pub fn error_code(&self) -> String {
+        self.json()["errors"][0]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// `curl -s ARGS URL`.
+pub fn curl(args: &[&str], url: &str) -> Http {
+    let d = tempfile::tempdir().unwrap();
+    let (h, b) = (d.path().join("h"), d.path().join("b"));
+    let mut a = vec![
+        "-s",
+        "-D",
+        h.to_str().unwrap(),
+        "-o",
+        b.to_str().unwrap(),
+        "-w",
+        "%{http_code}",
+    ];
+    a.extend_from_slice(args);
+    a.push(url);
+    let o = tool("curl", &a, d.path());
+    Http {
+        status: String::from_utf8_lossy(&o.stdout).parse().unwrap_or(0),
+        headers: std::fs::read_to_string(&h)
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        body: std::fs::read(&b).unwrap_or_default(),
+    }
+}
+
+/// Which of the bundle's six repositories exist on the plain registry under `prefix`.
+pub fn repos_under(prefix: &str) -> Vec<String> {
+    let repos = [
+        "charts/koordinator",
+        "koordinator-sh/koord-descheduler",
+        "koordinator-sh/koord-device-daemon",
+        "koordinator-sh/koord-manager",
+        "koordinator-sh/koord-scheduler",
+        "koordinator-sh/koordlet",
+    ];
+    repos
+        .iter()
+        .map(|r| format!("{prefix}/{r}"))
+        .filter(|r| {
+            let url = format!("http://{}/v2/{r}/tags/list", env().plain);
+            curl(&[], &url).status == 200
+        })
+        .collect()
 }

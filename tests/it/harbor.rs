@@ -7,7 +7,6 @@
 //! directory).
 
 use crate::common::*;
-use crate::load::{run_with_stdin, unique_prefix};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -132,7 +131,7 @@ fn api_status(method: &str, path: &str, who: &(String, String)) -> u16 {
     };
     let mut args = verb.to_vec();
     args.extend_from_slice(&["--cacert", hb.ca_file.to_str().unwrap(), "-u", &creds]);
-    crate::serve::curl(&args, &url).status
+    curl(&args, &url).status
 }
 
 fn json(o: &Output) -> Value {
@@ -247,7 +246,7 @@ fn harbor_create_project_creates_it_private_then_loads() {
         "{said}"
     );
     assert_eq!(api_status("HEAD", &head, &hb.user), 200);
-    let detail = crate::serve::curl(
+    let detail = curl(
         &[
             "--cacert",
             hb.ca_file.to_str().unwrap(),
@@ -305,7 +304,7 @@ fn harbor_one_component_repository_is_1_and_a_project_prefix_takes_it() {
     let hb = harbor();
     // The stand-in answers a one-component repository as Harbor does: 500.
     let lone = unique_prefix("lone");
-    let o = crate::serve::curl(
+    let o = curl(
         &["-I", "--cacert", hb.ca_file.to_str().unwrap()],
         &format!("https://{}/v2/{lone}/manifests/v1", hb.host),
     );
@@ -407,7 +406,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
             )
             .unwrap_or_else(|err| panic!("helm {}: {err}", helm.major()));
         assert_eq!(
-            crate::fake_registry::digest(&std::fs::read(&got).unwrap()),
+            sha256(&std::fs::read(&got).unwrap()),
             chart_digest,
             "helm {}",
             helm.major()

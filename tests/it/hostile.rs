@@ -2,7 +2,7 @@
 //! binary, run through the binary the way a user would meet it.
 
 use crate::common::*;
-use crate::serve::{curl, flip_byte, largest_blob, manifest, pubkey, sha256, start};
+use crate::serve_proc::start;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -372,8 +372,12 @@ fn serve_range_requests_never_return_bytes_changed_after_verification() {
     ));
     let (entry, offset) = largest_blob(&bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let m = manifest(&h, &bundle);
-    let s = start(&h, &[bundle.to_str().unwrap(), "--key", &pubkey(&h)]);
+    let m = bundle_manifest(&bundle);
+    let key = h.pubkey();
+    let s = start(
+        &h,
+        &[bundle.to_str().unwrap(), "--key", key.to_str().unwrap()],
+    );
     let repo = image_digests(&m)
         .into_iter()
         .map(|(r, _)| r.split(':').next().unwrap().to_string())
@@ -902,7 +906,7 @@ fn every_hostile_case_ends_with_an_exit_code_from_0_to_3() {
     let mut s = start(&h, &[&b]);
     let (entry, _) = largest_blob(&bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let repo = image_digests(&manifest(&h, &bundle))
+    let repo = image_digests(&bundle_manifest(&bundle))
         .into_iter()
         .map(|(r, _)| r.split(':').next().unwrap().to_string())
         .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)

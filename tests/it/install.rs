@@ -6,7 +6,6 @@
 
 use crate::common::*;
 use crate::kube_fake::{self, KubeFake, Opts};
-use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -760,7 +759,7 @@ fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself(
             tls_name: None,
         });
         let (kubeconfig, runs, _) =
-            crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
+            kube_fake::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
         let registry = format!("{}/{}", e.plain, unique_prefix(&format!("exec{major}")));
         let mut args = load_args(&b, &b.bundle, &registry, &fake, major, &[]);
         let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
@@ -975,7 +974,7 @@ fn dry_runs_are_truthful_about_helm_and_the_preflight() {
         tls_name: None,
     });
     let (kubeconfig, _, _) =
-        crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", "plugin-token");
+        kube_fake::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", "plugin-token");
     // The plugin exits 3: its PLUGIN_TOKEN is renamed away.
     let text = std::fs::read_to_string(&kubeconfig)
         .unwrap()

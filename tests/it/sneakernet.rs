@@ -1,12 +1,11 @@
 //! Split bundles (parts for media) and incremental bundles, with the real registry.
 
 use crate::common::*;
-use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn sha(p: &Path) -> String {
-    crate::fake_registry::digest(&std::fs::read(p).unwrap())
+    sha256(&std::fs::read(p).unwrap())
 }
 
 fn parts_of(dir: &Path, name: &str) -> Vec<PathBuf> {

@@ -6,7 +6,6 @@
 //! messages, credential helpers, bounded bodies and fast failure on a wrong address.
 
 use crate::common::*;
-use crate::load::{run_with_stdin, unique_prefix};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -121,7 +120,7 @@ fn build_from_token(h: &Home, out: &Path) -> Output {
 }
 
 /// A signed bundle built from the token registry in a home of its own, for one load test
-/// (removed with the home when the test ends; see `crate::load::Built`).
+/// (removed with the home when the test ends; see `crate::common::Built`).
 struct TokenBuilt {
     home: Home,
     bundle: PathBuf,
@@ -747,7 +746,7 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
 #[test]
 fn plain_http_registry_without_the_flag_says_so() {
     let e = env();
-    let b = crate::load::Built::new();
+    let b = Built::new();
     let o = b
         .home
         .load_cmd(
@@ -766,7 +765,7 @@ fn plain_http_registry_without_the_flag_says_so() {
 
 #[test]
 fn registry_with_user_and_password_is_refused_and_never_echoed() {
-    let b = crate::load::Built::new();
+    let b = Built::new();
     let secret = "S3cr3t-pw-91";
     for value in [
         format!("koord:{secret}@{}/site", env().plain),
@@ -887,7 +886,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
         l.local_addr().unwrap().port()
     };
     let addr = format!("127.0.0.1:{port}");
-    let b = crate::load::Built::new();
+    let b = Built::new();
     let o = b
         .home
         .load_cmd(
@@ -943,10 +942,7 @@ fn redirecting_registry(
     let config =
         br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#
             .to_vec();
-    let (cd, ld) = (
-        crate::fake_registry::digest(&config),
-        crate::fake_registry::digest(&layer),
-    );
+    let (cd, ld) = (sha256(&config), sha256(&layer));
     let manifest = format!(
         r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{cd}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{ld}","size":{}}}]}}"#,
         config.len(),
