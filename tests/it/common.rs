@@ -1,5 +1,6 @@
-//! Shared test support: the test environment (started by scripts/test.sh), the real binary,
-//! temporary homes with keys.
+//! Shared test support, by purpose: the test environment (started by scripts/test.sh), homes
+//! and the real binary, running commands, bundle files, digests read back with skopeo,
+//! registries over HTTP with curl.
 
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -7,29 +8,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-#[allow(dead_code)] // helm3/helm4 serve the helm tests
-/// The environment written by `scripts/test-env.sh start` (`KB_ENV_JSON`).
-/// The five components chart 1.8.0 deploys (their image names), sorted.
-pub const COMPONENTS_180: [&str; 5] = [
-    "koord-descheduler",
-    "koord-device-daemon",
-    "koord-manager",
-    "koord-scheduler",
-    "koordlet",
-];
+// --- The test environment
 
+/// The environment written by `scripts/test-env.sh start` (`KB_ENV_JSON`).
 pub struct Env {
+    /// `HOST:PORT` of the plain-HTTP registry.
     pub plain: String,
+    /// `HOST:PORT` of the TLS registry with basic auth.
     pub tls: String,
+    /// The CA certificate of the TLS registry.
     pub ca_file: PathBuf,
+    /// The TLS registry's user.
     pub username: String,
+    /// The TLS registry's user's password.
     pub password: String,
+    /// The Helm chart repository (`http://HOST:PORT/`), every Koordinator chart version.
     pub helm_repo: String,
+    /// helm 3.
     pub helm3: PathBuf,
+    /// helm 4.
     pub helm4: PathBuf,
+    /// images.json: every synthetic image pushed to the registries (repository, tag,
+    /// index_digest...).
     pub images: Vec<Value>,
 }
 
+/// The environment, read once (panics saying how to start it when it is not there).
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
@@ -67,18 +71,32 @@ pub fn pushed_digest(repository: &str, tag: &str) -> String {
         .to_string()
 }
 
+/// The five components chart 1.8.0 deploys (their image names), sorted.
+pub const COMPONENTS_180: [&str; 5] = [
+    "koord-descheduler",
+    "koord-device-daemon",
+    "koord-manager",
+    "koord-scheduler",
+    "koordlet",
+];
+
+/// The chart archives of `tests/fixtures/charts`.
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts")
 }
+
+// --- Homes and the real binary
 
 /// A temporary home: config dir (keys), cache dir, work dir, and the temporary directory of
 /// the commands run in it (`TMPDIR`), all removed when the home is dropped (at the end of the
 /// test, also when it fails).
 pub struct Home {
+    /// The home's directory.
     pub dir: tempfile::TempDir,
 }
 
 impl Home {
+    /// An empty home (no key).
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(dir.path().join("tmp")).expect("the home's tmp directory");
@@ -91,18 +109,24 @@ impl Home {
         assert_ok(&out);
         h
     }
+    /// The home's directory (the working directory of its commands).
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+    /// Its configuration directory (`KOORD_BUNDLE_CONFIG_DIR`: the keys).
     pub fn config(&self) -> PathBuf {
         self.path().join("config")
     }
+    /// The default public key of [`Home::with_key`].
     pub fn pubkey(&self) -> PathBuf {
         self.config().join("koord-bundle.pub")
     }
+    /// Its blob cache (`KOORD_BUNDLE_CACHE_DIR`).
     pub fn cache(&self) -> PathBuf {
         self.path().join("cache")
     }
+    /// `koord-bundle ARGS` in this home, not run yet: its directories, `HOME` and `TMPDIR`
+    /// are the home's; no registry login or `SOURCE_DATE_EPOCH` comes from outside.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_koord-bundle"));
         c.args(args)
@@ -118,6 +142,7 @@ impl Home {
             .env_remove("SOURCE_DATE_EPOCH");
         c
     }
+    /// Run `koord-bundle ARGS` in this home; its output.
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("run koord-bundle")
     }
@@ -136,8 +161,7 @@ impl Home {
         p
     }
     /// `build VERSION --repo <chart repo> --source <plain registry> --plain-http --helm <helm 3>`
-    /// in this home:
-    /// the argument list most tests start from (see [`Build`]).
+    /// in this home: the argument list most tests start from (see [`Build`]).
     pub fn build(&self, version: &str) -> Build<'_> {
         let e = env();
         Build {
@@ -151,8 +175,8 @@ impl Home {
             extra: Vec::new(),
         }
     }
-    /// `build --repo <chart repo> --source <plain registry> --plain-http`: no VERSION, the
-    /// newest chart of the repository.
+    /// `build --repo <chart repo> --source <plain registry> --plain-http --helm <helm 3>`: no
+    /// VERSION, the newest chart of the repository.
     pub fn build_latest(&self) -> Build<'_> {
         Build {
             version: None,
@@ -174,6 +198,21 @@ impl Home {
             out,
             serde_json::from_slice(&o.stdout).expect("build --json prints JSON"),
         )
+    }
+    /// `load BUNDLE --registry REGISTRY --key <this home's public key>` plus `extra`, not run
+    /// yet (the caller adds stdin, environment, or spawns it).
+    pub fn load_cmd(&self, bundle: &Path, registry: &str, extra: &[&str]) -> Command {
+        let key = self.pubkey();
+        let mut c = self.cmd(&[
+            "load",
+            bundle.to_str().unwrap(),
+            "--registry",
+            registry,
+            "--key",
+            key.to_str().unwrap(),
+        ]);
+        c.args(extra);
+        c
     }
 }
 
@@ -291,24 +330,38 @@ impl Build<'_> {
     }
 }
 
-/// Write a chart archive at `path`: `files` under a `koordinator/` top folder, gzipped.
-pub fn chart_tgz(path: &Path, files: &[(&str, &[u8])]) {
-    let gz = flate2::write::GzEncoder::new(
-        std::fs::File::create(path).unwrap(),
-        flate2::Compression::fast(),
-    );
-    let mut b = tar::Builder::new(gz);
-    for (name, data) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, format!("koordinator/{name}"), *data)
-            .unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap();
+/// A signed 1.8.0 bundle in a home of its own, for one test: built where the test starts (it
+/// takes well under a second) and removed with the home when the test ends, also when it fails.
+/// (A bundle shared through a static was never removed: statics are not dropped. nextest runs
+/// each test in a process of its own, so a static shared nothing there either.)
+pub struct Built {
+    /// The home, with the key that signed the bundle.
+    pub home: Home,
+    /// `koordinator-1.8.0.tar` in the home.
+    pub bundle: PathBuf,
 }
 
+impl Built {
+    /// Build it.
+    pub fn new() -> Self {
+        let home = Home::with_key();
+        let (bundle, _) = home.build_plain("1.8.0", &[]);
+        Built { home, bundle }
+    }
+}
+
+/// `NAME-PID-NANOS`: a repository prefix (or directory name) no other test run uses.
+pub fn unique_prefix(name: &str) -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}-{}-{}", std::process::id(), n % 1_000_000_000)
+}
+
+// --- Running commands and checking their outcome
+
+/// The command succeeded (else its exit code, stdout and stderr in the failure).
 pub fn assert_ok(o: &Output) {
     assert!(
         o.status.success(),
@@ -319,6 +372,7 @@ pub fn assert_ok(o: &Output) {
     );
 }
 
+/// The command exited with `code` and its stderr holds every one of `needles`; its stderr.
 pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert_eq!(
@@ -360,6 +414,82 @@ pub fn run_with_stdin(c: &mut Command, input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Run `script` with `sh -c` in a private mount namespace where `dir` is a tmpfs of `size`
+/// (`64k`, `600k`), from the home directory with its config and cache: a disk that fills up.
+pub fn in_tmpfs(h: &Home, dir: &Path, size: &str, script: &str) -> Output {
+    std::fs::create_dir_all(dir).unwrap();
+    let o = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!(
+                "mount -t tmpfs -o size={size} tmpfs {} && {script}",
+                dir.display()
+            ),
+        ])
+        .current_dir(h.path())
+        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
+        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
+        .output()
+        .expect("unshare (util-linux) is needed for the disk-full tests");
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("mount:"),
+        "cannot mount a tmpfs here: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+// --- Bundle files and chart archives
+
+/// The bundle manifest (`koord-bundle.json`, read from the plain tar).
+pub fn bundle_manifest(bundle: &Path) -> Value {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_string_lossy() == "koord-bundle.json" {
+            let mut text = String::new();
+            e.read_to_string(&mut text).unwrap();
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+    panic!("no koord-bundle.json in {}", bundle.display())
+}
+
+/// The largest blob entry of a plain-tar bundle and where its data starts in the file.
+pub fn largest_blob(bundle: &Path) -> (String, u64) {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    ar.entries()
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().unwrap().starts_with("blobs/sha256/"))
+        .max_by_key(|e| e.size())
+        .map(|e| {
+            (
+                e.path().unwrap().to_string_lossy().into_owned(),
+                e.raw_file_position(),
+            )
+        })
+        .unwrap()
+}
+
+/// Flip one bit of a file in place (size unchanged).
+pub fn flip_byte(path: &Path, at: u64) {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut byte).unwrap();
+    byte[0] ^= 0x01;
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&byte).unwrap();
+    f.sync_all().unwrap();
+}
+
 /// Names of the entries of a tar, in order.
 pub fn tar_entries(path: &Path) -> Vec<String> {
     let mut ar = tar::Archive::new(std::fs::File::open(path).unwrap());
@@ -383,6 +513,26 @@ pub fn image_digests(v: &serde_json::Value) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Write a chart archive at `path`: `files` under a `koordinator/` top folder, gzipped.
+pub fn chart_tgz(path: &Path, files: &[(&str, &[u8])]) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut b = tar::Builder::new(gz);
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, format!("koordinator/{name}"), *data)
+            .unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap();
+}
+
+// --- Digests, read back with skopeo
 
 /// `sha256:HEX` of `bytes`: the digest a registry and skopeo give them.
 pub fn sha256(bytes: &[u8]) -> String {
@@ -468,133 +618,7 @@ pub fn assert_digest(reference: &str, how: &Skopeo, expected: &str) {
     );
 }
 
-// --- review-b helpers
-
-/// Run `script` with `sh -c` in a private mount namespace where `dir` is a tmpfs of `size`
-/// (`64k`, `600k`), from the home directory with its config and cache: a disk that fills up.
-pub fn in_tmpfs(h: &Home, dir: &Path, size: &str, script: &str) -> Output {
-    std::fs::create_dir_all(dir).unwrap();
-    let o = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            &format!(
-                "mount -t tmpfs -o size={size} tmpfs {} && {script}",
-                dir.display()
-            ),
-        ])
-        .current_dir(h.path())
-        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
-        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
-        .output()
-        .expect("unshare (util-linux) is needed for the disk-full tests");
-    assert!(
-        !String::from_utf8_lossy(&o.stderr).contains("mount:"),
-        "cannot mount a tmpfs here: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-// --- review-a helpers
-
-impl Home {
-    /// `load BUNDLE --registry REGISTRY --key <this home's public key>` plus `extra`, not run
-    /// yet (the caller adds stdin, environment, or spawns it).
-    pub fn load_cmd(&self, bundle: &Path, registry: &str, extra: &[&str]) -> Command {
-        let key = self.pubkey();
-        let mut c = self.cmd(&[
-            "load",
-            bundle.to_str().unwrap(),
-            "--registry",
-            registry,
-            "--key",
-            key.to_str().unwrap(),
-        ]);
-        c.args(extra);
-        c
-    }
-}
-
-// --- the signed bundle of most tests
-
-/// A signed 1.8.0 bundle in a home of its own, for one test: built where the test starts (it
-/// takes well under a second) and removed with the home when the test ends, also when it fails.
-/// (A bundle shared through a static was never removed: statics are not dropped. nextest runs
-/// each test in a process of its own, so a static shared nothing there either.)
-pub struct Built {
-    pub home: Home,
-    pub bundle: PathBuf,
-}
-
-impl Built {
-    pub fn new() -> Self {
-        let home = Home::with_key();
-        let (bundle, _) = home.build_plain("1.8.0", &[]);
-        Built { home, bundle }
-    }
-}
-
-/// `NAME-PID-NANOS`: a repository prefix (or directory name) no other test run uses.
-pub fn unique_prefix(name: &str) -> String {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}-{}-{}", std::process::id(), n % 1_000_000_000)
-}
-
-// --- what is in a bundle file
-
-/// The bundle manifest (`koord-bundle.json`, read from the plain tar).
-pub fn bundle_manifest(bundle: &Path) -> Value {
-    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
-    for e in ar.entries().unwrap() {
-        let mut e = e.unwrap();
-        if e.path().unwrap().to_string_lossy() == "koord-bundle.json" {
-            let mut text = String::new();
-            e.read_to_string(&mut text).unwrap();
-            return serde_json::from_str(&text).unwrap();
-        }
-    }
-    panic!("no koord-bundle.json in {}", bundle.display())
-}
-
-/// The largest blob entry of a plain-tar bundle and where its data starts in the file.
-pub fn largest_blob(bundle: &Path) -> (String, u64) {
-    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
-    ar.entries()
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.path().unwrap().starts_with("blobs/sha256/"))
-        .max_by_key(|e| e.size())
-        .map(|e| {
-            (
-                e.path().unwrap().to_string_lossy().into_owned(),
-                e.raw_file_position(),
-            )
-        })
-        .unwrap()
-}
-
-/// Flip one bit of a file in place (size unchanged).
-pub fn flip_byte(path: &Path, at: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut byte = [0u8];
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.read_exact(&mut byte).unwrap();
-    byte[0] ^= 0x01;
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.write_all(&byte).unwrap();
-    f.sync_all().unwrap();
-}
-
-// --- HTTP, with curl
+// --- Registries over HTTP, with curl
 
 /// A curl answer.
 pub struct Http {
