@@ -519,14 +519,11 @@ fn interrupted_build_resumes_without_refetching() {
         .unwrap();
     // Wait until a million bytes of the layer sit in the partial file, then SIGKILL the build.
     let partial = h.cache().join("partial").join(&fake.layer_digest[7..]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 1_000_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the build never reached the stalled layer"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(
+        "the build to reach the stalled layer",
+        std::time::Duration::from_secs(120),
+        || std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) >= 1_000_000,
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(

@@ -1,12 +1,13 @@
 //! Shared test support, by purpose: the test environment (started by scripts/test.sh), homes
-//! and the real binary, running commands, bundle files, digests read back with skopeo,
-//! registries over HTTP with curl.
+//! and the real binary, running commands, waiting, bundle files, digests read back with
+//! skopeo, registries over HTTP with curl.
 
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 // --- The test environment
 
@@ -439,6 +440,80 @@ pub fn in_tmpfs(h: &Home, dir: &Path, size: &str, script: &str) -> Output {
         String::from_utf8_lossy(&o.stderr)
     );
     o
+}
+
+// --- Waiting: for a condition, with a deadline that fails loudly; never a sleep
+
+/// Poll `poll` every 50 ms until it returns `Ok`; its value. After `timeout`, panic naming
+/// `what` was awaited and what `poll` saw instead (its last `Err`). The deadline only bounds
+/// a failure (a shared, noisy machine): it asserts nothing about speed.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut poll: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match poll() {
+            Ok(v) => return v,
+            Err(seen) if Instant::now() >= deadline => {
+                panic!("waited {timeout:?} for {what}, in vain: {seen}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// [`wait_for`] `ready` to hold.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    wait_for(what, timeout, || {
+        if ready() {
+            Ok(())
+        } else {
+            Err("it never held".to_string())
+        }
+    })
+}
+
+/// Run `cmd`, its stdout and stderr captured, and fail (killing it) if it has not ended
+/// after `limit`: a test must fail rather than hang. `what` says what should have ended it.
+/// Not a timing assertion on anything that works.
+pub fn output_within(mut cmd: Command, limit: Duration, what: &str) -> Output {
+    use std::process::{Child, Stdio};
+    /// Killed when the wait panics.
+    struct Running(Child);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Running(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program())),
+    );
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(child.0.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.0.stderr.take().map(|r| Box::new(r) as _));
+    let status = wait_for(what, limit, || {
+        let running = format!("{:?} still running", cmd.get_program());
+        child.0.try_wait().unwrap().ok_or(running)
+    });
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
 }
 
 // --- Bundle files and chart archives

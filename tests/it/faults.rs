@@ -160,20 +160,21 @@ fn load_killed_mid_push_resumes_without_pushing_again() {
         .spawn()
         .unwrap();
     // Kill it once it hangs at the stall: some uploads went through, one is held.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while proxy.counts.stalled.load(Ordering::SeqCst) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the load never reached the stall ({:?})",
-            proxy.counts
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the load ended before the stall ({:?})",
-            proxy.counts
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for(
+        "the load to reach the stall",
+        std::time::Duration::from_secs(60),
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the load ended before the stall ({:?})",
+                proxy.counts
+            );
+            match proxy.counts.stalled.load(Ordering::SeqCst) {
+                0 => Err(format!("{:?}", proxy.counts)),
+                _ => Ok(()),
+            }
+        },
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     let o = b.home.run(&[

@@ -384,14 +384,11 @@ fn pending_install(major: u64) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !fake.requests().iter().any(|r| r["hung"] == true) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "helm never reached the Deployments"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until(
+        "helm to reach the Deployments",
+        std::time::Duration::from_secs(120),
+        || fake.requests().iter().any(|r| r["hung"] == true),
+    );
     child.kill().unwrap();
     let _ = child.wait();
     assert_eq!(

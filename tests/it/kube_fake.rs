@@ -4,11 +4,12 @@
 //! default Secret driver; tests assert on the objects it holds at the end and on its request log.
 #![allow(dead_code)]
 
+use crate::common::{wait_for, wait_until};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running fake API server.
 pub struct KubeFake {
@@ -70,17 +71,16 @@ pub fn start(opts: Opts<'_>) -> KubeFake {
         .spawn()
         .expect("python3 runs tests/kube-fake/fake_apiserver.py");
     let addr = dir.path().join("addr");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !addr.exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the fake API server exited at start: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the fake API server did not start in 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "the fake API server to start",
+        Duration::from_secs(30),
+        || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the fake API server exited at start: {status}");
+            }
+            addr.exists()
+        },
+    );
     let url = std::fs::read_to_string(&addr)
         .expect("addr")
         .trim()
@@ -154,23 +154,18 @@ impl KubeFake {
     /// "controller" removes a deleted namespace and its content after
     /// `--namespace-finalize-seconds`.
     pub fn wait_namespaces_finalized(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        wait_for("no namespace Terminating", Duration::from_secs(30), || {
             let terminating: Vec<String> = self
                 .of_kind("Namespace", None)
                 .iter()
                 .filter(|n| n["status"]["phase"] == "Terminating")
                 .map(|n| n["metadata"]["name"].as_str().unwrap_or("").to_string())
                 .collect();
-            if terminating.is_empty() {
-                return;
+            match terminating.is_empty() {
+                true => Ok(()),
+                false => Err(format!("still Terminating: {terminating:?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "namespaces still Terminating after 30 s: {terminating:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// `metadata.name` of the objects of a kind.

@@ -88,7 +88,6 @@ fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
             .any(|l| l.contains(" GET /v2/koordinator-sh/koordlet/manifests/v1.8.0 200 ")),
         "{log}"
     );
-    assert!(log.contains("/v2/charts/koordinator/blobs/"), "{log}");
 }
 
 #[test]
@@ -705,8 +704,7 @@ fn serve_notices_a_bundle_changed_after_verification() {
         &s.url("http", &format!("/v2/{repo}/blobs/{layer}")),
     );
     assert_eq!(r.status, 500);
-    let log = s.wait_log("changed since it was verified");
-    assert!(log.contains("changed since it was verified"), "{log}");
+    s.wait_log("changed since it was verified");
 }
 
 #[test]

@@ -39,16 +39,21 @@ impl Server {
     pub fn url(&self, scheme: &str, path: &str) -> String {
         format!("{scheme}://{}{path}", self.addr)
     }
-    /// Wait for the request log to hold `needle` (it is written when a response ends).
+    /// Wait for the request log to hold `needle` (it is written when a response ends); the
+    /// log. Panics with the log if it never does.
     pub fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let e = self.stderr();
-            if e.contains(needle) || Instant::now() > deadline {
-                return e;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for(
+            &format!("the request log of serve to hold {needle:?}"),
+            Duration::from_secs(30),
+            || {
+                let log = self.stderr();
+                if log.contains(needle) {
+                    Ok(log)
+                } else {
+                    Err(format!("the log holds:\n{log}"))
+                }
+            },
+        )
     }
     /// Send SIGTERM and wait for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
@@ -58,14 +63,10 @@ impl Server {
             Path::new("/"),
         );
         assert_ok(&o);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "serve ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let child = &mut self.child;
+        wait_for("serve to exit on SIGTERM", Duration::from_secs(30), || {
+            child.try_wait().unwrap().ok_or_else(|| "it runs on".into())
+        })
     }
 }
 
@@ -127,7 +128,11 @@ pub fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                assert!(Instant::now() < deadline, "serve did not start in time");
+                assert!(
+                    Instant::now() < deadline,
+                    "serve printed no banner in 180 s; its stderr:\n{}",
+                    server.stderr()
+                );
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // stdout closed: the process is exiting.
@@ -152,14 +157,10 @@ pub fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
     } else {
         "http"
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if curl(&["-k"], &server.url(scheme, "/v2/")).status != 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "/v2/ never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let v2 = server.url(scheme, "/v2/");
+    wait_until(&format!("{v2} to answer"), Duration::from_secs(30), || {
+        curl(&["-k"], &v2).status != 0
+    });
     Ok(server)
 }
 

@@ -352,18 +352,17 @@ fn load_into_token_registry_killed_half_way_then_finished() {
             .unwrap();
     }
     // Wait until some blobs are in (a condition, not a timer), then SIGKILL.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while layer_links(&prefix) < 3 {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the load ended before it could be killed"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the load never got going"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(
+        "some blobs of the load to be in",
+        std::time::Duration::from_secs(120),
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the load ended before it could be killed"
+            );
+            layer_links(&prefix) >= 3
+        },
+    );
     assert!(
         child.try_wait().unwrap().is_none(),
         "the load ended before it could be killed"
