@@ -385,11 +385,7 @@ fn serve_range_requests_never_return_bytes_changed_after_verification() {
         &h,
         &[bundle.to_str().unwrap(), "--key", key.to_str().unwrap()],
     );
-    let repo = image_digests(&m)
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&m, &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     let whole = curl(&[], &url).body;
     assert_eq!(sha256(&whole), digest);
@@ -913,11 +909,7 @@ fn every_hostile_case_ends_with_an_exit_code_from_0_to_3() {
     let mut s = start(&h, &[&b]);
     let (entry, _) = largest_blob(&bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let repo = image_digests(&bundle_manifest(&bundle))
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&bundle_manifest(&bundle), &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     for (range, want) in [
         ("18446744073709551615-", 416),

@@ -627,11 +627,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
     // A range across the whole of the largest blob, in two requests that meet in the middle.
     let (entry, _) = largest_blob(&b.bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let repo = image_digests(&m)
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&m, &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     let a = curl(&["-r", "0-199999"], &url);
     let z = curl(&["-r", "200000-"], &url);
@@ -658,11 +654,7 @@ fn serve_notices_a_bundle_changed_after_verification() {
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
     let m = bundle_manifest(&b.bundle);
     let s = start(h, &[served.to_str().unwrap(), "--key", &pubkey(h)]);
-    let repo = image_digests(&m)
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&m, &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     assert_eq!(sha256(&curl(&[], &url).body), digest);
 

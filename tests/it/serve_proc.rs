@@ -55,6 +55,22 @@ impl Server {
             },
         )
     }
+    /// The first repository of the bundle manifest `m` (plain HTTP) that serves the blob
+    /// `digest`.
+    pub fn repo_with_blob(&self, m: &serde_json::Value, digest: &str) -> String {
+        image_digests(m)
+            .into_iter()
+            .map(|(r, _)| r.split(':').next().unwrap_or_default().to_string())
+            .find(|r| {
+                curl(
+                    &["-I"],
+                    &self.url("http", &format!("/v2/{r}/blobs/{digest}")),
+                )
+                .status
+                    == 200
+            })
+            .unwrap_or_else(|| panic!("no repository of the bundle serves {digest}"))
+    }
     /// Send SIGTERM and wait for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let o = tool(
