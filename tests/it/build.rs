@@ -86,19 +86,10 @@ fn build_1_8_0_from_plain_registry_checks_with_standard_tools() {
     }
     // skopeo reads every image straight from the archive.
     for r in &expected {
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                &format!("oci-archive:{}:{r}", bundle.display()),
-            ],
-            h.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            fake_registry::digest(&o.stdout),
-            pushed_digest(r.split(':').next().unwrap(), "v1.8.0")
+        assert_digest(
+            &format!("oci-archive:{}:{r}", bundle.display()),
+            &Skopeo::default(),
+            &pushed_digest(r.split(':').next().unwrap(), "v1.8.0"),
         );
         let o = tool(
             "skopeo",
@@ -141,7 +132,7 @@ fn common_fixture(name: &str) -> Vec<u8> {
 }
 
 fn sha_of(b: &[u8]) -> String {
-    fake_registry::digest(b)[7..].to_string()
+    sha256(b)[7..].to_string()
 }
 
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -330,17 +321,11 @@ fn platform_filter_keeps_only_those_platforms() {
             .any(|p| p == "linux/amd64"));
     }
     let r = "koordinator-sh/koordlet:v1.8.0";
-    let o = tool(
-        "skopeo",
-        &[
-            "inspect",
-            "--raw",
-            &format!("oci-archive:{}:{r}", bundle.display()),
-        ],
-        h.path(),
+    let raw = skopeo_raw(
+        &format!("oci-archive:{}:{r}", bundle.display()),
+        &Skopeo::default(),
     );
-    assert_ok(&o);
-    let idx: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let idx: Value = serde_json::from_slice(&raw).unwrap();
     let ms = idx["manifests"].as_array().unwrap();
     assert_eq!(ms.len(), 1, "amd64 and its attestation are dropped: {idx}");
     assert_eq!(ms[0]["platform"]["architecture"], "arm64");
@@ -534,14 +519,11 @@ fn interrupted_build_resumes_without_refetching() {
         .unwrap();
     // Wait until a million bytes of the layer sit in the partial file, then SIGKILL the build.
     let partial = h.cache().join("partial").join(&fake.layer_digest[7..]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 1_000_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the build never reached the stalled layer"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(
+        "the build to reach the stalled layer",
+        std::time::Duration::from_secs(120),
+        || std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) >= 1_000_000,
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(

@@ -1,34 +1,40 @@
-//! Shared test support: the test environment (started by scripts/test.sh), the real binary,
-//! temporary homes with keys.
+//! Shared test support, by purpose: the test environment (started by scripts/test.sh), homes
+//! and the real binary, running commands, waiting, bundle files, digests read back with
+//! skopeo, registries over HTTP with curl.
 
 use serde_json::Value;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-#[allow(dead_code)] // helm3/helm4 serve the helm tests
+// --- The test environment
+
 /// The environment written by `scripts/test-env.sh start` (`KB_ENV_JSON`).
-/// The five components chart 1.8.0 deploys (their image names), sorted.
-pub const COMPONENTS_180: [&str; 5] = [
-    "koord-descheduler",
-    "koord-device-daemon",
-    "koord-manager",
-    "koord-scheduler",
-    "koordlet",
-];
-
 pub struct Env {
+    /// `HOST:PORT` of the plain-HTTP registry.
     pub plain: String,
+    /// `HOST:PORT` of the TLS registry with basic auth.
     pub tls: String,
+    /// The CA certificate of the TLS registry.
     pub ca_file: PathBuf,
+    /// The TLS registry's user.
     pub username: String,
+    /// The TLS registry's user's password.
     pub password: String,
+    /// The Helm chart repository (`http://HOST:PORT/`), every Koordinator chart version.
     pub helm_repo: String,
+    /// helm 3.
     pub helm3: PathBuf,
+    /// helm 4.
     pub helm4: PathBuf,
+    /// images.json: every synthetic image pushed to the registries (repository, tag,
+    /// index_digest...).
     pub images: Vec<Value>,
 }
 
+/// The environment, read once (panics saying how to start it when it is not there).
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
@@ -66,18 +72,32 @@ pub fn pushed_digest(repository: &str, tag: &str) -> String {
         .to_string()
 }
 
+/// The five components chart 1.8.0 deploys (their image names), sorted.
+pub const COMPONENTS_180: [&str; 5] = [
+    "koord-descheduler",
+    "koord-device-daemon",
+    "koord-manager",
+    "koord-scheduler",
+    "koordlet",
+];
+
+/// The chart archives of `tests/fixtures/charts`.
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts")
 }
+
+// --- Homes and the real binary
 
 /// A temporary home: config dir (keys), cache dir, work dir, and the temporary directory of
 /// the commands run in it (`TMPDIR`), all removed when the home is dropped (at the end of the
 /// test, also when it fails).
 pub struct Home {
+    /// The home's directory.
     pub dir: tempfile::TempDir,
 }
 
 impl Home {
+    /// An empty home (no key).
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(dir.path().join("tmp")).expect("the home's tmp directory");
@@ -90,18 +110,24 @@ impl Home {
         assert_ok(&out);
         h
     }
+    /// The home's directory (the working directory of its commands).
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+    /// Its configuration directory (`KOORD_BUNDLE_CONFIG_DIR`: the keys).
     pub fn config(&self) -> PathBuf {
         self.path().join("config")
     }
+    /// The default public key of [`Home::with_key`].
     pub fn pubkey(&self) -> PathBuf {
         self.config().join("koord-bundle.pub")
     }
+    /// Its blob cache (`KOORD_BUNDLE_CACHE_DIR`).
     pub fn cache(&self) -> PathBuf {
         self.path().join("cache")
     }
+    /// `koord-bundle ARGS` in this home, not run yet: its directories, `HOME` and `TMPDIR`
+    /// are the home's; no registry login or `SOURCE_DATE_EPOCH` comes from outside.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_koord-bundle"));
         c.args(args)
@@ -117,6 +143,7 @@ impl Home {
             .env_remove("SOURCE_DATE_EPOCH");
         c
     }
+    /// Run `koord-bundle ARGS` in this home; its output.
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("run koord-bundle")
     }
@@ -135,8 +162,7 @@ impl Home {
         p
     }
     /// `build VERSION --repo <chart repo> --source <plain registry> --plain-http --helm <helm 3>`
-    /// in this home:
-    /// the argument list most tests start from (see [`Build`]).
+    /// in this home: the argument list most tests start from (see [`Build`]).
     pub fn build(&self, version: &str) -> Build<'_> {
         let e = env();
         Build {
@@ -150,8 +176,8 @@ impl Home {
             extra: Vec::new(),
         }
     }
-    /// `build --repo <chart repo> --source <plain registry> --plain-http`: no VERSION, the
-    /// newest chart of the repository.
+    /// `build --repo <chart repo> --source <plain registry> --plain-http --helm <helm 3>`: no
+    /// VERSION, the newest chart of the repository.
     pub fn build_latest(&self) -> Build<'_> {
         Build {
             version: None,
@@ -173,6 +199,21 @@ impl Home {
             out,
             serde_json::from_slice(&o.stdout).expect("build --json prints JSON"),
         )
+    }
+    /// `load BUNDLE --registry REGISTRY --key <this home's public key>` plus `extra`, not run
+    /// yet (the caller adds stdin, environment, or spawns it).
+    pub fn load_cmd(&self, bundle: &Path, registry: &str, extra: &[&str]) -> Command {
+        let key = self.pubkey();
+        let mut c = self.cmd(&[
+            "load",
+            bundle.to_str().unwrap(),
+            "--registry",
+            registry,
+            "--key",
+            key.to_str().unwrap(),
+        ]);
+        c.args(extra);
+        c
     }
 }
 
@@ -290,24 +331,38 @@ impl Build<'_> {
     }
 }
 
-/// Write a chart archive at `path`: `files` under a `koordinator/` top folder, gzipped.
-pub fn chart_tgz(path: &Path, files: &[(&str, &[u8])]) {
-    let gz = flate2::write::GzEncoder::new(
-        std::fs::File::create(path).unwrap(),
-        flate2::Compression::fast(),
-    );
-    let mut b = tar::Builder::new(gz);
-    for (name, data) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, format!("koordinator/{name}"), *data)
-            .unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap();
+/// A signed 1.8.0 bundle in a home of its own, for one test: built where the test starts (it
+/// takes well under a second) and removed with the home when the test ends, also when it fails.
+/// (A bundle shared through a static was never removed: statics are not dropped. nextest runs
+/// each test in a process of its own, so a static shared nothing there either.)
+pub struct Built {
+    /// The home, with the key that signed the bundle.
+    pub home: Home,
+    /// `koordinator-1.8.0.tar` in the home.
+    pub bundle: PathBuf,
 }
 
+impl Built {
+    /// Build it.
+    pub fn new() -> Self {
+        let home = Home::with_key();
+        let (bundle, _) = home.build_plain("1.8.0", &[]);
+        Built { home, bundle }
+    }
+}
+
+/// `NAME-PID-NANOS`: a repository prefix (or directory name) no other test run uses.
+pub fn unique_prefix(name: &str) -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}-{}-{}", std::process::id(), n % 1_000_000_000)
+}
+
+// --- Running commands and checking their outcome
+
+/// The command succeeded (else its exit code, stdout and stderr in the failure).
 pub fn assert_ok(o: &Output) {
     assert!(
         o.status.success(),
@@ -318,6 +373,7 @@ pub fn assert_ok(o: &Output) {
     );
 }
 
+/// The command exited with `code` and its stderr holds every one of `needles`; its stderr.
 pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert_eq!(
@@ -341,31 +397,23 @@ pub fn tool(cmd: &str, args: &[&str], dir: &Path) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e} (scripts/install-deps.sh installs it)"))
 }
 
-/// Names of the entries of a tar, in order.
-pub fn tar_entries(path: &Path) -> Vec<String> {
-    let mut ar = tar::Archive::new(std::fs::File::open(path).unwrap());
-    ar.entries()
+/// Spawn `c` with `input` on its stdin (then closed); its output.
+pub fn run_with_stdin(c: &mut Command, input: &str) -> Output {
+    use std::process::Stdio;
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
         .unwrap()
-        .map(|e| e.unwrap().path().unwrap().to_string_lossy().to_string())
-        .collect()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
-
-/// (ref, digest) of every image of a build/inspect JSON document.
-pub fn image_digests(v: &serde_json::Value) -> Vec<(String, String)> {
-    v["images"]
-        .as_array()
-        .expect("an images array")
-        .iter()
-        .map(|i| {
-            (
-                i["ref"].as_str().unwrap_or_default().to_string(),
-                i["digest"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
-}
-
-// --- review-b helpers
 
 /// Run `script` with `sh -c` in a private mount namespace where `dir` is a tmpfs of `size`
 /// (`64k`, `600k`), from the home directory with its config and cache: a disk that fills up.
@@ -394,22 +442,333 @@ pub fn in_tmpfs(h: &Home, dir: &Path, size: &str, script: &str) -> Output {
     o
 }
 
-// --- review-a helpers
+// --- Waiting: for a condition, with a deadline that fails loudly; never a sleep
 
-impl Home {
-    /// `load BUNDLE --registry REGISTRY --key <this home's public key>` plus `extra`, not run
-    /// yet (the caller adds stdin, environment, or spawns it).
-    pub fn load_cmd(&self, bundle: &Path, registry: &str, extra: &[&str]) -> Command {
-        let key = self.pubkey();
-        let mut c = self.cmd(&[
-            "load",
-            bundle.to_str().unwrap(),
-            "--registry",
-            registry,
-            "--key",
-            key.to_str().unwrap(),
-        ]);
-        c.args(extra);
-        c
+/// Poll `poll` every 50 ms until it returns `Ok`; its value. After `timeout`, panic naming
+/// `what` was awaited and what `poll` saw instead (its last `Err`). The deadline only bounds
+/// a failure (a shared, noisy machine): it asserts nothing about speed.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut poll: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match poll() {
+            Ok(v) => return v,
+            Err(seen) if Instant::now() >= deadline => {
+                panic!("waited {timeout:?} for {what}, in vain: {seen}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
+}
+
+/// [`wait_for`] `ready` to hold.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    wait_for(what, timeout, || {
+        if ready() {
+            Ok(())
+        } else {
+            Err("it never held".to_string())
+        }
+    })
+}
+
+/// Run `cmd`, its stdout and stderr captured, and fail (killing it) if it has not ended
+/// after `limit`: a test must fail rather than hang. `what` says what should have ended it.
+/// Not a timing assertion on anything that works.
+pub fn output_within(mut cmd: Command, limit: Duration, what: &str) -> Output {
+    use std::process::{Child, Stdio};
+    /// Killed when the wait panics.
+    struct Running(Child);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Running(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program())),
+    );
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(child.0.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.0.stderr.take().map(|r| Box::new(r) as _));
+    let status = wait_for(what, limit, || {
+        let running = format!("{:?} still running", cmd.get_program());
+        child.0.try_wait().unwrap().ok_or(running)
+    });
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+// --- Bundle files and chart archives
+
+/// The bundle manifest (`koord-bundle.json`, read from the plain tar).
+pub fn bundle_manifest(bundle: &Path) -> Value {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_string_lossy() == "koord-bundle.json" {
+            let mut text = String::new();
+            e.read_to_string(&mut text).unwrap();
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+    panic!("no koord-bundle.json in {}", bundle.display())
+}
+
+/// The largest blob entry of a plain-tar bundle and where its data starts in the file.
+pub fn largest_blob(bundle: &Path) -> (String, u64) {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    ar.entries()
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().unwrap().starts_with("blobs/sha256/"))
+        .max_by_key(|e| e.size())
+        .map(|e| {
+            (
+                e.path().unwrap().to_string_lossy().into_owned(),
+                e.raw_file_position(),
+            )
+        })
+        .unwrap()
+}
+
+/// Flip one bit of a file in place (size unchanged).
+pub fn flip_byte(path: &Path, at: u64) {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut byte).unwrap();
+    byte[0] ^= 0x01;
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&byte).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Names of the entries of a tar, in order.
+pub fn tar_entries(path: &Path) -> Vec<String> {
+    let mut ar = tar::Archive::new(std::fs::File::open(path).unwrap());
+    ar.entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().to_string_lossy().to_string())
+        .collect()
+}
+
+/// (ref, digest) of every image of a build/inspect JSON document.
+pub fn image_digests(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["images"]
+        .as_array()
+        .expect("an images array")
+        .iter()
+        .map(|i| {
+            (
+                i["ref"].as_str().unwrap_or_default().to_string(),
+                i["digest"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Write a chart archive at `path`: `files` under a `koordinator/` top folder, gzipped.
+pub fn chart_tgz(path: &Path, files: &[(&str, &[u8])]) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut b = tar::Builder::new(gz);
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, format!("koordinator/{name}"), *data)
+            .unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap();
+}
+
+// --- Digests, read back with skopeo
+
+/// `sha256:HEX` of `bytes`: the digest a registry and skopeo give them.
+pub fn sha256(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// How skopeo reaches a store: the transport flags of `skopeo inspect` (and, prefixed, of
+/// either side of `skopeo copy`). The default has none (an `oci-archive:` or `oci:` path).
+#[derive(Clone, Copy, Default)]
+pub struct Skopeo<'a> {
+    /// `--tls-verify=false`: a plain-HTTP registry.
+    pub plain_http: bool,
+    /// `--cert-dir DIR`: the CA of a TLS registry.
+    pub cert_dir: Option<&'a Path>,
+    /// `--creds USER:PASSWORD`.
+    pub creds: Option<(&'a str, &'a str)>,
+}
+
+#[allow(dead_code)] // not every constructor is used by every test module
+impl<'a> Skopeo<'a> {
+    /// A plain-HTTP registry (`--tls-verify=false`).
+    pub fn plain_http() -> Self {
+        Skopeo {
+            plain_http: true,
+            ..Skopeo::default()
+        }
+    }
+    /// A TLS registry whose CA is in `cert_dir`, with a login (`--cert-dir DIR --creds U:P`).
+    pub fn tls(cert_dir: &'a Path, user: &'a str, password: &'a str) -> Self {
+        Skopeo {
+            cert_dir: Some(cert_dir),
+            creds: Some((user, password)),
+            ..Skopeo::default()
+        }
+    }
+    /// The flags, each named `--{side}NAME`: `side` is "" for `inspect`, "src-" or "dest-" for
+    /// `copy`.
+    pub fn flags(&self, side: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.plain_http {
+            v.push(format!("--{side}tls-verify=false"));
+        }
+        if let Some(d) = self.cert_dir {
+            v.extend([format!("--{side}cert-dir"), d.display().to_string()]);
+        }
+        if let Some((user, password)) = self.creds {
+            v.extend([format!("--{side}creds"), format!("{user}:{password}")]);
+        }
+        v
+    }
+    /// `skopeo inspect --raw REFERENCE` (a skopeo reference: `docker://HOST/REPO:TAG`,
+    /// `oci-archive:PATH:REF`), whatever its outcome.
+    pub fn inspect_raw(&self, reference: &str) -> Output {
+        let mut args = vec!["inspect".to_string(), "--raw".to_string()];
+        args.extend(self.flags(""));
+        args.push(reference.to_string());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tool("skopeo", &args, Path::new("/"))
+    }
+}
+
+/// The raw manifest skopeo reads at `reference`, byte for byte (panics naming the reference
+/// when skopeo cannot read it).
+pub fn skopeo_raw(reference: &str, how: &Skopeo) -> Vec<u8> {
+    let o = how.inspect_raw(reference);
+    assert!(
+        o.status.success(),
+        "skopeo inspect --raw {reference} failed ({:?}):\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+/// The manifest skopeo reads at `reference` has the digest `expected` (the sha256 of the raw
+/// bytes: nothing re-encoded on the way).
+pub fn assert_digest(reference: &str, how: &Skopeo, expected: &str) {
+    assert_eq!(
+        sha256(&skopeo_raw(reference, how)),
+        expected,
+        "the digest of the manifest skopeo reads at {reference}"
+    );
+}
+
+// --- Registries over HTTP, with curl
+
+/// A curl answer.
+pub struct Http {
+    /// The HTTP status; 0 when there was no answer (refused, TLS failure...).
+    pub status: u16,
+    /// Raw header block, lower-cased.
+    pub headers: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Http {
+    /// The value of a header (`name` in any case), if it is there.
+    pub fn header(&self, name: &str) -> Option<String> {
+        let prefix = format!("{}:", name.to_ascii_lowercase());
+        self.headers
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .map(|l| l[prefix.len()..].trim().to_string())
+    }
+    /// The body, which must be JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    /// `errors[0].code` of a distribution API error body ("" when there is none).
+    pub fn error_code(&self) -> String {
+        self.json()["errors"][0]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// `curl -s ARGS URL`.
+pub fn curl(args: &[&str], url: &str) -> Http {
+    let d = tempfile::tempdir().unwrap();
+    let (h, b) = (d.path().join("h"), d.path().join("b"));
+    let mut a = vec![
+        "-s",
+        "-D",
+        h.to_str().unwrap(),
+        "-o",
+        b.to_str().unwrap(),
+        "-w",
+        "%{http_code}",
+    ];
+    a.extend_from_slice(args);
+    a.push(url);
+    let o = tool("curl", &a, d.path());
+    Http {
+        status: String::from_utf8_lossy(&o.stdout).parse().unwrap_or(0),
+        headers: std::fs::read_to_string(&h)
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        body: std::fs::read(&b).unwrap_or_default(),
+    }
+}
+
+/// Which of the bundle's six repositories exist on the plain registry under `prefix`.
+pub fn repos_under(prefix: &str) -> Vec<String> {
+    let repos = [
+        "charts/koordinator",
+        "koordinator-sh/koord-descheduler",
+        "koordinator-sh/koord-device-daemon",
+        "koordinator-sh/koord-manager",
+        "koordinator-sh/koord-scheduler",
+        "koordinator-sh/koordlet",
+    ];
+    repos
+        .iter()
+        .map(|r| format!("{prefix}/{r}"))
+        .filter(|r| {
+            let url = format!("http://{}/v2/{r}/tags/list", env().plain);
+            curl(&[], &url).status == 200
+        })
+        .collect()
 }

@@ -3,7 +3,6 @@
 //! internal or transient failure (a retry or an operator may help).
 
 use crate::common::*;
-use crate::load::{run_with_stdin, unique_prefix, Built};
 use std::path::Path;
 
 const INPUT: i32 = 1;

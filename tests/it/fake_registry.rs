@@ -1,16 +1,12 @@
 //! A tiny in-process registry for fault tests only (a blob that does not match its digest, a
 //! transfer that stops half-way). Every other test uses the real docker-registry.
 
-use sha2::{Digest as _, Sha256};
+use crate::common::sha256;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-pub fn digest(b: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(b)))
-}
 
 /// How the blob is served.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -39,17 +35,17 @@ pub fn start(repo: &str, tag: &str, layer: Vec<u8>, mode: BlobMode) -> FakeRegis
     let config =
         br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#
             .to_vec();
-    let layer_digest = digest(&layer);
+    let layer_digest = sha256(&layer);
     let manifest = format!(
         r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{}","size":{}}}]}}"#,
-        digest(&config),
+        sha256(&config),
         config.len(),
         layer_digest,
         layer.len()
     )
     .into_bytes();
     let mut blobs: HashMap<String, Vec<u8>> = HashMap::new();
-    blobs.insert(digest(&config), config);
+    blobs.insert(sha256(&config), config);
     blobs.insert(layer_digest.clone(), layer);
     let mode = Arc::new(Mutex::new(mode));
     let ranges = Arc::new(Mutex::new(Vec::new()));
@@ -151,8 +147,8 @@ fn serve(
         let man_prefix = format!("/v2/{repo}/manifests/");
         let blob_prefix = format!("/v2/{repo}/blobs/");
         if let Some(r) = path.strip_prefix(&man_prefix) {
-            if r == tag || r == digest(manifest) {
-                let extra = format!("Docker-Content-Digest: {}\r\n", digest(manifest));
+            if r == tag || r == sha256(manifest) {
+                let extra = format!("Docker-Content-Digest: {}\r\n", sha256(manifest));
                 respond(
                     &mut out,
                     "200 OK",
@@ -269,7 +265,7 @@ pub fn desc(media_type: &str, digest: &str, size: u64) -> serde_json::Value {
 impl Hostile {
     /// A blob; its descriptor.
     pub fn blob(&mut self, data: &[u8]) -> serde_json::Value {
-        let d = digest(data);
+        let d = sha256(data);
         self.blobs.insert(d.clone(), data.to_vec());
         let mt = if data.starts_with(b"{") {
             OCI_CONFIG
@@ -282,7 +278,7 @@ impl Hostile {
     /// A blob that is never served whole: `size` is what its descriptor says, the registry
     /// sends zeros until the client stops. Its descriptor.
     pub fn endless_blob(&mut self, seed: &str, size: u64) -> serde_json::Value {
-        let d = digest(format!("endless {seed}").as_bytes());
+        let d = sha256(format!("endless {seed}").as_bytes());
         self.endless.push(d.clone());
         desc(OCI_LAYER, &d, size)
     }
@@ -299,7 +295,7 @@ impl Hostile {
             .as_str()
             .unwrap_or(OCI_MANIFEST)
             .to_string();
-        let d = digest(&body);
+        let d = sha256(&body);
         if let Some(t) = tag {
             self.raw_manifest(repo, t, body.clone(), &mt);
         }
@@ -442,7 +438,7 @@ fn serve_hostile(conn: TcpStream, h: &Hostile, counters: &Counters) -> std::io::
             manifest_gets.fetch_add(1, Ordering::SeqCst);
             match h.manifests.get(&(repo.to_string(), r.to_string())) {
                 Some((body, mt)) => {
-                    let extra = format!("Docker-Content-Digest: {}\r\n", digest(body));
+                    let extra = format!("Docker-Content-Digest: {}\r\n", sha256(body));
                     respond("200 OK", mt, &extra, body)?
                 }
                 None => respond(

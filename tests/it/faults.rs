@@ -4,7 +4,6 @@
 
 use crate::common::*;
 use crate::fault_proxy::{self, Mode};
-use crate::load::{unique_prefix, Built};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 
@@ -49,22 +48,9 @@ fn build_and_load_through_a_flaky_registry_give_the_clean_result() {
         assert_ok(&o);
         stderr.push_str(&String::from_utf8_lossy(&o.stderr));
         for (r, d) in image_digests(&clean_build) {
-            let o = tool(
-                "skopeo",
-                &[
-                    "inspect",
-                    "--raw",
-                    "--tls-verify=false",
-                    &format!("docker://{}/{prefix}/{r}", e.plain),
-                ],
-                clean.path(),
-            );
-            assert_ok(&o);
-            assert_eq!(
-                crate::fake_registry::digest(&o.stdout),
-                d,
-                "seed {seed}: {r}"
-            );
+            // (the prefix names the seed)
+            let target = format!("docker://{}/{prefix}/{r}", e.plain);
+            assert_digest(&target, &Skopeo::plain_http(), &d);
         }
         let c = &proxy.counts;
         let faults = c.s503.load(Ordering::SeqCst)
@@ -105,7 +91,7 @@ fn source_date_epoch_gives_byte_identical_bundles() {
             .output()
             .unwrap();
         assert_ok(&o);
-        sums.push(crate::fake_registry::digest(&std::fs::read(&out).unwrap()));
+        sums.push(sha256(&std::fs::read(&out).unwrap()));
     }
     assert_eq!(sums[0], sums[1], "two builds with SOURCE_DATE_EPOCH differ");
 }
@@ -174,20 +160,21 @@ fn load_killed_mid_push_resumes_without_pushing_again() {
         .spawn()
         .unwrap();
     // Kill it once it hangs at the stall: some uploads went through, one is held.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while proxy.counts.stalled.load(Ordering::SeqCst) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the load never reached the stall ({:?})",
-            proxy.counts
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the load ended before the stall ({:?})",
-            proxy.counts
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for(
+        "the load to reach the stall",
+        std::time::Duration::from_secs(60),
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the load ended before the stall ({:?})",
+                proxy.counts
+            );
+            match proxy.counts.stalled.load(Ordering::SeqCst) {
+                0 => Err(format!("{:?}", proxy.counts)),
+                _ => Ok(()),
+            }
+        },
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     let o = b.home.run(&[

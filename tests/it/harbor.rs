@@ -7,7 +7,6 @@
 //! directory).
 
 use crate::common::*;
-use crate::load::{run_with_stdin, unique_prefix};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -113,30 +112,10 @@ fn stored(repository: &str) -> bool {
 }
 
 /// Every image of the bundle under `registry` has the bundle's digest (skopeo, with `who`).
-fn assert_digests(h: &Home, m: &Value, registry: &str, who: &(String, String)) {
-    let hb = harbor();
-    let creds = format!("{}:{}", who.0, who.1);
-    for img in m["images"].as_array().unwrap() {
-        let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--cert-dir",
-                hb.ca_dir.to_str().unwrap(),
-                "--creds",
-                &creds,
-                &target,
-            ],
-            h.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            img["digest"].as_str().unwrap(),
-            "{target}"
-        );
+fn assert_digests(m: &Value, registry: &str, who: &(String, String)) {
+    let skopeo = Skopeo::tls(&harbor().ca_dir, &who.0, &who.1);
+    for (r, digest) in image_digests(m) {
+        assert_digest(&format!("docker://{registry}/{r}"), &skopeo, &digest);
     }
 }
 
@@ -152,7 +131,7 @@ fn api_status(method: &str, path: &str, who: &(String, String)) -> u16 {
     };
     let mut args = verb.to_vec();
     args.extend_from_slice(&["--cacert", hb.ca_file.to_str().unwrap(), "-u", &creds]);
-    crate::serve::curl(&args, &url).status
+    curl(&args, &url).status
 }
 
 fn json(o: &Output) -> Value {
@@ -178,7 +157,7 @@ fn harbor_load_into_an_existing_project_keeps_every_digest() {
     assert_eq!(r["harbor"]["projects"][0]["state"], "exists", "{r}");
     assert_eq!(r["harbor"]["projects"][0]["mayPush"], true, "{r}");
     assert!(r["push"]["uploaded"].as_u64().unwrap() > 0, "{r}");
-    assert_digests(&h, &m, &registry, &hb.user);
+    assert_digests(&m, &registry, &hb.user);
     // A re-load pushes nothing, and a Guest (pull only) may do that.
     let o = load_as(&h, &b, &registry, &hb.reader, &[]);
     assert_ok(&o);
@@ -267,7 +246,7 @@ fn harbor_create_project_creates_it_private_then_loads() {
         "{said}"
     );
     assert_eq!(api_status("HEAD", &head, &hb.user), 200);
-    let detail = crate::serve::curl(
+    let detail = curl(
         &[
             "--cacert",
             hb.ca_file.to_str().unwrap(),
@@ -279,7 +258,7 @@ fn harbor_create_project_creates_it_private_then_loads() {
     assert_eq!(detail.status, 200);
     let p: Value = serde_json::from_slice(&detail.body).unwrap();
     assert_eq!(p["metadata"]["public"], "false", "{p}");
-    assert_digests(&h, &m, &registry, &hb.user);
+    assert_digests(&m, &registry, &hb.user);
     // Again: the project is there now; nothing to create, nothing to push.
     let o = load_as(&h, &b, &registry, &hb.user, &["--create-project"]);
     assert_ok(&o);
@@ -325,7 +304,7 @@ fn harbor_one_component_repository_is_1_and_a_project_prefix_takes_it() {
     let hb = harbor();
     // The stand-in answers a one-component repository as Harbor does: 500.
     let lone = unique_prefix("lone");
-    let o = crate::serve::curl(
+    let o = curl(
         &["-I", "--cacert", hb.ca_file.to_str().unwrap()],
         &format!("https://{}/v2/{lone}/manifests/v1", hb.host),
     );
@@ -364,7 +343,7 @@ fn harbor_one_component_repository_is_1_and_a_project_prefix_takes_it() {
     let o = load_as(&h, &b, &registry, &hb.user, &[]);
     assert_ok(&o);
     assert!(stored(&format!("koord/{sub}/{lone}")));
-    assert_digests(&h, &m, &registry, &hb.user);
+    assert_digests(&m, &registry, &hb.user);
 }
 
 #[test]
@@ -378,7 +357,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
     // --username with --password-stdin.
     let registry = format!("{}/koord/{}", hb.host, unique_prefix("robot"));
     assert_ok(&load_as(&h, &b, &registry, &hb.robot, &[]));
-    assert_digests(&h, &m, &registry, &hb.robot);
+    assert_digests(&m, &registry, &hb.robot);
     // A docker config: `auth` (base64 of robot$koord+ci:secret), then username/password.
     let ca = hb.ca_file.to_str().unwrap().to_string();
     let auth =
@@ -398,7 +377,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
             .output()
             .unwrap();
         assert_ok(&o);
-        assert_digests(&h, &m, &registry, &hb.robot);
+        assert_digests(&m, &registry, &hb.robot);
     }
     // What helm is given: koord-bundle's own login path (`helm registry login --username
     // robot$koord+ci --password-stdin` into a throw-away registry config), then `helm pull`:
@@ -427,7 +406,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
             )
             .unwrap_or_else(|err| panic!("helm {}: {err}", helm.major()));
         assert_eq!(
-            crate::fake_registry::digest(&std::fs::read(&got).unwrap()),
+            sha256(&std::fs::read(&got).unwrap()),
             chart_digest,
             "helm {}",
             helm.major()

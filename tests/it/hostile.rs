@@ -2,7 +2,7 @@
 //! binary, run through the binary the way a user would meet it.
 
 use crate::common::*;
-use crate::serve::{curl, flip_byte, largest_blob, manifest, pubkey, sha256, start};
+use crate::serve_proc::start;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -359,26 +359,33 @@ fn serve_is_not_starved_by_one_client_holding_idle_sockets() {
         .collect();
     // Probe once the server is full: all three hold their sockets, and it has begun closing
     // those beyond a client's share.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while held.clients.load(Ordering::SeqCst) < 3 || held.reopened.load(Ordering::SeqCst) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server closed no socket beyond a client's share ({} of 3 clients holding)",
-            held.clients.load(Ordering::SeqCst)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        "the server to close sockets beyond a client's share",
+        Duration::from_secs(60),
+        || {
+            let clients = held.clients.load(Ordering::SeqCst);
+            let reopened = held.reopened.load(Ordering::SeqCst);
+            if clients == 3 && reopened > 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{clients} of 3 clients hold their sockets, {reopened} sockets reopened"
+                ))
+            }
+        },
+    );
     // The server gives up only sockets idle for at least half a second (a newcomer's request
-    // may be on its way): the attackers' sockets reach that age, then the probes come.
-    std::thread::sleep(Duration::from_millis(700));
-    // A new client's requests are all answered (each probe is a new connection).
+    // may be on its way), so a newcomer is turned away until the attackers' sockets reach that
+    // age: the first answer is the server giving one up for it.
     let url = format!("http://{addr}/v2/");
-    let mut answered = 0;
-    for _ in 0..10 {
-        if curl(&["--max-time", "20", "--interface", "127.0.0.2"], &url).status == 200 {
-            answered += 1;
-        }
-    }
+    let probe = || curl(&["--max-time", "20", "--interface", "127.0.0.2"], &url).status == 200;
+    wait_until(
+        "a new client to be answered while idle sockets fill the server",
+        Duration::from_secs(60),
+        probe,
+    );
+    // From then on, every request of a new client is answered (each probe is a new connection).
+    let answered = (0..10).filter(|_| probe()).count();
     stop.store(true, Ordering::SeqCst);
     let reopened: usize = attackers.into_iter().map(|a| a.join().unwrap()).sum();
     assert_eq!(
@@ -406,13 +413,13 @@ fn serve_range_requests_never_return_bytes_changed_after_verification() {
     ));
     let (entry, offset) = largest_blob(&bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let m = manifest(&h, &bundle);
-    let s = start(&h, &[bundle.to_str().unwrap(), "--key", &pubkey(&h)]);
-    let repo = image_digests(&m)
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let m = bundle_manifest(&bundle);
+    let key = h.pubkey();
+    let s = start(
+        &h,
+        &[bundle.to_str().unwrap(), "--key", key.to_str().unwrap()],
+    );
+    let repo = s.repo_with_blob(&m, &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     let whole = curl(&[], &url).body;
     assert_eq!(sha256(&whole), digest);
@@ -936,11 +943,7 @@ fn every_hostile_case_ends_with_an_exit_code_from_0_to_3() {
     let mut s = start(&h, &[&b]);
     let (entry, _) = largest_blob(&bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let repo = image_digests(&manifest(&h, &bundle))
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&bundle_manifest(&bundle), &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     for (range, want) in [
         ("18446744073709551615-", 416),

@@ -6,47 +6,18 @@
 //! memory of koord-bundle and of helm, before and after) are in the closing note, not
 //! here: timings are no test's business.
 
-use crate::common::{assert_fails, assert_ok, chart_tgz, Home};
-use std::io::Read;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use crate::common::{assert_fails, assert_ok, chart_tgz, output_within, Home};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Run, and fail (killing it) if it has not finished after five minutes: a test must fail
 /// rather than hang. Not a timing assertion on anything that works.
-fn run_bounded(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let o = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let e = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(300) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after 300 s: helm is not bounded");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Output {
-        status,
-        stdout: o.join().unwrap(),
-        stderr: e.join().unwrap(),
-    }
+fn run_bounded(cmd: Command) -> Output {
+    output_within(
+        cmd,
+        Duration::from_secs(300),
+        "the build to end (helm is bounded)",
+    )
 }
 
 const CHART_YAML: &[u8] = b"apiVersion: v2\nname: koordinator\nversion: 9.9.9\n";

@@ -6,7 +6,6 @@
 
 use crate::common::*;
 use crate::kube_fake::{self, KubeFake, Opts};
-use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -385,14 +384,11 @@ fn pending_install(major: u64) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !fake.requests().iter().any(|r| r["hung"] == true) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "helm never reached the Deployments"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until(
+        "helm to reach the Deployments",
+        std::time::Duration::from_secs(120),
+        || fake.requests().iter().any(|r| r["hung"] == true),
+    );
     child.kill().unwrap();
     let _ = child.wait();
     assert_eq!(
@@ -760,7 +756,7 @@ fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself(
             tls_name: None,
         });
         let (kubeconfig, runs, _) =
-            crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
+            kube_fake::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
         let registry = format!("{}/{}", e.plain, unique_prefix(&format!("exec{major}")));
         let mut args = load_args(&b, &b.bundle, &registry, &fake, major, &[]);
         let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
@@ -975,7 +971,7 @@ fn dry_runs_are_truthful_about_helm_and_the_preflight() {
         tls_name: None,
     });
     let (kubeconfig, _, _) =
-        crate::preflight::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", "plugin-token");
+        kube_fake::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", "plugin-token");
     // The plugin exits 3: its PLUGIN_TOKEN is renamed away.
     let text = std::fs::read_to_string(&kubeconfig)
         .unwrap()

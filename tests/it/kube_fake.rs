@@ -4,11 +4,12 @@
 //! default Secret driver; tests assert on the objects it holds at the end and on its request log.
 #![allow(dead_code)]
 
+use crate::common::{wait_for, wait_until};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running fake API server.
 pub struct KubeFake {
@@ -70,17 +71,16 @@ pub fn start(opts: Opts<'_>) -> KubeFake {
         .spawn()
         .expect("python3 runs tests/kube-fake/fake_apiserver.py");
     let addr = dir.path().join("addr");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !addr.exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the fake API server exited at start: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the fake API server did not start in 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "the fake API server to start",
+        Duration::from_secs(30),
+        || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the fake API server exited at start: {status}");
+            }
+            addr.exists()
+        },
+    );
     let url = std::fs::read_to_string(&addr)
         .expect("addr")
         .trim()
@@ -154,23 +154,18 @@ impl KubeFake {
     /// "controller" removes a deleted namespace and its content after
     /// `--namespace-finalize-seconds`.
     pub fn wait_namespaces_finalized(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        wait_for("no namespace Terminating", Duration::from_secs(30), || {
             let terminating: Vec<String> = self
                 .of_kind("Namespace", None)
                 .iter()
                 .filter(|n| n["status"]["phase"] == "Terminating")
                 .map(|n| n["metadata"]["name"].as_str().unwrap_or("").to_string())
                 .collect();
-            if terminating.is_empty() {
-                return;
+            match terminating.is_empty() {
+                true => Ok(()),
+                false => Err(format!("still Terminating: {terminating:?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "namespaces still Terminating after 30 s: {terminating:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// `metadata.name` of the objects of a kind.
@@ -357,4 +352,46 @@ impl Drop for KubeFake {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A kubeconfig for `fake` whose user gets its token from an exec plugin script of ours (the
+/// fake checks the token, so nothing passes unless the plugin ran and its output was used).
+/// Returns (kubeconfig, file counting the plugin's runs, file with its KUBERNETES_EXEC_INFO).
+pub fn exec_kubeconfig(
+    fake: &KubeFake,
+    api_version: &str,
+    token: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let dir = fake.dir.path();
+    let plugin = dir.join("token-plugin.sh");
+    let count = dir.join("plugin-runs");
+    let info = dir.join("plugin-exec-info.json");
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\necho run >> \"$RUNS_FILE\"\nprintf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$INFO_FILE\"\n[ -n \"$PLUGIN_TOKEN\" ] || {{ echo 'token-plugin: PLUGIN_TOKEN not set' >&2; exit 3; }}\nprintf '{{\"apiVersion\":\"{api_version}\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\",\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"}}}}\\n' \"$PLUGIN_TOKEN\"\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut kc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
+    kc["users"][0]["user"] = serde_json::json!({"exec": {
+        "apiVersion": api_version,
+        "command": plugin,
+        "args": ["--cluster-name", "fake"],
+        "env": [{"name": "PLUGIN_TOKEN", "value": token},
+                {"name": "RUNS_FILE", "value": count},
+                {"name": "INFO_FILE", "value": info}],
+        "interactiveMode": "Never",
+        "provideClusterInfo": true,
+        "installHint": "token-plugin.sh comes with the test"
+    }});
+    let path = dir.join(format!(
+        "exec-kubeconfig-{}",
+        api_version.rsplit('/').next().unwrap()
+    ));
+    std::fs::write(&path, kc.to_string()).unwrap();
+    (path, count, info)
 }

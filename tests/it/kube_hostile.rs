@@ -6,7 +6,6 @@
 
 use crate::common::*;
 use crate::kube_fake::{self, KubeFake, Opts};
-use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,8 +3,6 @@
 
 use crate::common::*;
 use crate::fake_registry::{self, BlobMode};
-use crate::load::unique_prefix;
-use crate::serve::{flip_byte, largest_blob};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -40,7 +38,7 @@ fn a_changed_byte_in_a_large_blob_is_found_by_verify_and_load() {
         "--no-install",
     ]);
     assert_fails(&o, 1, &[digest_hex, "nothing was pushed"]);
-    assert!(crate::load::repos_under(&prefix).is_empty());
+    assert!(repos_under(&prefix).is_empty());
 }
 
 #[test]

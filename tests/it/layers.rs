@@ -54,18 +54,7 @@ fn violations(files: &[(String, String)]) -> Vec<String> {
             ));
             continue;
         };
-        // Comment lines blanked (line numbers kept).
-        let code: String = text
-            .lines()
-            .map(|l| {
-                if l.trim_start().starts_with("//") {
-                    ""
-                } else {
-                    l
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let code = blank_comments(text);
         for (at, used) in used_modules(&re, &code) {
             if used == module {
                 continue;
@@ -78,6 +67,58 @@ fn violations(files: &[(String, String)]) -> Vec<String> {
                 )),
                 None => bad.push(format!("{path}:{n}: unknown module {used}")),
             }
+        }
+    }
+    bad
+}
+
+/// `text` with its comment lines blanked (line numbers kept).
+fn blank_comments(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.trim_start().starts_with("//") {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules of `tests/it` that hold helpers and no test. Every other file there is a
+/// scenario, and may use only these: a helper two scenarios share lives in one of them.
+const TEST_HELPERS: &[&str] = &[
+    "common",
+    "fake_registry",
+    "fault_proxy",
+    "kube_fake",
+    "serve_proc",
+];
+
+/// Every use, in a file of `tests/it`, of a module of `tests/it` that is not a helper.
+fn test_violations(files: &[(String, String)]) -> Vec<String> {
+    let re = regex::Regex::new(r"crate::([a-z_]+)").unwrap();
+    let mut bad = Vec::new();
+    for (path, text) in files {
+        let module = Path::new(path)
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        // main lists the modules; this file's test data is made of `crate::` paths.
+        if module == "main" || module == "layers" {
+            continue;
+        }
+        let code = blank_comments(text);
+        for (at, used) in used_modules(&re, &code) {
+            if used == module || TEST_HELPERS.contains(&used.as_str()) {
+                continue;
+            }
+            let n = code[..at].matches('\n').count() + 1;
+            bad.push(format!(
+                "{path}:{n}: {module} uses {used}, which is not a helper module: move what \
+                 it needs to one of {TEST_HELPERS:?}"
+            ));
         }
     }
     bad
@@ -176,4 +217,43 @@ fn the_check_finds_a_use_against_the_direction() {
         bad[2].contains("src/oci/z.rs:3: oci (layer 0) uses store (layer 1)"),
         "a grouped import: {bad:?}"
     );
+}
+
+#[test]
+fn test_files_use_only_helper_modules() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"),
+        &mut files,
+    );
+    assert!(files.len() > 20, "read the test files");
+    let bad = test_violations(&files);
+    assert!(
+        bad.is_empty(),
+        "scenario files using each other:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_check_finds_a_scenario_file_using_another() {
+    let files = vec![
+        (
+            "tests/it/large_blobs.rs".to_string(),
+            "use crate::common::*;\nuse crate::serve::{flip_byte, largest_blob};\n".to_string(),
+        ),
+        (
+            "tests/it/common.rs".to_string(),
+            "// crate::load in a comment\nfn f() { crate::load::unique_prefix(\"x\"); }"
+                .to_string(),
+        ),
+        (
+            "tests/it/serve_proc.rs".to_string(),
+            "use crate::{common::Home, fake_registry};\n".to_string(),
+        ),
+    ];
+    let bad = test_violations(&files);
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(bad[0].starts_with("tests/it/large_blobs.rs:2: large_blobs uses serve,"));
+    assert!(bad[1].starts_with("tests/it/common.rs:2: common uses load,"));
 }

@@ -4,57 +4,12 @@
 use crate::common::*;
 use crate::fault_proxy::{self, Mode};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-/// A signed 1.8.0 bundle in a home of its own, for one test: built where the test starts (it
-/// takes well under a second) and removed with the home when the test ends, also when it fails.
-/// (A bundle shared through a static was never removed: statics are not dropped. nextest runs
-/// each test in a process of its own, so a static shared nothing there either.)
-pub struct Built {
-    pub home: Home,
-    pub bundle: PathBuf,
-}
-
-impl Built {
-    pub fn new() -> Self {
-        let home = Home::with_key();
-        let (bundle, _) = home.build_plain("1.8.0", &[]);
-        Built { home, bundle }
-    }
-}
-
-pub fn unique_prefix(name: &str) -> String {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}-{}-{}", std::process::id(), n % 1_000_000_000)
-}
+use std::path::Path;
 
 fn manifest(h: &Home, bundle: &Path) -> Value {
     let o = h.run(&["inspect", bundle.to_str().unwrap(), "--json"]);
     assert_ok(&o);
     serde_json::from_slice(&o.stdout).unwrap()
-}
-
-/// Which of the bundle's six repositories exist on the plain registry under `prefix`.
-pub fn repos_under(prefix: &str) -> Vec<String> {
-    let repos = [
-        "charts/koordinator",
-        "koordinator-sh/koord-descheduler",
-        "koordinator-sh/koord-device-daemon",
-        "koordinator-sh/koord-manager",
-        "koordinator-sh/koord-scheduler",
-        "koordinator-sh/koordlet",
-    ];
-    repos
-        .iter()
-        .map(|r| format!("{prefix}/{r}"))
-        .filter(|r| {
-            let url = format!("http://{}/v2/{r}/tags/list", env().plain);
-            crate::serve::curl(&[], &url).status == 200
-        })
-        .collect()
 }
 
 fn load(h: &Home, bundle: &Path, registry: &str, extra: &[&str]) -> std::process::Output {
@@ -98,16 +53,10 @@ fn load_into_plain_registry_digests_unchanged_chart_pullable_reload_skips() {
     let m = manifest(&b.home, &b.bundle);
     for img in m["images"].as_array().unwrap() {
         let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
-        let o = tool(
-            "skopeo",
-            &["inspect", "--raw", "--tls-verify=false", &target],
-            b.home.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
+        assert_digest(
+            &target,
+            &Skopeo::plain_http(),
             img["digest"].as_str().unwrap(),
-            "{target}"
         );
         // And every platform manifest is there too (skopeo copies the whole index).
         let dest = b.home.path().join(format!(
@@ -146,12 +95,7 @@ fn load_into_plain_registry_digests_unchanged_chart_pullable_reload_skips() {
         );
         assert_ok(&o);
         let got = std::fs::read(d.path().join("koordinator-1.8.0.tgz")).unwrap();
-        assert_eq!(
-            crate::fake_registry::digest(&got),
-            chart_digest,
-            "{}",
-            helm.display()
-        );
+        assert_eq!(sha256(&got), chart_digest, "{}", helm.display());
     }
     // Re-load: everything is there, nothing is pushed.
     let o = load(&b.home, &b.bundle, &registry, &["--plain-http"]);
@@ -197,26 +141,10 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
     assert!(!all.contains(&e.password), "password in output");
     let m = manifest(&b.home, &b.bundle);
     let cert_dir = Path::new(ca).parent().unwrap().parent().unwrap().join("ca");
+    let skopeo = Skopeo::tls(&cert_dir, &e.username, &e.password);
     for img in m["images"].as_array().unwrap() {
         let target = format!("docker://{registry}/{}", img["ref"].as_str().unwrap());
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--cert-dir",
-                cert_dir.to_str().unwrap(),
-                "--creds",
-                &format!("{}:{}", e.username, e.password),
-                &target,
-            ],
-            b.home.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            img["digest"].as_str().unwrap()
-        );
+        assert_digest(&target, &skopeo, img["digest"].as_str().unwrap());
     }
     // Wrong password: a clear refusal naming the registry.
     let mut c = b.home.cmd(&[
@@ -276,23 +204,6 @@ fn load_into_tls_registry_with_basic_auth_under_a_prefix() {
     assert_fails(&o, 1, &["TLS", "--ca-file"]);
 }
 
-pub fn run_with_stdin(c: &mut std::process::Command, input: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = c
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
 /// Rewrite the bundle entry by entry; `edit` may change an entry's data (or drop it: None).
 fn rewrite(
     src: &Path,
@@ -339,20 +250,8 @@ fn bad_bundles_are_refused_before_any_push() {
     let h = &b.home;
     let dir = h.path().join("bad");
     std::fs::create_dir_all(&dir).unwrap();
-    let big_blob = {
-        let m = manifest(&b.home, &b.bundle);
-        let _ = m;
-        // The largest blob entry.
-        let mut ar = tar::Archive::new(std::fs::File::open(&b.bundle).unwrap());
-        ar.entries()
-            .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| e.path().unwrap().starts_with("blobs/sha256/") && e.size() > 0)
-            .max_by_key(|e| e.size())
-            .map(|e| e.path().unwrap().to_string_lossy().to_string())
-            .unwrap()
-    };
-    let sha_of = |p: &Path| crate::fake_registry::digest(&std::fs::read(p).unwrap());
+    let (big_blob, _) = largest_blob(&b.bundle);
+    let sha_of = |p: &Path| sha256(&std::fs::read(p).unwrap());
     type Case<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>, Vec<&'a str>);
     let cases: Vec<Case> = vec![
         (
@@ -561,15 +460,10 @@ fn registry_down_mid_push_then_rerun_completes() {
             e.plain,
             img["ref"].as_str().unwrap()
         );
-        let o = tool(
-            "skopeo",
-            &["inspect", "--raw", "--tls-verify=false", &target],
-            b.home.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            img["digest"].as_str().unwrap()
+        assert_digest(
+            &target,
+            &Skopeo::plain_http(),
+            img["digest"].as_str().unwrap(),
         );
     }
 }

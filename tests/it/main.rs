@@ -1,6 +1,11 @@
 //! Integration tests: the real binary against the real peers of the test environment
 //! (CNCF distribution 2.8 over plain HTTP and over TLS with basic auth, skopeo, minisign,
 //! sha256sum, helm). Start them with scripts/test.sh.
+//!
+//! Helper modules hold no test: `common` (the environment, homes, running, waiting, skopeo,
+//! curl), `serve_proc` (a running `koord-bundle serve`), `fake_registry`, `fault_proxy` and
+//! `kube_fake` (stand-ins). Every other module is a scenario file and uses only helpers, never
+//! another scenario file (`layers.rs` holds that).
 
 // The tests read what the binary wrote with serde_yaml_ng directly, as an outside peer would
 // (the crate itself parses YAML only through koord_bundle::yaml).
@@ -29,6 +34,7 @@ mod messages;
 mod parity;
 mod preflight;
 mod serve;
+mod serve_proc;
 mod sneakernet;
 mod token_registry;
 mod yaml_bounds;

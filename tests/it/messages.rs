@@ -3,7 +3,6 @@
 
 use crate::common::*;
 use crate::kube_fake::{self, Opts};
-use crate::load::{unique_prefix, Built};
 use std::io::Write as _;
 use std::process::Stdio;
 

@@ -2,7 +2,7 @@
 //! with a bearer token) seeded with real-format objects shaped on kind, EKS, ACK and an old
 //! cluster. No live cluster: none can be run where these tests run.
 
-use crate::kube_fake::{self, KubeFake, Opts};
+use crate::kube_fake::{self, exec_kubeconfig, KubeFake, Opts};
 use koord_bundle::chart::{extract_crds, ChartArchive};
 use koord_bundle::cluster::{
     self, preflight, ChartCrd, ClusterError, KubeClient, Level, PreflightInput, PreflightReport,
@@ -410,48 +410,6 @@ async fn forbidden_secrets_is_403_naming_user_and_resource() {
         "{m}"
     );
     assert!(m.contains("cannot list resource \"secrets\""), "{m}");
-}
-
-/// A kubeconfig for `fake` whose user gets its token from an exec plugin script of ours (the
-/// fake checks the token, so nothing passes unless the plugin ran and its output was used).
-/// Returns (kubeconfig, file counting the plugin's runs, file with its KUBERNETES_EXEC_INFO).
-pub fn exec_kubeconfig(
-    fake: &KubeFake,
-    api_version: &str,
-    token: &str,
-) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let dir = fake.dir.path();
-    let plugin = dir.join("token-plugin.sh");
-    let count = dir.join("plugin-runs");
-    let info = dir.join("plugin-exec-info.json");
-    std::fs::write(
-        &plugin,
-        format!(
-            "#!/bin/sh\necho run >> \"$RUNS_FILE\"\nprintf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$INFO_FILE\"\n[ -n \"$PLUGIN_TOKEN\" ] || {{ echo 'token-plugin: PLUGIN_TOKEN not set' >&2; exit 3; }}\nprintf '{{\"apiVersion\":\"{api_version}\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\",\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"}}}}\\n' \"$PLUGIN_TOKEN\"\n"
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut kc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
-    kc["users"][0]["user"] = serde_json::json!({"exec": {
-        "apiVersion": api_version,
-        "command": plugin,
-        "args": ["--cluster-name", "fake"],
-        "env": [{"name": "PLUGIN_TOKEN", "value": token},
-                {"name": "RUNS_FILE", "value": count},
-                {"name": "INFO_FILE", "value": info}],
-        "interactiveMode": "Never",
-        "provideClusterInfo": true,
-        "installHint": "token-plugin.sh comes with the test"
-    }});
-    let path = dir.join(format!(
-        "exec-kubeconfig-{}",
-        api_version.rsplit('/').next().unwrap()
-    ));
-    std::fs::write(&path, kc.to_string()).unwrap();
-    (path, count, info)
 }
 
 fn runs(count: &Path) -> usize {

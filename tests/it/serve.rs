@@ -1,267 +1,27 @@
 //! `serve`: the real binary as a read-only registry, read by real skopeo, helm 3 and 4, curl and
 //! `koord-bundle load`; over plain HTTP and over TLS with basic auth; from a whole bundle and
 //! from the first part of a split one. Bad bundles are refused before anything is served.
-//!
-//! Each server is a child process on 127.0.0.1 with a port the kernel picked (`--addr
-//! 127.0.0.1:0`; the address is read from its banner), wrapped in a guard that kills it on
-//! drop, so a failing test leaves no process behind.
+//! Each server is a child process killed when the test ends (`serve_proc.rs`).
 
 use crate::common::*;
-use crate::load::{unique_prefix, Built};
+use crate::serve_proc::{start, try_start};
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::process::{Child, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// A running `koord-bundle serve`, killed when dropped.
-pub(crate) struct Server {
-    child: Child,
-    /// `127.0.0.1:PORT`.
-    addr: String,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    pub(crate) fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-    fn stdout(&self) -> String {
-        self.stdout.lock().unwrap().clone()
-    }
-    pub(crate) fn url(&self, scheme: &str, path: &str) -> String {
-        format!("{scheme}://{}{path}", self.addr)
-    }
-    /// Wait for the request log to hold `needle` (it is written when a response ends).
-    pub(crate) fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let e = self.stderr();
-            if e.contains(needle) || Instant::now() > deadline {
-                return e;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    /// Send SIGTERM and wait for the exit.
-    pub(crate) fn terminate(&mut self) -> ExitStatus {
-        let o = tool(
-            "kill",
-            &["-TERM", &self.child.id().to_string()],
-            Path::new("/"),
-        );
-        assert_ok(&o);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "serve ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// Why `serve` did not come up: its exit code and stderr.
-#[derive(Debug)]
-struct Refused {
-    code: Option<i32>,
-    stderr: String,
-}
-
-/// Start `koord-bundle serve ARGS --addr 127.0.0.1:0` and wait until it serves (banner read,
-/// `/v2/` answering), or until it exits.
-fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
-    let mut cmd = home.cmd(&["serve"]);
-    cmd.args(args)
-        .args(["--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn koord-bundle serve");
-    let stdout = Arc::new(Mutex::new(String::new()));
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = mpsc::channel::<String>();
-    let stderr_read = {
-        let out = child.stdout.take().unwrap();
-        let buf = stdout.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                buf.lock().unwrap().push_str(&format!("{line}\n"));
-                let _ = tx.send(line);
-            }
-        });
-        // Drained continuously: the request log must never fill the pipe.
-        let err = child.stderr.take().unwrap();
-        let buf = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                buf.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        })
-    };
-    let mut server = Server {
-        child,
-        addr: String::new(),
-        stdout,
-        stderr,
-    };
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(line) => {
-                if let Some(rest) = line.split("registry on ").nth(1) {
-                    let url = rest.split_whitespace().next().unwrap_or_default();
-                    let addr = url.split("://").nth(1).unwrap_or_default();
-                    server.addr = addr.trim_end_matches(',').to_string();
-                    break;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                assert!(Instant::now() < deadline, "serve did not start in time");
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // stdout closed: the process is exiting.
-                let status = server.child.wait().unwrap();
-                // All of stderr: read until the pipe's end.
-                stderr_read.join().unwrap();
-                return Err(Refused {
-                    code: status.code(),
-                    stderr: server.stderr(),
-                });
-            }
-        }
-    }
-    assert!(
-        server.addr.starts_with("127.0.0.1:"),
-        "no address in the banner:\n{}",
-        server.stdout()
-    );
-    // /v2/ answers (any status: 401 under basic auth).
-    let scheme = if args.contains(&"--tls-cert") {
-        "https"
-    } else {
-        "http"
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if curl(&["-k"], &server.url(scheme, "/v2/")).status != 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "/v2/ never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(server)
-}
-
-pub(crate) fn start(home: &Home, args: &[&str]) -> Server {
-    try_start(home, args).unwrap_or_else(|r| panic!("serve refused to start: {r:?}"))
-}
-
-/// The bundle manifest (`koord-bundle.json`, read from the plain tar).
-pub(crate) fn manifest(_home: &Home, bundle: &Path) -> Value {
-    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
-    for e in ar.entries().unwrap() {
-        let mut e = e.unwrap();
-        if e.path().unwrap().to_string_lossy() == "koord-bundle.json" {
-            let mut text = String::new();
-            e.read_to_string(&mut text).unwrap();
-            return serde_json::from_str(&text).unwrap();
-        }
-    }
-    panic!("no koord-bundle.json in {}", bundle.display())
-}
-
-pub(crate) fn sha256(b: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(b)))
-}
-
-/// A curl answer.
-pub(crate) struct Http {
-    pub(crate) status: u16,
-    /// Raw header block, lower-cased.
-    headers: String,
-    pub(crate) body: Vec<u8>,
-}
-
-impl Http {
-    fn header(&self, name: &str) -> Option<String> {
-        let prefix = format!("{}:", name.to_ascii_lowercase());
-        self.headers
-            .lines()
-            .find(|l| l.starts_with(&prefix))
-            .map(|l| l[prefix.len()..].trim().to_string())
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-    fn error_code(&self) -> String {
-        self.json()["errors"][0]["code"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
-/// `curl -s ARGS URL`.
-pub(crate) fn curl(args: &[&str], url: &str) -> Http {
-    let d = tempfile::tempdir().unwrap();
-    let (h, b) = (d.path().join("h"), d.path().join("b"));
-    let mut a = vec![
-        "-s",
-        "-D",
-        h.to_str().unwrap(),
-        "-o",
-        b.to_str().unwrap(),
-        "-w",
-        "%{http_code}",
-    ];
-    a.extend_from_slice(args);
-    a.push(url);
-    let o = tool("curl", &a, d.path());
-    Http {
-        status: String::from_utf8_lossy(&o.stdout).parse().unwrap_or(0),
-        headers: std::fs::read_to_string(&h)
-            .unwrap_or_default()
-            .to_ascii_lowercase(),
-        body: std::fs::read(&b).unwrap_or_default(),
-    }
-}
 
 /// `skopeo copy --all` of every image from `src_host` into OCI layouts; checks each copied
 /// index has the bundle's digest (and `skopeo inspect --raw` agrees).
-fn skopeo_copies_every_image(home: &Home, m: &Value, src_host: &str, src_flags: &[&str]) {
+fn skopeo_copies_every_image(home: &Home, m: &Value, src_host: &str, how: &Skopeo) {
+    let src_flags = how.flags("src-");
     for (r, digest) in image_digests(m) {
         let src = format!("docker://{src_host}/{r}");
-        // inspect takes the same flags without the --src- prefix.
-        let flags: Vec<String> = src_flags
-            .iter()
-            .map(|f| f.replacen("--src-", "--", 1))
-            .collect();
-        let mut a = vec!["inspect", "--raw"];
-        a.extend(flags.iter().map(String::as_str));
-        a.push(&src);
-        let o = tool("skopeo", &a, home.path());
-        assert_ok(&o);
-        assert_eq!(sha256(&o.stdout), digest, "{src}");
+        assert_digest(&src, how, &digest);
         let dir = home.path().join(format!(
             "oci-{}",
             unique_prefix(&r.replace(['/', ':'], "_"))
         ));
         let dest = format!("oci:{}:x", dir.display());
         let mut a = vec!["copy", "--all"];
-        a.extend_from_slice(src_flags);
+        a.extend(src_flags.iter().map(String::as_str));
         a.push(&src);
         a.push(&dest);
         let o = tool("skopeo", &a, home.path());
@@ -291,14 +51,15 @@ fn helm_pull_is_identical(helm: &Path, host: &str, flags: &[&str], chart_digest:
     assert_eq!(sha256(&got), chart_digest, "{}", helm.display());
 }
 
-pub(crate) fn pubkey(h: &Home) -> String {
+/// `--key` for `serve`: the home's public key.
+fn pubkey(h: &Home) -> String {
     h.pubkey().to_string_lossy().into_owned()
 }
 
 #[test]
 fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
     let b = Built::new();
-    let m = manifest(&b.home, &b.bundle);
+    let m = bundle_manifest(&b.bundle);
     let s = start(&b.home, &[b.bundle.to_str().unwrap()]);
     let out = s.stdout();
     for needle in [
@@ -314,7 +75,7 @@ fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
         assert!(out.contains(needle), "banner lacks {needle:?}:\n{out}");
     }
     assert_eq!(image_digests(&m).len(), 5);
-    skopeo_copies_every_image(&b.home, &m, &s.addr, &["--src-tls-verify=false"]);
+    skopeo_copies_every_image(&b.home, &m, &s.addr, &Skopeo::plain_http());
     let chart_digest = m["chart"]["digest"].as_str().unwrap();
     let e = env();
     for helm in [&e.helm3, &e.helm4] {
@@ -327,14 +88,13 @@ fn serve_skopeo_copies_every_image_and_helm_pulls_the_chart() {
             .any(|l| l.contains(" GET /v2/koordinator-sh/koordlet/manifests/v1.8.0 200 ")),
         "{log}"
     );
-    assert!(log.contains("/v2/charts/koordinator/blobs/"), "{log}");
 }
 
 #[test]
 fn serve_and_load_read_the_same_bundle_at_once() {
     let b = Built::new();
     let e = env();
-    let m = manifest(&b.home, &b.bundle);
+    let m = bundle_manifest(&b.bundle);
     let s = start(&b.home, &[b.bundle.to_str().unwrap()]);
     let loaded = unique_prefix("serve-load");
     let copied = unique_prefix("serve-copy");
@@ -371,18 +131,8 @@ fn serve_and_load_read_the_same_bundle_at_once() {
     assert_ok(&load.join().unwrap());
     for (r, digest) in image_digests(&m) {
         for prefix in [&loaded, &copied] {
-            let o = tool(
-                "skopeo",
-                &[
-                    "inspect",
-                    "--raw",
-                    "--tls-verify=false",
-                    &format!("docker://{}/{prefix}/{r}", e.plain),
-                ],
-                b.home.path(),
-            );
-            assert_ok(&o);
-            assert_eq!(sha256(&o.stdout), digest, "{prefix}/{r}");
+            let target = format!("docker://{}/{prefix}/{r}", e.plain);
+            assert_digest(&target, &Skopeo::plain_http(), &digest);
         }
     }
 }
@@ -390,7 +140,7 @@ fn serve_and_load_read_the_same_bundle_at_once() {
 #[test]
 fn serve_answers_the_distribution_api() {
     let b = Built::new();
-    let m = manifest(&b.home, &b.bundle);
+    let m = bundle_manifest(&b.bundle);
     let s = start(&b.home, &[b.bundle.to_str().unwrap()]);
     let url = |p: &str| s.url("http", p);
 
@@ -624,7 +374,7 @@ fn serve_answers_the_distribution_api() {
 fn serve_over_tls_with_basic_auth() {
     let b = Built::new();
     let e = env();
-    let m = manifest(&b.home, &b.bundle);
+    let m = bundle_manifest(&b.bundle);
     let pki = e.ca_file.parent().unwrap();
     let (cert, key) = (pki.join("server.crt"), pki.join("server.key"));
     let ca_dir = pki.parent().unwrap().join("ca");
@@ -678,28 +428,20 @@ fn serve_over_tls_with_basic_auth() {
     assert_eq!(curl(&["-u", &creds], &v2).status, 0);
 
     // skopeo: refused without credentials, copies with them (verifying with the CA).
-    let o = tool(
-        "skopeo",
-        &[
-            "inspect",
-            "--raw",
-            "--cert-dir",
-            ca_dir.to_str().unwrap(),
-            &format!("docker://{}/koordinator-sh/koordlet:v1.8.0", s.addr),
-        ],
-        b.home.path(),
-    );
+    let anonymous = Skopeo {
+        cert_dir: Some(&ca_dir),
+        ..Skopeo::default()
+    };
+    let o = anonymous.inspect_raw(&format!(
+        "docker://{}/koordinator-sh/koordlet:v1.8.0",
+        s.addr
+    ));
     assert!(!o.status.success(), "skopeo without credentials succeeded");
     skopeo_copies_every_image(
         &b.home,
         &m,
         &s.addr,
-        &[
-            "--src-cert-dir",
-            ca_dir.to_str().unwrap(),
-            "--src-creds",
-            &creds,
-        ],
+        &Skopeo::tls(&ca_dir, "alice", password),
     );
 
     // helm 4 over TLS with a registry login (helm 3 speaks plain HTTP to loopback registries,
@@ -719,7 +461,7 @@ fn serve_over_tls_with_basic_auth() {
         "--ca-file",
         ca,
     ]);
-    let o = crate::load::run_with_stdin(&mut c, &format!("{password}\n"));
+    let o = run_with_stdin(&mut c, &format!("{password}\n"));
     assert_ok(&o);
     helm_pull_is_identical(
         &e.helm4,
@@ -849,15 +591,15 @@ fn serve_unsigned_bundle_needs_the_explicit_flag() {
         "{}",
         s.stdout()
     );
-    let m = manifest(&h, &bundle);
-    skopeo_copies_every_image(&h, &m, &s.addr, &["--src-tls-verify=false"]);
+    let m = bundle_manifest(&bundle);
+    skopeo_copies_every_image(&h, &m, &s.addr, &Skopeo::plain_http());
 }
 
 #[test]
 fn serve_from_the_first_part_of_a_split_bundle() {
     let b = Built::new();
     let h = &b.home;
-    let m = manifest(h, &b.bundle);
+    let m = bundle_manifest(&b.bundle);
     let dir = h.path().join(unique_prefix("parts"));
     let o = h.run(&[
         "split",
@@ -875,7 +617,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
     assert_ok(&h.run(&["verify", first.to_str().unwrap()]));
     let s = start(h, &[first.to_str().unwrap()]);
     // Every image (so every blob, some of them across two parts) arrives with its digest.
-    skopeo_copies_every_image(h, &m, &s.addr, &["--src-tls-verify=false"]);
+    skopeo_copies_every_image(h, &m, &s.addr, &Skopeo::plain_http());
     helm_pull_is_identical(
         &env().helm3,
         &s.addr,
@@ -885,11 +627,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
     // A range across the whole of the largest blob, in two requests that meet in the middle.
     let (entry, _) = largest_blob(&b.bundle);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let repo = image_digests(&m)
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&m, &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     let a = curl(&["-r", "0-199999"], &url);
     let z = curl(&["-r", "200000-"], &url);
@@ -914,13 +652,9 @@ fn serve_notices_a_bundle_changed_after_verification() {
     ));
     let (entry, offset) = largest_blob(&served);
     let digest = format!("sha256:{}", entry.rsplit('/').next().unwrap());
-    let m = manifest(h, &b.bundle);
+    let m = bundle_manifest(&b.bundle);
     let s = start(h, &[served.to_str().unwrap(), "--key", &pubkey(h)]);
-    let repo = image_digests(&m)
-        .into_iter()
-        .map(|(r, _)| r.split(':').next().unwrap().to_string())
-        .find(|r| curl(&["-I"], &s.url("http", &format!("/v2/{r}/blobs/{digest}"))).status == 200)
-        .expect("the largest blob is in some image");
+    let repo = s.repo_with_blob(&m, &digest);
     let url = s.url("http", &format!("/v2/{repo}/blobs/{digest}"));
     assert_eq!(sha256(&curl(&[], &url).body), digest);
 
@@ -962,8 +696,7 @@ fn serve_notices_a_bundle_changed_after_verification() {
         &s.url("http", &format!("/v2/{repo}/blobs/{layer}")),
     );
     assert_eq!(r.status, 500);
-    let log = s.wait_log("changed since it was verified");
-    assert!(log.contains("changed since it was verified"), "{log}");
+    s.wait_log("changed since it was verified");
 }
 
 #[test]
@@ -976,37 +709,4 @@ fn serve_stops_cleanly_on_sigterm() {
     assert!(s.stderr().contains("stopped"), "{}", s.stderr());
     // The port is closed.
     assert_eq!(curl(&[], &s.url("http", "/v2/")).status, 0);
-}
-
-/// The largest blob entry of a plain-tar bundle and where its data starts in the file.
-pub(crate) fn largest_blob(bundle: &Path) -> (String, u64) {
-    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
-    ar.entries()
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.path().unwrap().starts_with("blobs/sha256/"))
-        .max_by_key(|e| e.size())
-        .map(|e| {
-            (
-                e.path().unwrap().to_string_lossy().into_owned(),
-                e.raw_file_position(),
-            )
-        })
-        .unwrap()
-}
-
-/// Flip one bit of a file in place (size unchanged).
-pub(crate) fn flip_byte(path: &Path, at: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut byte = [0u8];
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.read_exact(&mut byte).unwrap();
-    byte[0] ^= 0x01;
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.write_all(&byte).unwrap();
-    f.sync_all().unwrap();
 }

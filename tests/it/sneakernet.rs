@@ -1,12 +1,11 @@
 //! Split bundles (parts for media) and incremental bundles, with the real registry.
 
 use crate::common::*;
-use crate::load::{repos_under, unique_prefix, Built};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn sha(p: &Path) -> String {
-    crate::fake_registry::digest(&std::fs::read(p).unwrap())
+    sha256(&std::fs::read(p).unwrap())
 }
 
 fn parts_of(dir: &Path, name: &str) -> Vec<PathBuf> {
@@ -86,20 +85,10 @@ fn build_split_parts_verify_inspect_load_and_join_byte_identical() {
         "koordinator-sh/koordlet:v1.8.0",
         "koordinator-sh/koord-manager:v1.8.0",
     ] {
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--tls-verify=false",
-                &format!("docker://{}/{prefix}/{img}", e.plain),
-            ],
-            h.path(),
-        );
-        assert_ok(&o);
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            pushed_digest(img.split(':').next().unwrap(), "v1.8.0")
+        assert_digest(
+            &format!("docker://{}/{prefix}/{img}", e.plain),
+            &Skopeo::plain_http(),
+            &pushed_digest(img.split(':').next().unwrap(), "v1.8.0"),
         );
     }
 }
@@ -288,19 +277,10 @@ fn incremental_bundle_leaves_out_what_the_site_holds_and_load_checks_it() {
             h.path(),
         );
         assert_ok(&o);
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--tls-verify=false",
-                &format!("docker://{registry}/{repo}:v1.8.0"),
-            ],
-            h.path(),
-        );
-        assert_eq!(
-            crate::fake_registry::digest(&o.stdout),
-            pushed_digest(&repo, "v1.8.0")
+        assert_digest(
+            &format!("docker://{registry}/{repo}:v1.8.0"),
+            &Skopeo::plain_http(),
+            &pushed_digest(&repo, "v1.8.0"),
         );
     }
 }

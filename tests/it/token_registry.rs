@@ -6,7 +6,6 @@
 //! messages, credential helpers, bounded bodies and fast failure on a wrong address.
 
 use crate::common::*;
-use crate::load::{run_with_stdin, unique_prefix};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -121,7 +120,7 @@ fn build_from_token(h: &Home, out: &Path) -> Output {
 }
 
 /// A signed bundle built from the token registry in a home of its own, for one load test
-/// (removed with the home when the test ends; see `crate::load::Built`).
+/// (removed with the home when the test ends; see `crate::common::Built`).
 struct TokenBuilt {
     home: Home,
     bundle: PathBuf,
@@ -191,24 +190,9 @@ fn as_push_user(b: &TokenBuilt, prefix: &str) -> Output {
 /// Every image of the bundle under `prefix`, read back by skopeo with the push user.
 fn assert_digests_with_skopeo(b: &TokenBuilt, prefix: &str) {
     let t = tenv();
-    let creds = format!("{}:{}", t.push_user.0, t.push_user.1);
+    let skopeo = Skopeo::tls(&t.ca_dir, &t.push_user.0, &t.push_user.1);
     for (r, d) in &b.images {
-        let target = format!("docker://{}/{prefix}/{r}", t.registry);
-        let o = tool(
-            "skopeo",
-            &[
-                "inspect",
-                "--raw",
-                "--cert-dir",
-                t.ca_dir.to_str().unwrap(),
-                "--creds",
-                &creds,
-                &target,
-            ],
-            Path::new("/"),
-        );
-        assert_ok(&o);
-        assert_eq!(&crate::fake_registry::digest(&o.stdout), d, "{target}");
+        assert_digest(&format!("docker://{}/{prefix}/{r}", t.registry), &skopeo, d);
     }
 }
 
@@ -368,18 +352,17 @@ fn load_into_token_registry_killed_half_way_then_finished() {
             .unwrap();
     }
     // Wait until some blobs are in (a condition, not a timer), then SIGKILL.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while layer_links(&prefix) < 3 {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the load ended before it could be killed"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the load never got going"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(
+        "some blobs of the load to be in",
+        std::time::Duration::from_secs(120),
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the load ended before it could be killed"
+            );
+            layer_links(&prefix) >= 3
+        },
+    );
     assert!(
         child.try_wait().unwrap().is_none(),
         "the load ended before it could be killed"
@@ -762,7 +745,7 @@ fn error_messages_say_no_credentials_refused_or_lacks_push() {
 #[test]
 fn plain_http_registry_without_the_flag_says_so() {
     let e = env();
-    let b = crate::load::Built::new();
+    let b = Built::new();
     let o = b
         .home
         .load_cmd(
@@ -781,7 +764,7 @@ fn plain_http_registry_without_the_flag_says_so() {
 
 #[test]
 fn registry_with_user_and_password_is_refused_and_never_echoed() {
-    let b = crate::load::Built::new();
+    let b = Built::new();
     let secret = "S3cr3t-pw-91";
     for value in [
         format!("koord:{secret}@{}/site", env().plain),
@@ -902,7 +885,7 @@ fn connection_refused_on_loopback_gives_up_at_once_with_the_hint() {
         l.local_addr().unwrap().port()
     };
     let addr = format!("127.0.0.1:{port}");
-    let b = crate::load::Built::new();
+    let b = Built::new();
     let o = b
         .home
         .load_cmd(
@@ -958,10 +941,7 @@ fn redirecting_registry(
     let config =
         br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#
             .to_vec();
-    let (cd, ld) = (
-        crate::fake_registry::digest(&config),
-        crate::fake_registry::digest(&layer),
-    );
+    let (cd, ld) = (sha256(&config), sha256(&layer));
     let manifest = format!(
         r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{cd}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{ld}","size":{}}}]}}"#,
         config.len(),

@@ -3,11 +3,11 @@
 //! fetch stops at its cap while reading. Each hostile input used to run for minutes (or grow
 //! without bound); each must now be refused with a message naming the input.
 
-use crate::common::{assert_fails, Home};
+use crate::common::{assert_fails, output_within, Home};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `a: it's` hid the brackets below it from the old guard, which took any `'` for the start
 /// of a quoted scalar.
@@ -25,40 +25,12 @@ use crate::common::chart_tgz as tgz;
 /// Run, and fail (killing it) if it has not finished after two minutes: before the bound these
 /// inputs took minutes, and a test must fail then rather than hang. Not a timing assertion on
 /// anything that works.
-fn run_bounded(mut cmd: Command) -> std::process::Output {
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let o = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let e = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after 120 s: the YAML input is not bounded");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::process::Output {
-        status,
-        stdout: o.join().unwrap(),
-        stderr: e.join().unwrap(),
-    }
+fn run_bounded(cmd: Command) -> std::process::Output {
+    output_within(
+        cmd,
+        Duration::from_secs(120),
+        "the build to end (the YAML input is bounded)",
+    )
 }
 
 fn build_chart(h: &Home, chart: &Path, extra: &[&str]) -> std::process::Output {
