@@ -78,6 +78,15 @@ pub fn printable_bytes(b: &[u8]) -> String {
     printable(&s)
 }
 
+/// `one` when `n` is 1, else `many`: "1 part", "3 parts".
+pub fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
 /// `12.3 MiB`.
 pub fn human_bytes(n: u64) -> String {
     const U: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];

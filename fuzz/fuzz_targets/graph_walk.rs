@@ -18,7 +18,7 @@
 //! * a layout the writer accepts has its regions in order, apart, within its length.
 
 use arbitrary::Arbitrary;
-use koord_bundle::bundle::writer::{Layout, Plan};
+use koord_bundle::bundle::writer::{Entries, TarLayout};
 use koord_bundle::copy::{self, Budget, Item, Omitted, Options};
 use koord_bundle::oci::{media, size::MAX_SIZE, Digest};
 use koord_bundle::store::{MemoryStore, RawManifest, Reference};
@@ -288,14 +288,14 @@ fuzz_target!(|input: Input| {
         );
     }
     let files = [("index.json".to_string(), b"{}".to_vec())];
-    let plan = Plan {
+    let plan = Entries {
         files: &files,
         blobs: &blobs,
         mtime: 0,
         checksums: b"sums",
         signature: None,
     };
-    if let Ok(layout) = Layout::new(std::path::Path::new("fuzz.tar"), &plan) {
+    if let Ok(layout) = TarLayout::new(std::path::Path::new("fuzz.tar"), &plan) {
         let mut end = 0u64;
         for (_, offset, size) in layout.regions() {
             assert!(offset >= end + 512, "regions overlap");

@@ -3,10 +3,13 @@
 
 pub mod atomic;
 pub mod checksums;
+pub mod emit;
+pub mod layout;
 pub mod manifest;
 pub mod pack;
 pub mod parity;
 pub mod parts;
+pub mod plan;
 pub mod reader;
 pub mod set;
 pub mod sign;

@@ -34,7 +34,7 @@ const WRITE_PIECE: usize = 1 << 20;
 const IN_FLIGHT_KIB: usize = 2048;
 
 /// What goes into a bundle.
-pub struct Plan<'a> {
+pub struct Entries<'a> {
     /// Small files held in memory, by path, in order.
     pub files: &'a [(String, Vec<u8>)],
     /// Every blob (configs, layers, manifests), by digest.
@@ -63,7 +63,7 @@ pub struct Counts {
 /// pass what a file can hold ([`size::MAX_SIZE`]) is refused here, and [`check_room`] compares
 /// the length with the disk.
 #[derive(Debug)]
-pub struct Layout {
+pub struct TarLayout {
     head: Vec<u8>,
     headers: Vec<(u64, tar::Header)>,
     /// Digest → (offset of its data, size).
@@ -76,9 +76,9 @@ fn round_up(n: u64) -> Option<u64> {
     n.checked_next_multiple_of(512)
 }
 
-impl Layout {
+impl TarLayout {
     /// Lay out `plan` for the bundle `dest` (named in errors).
-    pub fn new(dest: &Path, plan: &Plan<'_>) -> Result<Layout, PackError> {
+    pub fn new(dest: &Path, plan: &Entries<'_>) -> Result<TarLayout, PackError> {
         let werr = |source: io::Error| PackError::Write {
             path: dest.to_path_buf(),
             source,
@@ -120,7 +120,7 @@ impl Layout {
             at = end;
             count += 1;
         }
-        Ok(Layout {
+        Ok(TarLayout {
             head,
             headers,
             regions,
@@ -149,7 +149,7 @@ impl Layout {
 
 /// The entries before the blobs, as a sequential tar writer writes them (without its end
 /// blocks), and how many entries they are.
-fn head_entries(plan: &Plan<'_>) -> io::Result<(Vec<u8>, usize)> {
+fn head_entries(plan: &Entries<'_>) -> io::Result<(Vec<u8>, usize)> {
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
     let mut count = 0usize;
@@ -260,7 +260,7 @@ impl<'a> BundleWriter<'a> {
     pub fn create(
         out: &AtomicFile,
         dest: &Path,
-        layout: Layout,
+        layout: TarLayout,
         cache: Option<&'a BlobCache>,
     ) -> Result<BundleWriter<'a>, PackError> {
         let werr = |source: io::Error| PackError::Write {
@@ -709,8 +709,8 @@ impl Sink for BundleWriter<'_> {
 mod tests {
     use super::*;
 
-    fn plan<'a>(blobs: &'a [(Digest, u64)], files: &'a [(String, Vec<u8>)]) -> Plan<'a> {
-        Plan {
+    fn plan<'a>(blobs: &'a [(Digest, u64)], files: &'a [(String, Vec<u8>)]) -> Entries<'a> {
+        Entries {
             files,
             blobs,
             mtime: 0,
@@ -733,16 +733,16 @@ mod tests {
                 (b.clone(), size::MAX_SIZE / 2),
             ],
         ] {
-            let e = Layout::new(dest, &plan(&blobs, &files)).unwrap_err();
+            let e = TarLayout::new(dest, &plan(&blobs, &files)).unwrap_err();
             assert!(matches!(e, PackError::Plan { .. }), "{e}");
             assert!(e.to_string().contains("2^63 - 1"), "{e}");
         }
         // One digest, two sizes.
-        let e = Layout::new(dest, &plan(&[(a.clone(), 1), (a.clone(), 2)], &files)).unwrap_err();
+        let e = TarLayout::new(dest, &plan(&[(a.clone(), 1), (a.clone(), 2)], &files)).unwrap_err();
         assert!(e.to_string().contains("as 1 bytes and as 2 bytes"), "{e}");
         // Large but possible: laid out, regions in order and apart, the length their sum.
         let blobs = [(a.clone(), 1 << 40), (b.clone(), 1000)];
-        let l = Layout::new(dest, &plan(&blobs, &files)).unwrap();
+        let l = TarLayout::new(dest, &plan(&blobs, &files)).unwrap();
         let regions: Vec<_> = l.regions().collect();
         assert_eq!(regions.len(), 2);
         let (_, o0, s0) = regions[0];

@@ -16,6 +16,7 @@
 pub mod archive;
 pub mod crds;
 pub mod discover;
+pub mod fetch;
 pub mod index;
 pub mod rendered;
 mod template;

@@ -49,3 +49,16 @@ pub fn images(
         },
     ))
 }
+
+/// An image the chart deploys, as the source resolution takes it.
+pub fn wanted(i: &ChartImage) -> crate::sources::resolve::Wanted {
+    crate::sources::resolve::Wanted {
+        ref_name: format!("{}:{}", i.repository, i.tag),
+        component: i.component.clone(),
+        host: i.host.clone(),
+        repository: i.repository.clone(),
+        tag: i.tag.clone(),
+        original: i.reference(),
+        fixed: None,
+    }
+}

@@ -96,8 +96,9 @@ async fn extract_chart(src: &BundleSource, dir: &Path) -> anyhow::Result<PathBuf
     Ok(out)
 }
 
-/// What a load needs from the flags and the environment, resolved before the bundle is read:
-/// which bundle, where it goes, the key, the registry's login.
+/// What a load needs from the flags and the environment, resolved before the bundle is read
+/// or anything is sent: which bundle, where it goes, the key, the registry's login, helm, and
+/// the cluster's kubeconfig. An error in any of them costs no verification and no request.
 struct Settings {
     bundle: PathBuf,
     target: Target,
@@ -106,6 +107,10 @@ struct Settings {
     reg: Arc<Registry>,
     /// The login helm gets (a user and password; an identity token stays with koord-bundle).
     login: Option<Login>,
+    /// helm, when something is installed (a dry run of an install included).
+    helm: Option<Helm>,
+    /// The cluster's client and kubeconfig, when something is installed.
+    kube: Option<(cluster::KubeClient, KubeTarget)>,
 }
 
 impl Settings {
@@ -173,13 +178,26 @@ impl Settings {
             ..Default::default()
         })?;
 
-        Ok(Settings {
+        let mut settings = Settings {
             bundle,
             target,
             key,
             reg: Arc::new(reg),
             login,
-        })
+            helm: find_helm(args)?,
+            kube: None,
+        };
+        if let Some(h) = &settings.helm {
+            check_helm_reaches_registry(args, &settings, h)?;
+        }
+        if !args.no_install {
+            settings.kube = Some(kube_client(args).map_err(|e| {
+                anyhow::Error::new(e).context(
+                    "the pre-flight cannot read the cluster: nothing was verified or pushed (pass --no-install to push only)",
+                )
+            })?);
+        }
+        Ok(settings)
     }
 }
 
@@ -328,6 +346,7 @@ struct Preflight {
 /// `--no-install` there is no pre-flight.
 async fn preflight(
     args: &LoadArgs,
+    kube: Option<(cluster::KubeClient, KubeTarget)>,
     manifest: &BundleManifest,
     progress: &Progress,
 ) -> anyhow::Result<Preflight> {
@@ -337,14 +356,14 @@ async fn preflight(
         .namespace
         .clone()
         .unwrap_or_else(|| DEFAULT_RELEASE_NAMESPACE.to_string());
-    if args.no_install {
+    let Some((client, target)) = kube else {
         progress.say("pre-flight not run: --no-install (nothing is installed)");
         return Ok(Preflight {
             report: None,
             namespace,
             target: None,
         });
-    }
+    };
     let mut platforms: Vec<String> = manifest
         .images
         .iter()
@@ -371,18 +390,10 @@ async fn preflight(
         strict: args.strict,
         host_network: args.host_network,
     };
-    let outcome = match kube_client(args) {
-        Ok((client, target)) => {
-            if let Some(w) = client.credentials_withheld() {
-                progress.warn(format!("pre-flight: {w}"));
-            }
-            cluster::preflight(&client, &input)
-                .await
-                .map(|r| (r, target))
-        }
-        Err(e) => Err(e),
-    };
-    let (report, target) = outcome.map_err(|e| {
+    if let Some(w) = client.credentials_withheld() {
+        progress.warn(format!("pre-flight: {w}"));
+    }
+    let report = cluster::preflight(&client, &input).await.map_err(|e| {
         anyhow::Error::new(e).context(
             "the pre-flight could not read the cluster: nothing was pushed (pass --no-install to push only)",
         )
@@ -586,14 +597,11 @@ async fn install(
 /// helm and the pre-flight passed), install (nothing after a failed push), report.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
-    let settings = Settings::resolve(&args, &progress).await?;
+    let mut settings = Settings::resolve(&args, &progress).await?;
     let (src, unhashed) = verify(&settings, &progress)?;
     let manifest = src.manifest().clone();
-    let helm = find_helm(&args)?;
-    if let Some(h) = &helm {
-        check_helm_reaches_registry(&args, &settings, h)?;
-    }
-    let pre = preflight(&args, &manifest, &progress).await?;
+    let pre = preflight(&args, settings.kube.take(), &manifest, &progress).await?;
+    let helm = settings.helm.take();
     let target = settings.target.clone();
     // The registry step (its first contact; Harbor's projects), before any push.
     let checked =

@@ -248,23 +248,71 @@ pub fn retry_reporter(progress: &crate::progress::Progress) -> crate::store::Ret
     }))
 }
 
-/// Creation time: `SOURCE_DATE_EPOCH` when set, else now (seconds).
-pub fn creation_time() -> anyhow::Result<u64> {
+/// `SOURCE_DATE_EPOCH`, when set: the creation time of what is built (reproducible builds).
+pub fn source_date_epoch() -> anyhow::Result<Option<u64>> {
     match std::env::var(env::SOURCE_DATE_EPOCH) {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .with_context(|| format!("SOURCE_DATE_EPOCH={s:?} is not a number of seconds")),
-        Err(_) => Ok(std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs()),
+        Ok(s) => Ok(Some(s.trim().parse().with_context(|| {
+            format!("SOURCE_DATE_EPOCH={s:?} is not a number of seconds")
+        })?)),
+        Err(_) => Ok(None),
     }
 }
 
-/// RFC 3339 of seconds since the epoch.
-pub fn rfc3339(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
-        .to_string()
+/// The directory an output file (`-o FILE`) goes to, checked to exist and, when `writable`, to
+/// take a file, before anything is downloaded or read: `.` without `-o`.
+pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow::Result<PathBuf> {
+    let dir = output
+        .and_then(std::path::Path::parent)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    if output.is_some_and(|o| o.is_dir()) {
+        anyhow::bail!(
+            "-o {}: is a directory; name the file to write (e.g. {}/koordinator-VERSION.tar)",
+            output.map(|o| o.display().to_string()).unwrap_or_default(),
+            output.map(|o| o.display().to_string()).unwrap_or_default()
+        );
+    }
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "the output directory {} does not exist: create it first (mkdir -p {}); nothing was done",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if writable {
+        tempfile::Builder::new()
+            .prefix(".koord-bundle-probe.")
+            .tempfile_in(&dir)
+            .with_context(|| {
+                format!(
+                    "cannot write into {}: the directory must be writable (nothing was done)",
+                    dir.display()
+                )
+            })?;
+    }
+    Ok(dir)
+}
+
+/// The inputs `build` passes to helm, checked before any download: each `--values` file is
+/// bounded YAML, each `--set` is `KEY=VALUE[,KEY=VALUE...]` with a key. helm reads them itself.
+pub fn check_helm_inputs(values: &[PathBuf], sets: &[String]) -> anyhow::Result<()> {
+    for f in values {
+        let limits = crate::yaml::VALUES_FILE;
+        let text = crate::store::body::read_file_bounded(f, limits.max_bytes)
+            .with_context(|| format!("cannot read values file {}", f.display()))?;
+        crate::yaml::check(&format!("values file {}", f.display()), &text, &limits)?;
+    }
+    for s in sets {
+        match s.split_once('=') {
+            Some((k, _)) if !k.trim().is_empty() => {}
+            _ => anyhow::bail!(
+                "--set {}: expected KEY=VALUE (e.g. --set koordlet.enableSchedulerConfig=true)",
+                crate::text::printable(s)
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Print a JSON document on stdout.

@@ -225,7 +225,7 @@ fn values_and_set_feed_discovery() {
         r.contains(&"koordinator-sh/koord-scheduler:v1.8.0".to_string()),
         "{r:?}"
     );
-    assert!(plan["uniqueBlobs"].as_u64().unwrap() > 0);
+    assert!(plan["counts"]["download"]["blobs"].as_u64().unwrap() > 0);
     // A dry run downloads no layer: nothing partial, and whatever the cache holds is JSON
     // (manifests, configs), never a layer.
     let files = |d: &str| -> Vec<std::path::PathBuf> {
@@ -540,7 +540,7 @@ fn interrupted_build_resumes_without_refetching() {
     let (downloaded, cached, total) = (
         b["fetch"]["downloadedBytes"].as_u64().unwrap(),
         b["fetch"]["cachedBytes"].as_u64().unwrap(),
-        b["fetch"]["bytes"].as_u64().unwrap(),
+        b["counts"]["copied"]["bytes"].as_u64().unwrap(),
     );
     assert_eq!(
         downloaded + cached,
@@ -557,5 +557,47 @@ fn interrupted_build_resumes_without_refetching() {
     assert_ok(&o);
     let b2: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(b2["fetch"]["downloadedBytes"], 0);
-    assert_eq!(b2["fetch"]["cachedBlobs"], b2["fetch"]["blobs"]);
+    assert_eq!(b2["fetch"]["cachedBlobs"], b2["counts"]["copied"]["blobs"]);
+}
+
+/// One plan per run: the dry run prints the very numbers the real run then has (carried,
+/// copied, to download, left out, images, CRDs), the same image records and creation time, with
+/// and without `--since` (the dry run used to count the blobs a base holds as "to download").
+#[test]
+fn dry_run_and_real_run_print_the_same_plan() {
+    let h = Home::with_key();
+    let (base, _) = h.build_plain("1.6.0", &[]);
+    for extra in [vec![], vec!["--since", base.to_str().unwrap()]] {
+        let out = h.path().join(format!("same-{}.tar", extra.len()));
+        let dry = h
+            .build("1.8.0")
+            .args(&extra)
+            .arg("--dry-run")
+            .arg("--json")
+            .run();
+        assert_ok(&dry);
+        let real = h.build("1.8.0").args(&extra).out(&out).arg("--json").run();
+        assert_ok(&real);
+        let (d, r): (Value, Value) = (
+            serde_json::from_slice(&dry.stdout).unwrap(),
+            serde_json::from_slice(&real.stdout).unwrap(),
+        );
+        assert!(d["counts"]["carried"]["blobs"].as_u64().unwrap() > 0, "{d}");
+        assert_eq!(d["counts"], r["counts"], "dry run {d}\nreal run {r}");
+        assert_eq!(d["images"], r["images"]);
+        assert_eq!(d["created"], r["created"]);
+        if extra.is_empty() {
+            assert_eq!(d["counts"]["omitted"]["blobs"], 0);
+        } else {
+            // What the base holds is neither carried nor downloaded.
+            let omitted = d["counts"]["omitted"]["blobs"].as_u64().unwrap();
+            assert!(omitted > 0, "{d}");
+        }
+        // The bundle manifest says the same: inspect reads it back.
+        let o = h.run(&["inspect", out.to_str().unwrap(), "--json"]);
+        assert_ok(&o);
+        let i: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(i["blobs"]["count"], r["counts"]["carried"]["blobs"]);
+        assert_eq!(i["blobs"]["bytes"], r["counts"]["carried"]["bytes"]);
+    }
 }

@@ -35,6 +35,7 @@ mod parity;
 mod preflight;
 mod serve;
 mod serve_proc;
+mod settings;
 mod sneakernet;
 mod token_registry;
 mod yaml_bounds;

@@ -1,11 +1,13 @@
 //! Image sources: where each image the chart names can be pulled from, in order of preference.
 //! The named sources are data (`bundle-spec/sources.json`), compiled in.
 
+pub mod resolve;
+
 use crate::oci::{ImageRef, RefError, Target, TargetError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-const SOURCES_JSON: &str = include_str!("../bundle-spec/sources.json");
+const SOURCES_JSON: &str = include_str!("../../bundle-spec/sources.json");
 
 /// The source map as data.
 #[derive(Debug, Clone, Deserialize)]

@@ -1,0 +1,265 @@
+//! Writing a bundle from its [`Plan`] and [`Layout`]: the checksum file and its signature, the
+//! tar laid out and measured against the disk before the first byte, every blob copied once into
+//! its place by the one walk (from the registries, the blob cache, or the chart itself), then
+//! the file renamed into place, gzipped, or split into parts.
+
+use super::atomic::AtomicFile;
+use super::layout::Layout;
+use super::pack::{self, Compression, PackError, PackStats};
+use super::plan::Plan;
+use super::set::{SetError, SplitOptions};
+use super::writer::{check_room, BundleWriter, Entries, TarLayout};
+use crate::copy::{self, Item, WalkError};
+use crate::store::{BlobCache, OnBytes, Source};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Why a bundle could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    /// Laying out, checksumming, signing or writing the tar.
+    #[error("{0}")]
+    Pack(#[from] PackError),
+    /// The copy of a blob into the bundle.
+    #[error("{0}")]
+    Walk(#[from] WalkError),
+    /// Splitting the bundle into parts.
+    #[error("{0}")]
+    Set(#[from] SetError),
+    /// The blob cache.
+    #[error("{0}")]
+    Cache(#[from] crate::store::cache::CacheError),
+}
+
+/// Where and how the bundle is written.
+pub struct Output<'a> {
+    /// The bundle's path (with `split`: the name its parts are named after).
+    pub path: &'a Path,
+    /// The directory of the parts (with `split`).
+    pub dir: &'a Path,
+    /// Largest part and parity parts, for a split set.
+    pub split: Option<(u64, usize)>,
+    /// Whole-file compression.
+    pub compress: Compression,
+    /// The key that signs the checksum file (and a split set's header).
+    pub signer: Option<&'a minisign::SecretKey>,
+    /// The blob cache: blobs it holds are copied from it, those it lacks are added to it.
+    pub cache: Option<&'a BlobCache>,
+    /// Blob transfers at once.
+    pub jobs: usize,
+}
+
+/// Where the blobs' bytes came from.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fetched {
+    /// Blobs found complete in the cache.
+    pub cached_blobs: usize,
+    /// Bytes taken from the cache (complete blobs and resumed prefixes).
+    pub cached_bytes: u64,
+    /// Bytes downloaded.
+    pub downloaded_bytes: u64,
+}
+
+/// What was written.
+#[derive(Debug)]
+pub struct Written {
+    /// The bundle's path.
+    pub path: PathBuf,
+    /// Its size and entries.
+    pub stats: PackStats,
+    /// Its parts, when split.
+    pub parts: Vec<PathBuf>,
+    /// Where its blobs came from.
+    pub fetched: Fetched,
+}
+
+/// The trusted comment of the signature: `koord-bundle <chart> <version> created <time>`.
+pub fn trusted_comment(layout: &Layout) -> String {
+    let m = &layout.manifest;
+    format!(
+        "koord-bundle {} {} created {}",
+        m.chart.name, m.chart.version, m.created
+    )
+}
+
+/// The bundle laid out as a tar (checksums and signature first), before anything is written:
+/// every size checked.
+pub fn tar_layout(plan: &Plan, layout: &Layout, out: &Output<'_>) -> Result<TarLayout, PackError> {
+    let trusted = trusted_comment(layout);
+    let (checksums, signature) = pack::checksum_and_sign(
+        &layout.files,
+        &layout.blobs,
+        out.signer.map(|sk| (sk, trusted.as_str())),
+    )?;
+    TarLayout::new(
+        out.path,
+        &Entries {
+            files: &layout.files,
+            blobs: &layout.blobs,
+            mtime: plan.input.created,
+            checksums: &checksums,
+            signature: signature.as_deref(),
+        },
+    )
+}
+
+/// Bytes the output's file system must take for a bundle of `len` bytes: the bundle, and once
+/// more for what is made of it before it goes (its parts with a split, its gzip copy).
+pub fn room_needed(out: &Output<'_>, len: u64) -> u64 {
+    if out.split.is_some() || out.compress == Compression::Gzip {
+        len.saturating_mul(2)
+    } else {
+        len
+    }
+}
+
+/// Bytes the blob cache will take on the output's file system: the blobs it lacks, when it
+/// is on that file system (else 0).
+pub fn cache_room(plan: &Plan, out: &Output<'_>) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(cache) = out.cache else {
+        return 0;
+    };
+    let dir = out
+        .path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    if dev(cache.root()).is_none() || dev(cache.root()) != dev(dir) {
+        return 0;
+    }
+    plan.download
+        .blobs
+        .iter()
+        .filter(|(d, s)| !cache.has(d, **s))
+        .fold(0u64, |a, (_, s)| a.saturating_add(*s))
+}
+
+/// `; its largest blob is D of image I, N bytes`, for the room check's messages.
+pub fn largest(plan: &Plan) -> String {
+    match &plan.download.largest {
+        Some((d, size, image)) => format!(
+            "; its largest blob is {d} of image {image}, {size} bytes ({})",
+            crate::text::human_bytes(*size)
+        ),
+        None => String::new(),
+    }
+}
+
+/// Is there room for the bundle (and what the cache adds on the same file system)?
+pub fn check_disk(plan: &Plan, out: &Output<'_>, len: u64) -> Result<(), PackError> {
+    let cached = cache_room(plan, out);
+    let mut why = largest(plan);
+    if cached > 0 {
+        why.push_str(&format!(
+            "; with {} for the blob cache on the same file system",
+            crate::text::human_bytes(cached)
+        ));
+    }
+    check_room(out.path, room_needed(out, len).saturating_add(cached), &why)
+}
+
+/// Write the bundle: laid out and measured first, then every blob copied into its place from
+/// `store` (the images' registries) or the chart itself, then committed (renamed, gzipped, or
+/// split). `on_bytes` is told of blob bytes as they are written.
+pub async fn write<S: Source>(
+    plan: &Plan,
+    layout: &Layout,
+    store: &S,
+    out: &Output<'_>,
+    on_bytes: OnBytes,
+) -> Result<Written, EmitError> {
+    let tar = tar_layout(plan, layout, out)?;
+    check_disk(plan, out, tar.len())?;
+    let werr = |source: std::io::Error| PackError::Write {
+        path: out.path.to_path_buf(),
+        source,
+    };
+    let file = AtomicFile::create(out.path).map_err(werr)?;
+    let writer = BundleWriter::create(&file, out.path, tar, out.cache)?;
+    let graphs = plan.graphs();
+    let items: Vec<Item> = graphs
+        .iter()
+        .map(|g| Item {
+            graph: g,
+            repo: g.repo.clone(),
+            reference: g.reference.clone(),
+        })
+        .collect();
+    let on_site = plan.on_site();
+    copy::transfer(
+        store,
+        &writer,
+        &items,
+        &copy::Options {
+            jobs: out.jobs,
+            omitted: &on_site,
+            omitted_policy: copy::Omitted::Skip,
+            dry_run: false,
+            on_bytes,
+        },
+    )
+    .await?;
+    let fetched = Fetched {
+        downloaded_bytes: writer.counts.received.load(Relaxed),
+        cached_bytes: writer.counts.from_cache.load(Relaxed),
+        cached_blobs: writer.counts.cached_blobs.load(Relaxed) as usize,
+    };
+    let stats = tokio::task::block_in_place(|| writer.finish())?;
+    let (stats, parts) = commit(file, stats, out)?;
+    Ok(Written {
+        path: out.path.to_path_buf(),
+        stats,
+        parts,
+        fetched,
+    })
+}
+
+/// The written temporary file into place: renamed, or gzipped, or split into parts (the whole
+/// file then goes when dropped).
+fn commit(
+    file: AtomicFile,
+    written: PackStats,
+    out: &Output<'_>,
+) -> Result<(PackStats, Vec<PathBuf>), EmitError> {
+    let werr = |source: std::io::Error| PackError::Write {
+        path: out.path.to_path_buf(),
+        source,
+    };
+    match (out.split, out.compress) {
+        (None, Compression::None) => {
+            file.commit().map_err(werr)?;
+            Ok((written, vec![]))
+        }
+        (None, Compression::Gzip) => {
+            let gz = AtomicFile::create(out.path).map_err(werr)?;
+            let bytes = tokio::task::block_in_place(|| pack::gzip(file.path(), &gz, out.path))?;
+            gz.commit().map_err(werr)?;
+            Ok((PackStats { bytes, ..written }, vec![]))
+        }
+        (Some((size, parity)), _) => {
+            let name = out
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .ok_or_else(|| {
+                    werr(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "the output path has no file name",
+                    ))
+                })?;
+            let opts = SplitOptions {
+                size,
+                parity,
+                out_dir: out.dir,
+                name: &name,
+                signer: out.signer,
+            };
+            let parts =
+                tokio::task::block_in_place(|| super::set::split(file.path(), &opts, &|_| {}))?;
+            Ok((written, parts))
+        }
+    }
+}
