@@ -82,7 +82,12 @@ fn build_resolves_its_settings_before_any_request_or_write() {
             None,
             "--platform",
         ),
-        ("--split size", vec!["--split", "1K"], None, "minimum part size"),
+        (
+            "--split size",
+            vec!["--split", "1K"],
+            None,
+            "minimum part size",
+        ),
         (
             "--since",
             vec!["--since", "no-such-bundle.tar"],
@@ -183,8 +188,7 @@ fn load_resolves_its_settings_before_verifying_or_any_request() {
         let err = assert_fails(&o, 1, &[needle]);
         // The progress lines of a verification ("verifying", "verified N files") never came.
         assert!(
-            !err
-                .lines()
+            !err.lines()
                 .any(|l| l.starts_with("verified ") || l.contains("verifying")),
             "{case}: the bundle was verified first:\n{err}"
         );
