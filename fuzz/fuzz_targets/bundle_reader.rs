@@ -1,5 +1,5 @@
 #![no_main]
-//! The bundle reader on untrusted bytes: `verify_from` (plain and gzip streams), `verify` and
+//! The bundle reader on untrusted bytes: `source::verify_from` (plain and gzip streams), `verify` and
 //! `read_head` on a file, `Checksums::parse` and the bundle manifest's JSON.
 //!
 //! The first input byte picks the mode (`byte % 8`):
@@ -22,6 +22,7 @@
 use arbitrary::{Arbitrary, Unstructured};
 use koord_bundle::bundle::checksums::Checksums;
 use koord_bundle::bundle::reader::{self, SignaturePolicy, VerifyError, VerifyReport};
+use koord_bundle::bundle::source;
 use koord_bundle::bundle::{BundleManifest, CHECKSUMS_FILE, FORMAT_VERSION, SIGNATURE_FILE};
 use koord_bundle::oci::Digest;
 use libfuzzer_sys::fuzz_target;
@@ -64,9 +65,15 @@ fn verify_bytes(bytes: &[u8], gzip: bool) -> Result<(), VerifyError> {
         Box::new(Cursor::new(bytes.to_vec()))
     };
     let counted = AtomicU64::new(0);
-    let res = reader::verify_from(Path::new(LABEL), input, gzip, SignaturePolicy::Skip, &|n| {
-        counted.fetch_add(n, Ordering::Relaxed);
-    });
+    let res = runtime().block_on(source::verify_from(
+        Path::new(LABEL),
+        input,
+        gzip,
+        SignaturePolicy::Skip,
+        &|n| {
+            counted.fetch_add(n, Ordering::Relaxed);
+        },
+    ));
     if let Ok(report) = &res {
         let plain = if gzip { inflate(bytes) } else { bytes.to_vec() };
         check_report(report, &plain, counted.load(Ordering::Relaxed));
@@ -116,6 +123,18 @@ fn manifest(bytes: &[u8]) {
     );
 }
 
+/// The layout walk is async and the passes over the tar `block_in_place`: one multi-threaded
+/// runtime for the whole run, as the binary's.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
 fn scratch_file() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
@@ -130,9 +149,9 @@ fn on_disk(bytes: &[u8]) {
         .expect("write the scratch file");
     let _ = reader::read_head(path);
     let counted = AtomicU64::new(0);
-    let res = reader::verify(path, SignaturePolicy::Skip, &|n| {
+    let res = runtime().block_on(source::verify(path, SignaturePolicy::Skip, &|n| {
         counted.fetch_add(n, Ordering::Relaxed);
-    });
+    }));
     if let Ok(report) = &res {
         let plain = if bytes.starts_with(&[0x1f, 0x8b]) {
             assert!(report.compressed, "gzip input not reported as compressed");
@@ -742,7 +761,7 @@ fn structured(bytes: &[u8]) {
         let _ = gz.write_all(&tar);
         let compressed = gz.finish().unwrap_or_default();
         let counted = AtomicU64::new(0);
-        let res = reader::verify_from(
+        let res = runtime().block_on(source::verify_from(
             Path::new(LABEL),
             Box::new(flate2::read::GzDecoder::new(Cursor::new(compressed))),
             true,
@@ -750,7 +769,7 @@ fn structured(bytes: &[u8]) {
             &|n| {
                 counted.fetch_add(n, Ordering::Relaxed);
             },
-        );
+        ));
         if let Ok(report) = &res {
             check_report(report, &tar, counted.load(Ordering::Relaxed));
         }

@@ -3,6 +3,17 @@
 use crate::oci::Digest;
 use std::collections::BTreeMap;
 
+/// A relative path with no `..`, no empty or `.` components and no backslash.
+pub fn safe_path(p: &str) -> bool {
+    !p.is_empty()
+        && !p.starts_with('/')
+        && !p.contains('\\')
+        && !p.contains('\0')
+        && p.trim_end_matches('/')
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
 /// Path → digest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Checksums(pub BTreeMap<String, Digest>);
@@ -42,7 +53,7 @@ impl Checksums {
                 .split_once("  ")
                 .ok_or_else(|| err("expected `<sha256>  <path>`"))?;
             let d = Digest::from_hex(hex).map_err(|_| err("not a sha256 hex digest"))?;
-            if !super::reader::safe_path(path) {
+            if !safe_path(path) {
                 return Err(err(&format!("unsafe path {path:?}")));
             }
             if map.insert(path.to_string(), d).is_some() {
@@ -56,6 +67,17 @@ impl Checksums {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn safe_paths() {
+        for ok in ["a", "blobs/sha256/ab", "crds/x.yaml", "dir/"] {
+            assert!(safe_path(ok), "{ok}");
+        }
+        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a\\b"] {
+            assert!(!safe_path(bad), "{bad}");
+        }
+    }
+
     #[test]
     fn round_trip_and_refuse() {
         let mut c = Checksums::default();

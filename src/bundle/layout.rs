@@ -6,11 +6,8 @@
 use super::manifest::{BlobTotals, ChartRecord, OciRecord, Tool};
 use super::plan::{ChartInput, Plan, PlanError};
 use super::{BundleManifest, FORMAT_VERSION, MANIFEST_FILE, REF_NAME};
-use crate::copy::Graph;
-use crate::oci::{media, Descriptor, Digest};
-use crate::store::{RawManifest, Reference};
+use crate::oci::{media, Digest};
 use serde_json::json;
-use std::collections::BTreeMap;
 
 /// What goes into a bundle besides the blobs' bytes.
 #[derive(Debug, Clone)]
@@ -26,65 +23,6 @@ pub struct Layout {
 
 fn json_bytes(what: &'static str, v: &impl serde::Serialize) -> Result<Vec<u8>, PlanError> {
     serde_json::to_vec(v).map_err(|source| PlanError::Json { what, source })
-}
-
-/// The chart as a Helm OCI artifact (config: Chart.yaml as JSON; layer: the archive), created
-/// at `created` (RFC 3339): a graph whose blobs are inline, copied into the bundle by the same
-/// walk as the images, and pushed by `load` as `charts/<name>:<version>`.
-pub fn chart_artifact(chart: &ChartInput, created: &str) -> Result<Graph, PlanError> {
-    let config_digest = Digest::of(&chart.config_json);
-    let mut annotations = serde_json::Map::new();
-    annotations.insert("org.opencontainers.image.created".into(), json!(created));
-    if let Some(d) = &chart.description {
-        annotations.insert("org.opencontainers.image.description".into(), json!(d));
-    }
-    annotations.insert("org.opencontainers.image.title".into(), json!(chart.name));
-    annotations.insert(
-        "org.opencontainers.image.version".into(),
-        json!(chart.version),
-    );
-    let config = Descriptor {
-        media_type: media::HELM_CONFIG.into(),
-        digest: config_digest.clone(),
-        size: chart.config_json.len() as u64,
-        platform: None,
-        annotations: None,
-    };
-    let layer = Descriptor {
-        media_type: media::HELM_CHART.into(),
-        digest: chart.digest.clone(),
-        size: chart.archive.len() as u64,
-        platform: None,
-        annotations: None,
-    };
-    let top = RawManifest::new(
-        json_bytes(
-            "the chart artifact's manifest",
-            &json!({
-                "schemaVersion": 2,
-                "mediaType": media::OCI_MANIFEST,
-                "config": config,
-                "layers": [layer],
-                "annotations": annotations,
-            }),
-        )?,
-        media::OCI_MANIFEST,
-    );
-    Ok(Graph {
-        repo: format!("charts/{}", chart.name),
-        reference: Reference::Tag(chart.version.clone()),
-        upstream: top.clone(),
-        top,
-        children: vec![],
-        blobs: vec![config, layer],
-        inline: BTreeMap::from([
-            (config_digest, chart.config_json.clone()),
-            (chart.digest.clone(), chart.archive.clone()),
-        ]),
-        platforms: vec![],
-        dropped: vec![],
-        attestations: 0,
-    })
 }
 
 /// Path of the chart archive in the bundle.

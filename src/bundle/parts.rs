@@ -11,6 +11,7 @@
 
 use super::atomic::AtomicFile;
 use super::set::{self, Set, SetError, SetReader};
+pub use super::set::{is_plain_file_name, PartInfo};
 use super::sign;
 use crate::oci::Digest;
 use serde::{Deserialize, Serialize};
@@ -36,17 +37,6 @@ pub struct SplitHeader {
     /// Every part, in order; `size` and `sha256` are of the bundle bytes it carries (for the
     /// first part: after the header).
     pub parts: Vec<PartInfo>,
-}
-
-/// A file and its content's size and digest.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PartInfo {
-    /// File name (no directory).
-    pub file: String,
-    /// Bytes.
-    pub size: u64,
-    /// sha256.
-    pub sha256: Digest,
 }
 
 /// Failures of split bundles.
@@ -186,20 +176,6 @@ pub fn parse_size(s: &str) -> Result<u64, PartsError> {
         });
     }
     Ok(n)
-}
-
-/// A file name with no directory part: not empty, not `.` or `..`, no `/`, `\\` or control
-/// characters (NUL included), not starting with `-` (so it is never read as an option). Names that
-/// come from inside a bundle or a part header must pass this before they touch the file system.
-pub fn is_plain_file_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.starts_with('-')
-        && name.len() <= 255
-        && !name
-            .chars()
-            .any(|c| c == '/' || c == '\\' || c.is_control())
 }
 
 /// A contiguous byte range of one file.

@@ -8,13 +8,15 @@
 //! Pure: no I/O. The command layer fetches and resolves, then hands the results in as a
 //! [`PlanInput`] (in the bundle's own types: this layer does not know the chart module).
 
-use super::layout;
 use super::manifest::{
     BaseRecord, CrdRecord, DiscoveryRecord, ImageRecord, OmittedBlob, Overrides,
 };
 use crate::copy::{self, Graph, WalkError};
+use crate::oci::{media, Descriptor};
 use crate::oci::{size, Digest};
+use crate::store::{RawManifest, Reference};
 use bytes::Bytes;
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The chart, as the bundle records and carries it.
@@ -282,7 +284,7 @@ impl Plan {
     /// Make the plan: the chart artifact, the blob sets and the counts, every sum checked.
     pub fn new(input: PlanInput) -> Result<Plan, PlanError> {
         let created_rfc3339 = rfc3339(input.created);
-        let chart_graph = layout::chart_artifact(&input.chart, &created_rfc3339)?;
+        let chart_graph = chart_artifact(&input.chart, &created_rfc3339)?;
         let empty = BTreeSet::new();
         let on_site = input.base.as_ref().map(|b| &b.on_site).unwrap_or(&empty);
         let download = copy::totals(input.images.iter().map(|i| &i.graph), on_site)?;
@@ -370,6 +372,66 @@ impl Plan {
     pub fn on_site(&self) -> BTreeSet<Digest> {
         self.omitted.iter().map(|o| o.digest.clone()).collect()
     }
+}
+
+/// The chart as a Helm OCI artifact (config: Chart.yaml as JSON; layer: the archive), created
+/// at `created` (RFC 3339): a graph whose blobs are inline, copied into the bundle by the same
+/// walk as the images, and pushed by `load` as `charts/<name>:<version>`.
+pub fn chart_artifact(chart: &ChartInput, created: &str) -> Result<Graph, PlanError> {
+    let config_digest = Digest::of(&chart.config_json);
+    let mut annotations = serde_json::Map::new();
+    annotations.insert("org.opencontainers.image.created".into(), json!(created));
+    if let Some(d) = &chart.description {
+        annotations.insert("org.opencontainers.image.description".into(), json!(d));
+    }
+    annotations.insert("org.opencontainers.image.title".into(), json!(chart.name));
+    annotations.insert(
+        "org.opencontainers.image.version".into(),
+        json!(chart.version),
+    );
+    let config = Descriptor {
+        media_type: media::HELM_CONFIG.into(),
+        digest: config_digest.clone(),
+        size: chart.config_json.len() as u64,
+        platform: None,
+        annotations: None,
+    };
+    let layer = Descriptor {
+        media_type: media::HELM_CHART.into(),
+        digest: chart.digest.clone(),
+        size: chart.archive.len() as u64,
+        platform: None,
+        annotations: None,
+    };
+    let top = RawManifest::new(
+        serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": media::OCI_MANIFEST,
+            "config": config,
+            "layers": [layer],
+            "annotations": annotations,
+        }))
+        .map_err(|source| PlanError::Json {
+            what: "the chart artifact's manifest",
+            source,
+        })?,
+        media::OCI_MANIFEST,
+    );
+    Ok(Graph {
+        repo: format!("charts/{}", chart.name),
+        reference: Reference::Tag(chart.version.clone()),
+        upstream: top.clone(),
+        top,
+        children: vec![],
+        blobs: vec![config, layer],
+        inline: BTreeMap::from([
+            (config_digest, chart.config_json.clone()),
+            (chart.digest.clone(), chart.archive.clone()),
+        ]),
+        platforms: vec![],
+        dropped: vec![],
+        attestations: 0,
+    })
 }
 
 /// RFC 3339 (UTC, seconds) of seconds since the epoch.

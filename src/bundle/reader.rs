@@ -16,16 +16,7 @@ use std::path::{Path, PathBuf};
 /// Largest small file (checksum file, manifests, chart) read into memory.
 const MAX_SMALL: u64 = 64 * 1024 * 1024;
 
-/// A relative path with no `..`, no empty or `.` components and no backslash.
-pub fn safe_path(p: &str) -> bool {
-    !p.is_empty()
-        && !p.starts_with('/')
-        && !p.contains('\\')
-        && !p.contains('\0')
-        && p.trim_end_matches('/')
-            .split('/')
-            .all(|c| !c.is_empty() && c != "." && c != "..")
-}
+pub use super::checksums::safe_path;
 
 /// Why a bundle is refused.
 #[derive(Debug, thiserror::Error)]
@@ -328,6 +319,10 @@ pub struct VerifyReport {
     /// The bundle's file(s), when verified from disk.
     #[serde(skip)]
     pub file: Option<BundleFile>,
+    /// The descriptors `index.json` roots the layout at (walked by
+    /// [`super::source::check_layout`]).
+    #[serde(skip)]
+    pub roots: Vec<crate::oci::Descriptor>,
 }
 
 /// How to treat the signature.
@@ -353,7 +348,7 @@ struct Deferred {
     expected: Digest,
 }
 
-/// Files of a verified layout whose bytes are still to be hashed: [`verify_layout`] leaves the
+/// Files of a verified layout whose bytes are still to be hashed: [`read_entries`] leaves the
 /// large ones of a plain bundle for [`Unhashed::hash`], which hashes them on every core.
 #[derive(Debug)]
 pub struct Unhashed {
@@ -493,29 +488,19 @@ impl TarInput for SeekInput {
     }
 }
 
-/// Check everything: signature first, then every entry against the checksum file, then that the
-/// layout is complete (every manifest and blob it references is present with the right size).
-pub fn verify(
-    path: &Path,
-    policy: SignaturePolicy<'_>,
-    on_bytes: &(dyn Fn(u64) + Sync),
-) -> Result<VerifyReport, VerifyError> {
-    let (report, unhashed) = verify_layout(path, policy, on_bytes)?;
-    unhashed.hash(on_bytes)?;
-    Ok(report)
-}
-
-/// [`verify`] but for the bytes of the large files of a plain bundle, which are left in
-/// [`Unhashed`]: the signature, the checksum file, every entry's name, type and place, the
-/// small files' bytes (manifests, index, bundle manifest) and the layout are checked. A split
-/// or gzip bundle is read as one stream and comes back with nothing left to hash.
-pub fn verify_layout(
+/// The pass over the tar: the signature first, then every entry against the checksum file
+/// (its name, type and place; the small files' bytes: manifests, index, bundle manifest), but
+/// for the bytes of the large files of a plain bundle, which are left in [`Unhashed`]. A split
+/// or gzip bundle is read as one stream and comes back with nothing left to hash. The layout's
+/// completeness is checked after it, by [`super::source::check_layout`] (the engine's walk);
+/// [`super::source::verify`] does both and the hashing.
+pub fn read_entries(
     path: &Path,
     policy: SignaturePolicy<'_>,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<(VerifyReport, Unhashed), VerifyError> {
     let bf = BundleFile::open(path).map_err(|e| parts_err(path, e))?;
-    verify_layout_of(path, &bf, policy, on_bytes)
+    read_entries_of(path, &bf, policy, on_bytes)
 }
 
 /// Whether the bundle `bf` (opened from `path`) is gzip-compressed.
@@ -526,8 +511,8 @@ pub(crate) fn is_gzip(path: &Path, bf: &BundleFile) -> Result<bool, VerifyError>
         .starts_with(&[0x1f, 0x8b]))
 }
 
-/// [`verify_layout`] of a bundle already opened: its bytes are read through `bf`'s parts.
-pub(crate) fn verify_layout_of(
+/// [`read_entries`] of a bundle already opened: its bytes are read through `bf`'s parts.
+pub(crate) fn read_entries_of(
     path: &Path,
     bf: &BundleFile,
     policy: SignaturePolicy<'_>,
@@ -584,9 +569,9 @@ pub(crate) fn verify_layout_of(
     ))
 }
 
-/// [`verify`] over any byte stream (`path` only names it in messages). Blob locations are
-/// offsets in that stream.
-pub fn verify_from(
+/// [`read_entries`] over any byte stream (`path` only names it in messages), every byte hashed
+/// as it streams by. Blob locations are offsets in that stream.
+pub fn read_entries_from(
     path: &Path,
     input: Box<dyn Read>,
     compressed: bool,
@@ -627,6 +612,7 @@ fn verify_tar<R: TarInput>(
             small_blobs: BTreeMap::new(),
             compressed,
             file: None,
+            roots: Vec::new(),
         };
         if let Some((info, verified)) = signature {
             report.signature = info;
@@ -703,7 +689,8 @@ fn verify_tar<R: TarInput>(
     };
     report.manifest = Some(manifest);
     report.small_blobs = small;
-    check_layout(path, report, &roots).map(|r| (r, deferred))
+    report.roots = roots;
+    Ok((report, deferred))
 }
 
 fn tar_err(path: &Path, e: io::Error) -> VerifyError {
@@ -946,98 +933,5 @@ impl Pass<'_> {
             });
         }
         Ok(kept)
-    }
-}
-
-/// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy
-/// engine over the verified manifests, finds each manifest and blob it references in the
-/// bundle with its descriptor's size (or, in an incremental bundle, left out with that size).
-fn check_layout(
-    path: &Path,
-    report: VerifyReport,
-    roots: &[crate::oci::Descriptor],
-) -> Result<VerifyReport, VerifyError> {
-    use crate::copy;
-    use futures_util::FutureExt as _;
-    let content = |reason: String| VerifyError::Content {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let manifest = report
-        .manifest
-        .clone()
-        .ok_or_else(|| content(format!("{MANIFEST_FILE} is missing")))?;
-    let omitted: BTreeMap<&Digest, u64> = manifest
-        .omitted_blobs
-        .iter()
-        .map(|o| (&o.digest, o.size))
-        .collect();
-    let src =
-        super::source::BundleSource::in_memory(path, report).map_err(|e| content(e.to_string()))?;
-    let blobs = &src.report().blob_locations;
-    let present = |d: &crate::oci::Descriptor| -> Result<(), VerifyError> {
-        match blobs.get(&d.digest) {
-            Some(&(_, s)) if s == d.size => Ok(()),
-            Some(&(_, s)) => Err(content(format!(
-                "{} is {s} bytes, its descriptor says {}",
-                d.digest, d.size
-            ))),
-            // An incremental bundle leaves out what the site already holds.
-            None if omitted.get(&d.digest) == Some(&d.size) => Ok(()),
-            None => Err(content(format!(
-                "{} ({}) is referenced but not in the bundle",
-                d.digest, d.media_type
-            ))),
-        }
-    };
-    let mut walked = BTreeSet::new();
-    // One bundle: the walk's bundle-wide bounds hold across its roots.
-    let budget = copy::Budget::default();
-    for root in roots {
-        present(root)?;
-        let reference = crate::store::Reference::Digest(root.digest.clone());
-        // Everything the source reads is in memory: the walk completes on its first poll.
-        let graph = copy::resolve(&src, "", &reference, None, &budget)
-            .now_or_never()
-            .ok_or_else(|| content("the layout walk did not complete in memory".into()))?
-            .map_err(|e| match e {
-                copy::WalkError::Store(s) if s.is_not_found() => content(format!(
-                    "{s}: a manifest {} references is not in the bundle",
-                    root.digest
-                )),
-                other => content(other.to_string()),
-            })?;
-        for m in graph.manifests() {
-            present(&m.descriptor())?;
-            walked.insert(m.digest.clone());
-        }
-        for b in &graph.blobs {
-            present(b)?;
-        }
-    }
-    let mut report = src.into_report();
-    report.manifests = walked.len();
-    for img in &manifest.images {
-        if !walked.contains(&img.digest) {
-            return Err(content(format!(
-                "image {} ({}) is not in index.json",
-                img.ref_name, img.digest
-            )));
-        }
-    }
-    Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn safe_paths() {
-        for ok in ["a", "blobs/sha256/ab", "crds/x.yaml", "dir/"] {
-            assert!(safe_path(ok), "{ok}");
-        }
-        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a\\b"] {
-            assert!(!safe_path(bad), "{bad}");
-        }
     }
 }

@@ -122,6 +122,121 @@ pub struct BundleSource {
     types: BTreeMap<Digest, String>,
 }
 
+/// Verify the bundle at `path` completely: the pass over the tar ([`reader::read_entries`]),
+/// the layout's completeness ([`check_layout`]), then the bytes of its large files on every
+/// core. What `verify` runs. The passes block this task's thread (`block_in_place`): call it on
+/// tokio's multi-threaded runtime.
+pub async fn verify(
+    path: &Path,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<VerifyReport, VerifyError> {
+    let (report, unhashed) =
+        tokio::task::block_in_place(|| reader::read_entries(path, policy, on_bytes))?;
+    let report = checked_in_memory(path, report).await?;
+    tokio::task::block_in_place(|| unhashed.hash(on_bytes))?;
+    Ok(report)
+}
+
+/// [`verify`] over any byte stream (`path` only names it in messages), every byte hashed as it
+/// streams by. Blob locations are offsets in that stream.
+pub async fn verify_from(
+    path: &Path,
+    input: Box<dyn io::Read>,
+    compressed: bool,
+    policy: SignaturePolicy<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<VerifyReport, VerifyError> {
+    let report = tokio::task::block_in_place(|| {
+        reader::read_entries_from(path, input, compressed, policy, on_bytes)
+    })?;
+    checked_in_memory(path, report).await
+}
+
+/// The layout of a report checked through an in-memory source (manifests and small blobs
+/// only), the report given back with the manifests walked.
+async fn checked_in_memory(path: &Path, report: VerifyReport) -> Result<VerifyReport, VerifyError> {
+    let src = BundleSource::in_memory(path, report).map_err(|e| match e {
+        SourceError::Verify(v) => v,
+        other => VerifyError::Content {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    })?;
+    let manifests = check_layout(&src).await?;
+    let mut report = src.into_report();
+    report.manifests = manifests;
+    Ok(report)
+}
+
+/// The layout is complete: every graph `index.json` roots, walked by the one walk of the copy
+/// engine over the verified manifests, finds each manifest and blob it references in the
+/// bundle with its descriptor's size (or, in an incremental bundle, left out with that size).
+/// Gives the number of manifests walked.
+pub async fn check_layout(src: &BundleSource) -> Result<usize, VerifyError> {
+    use crate::copy;
+    use std::collections::BTreeSet;
+    let path = src.path();
+    let content = |reason: String| VerifyError::Content {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let report = src.report();
+    let manifest = src.manifest();
+    let omitted: BTreeMap<&Digest, u64> = manifest
+        .omitted_blobs
+        .iter()
+        .map(|o| (&o.digest, o.size))
+        .collect();
+    let present = |d: &Descriptor| -> Result<(), VerifyError> {
+        match src.blob_size(&d.digest) {
+            Some(s) if s == d.size => Ok(()),
+            Some(s) => Err(content(format!(
+                "{} is {s} bytes, its descriptor says {}",
+                d.digest, d.size
+            ))),
+            // An incremental bundle leaves out what the site already holds.
+            None if omitted.get(&d.digest) == Some(&d.size) => Ok(()),
+            None => Err(content(format!(
+                "{} ({}) is referenced but not in the bundle",
+                d.digest, d.media_type
+            ))),
+        }
+    };
+    let mut walked = BTreeSet::new();
+    // One bundle: the walk's bundle-wide bounds hold across its roots.
+    let budget = copy::Budget::default();
+    for root in &report.roots {
+        present(root)?;
+        let reference = Reference::Digest(root.digest.clone());
+        let graph = copy::resolve(src, "", &reference, None, &budget)
+            .await
+            .map_err(|e| match e {
+                copy::WalkError::Store(s) if s.is_not_found() => content(format!(
+                    "{s}: a manifest {} references is not in the bundle",
+                    root.digest
+                )),
+                other => content(other.to_string()),
+            })?;
+        for m in graph.manifests() {
+            present(&m.descriptor())?;
+            walked.insert(m.digest.clone());
+        }
+        for b in &graph.blobs {
+            present(b)?;
+        }
+    }
+    for img in &manifest.images {
+        if !walked.contains(&img.digest) {
+            return Err(content(format!(
+                "image {} ({}) is not in index.json",
+                img.ref_name, img.digest
+            )));
+        }
+    }
+    Ok(walked.len())
+}
+
 /// `REPOSITORY:TAG` of a ref name.
 pub fn split_ref(r: &str) -> Option<(&str, &str)> {
     match r.rsplit_once(':') {
@@ -136,21 +251,36 @@ impl BundleSource {
     /// Verify the bundle at `path` (a file or the first part of a split bundle) completely, then
     /// open it for reading in place. A gzip bundle is refused before verification (it cannot be
     /// read in place).
-    pub fn open(
+    ///
+    /// The passes over the file block this task's thread (`block_in_place`): call it on tokio's
+    /// multi-threaded runtime.
+    pub async fn open(
         path: &Path,
         policy: SignaturePolicy<'_>,
         on_bytes: &(dyn Fn(u64) + Sync),
     ) -> Result<BundleSource, SourceError> {
-        let (src, unhashed) = Self::open_unhashed(path, policy, on_bytes)?;
-        unhashed.hash(on_bytes)?;
+        let (src, unhashed) = Self::open_unhashed(path, policy, on_bytes).await?;
+        tokio::task::block_in_place(|| unhashed.hash(on_bytes))?;
         Ok(src)
     }
 
     /// [`BundleSource::open`] with everything verified but the bytes of the large files of a
-    /// plain bundle (see [`reader::verify_layout`]): the caller hashes them with
+    /// plain bundle (see [`reader::read_entries`]): the caller hashes them with
     /// [`Unhashed::hash`] before it reads them, or knows it will not read them (a re-load that
     /// finds every tag in place pushes nothing).
-    pub fn open_unhashed(
+    pub async fn open_unhashed(
+        path: &Path,
+        policy: SignaturePolicy<'_>,
+        on_bytes: &(dyn Fn(u64) + Sync),
+    ) -> Result<(BundleSource, Unhashed), SourceError> {
+        let (mut src, unhashed) =
+            tokio::task::block_in_place(|| Self::read_unhashed(path, policy, on_bytes))?;
+        src.report.manifests = check_layout(&src).await?;
+        Ok((src, unhashed))
+    }
+
+    /// The pass over the file of [`BundleSource::open_unhashed`], before the layout walk.
+    fn read_unhashed(
         path: &Path,
         policy: SignaturePolicy<'_>,
         on_bytes: &(dyn Fn(u64) + Sync),
@@ -177,7 +307,7 @@ impl BundleSource {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Verified through the same parts that are read afterwards.
-        let (report, unhashed) = reader::verify_layout_of(path, &bf, policy, on_bytes)?;
+        let (report, unhashed) = reader::read_entries_of(path, &bf, policy, on_bytes)?;
         if report.compressed {
             return Err(compressed(path));
         }

@@ -14,7 +14,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
     })?;
     let head = reader::read_head_of(&bf)?;
-    super::split::tell_repairs(&progress, &bf);
+    super::sets::tell_repairs(&progress, &bf);
     let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
         format!(
             "{}: the bundle manifest is not readable",

@@ -131,7 +131,7 @@ impl Settings {
             progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
             None
         } else {
-            Some(super::verify::public_key(args.key.as_deref())?)
+            Some(super::public_key(args.key.as_deref())?)
         };
         let mut credentials = super::registry_credentials()?;
         if let Some(user) = &args.username {
@@ -203,7 +203,10 @@ impl Settings {
 
 /// Verify the bundle and open it for reading in place: everything but the bytes of its large
 /// blobs, which [`push`] hashes unless nothing will be pushed at all.
-fn verify(settings: &Settings, progress: &Progress) -> anyhow::Result<(BundleSource, Unhashed)> {
+async fn verify(
+    settings: &Settings,
+    progress: &Progress,
+) -> anyhow::Result<(BundleSource, Unhashed)> {
     let bundle = &settings.bundle;
     let total = std::fs::metadata(bundle)
         .with_context(|| format!("cannot read {}", bundle.display()))?
@@ -213,13 +216,12 @@ fn verify(settings: &Settings, progress: &Progress) -> anyhow::Result<(BundleSou
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    let (src, unhashed) = tokio::task::block_in_place(|| {
-        BundleSource::open_unhashed(bundle, policy, &|n| bar.inc(n))
-    })
-    .context("the bundle did not verify: nothing was pushed")?;
+    let (src, unhashed) = BundleSource::open_unhashed(bundle, policy, &|n| bar.inc(n))
+        .await
+        .context("the bundle did not verify: nothing was pushed")?;
     bar.finish("layout verified");
     if let Some(bf) = &src.report().file {
-        super::split::tell_repairs(progress, bf);
+        super::sets::tell_repairs(progress, bf);
     }
     let report = src.report();
     progress.say(format!(
@@ -598,7 +600,7 @@ async fn install(
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let mut settings = Settings::resolve(&args, &progress).await?;
-    let (src, unhashed) = verify(&settings, &progress)?;
+    let (src, unhashed) = verify(&settings, &progress).await?;
     let manifest = src.manifest().clone();
     let pre = preflight(&args, settings.kube.take(), &manifest, &progress).await?;
     let helm = settings.helm.take();

@@ -7,6 +7,7 @@ pub mod keygen;
 pub mod load;
 mod registry_check;
 pub mod serve;
+pub mod sets;
 pub mod split;
 pub mod verify;
 
@@ -140,6 +141,21 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
     dirs::cache_dir()
         .map(|d| d.join("koord-bundle"))
         .context("no cache directory for this user: pass --cache DIR or set KOORD_BUNDLE_CACHE_DIR")
+}
+
+/// Find the public key: `--key`, else the one in the config directory.
+pub fn public_key(key: Option<&std::path::Path>) -> anyhow::Result<minisign::PublicKey> {
+    let path = match key {
+        Some(k) => k.to_path_buf(),
+        None => config_dir()?.join(crate::bundle::sign::PUBLIC_KEY_FILE),
+    };
+    if !path.exists() {
+        anyhow::bail!(
+            "no public key at {}: pass --key PUB (the koord-bundle.pub of the build site), or --insecure-skip-signature to check everything but the signature",
+            path.display()
+        );
+    }
+    Ok(crate::bundle::sign::load_public_key(&path)?)
 }
 
 /// The signing key: `explicit`, else `koord-bundle.key` in the config directory, with the

@@ -49,7 +49,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
         None
     } else {
-        Some(super::verify::public_key(args.key.as_deref())?)
+        Some(super::public_key(args.key.as_deref())?)
     };
     // Everything that fails fast comes before the (long) verification.
     let htpasswd = args.htpasswd.as_deref().map(Htpasswd::load).transpose()?;
@@ -76,12 +76,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    let src =
-        tokio::task::block_in_place(|| BundleSource::open(&args.bundle, policy, &|n| bar.inc(n)))
-            .context("the bundle did not verify: nothing is served")?;
+    let src = BundleSource::open(&args.bundle, policy, &|n| bar.inc(n))
+        .await
+        .context("the bundle did not verify: nothing is served")?;
     bar.finish("verified");
     if let Some(bf) = &src.report().file {
-        super::split::tell_repairs(&progress, bf);
+        super::sets::tell_repairs(&progress, bf);
     }
     if let Some(set) = src.split_set() {
         // Damage that appears while serving: each block rebuilt is told once.

@@ -1,6 +1,6 @@
-//! `koord-bundle split`, `join` and `repair`, and what every reader of a split set says about
-//! the parts it found and the blocks it rebuilt.
+//! `koord-bundle split`, `join` and `repair`.
 
+use super::sets::{set_notes, tell_repairs};
 use crate::bundle::parts::{self, BundleFile};
 use crate::bundle::set;
 use crate::cli::{JoinArgs, RepairArgs, SplitArgs};
@@ -27,42 +27,6 @@ pub fn split_file(
         signer: key,
     };
     Ok(set::split(bundle, &opts, on_bytes)?)
-}
-
-/// What was found when the parts of a set were looked for (renamed, swapped, missing,
-/// foreign, damaged headers): one line each.
-pub fn set_notes(bf: &BundleFile) -> Vec<String> {
-    bf.set
-        .as_ref()
-        .map(|s| s.notes.iter().map(|n| n.to_string()).collect())
-        .unwrap_or_default()
-}
-
-/// What was rebuilt from parity while the set was read: one line per part.
-pub fn repair_lines(bf: &BundleFile) -> Vec<String> {
-    bf.set
-        .as_ref()
-        .map(|s| s.repairs().iter().map(|r| r.to_string()).collect())
-        .unwrap_or_default()
-}
-
-/// Say what a reader of `bf` found and rebuilt, as warnings (they name parts to copy again or
-/// repair), with the command that writes the damaged parts back.
-pub fn tell_repairs(progress: &Progress, bf: &BundleFile) {
-    for n in set_notes(bf) {
-        progress.warn(n);
-    }
-    let lines = repair_lines(bf);
-    for l in &lines {
-        progress.warn(l);
-    }
-    let notes = bf.set.as_ref().is_some_and(|s| !s.notes.is_empty());
-    if !lines.is_empty() || notes {
-        progress.warn(format!(
-            "to write the damaged, missing or misplaced parts back whole: koord-bundle repair {}",
-            bf.path.display()
-        ));
-    }
 }
 
 /// `split`.
@@ -141,7 +105,7 @@ fn trust_header(
         progress.warn("--insecure-skip-signature: the parts' header signature is NOT checked");
         return Ok(None);
     }
-    let pk = super::verify::public_key(key)?;
+    let pk = super::public_key(key)?;
     let signed = match &bf.set {
         Some(s) => s.good_signature(&pk)?,
         None => bf.verify_header(&pk)?.then(Vec::new),

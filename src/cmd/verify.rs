@@ -1,33 +1,18 @@
 //! `koord-bundle verify`: signature first, then every byte; no network.
 
-use crate::bundle::{reader, sign};
+use crate::bundle::reader;
 use crate::cli::VerifyArgs;
 use crate::progress::{Mode, Progress};
 use anyhow::Context as _;
 
-/// Find the public key: `--key`, else the one in the config directory.
-pub fn public_key(key: Option<&std::path::Path>) -> anyhow::Result<minisign::PublicKey> {
-    let path = match key {
-        Some(k) => k.to_path_buf(),
-        None => super::config_dir()?.join(sign::PUBLIC_KEY_FILE),
-    };
-    if !path.exists() {
-        anyhow::bail!(
-            "no public key at {}: pass --key PUB (the koord-bundle.pub of the build site), or --insecure-skip-signature to check everything but the signature",
-            path.display()
-        );
-    }
-    Ok(sign::load_public_key(&path)?)
-}
-
 /// Verify a bundle.
-pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
+pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let pk = if args.insecure_skip_signature {
         progress.warn("--insecure-skip-signature: the signature is NOT checked; only integrity is");
         None
     } else {
-        Some(public_key(args.key.as_deref())?)
+        Some(super::public_key(args.key.as_deref())?)
     };
     let total = std::fs::metadata(&args.bundle)
         .with_context(|| format!("cannot read {}", args.bundle.display()))?
@@ -37,7 +22,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
     };
-    let report = reader::verify(&args.bundle, policy, &|n| bar.inc(n))?;
+    let report = crate::bundle::source::verify(&args.bundle, policy, &|n| bar.inc(n)).await?;
     bar.finish("done");
     let set = report.file.as_ref().and_then(|f| f.set.clone());
     // The parity parts too: damage there lowers what the set can still rebuild.
@@ -45,14 +30,14 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         Some(s) => {
             let parity: u64 = s.geometry.sizes[s.geometry.k..].iter().sum();
             let bar = progress.bytes("checking parity parts", parity);
-            let d = s.check_parity(&|n| bar.inc(n));
+            let d = tokio::task::block_in_place(|| s.check_parity(&|n| bar.inc(n)));
             bar.finish("done");
             d
         }
         None => Vec::new(),
     };
     if let Some(bf) = &report.file {
-        super::split::tell_repairs(&progress, bf);
+        super::sets::tell_repairs(&progress, bf);
     }
     for d in &parity_damage {
         progress.warn(format!(

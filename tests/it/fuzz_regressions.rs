@@ -4,7 +4,8 @@
 //! only the absence of a panic. None of them needs the test environment.
 
 use koord_bundle::bundle::checksums::Checksums;
-use koord_bundle::bundle::reader::{self, SignaturePolicy, VerifyError, VerifyReport};
+use koord_bundle::bundle::reader::{SignaturePolicy, VerifyError, VerifyReport};
+use koord_bundle::bundle::source;
 use koord_bundle::chart::{extract_crds, ChartArchive, ChartError, RepoIndex, VersionSpec};
 use koord_bundle::oci::Digest;
 use std::io::{Cursor, Write};
@@ -23,13 +24,19 @@ fn regression(name: &str) -> Vec<u8> {
 
 /// `verify_from` on a plain tar, signature skipped: what the `bundle_reader` target calls.
 fn verify(tar: Vec<u8>) -> Result<VerifyReport, VerifyError> {
-    reader::verify_from(
+    // The layout walk is async and the passes over the tar `block_in_place`: a multi-threaded
+    // runtime, as the binary's.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(source::verify_from(
         Path::new("fuzz.tar"),
         Box::new(Cursor::new(tar)),
         false,
         SignaturePolicy::Skip,
         &|_| {},
-    )
+    ))
 }
 
 /// A tar from (raw name, entry type byte, data): the name goes into the header as is, so

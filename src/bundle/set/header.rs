@@ -14,11 +14,11 @@
 //! A copy is intact when its JSON hashes to its set id and its table to the JSON's
 //! `blockTable`; the signature, when checked, covers the JSON.
 
+use super::is_plain_file_name;
 use super::{
     Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, DIGEST_LEN, FORMAT, MAX_BLOCK,
     MAX_JSON, MAX_PARTS, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
 };
-use crate::bundle::parts::is_plain_file_name;
 use crate::bundle::sign;
 use crate::oci::Digest;
 use sha2::Digest as _;

@@ -80,6 +80,31 @@ pub const MAX_JSON: u64 = 16 << 20;
 /// The header area is padded to a multiple of this (so data starts on a sector boundary).
 pub const ALIGN: u64 = 4096;
 
+/// A file and its content's size and digest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartInfo {
+    /// File name (no directory).
+    pub file: String,
+    /// Bytes.
+    pub size: u64,
+    /// sha256.
+    pub sha256: Digest,
+}
+
+/// A file name with no directory part: not empty, not `.` or `..`, no `/`, `\\` or control
+/// characters (NUL included), not starting with `-` (so it is never read as an option). Names that
+/// come from inside a bundle or a part header must pass this before they touch the file system.
+pub fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.starts_with('-')
+        && name.len() <= 255
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control())
+}
+
 /// The header of a v2 split set (JSON; its sha256 is the set's identity).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -87,7 +112,7 @@ pub struct SetHeader {
     /// [`FORMAT`].
     pub format: String,
     /// The whole bundle: its file name, size and sha256.
-    pub bundle: super::parts::PartInfo,
+    pub bundle: PartInfo,
     /// The part size asked for: no part file is larger.
     pub part_size: u64,
     /// Where the data starts in every part file (the header area before it, padded).

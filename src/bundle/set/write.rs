@@ -5,13 +5,13 @@
 //! every part last, then every part is fsynced and renamed into place.
 
 use super::header;
+use super::PartInfo;
 use super::{
     io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, ALIGN, BLOCK_DIGEST, CODE,
     DIGEST_LEN, FORMAT, MAX_PARTS, STRIPE_BUDGET,
 };
 use crate::bundle::atomic::AtomicFile;
 use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
-use crate::bundle::parts::PartInfo;
 use crate::bundle::sign;
 use crate::oci::Digest;
 use sha2::Digest as _;
