@@ -106,16 +106,6 @@ pub enum WalkError {
     },
 }
 
-impl WalkError {
-    /// The registry failure underneath, if that is what it is.
-    pub fn registry(&self) -> Option<&crate::store::RegistryError> {
-        match self {
-            WalkError::Store(s) => s.registry(),
-            _ => None,
-        }
-    }
-}
-
 /// A manifest graph read from a source.
 #[derive(Debug, Clone)]
 pub struct Graph {

@@ -65,7 +65,7 @@
 // The Koordinator chart's values and the images of rendered manifests are chart logic: they
 // live in `crate::chart` (`generated_values`, `rendered_images`), not here.
 use crate::child::{self, ChildError, Limits, LineSink, StderrMode};
-use crate::store::Secret;
+use crate::secret::Secret;
 use regex::Regex;
 use semver::Version;
 use serde_yaml_ng::Value;

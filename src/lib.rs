@@ -15,8 +15,9 @@
 //! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
 //!
 //! 0. [`oci`] (digests, descriptors, manifests, references: pure types), [`text`] and [`yaml`]
-//!    (every YAML input goes through its bounds), [`child`] (the one way another program is run:
-//!    time limit, output caps, its process group ended with it);
+//!    (every YAML input goes through its bounds), [`bounded`] (every body and file read from
+//!    outside stops at its cap), [`secret`] (credentials that never print), [`child`] (the one
+//!    way another program is run: time limit, output caps, its process group ended with it);
 //! 1. [`store`]: the [`store::Source`] and [`store::Sink`] traits and their stores (registry,
 //!    blob cache, memory, file regions), with retries at the transport;
 //! 2. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
@@ -35,6 +36,7 @@
 //! `tests/it/` that runs the binary against the real peers of the test environment.
 #![deny(missing_docs)]
 
+pub mod bounded;
 pub mod bundle;
 pub mod chart;
 pub mod child;
@@ -45,6 +47,7 @@ pub mod copy;
 pub mod helm;
 pub mod oci;
 pub mod progress;
+pub mod secret;
 pub mod serve;
 pub mod sources;
 pub mod store;

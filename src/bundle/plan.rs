@@ -144,15 +144,16 @@ impl Base {
     /// The base `--since` names: a bundle (or any part of a split set), or the small file
     /// `inspect --manifest` writes.
     pub fn read(path: &std::path::Path) -> Result<Base, BaseError> {
-        let bytes = match super::reader::read_head(path) {
-            Ok(head) => head.manifest,
-            Err(_) => crate::store::body::read_file_bounded(path, MAX_BASE_MANIFEST).map_err(
-                |source| BaseError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                },
-            )?,
-        };
+        let bytes =
+            match super::reader::read_head(path) {
+                Ok(head) => head.manifest,
+                Err(_) => crate::bounded::read_file_bounded(path, MAX_BASE_MANIFEST).map_err(
+                    |source| BaseError::Read {
+                        path: path.to_path_buf(),
+                        source,
+                    },
+                )?,
+            };
         let m: super::BundleManifest =
             serde_json::from_slice(&bytes).map_err(|source| BaseError::NotAManifest {
                 path: path.to_path_buf(),

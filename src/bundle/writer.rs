@@ -499,7 +499,7 @@ impl<'a> BundleWriter<'a> {
                     source,
                 },
             ),
-            WriteFail::Cache(c) => StoreError::Cache(c),
+            WriteFail::Cache(c) => c.into(),
         });
         if let Some(e) = failed.or(written) {
             // A transfer that broke leaves the cache's partial file (the next run resumes);

@@ -3,8 +3,8 @@
 //! hand. Prints nothing: what the command should say comes back as data.
 
 use super::{index_url, resolve_chart_url, ChartError, RepoIndex, VersionSpec};
+use crate::bounded::read_file_bounded;
 use crate::oci::Digest;
-use crate::store::body::read_file_bounded;
 use crate::store::http::{HttpError, HttpFetcher};
 use std::path::{Path, PathBuf};
 

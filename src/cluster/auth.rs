@@ -15,8 +15,8 @@
 //! Where the credentials go (never over plain `http://`) is decided by [`super::KubeClient`].
 
 use super::exec::{ExecConfig, API_VERSIONS};
-use super::secret::{Secret, SecretBytes};
 use super::ClusterError;
+use crate::secret::{Secret, SecretBytes};
 use base64::Engine as _;
 use kube::config::{AuthInfo, AuthProviderConfig, ExecInteractiveMode};
 use secrecy::ExposeSecret as _;
@@ -111,7 +111,7 @@ impl Entry<'_> {
     /// it), read bounded.
     fn file(&self, what: &str, file: &str) -> Result<Vec<u8>, ClusterError> {
         let path = PathBuf::from(file);
-        crate::store::body::read_file_bounded(&path, MAX_CREDENTIAL_FILE).map_err(|source| {
+        crate::bounded::read_file_bounded(&path, MAX_CREDENTIAL_FILE).map_err(|source| {
             ClusterError::CredentialFile {
                 kubeconfig: self.kubeconfig.to_string(),
                 what: format!("user {:?} {what}", self.user),

@@ -148,7 +148,7 @@ impl KubeClient {
         &self,
         exec: &super::exec::ExecConfig,
         refresh: bool,
-    ) -> Result<super::Secret, ClusterError> {
+    ) -> Result<crate::secret::Secret, ClusterError> {
         let mut cache = self.exec_cache.lock().await;
         if !refresh {
             if let Some(t) = cache.as_ref().filter(|t| t.fresh(SystemTime::now())) {

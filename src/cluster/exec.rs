@@ -25,9 +25,9 @@
 //! capped at [`MAX_OUTPUT`] while it is read, its process group killed at the end, timeout
 //! included) and kube gets only the resulting token.
 
-use super::secret::Secret;
 use super::ClusterError;
 use crate::child::{self, ChildError, Limits, StderrMode};
+use crate::secret::Secret;
 use base64::Engine as _;
 use serde::Deserialize;
 use std::time::{Duration, SystemTime};

@@ -22,8 +22,8 @@
 //! ([`Merged::minified`]) with `kubectl config view --minify --flatten` for several lists.
 
 use super::auth::{self, ClientIdentity, Credentials, Entry, Impersonation};
-use super::secret::Secret;
 use super::ClusterError;
+use crate::secret::Secret;
 use kube::config::{Cluster, Context, Kubeconfig as Raw};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -180,7 +180,7 @@ pub fn read(files: &Files) -> Result<Merged, ClusterError> {
         if files.origin == Origin::Env && !path.exists() {
             continue;
         }
-        let bytes = crate::store::body::read_file_bounded(path, crate::yaml::KUBECONFIG.max_bytes)
+        let bytes = crate::bounded::read_file_bounded(path, crate::yaml::KUBECONFIG.max_bytes)
             .map_err(|source| ClusterError::ReadKubeconfig {
                 path: path.clone(),
                 source,
@@ -412,7 +412,7 @@ impl Merged {
             }),
             (None, Some(file)) => {
                 let file = PathBuf::from(file);
-                crate::store::body::read_file_bounded(&file, 4 * 1024 * 1024)
+                crate::bounded::read_file_bounded(&file, 4 * 1024 * 1024)
                     .map(Some)
                     .map_err(|source| ClusterError::CredentialFile {
                         kubeconfig: self.files.display(),

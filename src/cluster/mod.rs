@@ -58,7 +58,6 @@ pub mod exec;
 pub mod kubeconfig;
 pub mod list;
 pub mod preflight;
-mod secret;
 
 pub use auth::{ClientIdentity, Credentials, Impersonation};
 pub use client::KubeClient;
@@ -66,7 +65,6 @@ pub use kubeconfig::{Files, Kubeconfig, Merged, Origin};
 pub use preflight::{
     preflight, ChartCrd, Finding, Level, NodeInfo, PreflightInput, PreflightReport, ReleaseInfo,
 };
-pub use secret::{Secret, SecretBytes};
 
 use std::path::PathBuf;
 

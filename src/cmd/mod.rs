@@ -315,7 +315,7 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
 pub fn check_helm_inputs(values: &[PathBuf], sets: &[String]) -> anyhow::Result<()> {
     for f in values {
         let limits = crate::yaml::VALUES_FILE;
-        let text = crate::store::body::read_file_bounded(f, limits.max_bytes)
+        let text = crate::bounded::read_file_bounded(f, limits.max_bytes)
             .with_context(|| format!("cannot read values file {}", f.display()))?;
         crate::yaml::check(&format!("values file {}", f.display()), &text, &limits)?;
     }
@@ -531,8 +531,13 @@ fn registry_code(e: &crate::store::RegistryError) -> i32 {
 fn store_code(e: &crate::store::StoreError) -> Option<i32> {
     use crate::store::StoreError as S;
     match e {
-        S::Registry(r) => Some(registry_code(r)),
-        S::Cache(c) => Some(cache_code(c)),
+        S::Failed(f) => {
+            if let Some(r) = f.downcast_ref::<crate::store::RegistryError>() {
+                Some(registry_code(r))
+            } else {
+                f.downcast_ref::<crate::store::CacheError>().map(cache_code)
+            }
+        }
         // A bundle or file store: its cause decides.
         S::Other { .. } => None,
         S::NotFound { .. } | S::DigestMismatch { .. } | S::SizeMismatch { .. } => Some(EXIT_USER),
@@ -667,14 +672,12 @@ mod tests {
 
     #[test]
     fn transparent_wrappers_are_looked_into() {
-        // WalkError::Store and StoreError::Registry forward their source: the RegistryError
+        // WalkError::Store and StoreError::Failed forward their source: the RegistryError
         // is not in the chain of its own, only inside them.
-        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::Registry(
-            transport(),
-        )))
-        .context("push failed");
+        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::from(transport())))
+            .context("push failed");
         assert_eq!(exit_code(&e), EXIT_INTERNAL);
-        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::Registry(
+        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::from(
             RegistryError::NotFound {
                 what: "x:1".into(),
                 registry: "r.example".into(),

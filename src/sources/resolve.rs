@@ -142,7 +142,7 @@ pub async fn resolve_image<S: Source>(
                 })
             }
             Err(WalkError::Store(e)) => {
-                unreachable |= e.registry().is_some_and(|r| r.is_transient());
+                unreachable |= e.is_transient();
                 fallbacks.push(format!("{label} ({r}): {e}"))
             }
             Err(e) => return Err(e.into()),

@@ -18,81 +18,12 @@
 //! its failure kept like its answer: concurrent look-ups of a host wait for the one run.
 
 use crate::child::{self, ChildError, Limits, StderrMode};
+use crate::secret::Secret;
 use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// A secret string whose `Debug`/`Display` are redacted.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wrap a secret.
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-    /// The secret itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-    /// True when the value is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-/// Any YAML/JSON scalar becomes the secret's text (a numeric password stays a password, and a
-/// parse error never quotes it).
-impl<'de> serde::Deserialize<'de> for Secret {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Secret;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Secret, E> {
-                Ok(Secret(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Secret, E> {
-                Ok(Secret(v.to_string()))
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Secret, E> {
-                Ok(Secret(String::new()))
-            }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Secret, E> {
-                Ok(Secret(String::new()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 /// Username and password for one registry.
 #[derive(Debug, Clone)]

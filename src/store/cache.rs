@@ -49,6 +49,18 @@ pub enum CacheError {
     },
 }
 
+impl super::StoreFailure for CacheError {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
+impl From<CacheError> for super::StoreError {
+    fn from(e: CacheError) -> Self {
+        super::StoreError::Failed(super::Failure::new(e))
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
     move |source| CacheError::Io {
         path: path.to_path_buf(),

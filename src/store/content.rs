@@ -138,12 +138,10 @@ pub enum StoreError {
         /// Bytes that arrived (so far).
         actual: u64,
     },
-    /// The registry store failed.
+    /// A store's own failure (a registry's answer, the blob cache's disk): the engine asks it
+    /// only what [`StoreFailure`] tells; `cmd` looks inside for the exit code.
     #[error(transparent)]
-    Registry(#[from] super::RegistryError),
-    /// The blob cache failed.
-    #[error(transparent)]
-    Cache(#[from] super::CacheError),
+    Failed(Failure),
     /// Any other failure of a store (a bundle, a file).
     #[error("{store}: {source}")]
     Other {
@@ -159,15 +157,21 @@ impl StoreError {
     pub fn is_not_found(&self) -> bool {
         match self {
             StoreError::NotFound { .. } => true,
-            StoreError::Registry(r) => r.is_not_found(),
+            StoreError::Failed(f) => f.0.is_not_found(),
             _ => false,
         }
     }
 
-    /// The registry failure underneath, if that is what it is.
-    pub fn registry(&self) -> Option<&super::RegistryError> {
+    /// Worth another try later (the network, the far side's load): another source may answer
+    /// now, the same one on the next run.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Failed(f) if f.0.is_transient())
+    }
+
+    /// The store's own failure underneath, if that is what it is.
+    pub fn failure(&self) -> Option<&Failure> {
         match self {
-            StoreError::Registry(r) => Some(r),
+            StoreError::Failed(f) => Some(f),
             _ => None,
         }
     }
@@ -181,6 +185,49 @@ impl StoreError {
             store: store.into(),
             source: e.into(),
         }
+    }
+}
+
+/// What a store's own error tells the engine, whatever the store: the copy engine and the
+/// source fallback need no more than this, so [`StoreError`] names no concrete store. A store
+/// gives its error type this trait and `From<ItsError> for StoreError`.
+pub trait StoreFailure: std::error::Error + Send + Sync + 'static {
+    /// The content is not there (another source may have it).
+    fn is_not_found(&self) -> bool {
+        false
+    }
+    /// Worth another try later (the network, the far side's load).
+    fn is_transient(&self) -> bool {
+        false
+    }
+    /// Itself as a plain error, to be downcast to the concrete type (by `cmd`, for exit codes).
+    fn as_error(&self) -> &(dyn std::error::Error + 'static);
+}
+
+/// A store's own failure, boxed (see [`StoreFailure`]). Its message is the failure's own.
+#[derive(Debug)]
+pub struct Failure(Box<dyn StoreFailure>);
+
+impl Failure {
+    /// Box a store's failure.
+    pub fn new(e: impl StoreFailure) -> Self {
+        Failure(Box::new(e))
+    }
+    /// The concrete failure, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.as_error().downcast_ref()
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 

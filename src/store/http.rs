@@ -73,7 +73,7 @@ impl HttpFetcher {
             .or_else(|| (!url.contains("://")).then_some(url))
         {
             return std::fs::File::open(path)
-                .and_then(|f| super::body::read_bounded(f, max))
+                .and_then(|f| crate::bounded::read_bounded(f, max))
                 .map_err(|e| err(e.to_string(), false));
         }
         let mut attempt = 0;
@@ -138,10 +138,10 @@ impl HttpFetcher {
                         after,
                     });
                 }
-                match super::body::read_capped(resp, max).await {
+                match crate::bounded::read_capped(resp, max).await {
                     Ok(body) => Ok(body.to_vec()),
-                    Err(super::body::BodyError::Read(e)) => Err(transport(&e)),
-                    Err(super::body::BodyError::TooLarge(_)) => Err(Fail {
+                    Err(crate::bounded::BodyError::Read(e)) => Err(transport(&e)),
+                    Err(crate::bounded::BodyError::TooLarge(_)) => Err(Fail {
                         retry: false,
                         transient: false,
                         message: format!("larger than the {max} bytes allowed for it"),

@@ -3,7 +3,6 @@
 //! store on disk.
 
 pub mod auth;
-pub mod body;
 pub mod cache;
 pub mod content;
 pub mod dns;
@@ -13,11 +12,11 @@ pub mod memory;
 pub mod registry;
 pub mod retry;
 
-pub use auth::{Credentials, Secret};
+pub use auth::Credentials;
 pub use cache::{BlobCache, CacheError};
 pub use content::{
-    BlobStream, Catalog, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store,
-    StoreError,
+    BlobStream, Catalog, Failure, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source,
+    Store, StoreError, StoreFailure,
 };
 pub use memory::MemoryStore;
 pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};

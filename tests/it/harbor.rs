@@ -391,7 +391,7 @@ fn harbor_robot_account_in_username_docker_config_and_helm() {
         let access = RegistryAccess {
             host: host.clone(),
             username: Some(hb.robot.0.clone()),
-            password: Some(koord_bundle::store::Secret::new(hb.robot.1.clone())),
+            password: Some(koord_bundle::secret::Secret::new(hb.robot.1.clone())),
             ca_file: (!plain).then(|| hb.ca_file.clone()),
             plain_http: plain,
             insecure_skip_tls_verify: false,

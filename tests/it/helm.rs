@@ -22,7 +22,7 @@
 use crate::common::{env, fixtures};
 use koord_bundle::chart::{generated_values, rendered_images};
 use koord_bundle::helm::{ChartSource, Helm, HelmError, InstallPlan, RegistryAccess};
-use koord_bundle::store::Secret;
+use koord_bundle::secret::Secret;
 use serde_yaml_ng::Value;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};

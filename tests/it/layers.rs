@@ -17,6 +17,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("text", 0),
     ("yaml", 0),
     ("child", 0),
+    ("bounded", 0),
+    ("secret", 0),
     ("store", 1),
     ("copy", 2),
     ("bundle", 3),
@@ -256,4 +258,225 @@ fn the_check_finds_a_scenario_file_using_another() {
     assert_eq!(bad.len(), 2, "{bad:?}");
     assert!(bad[0].starts_with("tests/it/large_blobs.rs:2: large_blobs uses serve,"));
     assert!(bad[1].starts_with("tests/it/common.rs:2: common uses load,"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// No cycle between the submodules of a layer's module, no function too long to read
+
+/// The module a source file is (`src/bundle/reader.rs` → `["bundle", "reader"]`,
+/// `src/bundle/set/mod.rs` → `["bundle", "set"]`), `None` for `lib.rs` and `main.rs`.
+fn module_path(path: &str) -> Option<Vec<String>> {
+    let rel = path.trim_start_matches("src/").trim_end_matches(".rs");
+    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    (parts != ["lib"] && parts != ["main"]).then_some(parts)
+}
+
+/// The edges between submodules (`bundle::reader` → `bundle::checksums`) that `crate::a::b`
+/// and `super::b` paths make, test modules (after `#[cfg(test)]`) left out; a path naming an
+/// item rather than a submodule counts as the module (`crate::bundle::Foo` → `bundle`).
+fn module_edges(files: &[(String, String)]) -> std::collections::BTreeSet<(String, String)> {
+    let modules: std::collections::BTreeSet<Vec<String>> =
+        files.iter().filter_map(|(p, _)| module_path(p)).collect();
+    let node = |parts: &[String]| -> String {
+        let two = &parts[..parts.len().min(2)];
+        if modules.contains(two) {
+            two.join("::")
+        } else {
+            parts[0].clone()
+        }
+    };
+    let re = regex::Regex::new(r"\b(crate|super)::([a-z_]+)(?:::([a-z_]+))?").unwrap();
+    let mut edges = std::collections::BTreeSet::new();
+    for (path, text) in files {
+        let Some(me) = module_path(path) else {
+            continue;
+        };
+        let code = blank_comments(text);
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        let from = node(&me);
+        for c in re.captures_iter(code) {
+            let mut target: Vec<String> = if &c[1] == "crate" {
+                vec![c[2].to_string()]
+            } else {
+                // `super::x` from `a::b` (a file) is `a::x`; from `a` (a mod.rs), the crate's `x`.
+                let mut base = me[..me.len() - 1].to_vec();
+                base.push(c[2].to_string());
+                base
+            };
+            if let Some(m) = c.get(3) {
+                target.push(m.as_str().to_string());
+            }
+            let to = node(&target);
+            let related = from == to
+                || from.starts_with(&format!("{to}::"))
+                || to.starts_with(&format!("{from}::"));
+            if !related && modules.contains(&to.split("::").map(str::to_string).collect::<Vec<_>>())
+            {
+                edges.insert((from.clone(), to));
+            }
+        }
+    }
+    edges
+}
+
+/// A cycle among `edges`, if there is one: its modules, in order.
+fn find_cycle(edges: &std::collections::BTreeSet<(String, String)>) -> Option<Vec<String>> {
+    use std::collections::BTreeMap;
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a).or_default().push(b);
+    }
+    // 0 unseen, 1 on the current path, 2 done.
+    let mut state: BTreeMap<&str, u8> = BTreeMap::new();
+    fn walk<'a>(
+        v: &'a str,
+        next: &BTreeMap<&'a str, Vec<&'a str>>,
+        state: &mut BTreeMap<&'a str, u8>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        state.insert(v, 1);
+        path.push(v);
+        for &w in next.get(v).map(Vec::as_slice).unwrap_or_default() {
+            match state.get(w).copied().unwrap_or(0) {
+                1 => {
+                    let at = path.iter().position(|p| *p == w).unwrap_or(0);
+                    let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+                    cycle.push(w.to_string());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(c) = walk(w, next, state, path) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        state.insert(v, 2);
+        None
+    }
+    let starts: Vec<&str> = next.keys().copied().collect();
+    for v in starts {
+        if state.get(v).copied().unwrap_or(0) == 0 {
+            if let Some(c) = walk(v, &next, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_import_cycle_between_modules() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let edges = module_edges(&files);
+    assert!(edges.len() > 100, "found the imports: {}", edges.len());
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!("modules that import each other: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let f = |p: &str, t: &str| (p.to_string(), t.to_string());
+    let files = vec![
+        f("src/bundle/mod.rs", "pub mod reader;\npub mod checksums;\n"),
+        f("src/bundle/reader.rs", "use super::checksums::Checksums;\n"),
+        f(
+            "src/bundle/checksums.rs",
+            "fn f() { crate::bundle::reader::safe_path(\"x\"); }\n#[cfg(test)]\nuse super::x;",
+        ),
+        f("src/oci/mod.rs", "pub struct Digest;\n"),
+        f("src/store/mod.rs", "use crate::oci::Digest;\n"),
+    ];
+    let cycle = find_cycle(&module_edges(&files)).expect("the cycle");
+    assert_eq!(
+        cycle,
+        ["bundle::checksums", "bundle::reader", "bundle::checksums"]
+    );
+    // The use after `#[cfg(test)]` is a test module's: no edge.
+    let mut acyclic = files.clone();
+    acyclic[2] = f(
+        "src/bundle/checksums.rs",
+        "fn f() {}\n#[cfg(test)]\nuse crate::bundle::reader::safe_path;",
+    );
+    assert_eq!(find_cycle(&module_edges(&acyclic)), None);
+}
+
+/// Most lines a function of `src/` may have.
+const MAX_FUNCTION_LINES: usize = 150;
+
+/// `(lines, "path:line name")` of every function: from its `fn` line to the first line after
+/// it that is `}` at the same indentation (rustfmt's layout).
+fn function_lengths(files: &[(String, String)]) -> Vec<(usize, String)> {
+    let re = regex::Regex::new(
+        r"^(\s*)(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for (path, text) in files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let Some(c) = re.captures(l) else { continue };
+            let opened = l.matches('{').count();
+            if l.trim_end().ends_with(';') || (opened > 0 && opened == l.matches('}').count()) {
+                continue; // a declaration in a trait, or a function on one line
+            }
+            let close = format!("{}}}", &c[1]);
+            if let Some(end) = lines[i + 1..].iter().position(|x| *x == close) {
+                out.push((end + 2, format!("{path}:{} {}", i + 1, &c[7])));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_longer_than_the_limit() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let lengths = function_lengths(&files);
+    assert!(
+        lengths.len() > 500,
+        "found the functions: {}",
+        lengths.len()
+    );
+    let long: Vec<String> = lengths
+        .iter()
+        .filter(|(n, _)| *n > MAX_FUNCTION_LINES)
+        .map(|(n, f)| format!("{f}: {n} lines"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_length_check_counts_a_function() {
+    let body = "    let x = 1;\n".repeat(151);
+    let files = vec![(
+        "src/x.rs".to_string(),
+        format!("pub async fn long() {{\n{body}}}\n\nfn short() {{}}\n    fn inner() {{\n    }}\n"),
+    )];
+    let lengths = function_lengths(&files);
+    assert_eq!(lengths[0], (153, "src/x.rs:1 long".to_string()));
+    assert_eq!(lengths[1].1, "src/x.rs:156 inner");
+    assert_eq!(
+        lengths.len(),
+        2,
+        "a one-line fn has no closing line of its own"
+    );
 }

@@ -9,8 +9,8 @@ use super::auth::{
     TokenAnswer, TokenCache,
 };
 use super::RegistryError;
+use crate::bounded::{read_capped, BodyError};
 use crate::store::auth::{Credential, Credentials, Lookup};
-use crate::store::body::{read_capped, BodyError};
 use crate::store::error_chain as chain;
 use base64::Engine as _;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -124,7 +124,7 @@ impl Transport {
         host: &str,
         scopes: &[Scope],
         what: &str,
-    ) -> Result<Option<crate::store::Secret>, RegistryError> {
+    ) -> Result<Option<crate::secret::Secret>, RegistryError> {
         match self.host_auth(host, what).await? {
             HostAuth::Bearer { realm, service } => Ok(Some(
                 self.fetch_token(host, &realm, service.as_deref(), scopes, what)

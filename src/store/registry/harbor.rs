@@ -17,8 +17,8 @@
 use super::auth::Scope;
 use super::client::{classify_send_error, status_error};
 use super::{Registry, RegistryError};
+use crate::bounded::read_capped;
 use crate::store::auth::{Credential, Found};
-use crate::store::body::read_capped;
 use base64::Engine as _;
 use reqwest::{Method, StatusCode};
 use std::collections::BTreeMap;

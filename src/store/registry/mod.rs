@@ -110,8 +110,8 @@ pub mod fuzzing {
 
 use super::auth::{AuthError, Credentials};
 use super::retry::RetryPolicy;
+use crate::bounded::{read_capped, BodyError};
 use crate::oci::{media, Digest, ImageRef};
-use crate::store::body::{read_capped, BodyError};
 use auth::Scope;
 use client::{retry_wait, status_error, Req, Transport};
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -763,4 +763,22 @@ fn upload_location(
             what: what.to_string(),
             message: "202 without a Location for the upload".into(),
         })
+}
+
+impl crate::store::StoreFailure for RegistryError {
+    fn is_not_found(&self) -> bool {
+        RegistryError::is_not_found(self)
+    }
+    fn is_transient(&self) -> bool {
+        RegistryError::is_transient(self)
+    }
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
+impl From<RegistryError> for crate::store::StoreError {
+    fn from(e: RegistryError) -> Self {
+        crate::store::StoreError::Failed(crate::store::Failure::new(e))
+    }
 }

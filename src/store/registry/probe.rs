@@ -5,7 +5,7 @@
 
 use super::client::classify_send_error;
 use super::{Registry, RegistryError};
-use crate::store::body::read_capped;
+use crate::bounded::read_capped;
 use crate::store::dns;
 use crate::store::error_chain;
 use std::time::Duration;
