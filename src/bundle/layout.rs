@@ -1,7 +1,8 @@
 //! The bundle's contents as a pure function of its [`Plan`]: the bundle manifest
 //! (`koord-bundle.json`), the OCI layout's `index.json` and `oci-layout`, the chart archive, the
-//! CRD files, and the list of blobs, in the order `bundle-spec/README.md` §1 fixes. No I/O, no
-//! clock: the same plan gives the same bytes.
+//! CRD files, the bill of materials (`bom.cdx.json`, [`super::sbom`]), and the list of blobs,
+//! in the order `bundle-spec/README.md` §1 fixes. No I/O, no clock: the same plan gives the
+//! same bytes.
 
 use super::manifest::{BlobTotals, ChartRecord, OciRecord, Tool};
 use super::plan::{ChartInput, Plan, PlanError};
@@ -63,7 +64,7 @@ pub fn manifest(plan: &Plan) -> BundleManifest {
             },
         },
         images: plan.images.clone(),
-        crds: input.crds.iter().map(|c| c.record.clone()).collect(),
+        crds: plan.crds.clone(),
         platform_filter: input.platform_filter.clone(),
         sources: input.sources.clone(),
         overrides: input.overrides.clone(),
@@ -75,6 +76,7 @@ pub fn manifest(plan: &Plan) -> BundleManifest {
         base: input.base.as_ref().map(|b| b.record.clone()),
         omitted_blobs: plan.omitted.clone(),
         discovery: Some(input.discovery.clone()),
+        blob_sizes: plan.carried.iter().cloned().collect(),
     }
 }
 
@@ -118,6 +120,9 @@ pub fn layout(plan: &Plan) -> Result<Layout, PlanError> {
     for c in &plan.input.crds {
         files.push((c.record.file.clone(), c.yaml.to_vec()));
     }
+    // The bill of materials: of the manifest's exact bytes and the CRD files above.
+    let bom = super::sbom::file(&manifest, &files[0].1, &files)?;
+    files.push(bom);
     Ok(Layout {
         manifest,
         files,
