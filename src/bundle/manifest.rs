@@ -224,7 +224,7 @@ pub fn platform_manifests(top: &RawManifest, platform: Option<&str>) -> Vec<Plat
                     .platform
                     .as_ref()
                     .filter(|p| p.is_unknown())
-                    .and_then(|_| d.annotations.as_ref())
+                    .and(d.annotations.as_ref())
                     .and_then(|a| a.get("vnd.docker.reference.digest"))
                     .and_then(|d| d.parse().ok()),
             })

@@ -4,6 +4,7 @@
 pub mod atomic;
 pub mod checksums;
 pub mod crd;
+pub mod diff;
 pub mod emit;
 pub mod layout;
 pub mod manifest;

@@ -51,6 +51,9 @@ pub enum SbomError {
     /// A CRD the manifest lists has no file among the bundle's.
     #[error("the bundle manifest lists CRD {0}, but the bundle has no such file")]
     MissingCrd(String),
+    /// The bundle manifest does not parse.
+    #[error("the bundle manifest is not readable: {0}")]
+    Manifest(serde_json::Error),
     /// JSON could not be written (not expected: every key is a string).
     #[error("the bill of materials: {0}")]
     Json(#[from] serde_json::Error),
@@ -186,7 +189,17 @@ pub fn file(
     manifest_bytes: &[u8],
     files: &[(String, Vec<u8>)],
 ) -> Result<(String, Vec<u8>), SbomError> {
-    let crds = manifest
+    let crds = crd_files(manifest, files)?;
+    let bytes = cyclonedx(manifest, manifest_bytes, &crds, Origin::Build)?;
+    Ok((SBOM_FILE.to_string(), bytes))
+}
+
+/// Each CRD record of `manifest` with its file's bytes, found among `files`.
+fn crd_files<'a>(
+    manifest: &'a BundleManifest,
+    files: &'a [(String, Vec<u8>)],
+) -> Result<Vec<(&'a CrdRecord, &'a [u8])>, SbomError> {
+    manifest
         .crds
         .iter()
         .map(|c| {
@@ -196,9 +209,36 @@ pub fn file(
                 .map(|(_, b)| (c, b.as_slice()))
                 .ok_or_else(|| SbomError::MissingCrd(c.file.clone()))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let bytes = cyclonedx(manifest, manifest_bytes, &crds, Origin::Build)?;
-    Ok((SBOM_FILE.to_string(), bytes))
+        .collect()
+}
+
+/// The bill of materials of a bundle written before bundles carried one, derived from what it
+/// holds: its manifest (`manifest_bytes`), its CRD files (among `head_files`) and the
+/// manifests among its blobs (`blobs`, digest → bytes: each image's top manifest, for its
+/// platform manifests). Marked as derived (a `koord-bundle:derived` property, lifecycle
+/// `post-build`).
+pub fn derive(
+    manifest_bytes: &[u8],
+    head_files: &[(String, Vec<u8>)],
+    blobs: &std::collections::BTreeMap<Digest, bytes::Bytes>,
+) -> Result<Vec<u8>, SbomError> {
+    let mut manifest: BundleManifest =
+        serde_json::from_slice(manifest_bytes).map_err(SbomError::Manifest)?;
+    for img in manifest
+        .images
+        .iter_mut()
+        .filter(|i| i.manifests.is_empty())
+    {
+        if let Some(bytes) = blobs.get(&img.digest) {
+            let top = crate::store::RawManifest::new(bytes.clone(), img.media_type.clone());
+            img.manifests = super::manifest::platform_manifests(
+                &top,
+                img.platforms.first().map(String::as_str),
+            );
+        }
+    }
+    let crds = crd_files(&manifest, head_files)?;
+    cyclonedx(&manifest, manifest_bytes, &crds, Origin::Derived)
 }
 
 fn chart_component(m: &BundleManifest, bom_ref: &str) -> Value {
