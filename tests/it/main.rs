@@ -11,6 +11,7 @@
 // (the crate itself parses YAML only through koord_bundle::yaml).
 #![allow(clippy::disallowed_methods)]
 
+mod bom;
 mod build;
 mod charts;
 mod common;
