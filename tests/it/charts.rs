@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Every chart version of the fixtures, oldest first.
-fn versions() -> Vec<String> {
+pub fn versions() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(fixtures())
         .unwrap()
         .filter_map(|e| {
@@ -28,7 +28,7 @@ fn versions() -> Vec<String> {
 }
 
 /// The container images of `helm template` output, read with serde_yaml_ng as a peer would.
-fn images_of(rendered: &str) -> BTreeSet<String> {
+pub fn images_of(rendered: &str) -> BTreeSet<String> {
     fn walk(v: &serde_yaml_ng::Value, out: &mut BTreeSet<String>) {
         use serde_yaml_ng::Value as Y;
         match v {
@@ -61,7 +61,7 @@ fn images_of(rendered: &str) -> BTreeSet<String> {
 }
 
 /// What real helm renders from a fixture chart, with `--set`s.
-fn helm_images(helm: &Path, version: &str, sets: &[&str]) -> BTreeSet<String> {
+pub fn helm_images(helm: &Path, version: &str, sets: &[&str]) -> BTreeSet<String> {
     let chart = fixtures().join(format!("koordinator-{version}.tgz"));
     let mut c = std::process::Command::new(helm);
     c.args(["template", "koordinator", chart.to_str().unwrap()]);

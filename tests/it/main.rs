@@ -15,6 +15,7 @@ mod bom;
 mod build;
 mod charts;
 mod common;
+mod diff;
 mod exit_codes;
 mod fake_registry;
 mod fault_proxy;
