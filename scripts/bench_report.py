@@ -860,6 +860,43 @@ def cmd_random_file(a) -> int:
     return 0
 
 
+def cmd_diff_report(a) -> int:
+    """The "## diff" section: koord-bundle diff of two bench bundles, next to sha256sum."""
+    rec = read_records(Path(a.records))
+    meta = read_meta(Path(a.meta))
+    mib = lambda k: f"{int(meta[k]) / MIB:.0f} MiB"
+    L = ["## diff", "",
+         f"`koord-bundle diff OLD NEW --key PUB --format F`, median of {meta.get('runs')} runs, "
+         f"{meta.get('date')}, commit {meta.get('commit')}. OLD (`a.tar`, {mib('bytes_a')}) and NEW "
+         f"(`b.tar`, {mib('bytes_b')}) are the bench set built at two creation times; `c.tar` "
+         f"({mib('bytes_c')}) is the same set with `--platform linux/amd64`. diff reads only the "
+         "heads (the files before `blobs/`); `sha256sum a.tar` is what reading one bundle whole costs.",
+         "", "| what | wall (median) | peak RSS |", "|---|---|---|"]
+    for (m, t), runs in sorted(rec.items()):
+        wall = statistics.median(r["wall"] for r in runs)
+        rss = max(r["rss_kib"] for r in runs)
+        name = {"read-whole": "`sha256sum a.tar`"}.get(m, f"`diff` {m.removeprefix('diff-')}")
+        L.append(f"| {name} | {fmt_s(wall)} | {fmt_mib(rss)} |")
+    L += ["", f"- load average before and after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')}",
+          "", "<details><summary>diff a.tar c.tar --format markdown</summary>", "",
+          Path(a.sample).read_text().rstrip(), "", "</details>", ""]
+    section = "\n".join(L)
+    print(section)
+    out = Path(a.out)
+    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
+    if "\n## diff" in text:
+        head, _, rest = text.partition("\n## diff")
+        nxt = rest.find("\n## ")
+        tail = rest[nxt:] if nxt >= 0 else ""
+        text = head.rstrip("\n") + "\n\n" + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return 0
+
+
 def cmd_parity_report(a) -> int:
     rec = read_records(Path(a.records))
     meta = read_meta(Path(a.meta))
@@ -1022,6 +1059,12 @@ def main() -> int:
     rf.add_argument("--out", required=True)
     rf.add_argument("--size", type=int, required=True)
     rf.add_argument("--seed", type=int, default=2)
+    dr = sub.add_parser("diff-report")
+    dr.add_argument("--records", required=True)
+    dr.add_argument("--meta", required=True)
+    dr.add_argument("--sample", required=True)
+    dr.add_argument("--out", required=True)
+    dr.set_defaults(func=cmd_diff_report)
     pr = sub.add_parser("parity-report")
     pr.add_argument("--records", required=True)
     pr.add_argument("--outcomes", required=True)
