@@ -68,6 +68,19 @@ pub struct VersionDiff {
     pub types_changed: Vec<TypeChange>,
 }
 
+impl CrdChange {
+    /// Nothing changed: no version, stored version or schema finding, no warning.
+    pub fn is_empty(&self) -> bool {
+        self.versions_added.is_empty()
+            && self.versions_removed.is_empty()
+            && self.no_longer_served.is_empty()
+            && self.newly_served.is_empty()
+            && self.storage.is_none()
+            && self.schema.is_empty()
+            && self.warnings.is_empty()
+    }
+}
+
 impl VersionDiff {
     fn is_empty(&self) -> bool {
         self.fields_added.is_empty()
@@ -211,6 +224,34 @@ pub fn compare(old: &Side, new: &Side) -> CrdChanges {
         .map(|(_, n)| n.entry())
         .collect();
     out
+}
+
+/// Two readings of one CRD compared (versions and schemas), as [`compare`] compares a CRD
+/// found on both sides.
+pub fn compare_schemas(old: &CrdSchema, new: &CrdSchema) -> CrdChange {
+    let rec = |s: &CrdSchema| CrdRecord {
+        file: String::new(),
+        name: s.name.clone(),
+        group: s.group.clone(),
+        plural: String::new(),
+        kind: s.kind.clone(),
+        values_key: None,
+        versions: s.version_records(),
+        sha256: None,
+    };
+    let (ro, rn) = (rec(old), rec(new));
+    changed(
+        &Known {
+            rec: &ro,
+            digest: None,
+            schema: Some(Ok(old.clone())),
+        },
+        &Known {
+            rec: &rn,
+            digest: None,
+            schema: Some(Ok(new.clone())),
+        },
+    )
 }
 
 fn names(v: &[CrdVersion], f: impl Fn(&CrdVersion) -> bool) -> BTreeSet<String> {

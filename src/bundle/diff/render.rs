@@ -175,6 +175,41 @@ pub fn table(r: &Report) -> String {
         c.app_version.old.as_deref().unwrap_or("-"),
         c.app_version.new.as_deref().unwrap_or("-")
     );
+    table_images(r, &mut o);
+    let _ = writeln!(o, "carry    {}", bytes_text(r));
+    table_crds(r, &mut o);
+    let v = &r.values;
+    match &v.note {
+        Some(n) => {
+            let _ = writeln!(o, "values   ({n})");
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "values   {} added, {} removed, {} changed (values.yaml defaults)",
+                v.added.len(),
+                v.removed.len(),
+                v.changed.len()
+            );
+        }
+    }
+    for e in &v.added {
+        let _ = writeln!(o, "  + {} = {}", e.path, e.value);
+    }
+    for e in &v.removed {
+        let _ = writeln!(o, "  - {} = {}", e.path, e.value);
+    }
+    for e in &v.changed {
+        let _ = writeln!(o, "  ~ {}: {} → {}", e.path, e.change.old, e.change.new);
+    }
+    let _ = writeln!(o, "warnings {}", r.warnings.len());
+    for w in &r.warnings {
+        let _ = writeln!(o, "  ! {w}");
+    }
+    o
+}
+
+fn table_images(r: &Report, o: &mut String) {
     let i = &r.images;
     let _ = writeln!(
         o,
@@ -225,7 +260,9 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
-    let _ = writeln!(o, "carry    {}", bytes_text(r));
+}
+
+fn table_crds(r: &Report, o: &mut String) {
     let k = &r.crds;
     let _ = writeln!(
         o,
@@ -258,35 +295,6 @@ pub fn table(r: &Report) -> String {
             details.join(", ")
         );
     }
-    let v = &r.values;
-    match &v.note {
-        Some(n) => {
-            let _ = writeln!(o, "values   ({n})");
-        }
-        None => {
-            let _ = writeln!(
-                o,
-                "values   {} added, {} removed, {} changed (values.yaml defaults)",
-                v.added.len(),
-                v.removed.len(),
-                v.changed.len()
-            );
-        }
-    }
-    for e in &v.added {
-        let _ = writeln!(o, "  + {} = {}", e.path, e.value);
-    }
-    for e in &v.removed {
-        let _ = writeln!(o, "  - {} = {}", e.path, e.value);
-    }
-    for e in &v.changed {
-        let _ = writeln!(o, "  ~ {}: {} → {}", e.path, e.change.old, e.change.new);
-    }
-    let _ = writeln!(o, "warnings {}", r.warnings.len());
-    for w in &r.warnings {
-        let _ = writeln!(o, "  ! {w}");
-    }
-    o
 }
 
 /// A Markdown table cell: `|` escaped, one line.
