@@ -738,9 +738,9 @@ def cmd_report(a) -> int:
     text = "\n".join(L) + "\n"
     sys.stdout.write(text)
     out = Path(a.out)
-    # The sections of earlier `--scale` and `--parity` runs stay (each has its own date).
+    # The sections of earlier `--scale`, `--parity` and `--diff` runs stay (each has its own date).
     old = out.read_text() if out.exists() else ""
-    for kept in ("\n## Scaling", "\n## Parity parts and par2"):
+    for kept in ("\n## Scaling", "\n## Parity parts and par2", "\n## diff"):
         if kept in old:
             rest = old.partition(kept)[2]
             nxt = rest.find("\n## ")
@@ -879,7 +879,9 @@ def cmd_diff_report(a) -> int:
         L.append(f"| {name} | {fmt_s(wall)} | {fmt_mib(rss)} |")
     L += ["", f"- load average before and after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')}",
           "", "<details><summary>diff a.tar c.tar --format markdown</summary>", "",
-          Path(a.sample).read_text().rstrip(), "", "</details>", ""]
+          # Its headings two levels down: no "## " line inside this section.
+          "\n".join("##" + x if x.startswith("#") else x for x in Path(a.sample).read_text().rstrip().splitlines()),
+          "", "</details>", ""]
     section = "\n".join(L)
     print(section)
     out = Path(a.out)
@@ -1064,7 +1066,6 @@ def main() -> int:
     dr.add_argument("--meta", required=True)
     dr.add_argument("--sample", required=True)
     dr.add_argument("--out", required=True)
-    dr.set_defaults(func=cmd_diff_report)
     pr = sub.add_parser("parity-report")
     pr.add_argument("--records", required=True)
     pr.add_argument("--outcomes", required=True)
@@ -1074,7 +1075,8 @@ def main() -> int:
     return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
             "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls,
             "blob-uploads": cmd_blob_uploads, "damage": cmd_damage, "same": cmd_same,
-            "random-file": cmd_random_file, "parity-report": cmd_parity_report}[a.cmd](a)
+            "random-file": cmd_random_file, "parity-report": cmd_parity_report,
+            "diff-report": cmd_diff_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         Some(k) => Some(crate::bundle::sign::load_public_key(k)?),
         None => None,
     };
-    let old = read_side(&args.old, key.as_ref(), &progress).context("OLD")?;
-    let new = read_side(&args.new, key.as_ref(), &progress).context("NEW")?;
+    let old = read_side(&args.old, key.as_ref(), &progress).context("cannot read OLD")?;
+    let new = read_side(&args.new, key.as_ref(), &progress).context("cannot read NEW")?;
     let report = diff::compare(&old, &new);
     if args.json || args.format == "json" {
         return super::print_json(&report);
