@@ -64,7 +64,7 @@ print("valid: CycloneDX 1.6, JsonStrictValidator")
 }
 
 /// The bytes of `name` in the tar at `path` (read with the tar crate, as a peer).
-pub fn tar_file(path: &Path, name: &str) -> Option<Vec<u8>> {
+fn tar_file(path: &Path, name: &str) -> Option<Vec<u8>> {
     let mut ar = tar::Archive::new(std::fs::File::open(path).unwrap());
     for e in ar.entries().unwrap() {
         let mut e = e.unwrap();

@@ -5,8 +5,9 @@
 //! against what a real `build --since OLD` carries; and its inputs: split parts, manifest
 //! files, keys, and what it refuses.
 
-use crate::charts::{helm_images, versions};
-use crate::common::{assert_fails, assert_ok, env, fixtures, Home};
+use crate::common::{
+    assert_fails, assert_ok, bundle_manifest, env, fixtures, helm_images, versions, Home,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -620,8 +621,7 @@ fn diff_takes_parts_manifest_files_and_keys_and_refuses_what_is_not_a_bundle() {
         .args(&["--since", old.to_str().unwrap(), "--json"])
         .run();
     assert_ok(&o);
-    let inc_m: Value =
-        serde_json::from_slice(&crate::bom::tar_file(&inc, "koord-bundle.json").unwrap()).unwrap();
+    let inc_m = bundle_manifest(&inc);
     assert_eq!(
         whole["transfer"]["blobs"], inc_m["blobs"]["count"],
         "blobs build --since carries"
