@@ -738,9 +738,9 @@ def cmd_report(a) -> int:
     text = "\n".join(L) + "\n"
     sys.stdout.write(text)
     out = Path(a.out)
-    # The sections of earlier `--scale` and `--parity` runs stay (each has its own date).
+    # The sections of earlier `--scale`, `--parity` and `--diff` runs stay (each has its own date).
     old = out.read_text() if out.exists() else ""
-    for kept in ("\n## Scaling", "\n## Parity parts and par2"):
+    for kept in ("\n## Scaling", "\n## Parity parts and par2", "\n## diff"):
         if kept in old:
             rest = old.partition(kept)[2]
             nxt = rest.find("\n## ")
@@ -857,6 +857,45 @@ def cmd_random_file(a) -> int:
             n = min(left, 16 * MIB)
             f.write(rng.randbytes(n))
             left -= n
+    return 0
+
+
+def cmd_diff_report(a) -> int:
+    """The "## diff" section: koord-bundle diff of two bench bundles, next to sha256sum."""
+    rec = read_records(Path(a.records))
+    meta = read_meta(Path(a.meta))
+    mib = lambda k: f"{int(meta[k]) / MIB:.0f} MiB"
+    L = ["## diff", "",
+         f"`koord-bundle diff OLD NEW --key PUB --format F`, median of {meta.get('runs')} runs, "
+         f"{meta.get('date')}, commit {meta.get('commit')}. OLD (`a.tar`, {mib('bytes_a')}) and NEW "
+         f"(`b.tar`, {mib('bytes_b')}) are the bench set built at two creation times; `c.tar` "
+         f"({mib('bytes_c')}) is the same set with `--platform linux/amd64`. diff reads only the "
+         "heads (the files before `blobs/`); `sha256sum a.tar` is what reading one bundle whole costs.",
+         "", "| what | wall (median) | peak RSS |", "|---|---|---|"]
+    for (m, t), runs in sorted(rec.items()):
+        wall = statistics.median(r["wall"] for r in runs)
+        rss = max(r["rss_kib"] for r in runs)
+        name = {"read-whole": "`sha256sum a.tar`"}.get(m, f"`diff` {m.removeprefix('diff-')}")
+        L.append(f"| {name} | {fmt_s(wall)} | {fmt_mib(rss)} |")
+    L += ["", f"- load average before and after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')}",
+          "", "<details><summary>diff a.tar c.tar --format markdown</summary>", "",
+          # Its headings two levels down: no "## " line inside this section.
+          "\n".join("##" + x if x.startswith("#") else x for x in Path(a.sample).read_text().rstrip().splitlines()),
+          "", "</details>", ""]
+    section = "\n".join(L)
+    print(section)
+    out = Path(a.out)
+    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
+    if "\n## diff" in text:
+        head, _, rest = text.partition("\n## diff")
+        nxt = rest.find("\n## ")
+        tail = rest[nxt:] if nxt >= 0 else ""
+        text = head.rstrip("\n") + "\n\n" + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
     return 0
 
 
@@ -1022,6 +1061,11 @@ def main() -> int:
     rf.add_argument("--out", required=True)
     rf.add_argument("--size", type=int, required=True)
     rf.add_argument("--seed", type=int, default=2)
+    dr = sub.add_parser("diff-report")
+    dr.add_argument("--records", required=True)
+    dr.add_argument("--meta", required=True)
+    dr.add_argument("--sample", required=True)
+    dr.add_argument("--out", required=True)
     pr = sub.add_parser("parity-report")
     pr.add_argument("--records", required=True)
     pr.add_argument("--outcomes", required=True)
@@ -1031,7 +1075,8 @@ def main() -> int:
     return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
             "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls,
             "blob-uploads": cmd_blob_uploads, "damage": cmd_damage, "same": cmd_same,
-            "random-file": cmd_random_file, "parity-report": cmd_parity_report}[a.cmd](a)
+            "random-file": cmd_random_file, "parity-report": cmd_parity_report,
+            "diff-report": cmd_diff_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ fi
 if [[ $# -gt 0 ]]; then
     TARGETS=("$@")
 else
-    TARGETS=(bundle_reader split_header helm_index chart_archive yaml_sources registry_auth graph_walk)
+    TARGETS=(bundle_reader bundle_diff split_header helm_index chart_archive yaml_sources registry_auth graph_walk)
 fi
 
 SANITIZER="${KB_FUZZ_SANITIZER:-address}"

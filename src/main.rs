@@ -31,6 +31,7 @@ fn run(cli: Cli) -> i32 {
             Command::Build(a) => cmd::build::run(*a).await,
             Command::Inspect(a) => cmd::inspect::run(a),
             Command::Verify(a) => cmd::verify::run(a).await,
+            Command::Diff(a) => tokio::task::block_in_place(|| cmd::diff::run(a)),
             Command::Load(a) => cmd::load::run(*a).await,
             Command::Split(a) => tokio::task::block_in_place(|| cmd::split::run_split(a)),
             Command::Join(a) => tokio::task::block_in_place(|| cmd::split::run_join(a)),

@@ -1,7 +1,9 @@
 //! `koord-bundle.json`: what the bundle holds and where it came from.
 
-use crate::oci::Digest;
+use crate::oci::{Digest, Manifest, Platform};
+use crate::store::RawManifest;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The bundle manifest (format `koord-bundle/v1`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,6 +44,10 @@ pub struct BundleManifest {
     /// How the chart's images were found (absent in bundles of older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoveryRecord>,
+    /// The size of every blob of `blobList` (absent in bundles of older versions), so `diff`
+    /// can tell the bytes a transfer carries from this manifest alone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub blob_sizes: BTreeMap<Digest, u64>,
 }
 
 /// How the chart's images were found.
@@ -177,10 +183,65 @@ pub struct ImageRecord {
     pub attestations: usize,
     /// Bytes of all its manifests and blobs (shared blobs counted in each image).
     pub total_size: u64,
+    /// The manifests its top index lists, each with its platform (for a single-platform
+    /// image: the top manifest itself). Absent in bundles of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifests: Vec<PlatformManifest>,
+}
+
+/// One manifest of an image's index: a platform's image, or an attestation of one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlatformManifest {
+    /// `os/arch[/variant]` (`linux/arm64/v8`), `unknown/unknown` for an attestation; absent
+    /// when neither the index nor the image's config names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// Manifest digest.
+    pub digest: Digest,
+    /// Manifest media type.
+    pub media_type: String,
+    /// Manifest size.
+    pub size: u64,
+    /// For an attestation: the digest of the manifest it describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation_of: Option<Digest>,
+}
+
+/// The manifests an image's top manifest lists, with their platforms: the entries of an index,
+/// or (a single-platform image) the top manifest itself with `platform`, the one its config
+/// names. Bytes that do not parse as a manifest list nothing.
+pub fn platform_manifests(top: &RawManifest, platform: Option<&str>) -> Vec<PlatformManifest> {
+    match Manifest::parse(&top.bytes, Some(&top.media_type)) {
+        Ok(Manifest::Index { manifests, .. }) => manifests
+            .iter()
+            .map(|d| PlatformManifest {
+                platform: d.platform.as_ref().map(Platform::to_string),
+                digest: d.digest.clone(),
+                media_type: d.media_type.clone(),
+                size: d.size,
+                attestation_of: d
+                    .platform
+                    .as_ref()
+                    .filter(|p| p.is_unknown())
+                    .and(d.annotations.as_ref())
+                    .and_then(|a| a.get("vnd.docker.reference.digest"))
+                    .and_then(|d| d.parse().ok()),
+            })
+            .collect(),
+        Ok(Manifest::Image { .. }) => vec![PlatformManifest {
+            platform: platform.map(str::to_string),
+            digest: top.digest.clone(),
+            media_type: top.media_type.clone(),
+            size: top.bytes.len() as u64,
+            attestation_of: None,
+        }],
+        Err(_) => Vec::new(),
+    }
 }
 
 /// One CRD.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CrdRecord {
     /// Path inside the bundle (`crds/<file>`).
@@ -195,6 +256,23 @@ pub struct CrdRecord {
     pub kind: String,
     /// The `crds.<key>` value that switches it off in the chart.
     pub values_key: Option<String>,
+    /// Its versions, served and stored (absent in bundles of older versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<CrdVersion>,
+    /// sha256 of its file (absent in bundles of older versions; `SHA256SUMS` has it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<Digest>,
+}
+
+/// One version of a CRD.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CrdVersion {
+    /// `v1alpha1`.
+    pub name: String,
+    /// Served by the API server.
+    pub served: bool,
+    /// The version objects are stored as (one per CRD).
+    pub storage: bool,
 }
 
 /// What the user fed to discovery.

@@ -3,6 +3,8 @@
 
 pub mod atomic;
 pub mod checksums;
+pub mod crd;
+pub mod diff;
 pub mod emit;
 pub mod layout;
 pub mod manifest;
@@ -11,6 +13,7 @@ pub mod parity;
 pub mod parts;
 pub mod plan;
 pub mod reader;
+pub mod sbom;
 pub mod set;
 pub mod sign;
 pub mod source;

@@ -47,10 +47,24 @@ pub struct ChartInput {
 /// A CRD file of the bundle.
 #[derive(Debug, Clone)]
 pub struct CrdFile {
-    /// What the bundle manifest says of it (`file` is its path in the bundle).
+    /// What the command found of it (`file` is its path in the bundle); its `versions` and
+    /// `sha256` are filled in from `yaml` by [`CrdFile::record`].
     pub record: CrdRecord,
     /// The file's bytes.
     pub yaml: Bytes,
+}
+
+impl CrdFile {
+    /// What the bundle manifest says of it: `record` with the file's versions (served,
+    /// stored) and sha256.
+    pub fn record(&self) -> Result<CrdRecord, super::crd::CrdError> {
+        let schema = super::crd::parse(&self.record.file, &self.yaml)?;
+        Ok(CrdRecord {
+            versions: schema.version_records(),
+            sha256: Some(Digest::of(&self.yaml)),
+            ..self.record.clone()
+        })
+    }
 }
 
 /// An image, resolved.
@@ -97,6 +111,10 @@ impl ImageInput {
             dropped_platforms: g.dropped.clone(),
             attestations: g.attestations,
             total_size: g.total_size(),
+            manifests: super::manifest::platform_manifests(
+                &g.top,
+                g.platforms.first().map(String::as_str),
+            ),
         }
     }
 }
@@ -246,6 +264,12 @@ pub enum PlanError {
         /// What was summed.
         what: &'static str,
     },
+    /// A CRD file the chart carries cannot be read for its versions.
+    #[error("{0}")]
+    Crd(#[from] super::crd::CrdError),
+    /// The bill of materials cannot be made.
+    #[error("{0}")]
+    Sbom(#[from] super::sbom::SbomError),
     /// JSON could not be written (it always can: a bug).
     #[error("cannot write {what} as JSON: {source}")]
     Json {
@@ -265,6 +289,8 @@ pub struct Plan {
     pub created_rfc3339: String,
     /// What the bundle manifest says of each image, in the order of `input.images`.
     pub images: Vec<ImageRecord>,
+    /// What the bundle manifest says of each CRD, in the order of `input.crds`.
+    pub crds: Vec<CrdRecord>,
     /// The chart as a Helm OCI artifact: a graph whose blobs are inline.
     pub chart_graph: Graph,
     /// Every blob the bundle carries (manifests, configs, layers), sorted, each once.
@@ -326,6 +352,11 @@ impl Plan {
             .collect();
         let carried: Vec<(Digest, u64)> = carried.into_iter().collect();
         let images = input.images.iter().map(ImageInput::record).collect();
+        let crds = input
+            .crds
+            .iter()
+            .map(CrdFile::record)
+            .collect::<Result<_, _>>()?;
         let counts = Counts {
             images: input.images.len(),
             crds: input.crds.len(),
@@ -351,6 +382,7 @@ impl Plan {
             input,
             created_rfc3339,
             images,
+            crds,
             chart_graph,
             carried,
             omitted,

@@ -25,6 +25,9 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Check a bundle's signature and every byte, with no network.
     Verify(VerifyArgs),
+    /// What changed between two bundles (chart, images per platform, the bytes to carry,
+    /// CRDs and their schemas, values defaults, signers), read from their heads only.
+    Diff(DiffArgs),
     /// Verify a bundle, push it into a private registry (digests unchanged), then install or
     /// upgrade Koordinator with helm from there.
     Load(Box<LoadArgs>),
@@ -243,11 +246,37 @@ pub struct BuildArgs {
 pub struct InspectArgs {
     /// The bundle, or a part of a split bundle (any part; the first of an older set).
     pub bundle: PathBuf,
-    /// Write the bundle manifest alone to FILE (for a later `build --since FILE`).
+    /// Write the bundle manifest alone to FILE (for a later `build --since FILE`, or `diff`).
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
+    /// Write the bundle's bill of materials (CycloneDX 1.6 JSON) to FILE, or to standard output
+    /// without FILE (then nothing else is printed there). A bundle written before bundles
+    /// carried one gets one derived from its manifest, CRD files and index manifests (marked
+    /// as derived).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub sbom: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
+    pub json: bool,
+}
+
+/// `diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The bundle already inside: a bundle, any part of a split set, or the file `inspect
+    /// --manifest` writes.
+    pub old: PathBuf,
+    /// The bundle to carry in: the same kinds.
+    pub new: PathBuf,
+    /// Public key to check each bundle's signature with (key ID and verified yes/no are
+    /// reported per bundle; without it: "not checked").
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Output: `table` (readable on a terminal), `markdown` (for an approval ticket) or `json`.
+    #[arg(long, value_name = "FORMAT", default_value = "table", value_parser = ["table", "markdown", "json"])]
+    pub format: String,
+    /// Print JSON (the same as `--format json`).
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
 }
 

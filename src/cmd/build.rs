@@ -284,6 +284,8 @@ fn crd_file(c: chart::Crd) -> CrdFile {
             plural: c.plural,
             kind: c.kind,
             values_key: c.values_key,
+            // Versions and sha256: read from the file by the plan.
+            ..CrdRecord::default()
         },
         yaml: c.yaml.into_bytes().into(),
     }

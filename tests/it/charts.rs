@@ -3,77 +3,12 @@
 //! it with helm, always: issue 17), and a real build of every version succeeds with helm 3 and
 //! helm 4. Without helm, build stops before any download.
 
-use crate::common::{assert_ok, env, fixtures, pushed_digest, tar_entries, Home};
+use crate::common::{
+    assert_ok, env, helm_images, images_of, pushed_digest, tar_entries, versions, Home,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::Path;
-
-/// Every chart version of the fixtures, oldest first.
-fn versions() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(fixtures())
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().to_string();
-            name.strip_prefix("koordinator-")
-                .and_then(|n| n.strip_suffix(".tgz"))
-                .map(str::to_string)
-        })
-        .collect();
-    v.sort_by_key(|s| {
-        s.split('.')
-            .map(|p| p.parse::<u32>().unwrap())
-            .collect::<Vec<_>>()
-    });
-    v
-}
-
-/// The container images of `helm template` output, read with serde_yaml_ng as a peer would.
-fn images_of(rendered: &str) -> BTreeSet<String> {
-    fn walk(v: &serde_yaml_ng::Value, out: &mut BTreeSet<String>) {
-        use serde_yaml_ng::Value as Y;
-        match v {
-            Y::Mapping(m) => {
-                for (k, val) in m {
-                    if matches!(
-                        k.as_str(),
-                        Some("containers" | "initContainers" | "ephemeralContainers")
-                    ) {
-                        for c in val.as_sequence().into_iter().flatten() {
-                            if let Some(i) = c.get("image").and_then(Y::as_str) {
-                                out.insert(i.to_string());
-                            }
-                        }
-                    }
-                    walk(val, out);
-                }
-            }
-            Y::Sequence(s) => s.iter().for_each(|x| walk(x, out)),
-            _ => {}
-        }
-    }
-    let mut out = BTreeSet::new();
-    for doc in rendered.split("\n---") {
-        if let Ok(v) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(doc) {
-            walk(&v, &mut out);
-        }
-    }
-    out
-}
-
-/// What real helm renders from a fixture chart, with `--set`s.
-fn helm_images(helm: &Path, version: &str, sets: &[&str]) -> BTreeSet<String> {
-    let chart = fixtures().join(format!("koordinator-{version}.tgz"));
-    let mut c = std::process::Command::new(helm);
-    c.args(["template", "koordinator", chart.to_str().unwrap()]);
-    for s in sets {
-        c.args(["--set", s]);
-    }
-    let o = c.output().expect("run helm");
-    assert_ok(&o);
-    let images = images_of(&String::from_utf8_lossy(&o.stdout));
-    assert!(!images.is_empty(), "helm renders no image from {version}");
-    images
-}
 
 fn plan(h: &Home, version: &str, extra: &[&str]) -> Value {
     let o = h

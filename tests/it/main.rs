@@ -11,9 +11,11 @@
 // (the crate itself parses YAML only through koord_bundle::yaml).
 #![allow(clippy::disallowed_methods)]
 
+mod bom;
 mod build;
 mod charts;
 mod common;
+mod diff;
 mod exit_codes;
 mod fake_registry;
 mod fault_proxy;

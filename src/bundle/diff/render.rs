@@ -1,0 +1,521 @@
+//! A [`Report`] as text: a table for a terminal, Markdown for an approval ticket. (JSON is
+//! the report serialised.) Text from the bundles (paths, values) is made safe for a terminal
+//! by the caller, and `|` is escaped in Markdown cells.
+
+use super::crds::{CrdChange, VersionDiff};
+use super::{ImageChange, Report, SideSummary, Signature};
+use crate::oci::Digest;
+use std::fmt::Write as _;
+
+/// `sha256:` and the first 12 hex digits.
+fn short(d: &Digest) -> String {
+    format!("sha256:{}", &d.hex()[..12])
+}
+
+fn signature(s: &Signature) -> String {
+    let key = s.key_id.as_deref().unwrap_or("?");
+    match (s.signed, s.verified) {
+        (false, _) => "not signed".into(),
+        (true, Some(true)) => format!("key {key}, verified: yes"),
+        (true, Some(false)) => format!(
+            "key {key}, verified: NO ({})",
+            s.reason.as_deref().unwrap_or("")
+        ),
+        (true, None) => format!(
+            "key {key}, verified: not checked{}",
+            s.reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+fn side_kind(s: &SideSummary) -> &'static str {
+    match s.kind {
+        super::InputKind::Bundle => "bundle",
+        super::InputKind::SplitSet => "split set",
+        super::InputKind::ManifestFile => "manifest file",
+    }
+}
+
+fn platforms_text(c: &ImageChange) -> String {
+    c.platforms
+        .iter()
+        .map(|p| format!("{} {}", p.platform, p.change))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn bytes_text(r: &Report) -> String {
+    let t = &r.transfer;
+    let bytes = t
+        .bytes
+        .map(|b| format!("{} ({b} bytes)", crate::text::human_bytes(b)))
+        .unwrap_or_else(|| "size unknown (NEW records no blob sizes)".into());
+    let mut s = format!(
+        "{} blobs, {bytes}: what NEW holds that OLD's site lacks, as `build --since OLD` carries it ({} of them manifests); {} blobs already on OLD's site",
+        t.blobs, t.manifests, t.on_site
+    );
+    if !t.missing.is_empty() {
+        let _ = write!(
+            s,
+            "; {} blobs NEW needs are neither in NEW (incremental) nor on OLD's site",
+            t.missing.len()
+        );
+    }
+    s
+}
+
+fn version_lines(d: &VersionDiff) -> Vec<String> {
+    let mut l = Vec::new();
+    let mut add = |what: &str, x: &[String]| {
+        if !x.is_empty() {
+            l.push(format!("{}: {what}: {}", d.version, x.join(", ")));
+        }
+    };
+    add("fields added", &d.fields_added);
+    add("fields removed", &d.fields_removed);
+    add("now required", &d.newly_required);
+    add("no longer required", &d.no_longer_required);
+    for e in &d.enum_values_removed {
+        l.push(format!(
+            "{}: enum values removed from {}: {}",
+            d.version,
+            e.path,
+            e.values.join(", ")
+        ));
+    }
+    for e in &d.enum_values_added {
+        l.push(format!(
+            "{}: enum values added to {}: {}",
+            d.version,
+            e.path,
+            e.values.join(", ")
+        ));
+    }
+    for t in &d.types_changed {
+        l.push(format!(
+            "{}: type of {}: {} → {}",
+            d.version,
+            t.path,
+            t.types.old.as_deref().unwrap_or("(none)"),
+            t.types.new.as_deref().unwrap_or("(none)")
+        ));
+    }
+    l
+}
+
+/// A CRD whose file changed but not its versions or schema fields (descriptions, formats).
+fn detail_only(c: &CrdChange) -> bool {
+    c.schema_available
+        && c.schema.is_empty()
+        && c.storage.is_none()
+        && c.versions_added.is_empty()
+        && c.versions_removed.is_empty()
+        && c.no_longer_served.is_empty()
+        && c.newly_served.is_empty()
+}
+
+/// The names of the CRDs that changed in details only.
+fn detail_only_names(r: &Report) -> Vec<&str> {
+    r.crds
+        .changed
+        .iter()
+        .filter(|c| detail_only(c))
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+/// What changed in a CRD, one line each.
+fn crd_lines(c: &CrdChange) -> Vec<String> {
+    let mut l = Vec::new();
+    let mut add = |what: &str, x: &[String]| {
+        if !x.is_empty() {
+            l.push(format!("{what}: {}", x.join(", ")));
+        }
+    };
+    add("versions added", &c.versions_added);
+    add("versions removed", &c.versions_removed);
+    add("no longer served", &c.no_longer_served);
+    add("newly served", &c.newly_served);
+    if let Some(s) = &c.storage {
+        l.push(format!("stored version: {} → {}", s.old, s.new));
+    }
+    for d in &c.schema {
+        l.extend(version_lines(d));
+    }
+    if !c.schema_available {
+        l.push("schema: not available from a manifest file".into());
+    }
+    l
+}
+
+/// The report as a table for a terminal.
+pub fn table(r: &Report) -> String {
+    let mut o = String::new();
+    for (name, s) in [("OLD", &r.old), ("NEW", &r.new)] {
+        let _ = writeln!(
+            o,
+            "{name}      {} ({}), created {}, {}; {}",
+            s.input,
+            side_kind(s),
+            s.created,
+            s.chart,
+            signature(&s.signature)
+        );
+    }
+    let c = &r.chart;
+    let _ = writeln!(
+        o,
+        "chart    {} {} → {}, appVersion {} → {}",
+        c.name,
+        c.version.old,
+        c.version.new,
+        c.app_version.old.as_deref().unwrap_or("-"),
+        c.app_version.new.as_deref().unwrap_or("-")
+    );
+    table_images(r, &mut o);
+    let _ = writeln!(o, "carry    {}", bytes_text(r));
+    table_crds(r, &mut o);
+    let v = &r.values;
+    match &v.note {
+        Some(n) => {
+            let _ = writeln!(o, "values   ({n})");
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "values   {} added, {} removed, {} changed (values.yaml defaults)",
+                v.added.len(),
+                v.removed.len(),
+                v.changed.len()
+            );
+        }
+    }
+    for e in &v.added {
+        let _ = writeln!(o, "  + {} = {}", e.path, e.value);
+    }
+    for e in &v.removed {
+        let _ = writeln!(o, "  - {} = {}", e.path, e.value);
+    }
+    for e in &v.changed {
+        let _ = writeln!(o, "  ~ {}: {} → {}", e.path, e.change.old, e.change.new);
+    }
+    let _ = writeln!(o, "warnings {}", r.warnings.len());
+    for w in &r.warnings {
+        let _ = writeln!(o, "  ! {w}");
+    }
+    o
+}
+
+fn table_images(r: &Report, o: &mut String) {
+    let i = &r.images;
+    let _ = writeln!(
+        o,
+        "images   {} added, {} removed, {} re-tagged, {} changed digest, {} unchanged",
+        i.added.len(),
+        i.removed.len(),
+        i.retagged.len(),
+        i.changed.len(),
+        i.unchanged
+    );
+    for a in &i.added {
+        let _ = writeln!(
+            o,
+            "  + {}  {}  [{}]",
+            a.ref_name,
+            short(&a.digest),
+            a.platforms.join(", ")
+        );
+    }
+    for a in &i.removed {
+        let _ = writeln!(
+            o,
+            "  - {}  {}  [{}]",
+            a.ref_name,
+            short(&a.digest),
+            a.platforms.join(", ")
+        );
+    }
+    for x in i.retagged.iter().chain(&i.changed) {
+        let _ = writeln!(
+            o,
+            "  ~ {}:{} → {}  {} → {}",
+            x.repository,
+            x.tag.old,
+            x.tag.new,
+            short(&x.digest.old),
+            short(&x.digest.new)
+        );
+        for p in &x.platforms {
+            let d = |d: &Option<Digest>| d.as_ref().map(short).unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                o,
+                "      {:16} {:9} {} → {}",
+                p.platform,
+                p.change,
+                d(&p.old),
+                d(&p.new)
+            );
+        }
+    }
+}
+
+fn table_crds(r: &Report, o: &mut String) {
+    let k = &r.crds;
+    let _ = writeln!(
+        o,
+        "crds     {} added, {} removed, {} changed, {} unchanged",
+        k.added.len(),
+        k.removed.len(),
+        k.changed.len(),
+        k.unchanged
+    );
+    if let Some(n) = &k.note {
+        let _ = writeln!(o, "  ({n})");
+    }
+    for a in &k.added {
+        let _ = writeln!(o, "  + {} ({}) [{}]", a.name, a.kind, a.versions.join(", "));
+    }
+    for a in &k.removed {
+        let _ = writeln!(o, "  - {} ({}) [{}]", a.name, a.kind, a.versions.join(", "));
+    }
+    for ch in k.changed.iter().filter(|c| !detail_only(c)) {
+        let _ = writeln!(o, "  ~ {} ({})", ch.name, ch.kind);
+        for l in crd_lines(ch) {
+            let _ = writeln!(o, "      {l}");
+        }
+    }
+    let details = detail_only_names(r);
+    if !details.is_empty() {
+        let _ = writeln!(
+            o,
+            "  ~ changed in descriptions or other details only: {}",
+            details.join(", ")
+        );
+    }
+}
+
+/// A Markdown table cell: `|` escaped, one line.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// The report as Markdown, for an approval ticket.
+pub fn markdown(r: &Report) -> String {
+    let mut o = String::new();
+    let c = &r.chart;
+    let _ = writeln!(
+        o,
+        "## koord-bundle diff: {} {} → {}\n",
+        c.name, c.version.old, c.version.new
+    );
+    let _ = writeln!(o, "| | OLD | NEW |\n|---|---|---|");
+    let row = |o: &mut String, k: &str, a: String, b: String| {
+        let _ = writeln!(o, "| {k} | {} | {} |", cell(&a), cell(&b));
+    };
+    row(
+        &mut o,
+        "input",
+        format!("`{}` ({})", r.old.input, side_kind(&r.old)),
+        format!("`{}` ({})", r.new.input, side_kind(&r.new)),
+    );
+    row(
+        &mut o,
+        "chart version",
+        c.version.old.clone(),
+        c.version.new.clone(),
+    );
+    row(
+        &mut o,
+        "appVersion",
+        c.app_version.old.clone().unwrap_or_else(|| "-".into()),
+        c.app_version.new.clone().unwrap_or_else(|| "-".into()),
+    );
+    row(
+        &mut o,
+        "chart archive",
+        format!("`{}`", short(&c.digest.old)),
+        format!("`{}`", short(&c.digest.new)),
+    );
+    row(
+        &mut o,
+        "created",
+        r.old.created.clone(),
+        r.new.created.clone(),
+    );
+    row(
+        &mut o,
+        "signature",
+        signature(&r.old.signature),
+        signature(&r.new.signature),
+    );
+    row(
+        &mut o,
+        "bundle manifest",
+        format!("`{}`", short(&r.old.manifest_digest)),
+        format!("`{}`", short(&r.new.manifest_digest)),
+    );
+    let _ = writeln!(o, "\n### Warnings ({})\n", r.warnings.len());
+    if r.warnings.is_empty() {
+        let _ = writeln!(o, "None.");
+    }
+    for w in &r.warnings {
+        let _ = writeln!(o, "- ⚠️ {}", w);
+    }
+    markdown_images(r, &mut o);
+    let _ = writeln!(o, "\n### What must cross\n\n{}", bytes_text(r));
+    markdown_crds(r, &mut o);
+    markdown_values(r, &mut o);
+    o
+}
+
+fn markdown_images(r: &Report, o: &mut String) {
+    let i = &r.images;
+    let _ = writeln!(
+        o,
+        "\n### Images: {} added, {} removed, {} re-tagged, {} changed digest, {} unchanged\n",
+        i.added.len(),
+        i.removed.len(),
+        i.retagged.len(),
+        i.changed.len(),
+        i.unchanged
+    );
+    if i.added.len() + i.removed.len() + i.retagged.len() + i.changed.len() == 0 {
+        let _ = writeln!(o, "No change.");
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "| image | change | tag | index digest | platforms |\n|---|---|---|---|---|"
+    );
+    for a in &i.added {
+        let (repo, tag) = a.ref_name.rsplit_once(':').unwrap_or((&a.ref_name, ""));
+        let _ = writeln!(
+            o,
+            "| `{}` | added | {} | `{}` | {} |",
+            cell(repo),
+            cell(tag),
+            short(&a.digest),
+            cell(&a.platforms.join(", "))
+        );
+    }
+    for a in &i.removed {
+        let (repo, tag) = a.ref_name.rsplit_once(':').unwrap_or((&a.ref_name, ""));
+        let _ = writeln!(
+            o,
+            "| `{}` | removed | {} | `{}` | {} |",
+            cell(repo),
+            cell(tag),
+            short(&a.digest),
+            cell(&a.platforms.join(", "))
+        );
+    }
+    for (what, list) in [("re-tagged", &i.retagged), ("changed digest", &i.changed)] {
+        for x in list {
+            let _ = writeln!(
+                o,
+                "| `{}` | {what} | {} → {} | `{}` → `{}` | {} |",
+                cell(&x.repository),
+                cell(&x.tag.old),
+                cell(&x.tag.new),
+                short(&x.digest.old),
+                short(&x.digest.new),
+                cell(&platforms_text(x))
+            );
+        }
+    }
+}
+
+fn markdown_crds(r: &Report, o: &mut String) {
+    let k = &r.crds;
+    let _ = writeln!(
+        o,
+        "\n### CRDs: {} added, {} removed, {} changed, {} unchanged\n",
+        k.added.len(),
+        k.removed.len(),
+        k.changed.len(),
+        k.unchanged
+    );
+    if let Some(n) = &k.note {
+        let _ = writeln!(o, "_{}_\n", n);
+    }
+    if k.added.len() + k.removed.len() + k.changed.len() == 0 {
+        let _ = writeln!(o, "No change.");
+        return;
+    }
+    let _ = writeln!(o, "| CRD | change | details |\n|---|---|---|");
+    for a in &k.added {
+        let _ = writeln!(
+            o,
+            "| `{}` ({}) | added | versions {} |",
+            cell(&a.name),
+            cell(&a.kind),
+            cell(&a.versions.join(", "))
+        );
+    }
+    for a in &k.removed {
+        let _ = writeln!(
+            o,
+            "| `{}` ({}) | removed | versions {} |",
+            cell(&a.name),
+            cell(&a.kind),
+            cell(&a.versions.join(", "))
+        );
+    }
+    for ch in k.changed.iter().filter(|c| !detail_only(c)) {
+        let details: Vec<String> = crd_lines(ch).iter().map(|l| cell(l)).collect();
+        let _ = writeln!(
+            o,
+            "| `{}` ({}) | changed | {} |",
+            cell(&ch.name),
+            cell(&ch.kind),
+            details.join("<br>")
+        );
+    }
+    let details = detail_only_names(r);
+    if !details.is_empty() {
+        let names: Vec<String> = details.iter().map(|n| format!("`{}`", cell(n))).collect();
+        let _ = writeln!(
+            o,
+            "| {} | changed | descriptions or other details only: no version or schema field changed |",
+            names.join(", ")
+        );
+    }
+}
+
+fn markdown_values(r: &Report, o: &mut String) {
+    let v = &r.values;
+    if let Some(n) = &v.note {
+        let _ = writeln!(o, "\n### values.yaml defaults\n\n_{}_", n);
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n### values.yaml defaults: {} added, {} removed, {} changed\n",
+        v.added.len(),
+        v.removed.len(),
+        v.changed.len()
+    );
+    if v.added.len() + v.removed.len() + v.changed.len() == 0 {
+        let _ = writeln!(o, "No change.");
+        return;
+    }
+    let _ = writeln!(o, "| path | OLD | NEW |\n|---|---|---|");
+    for e in &v.added {
+        let _ = writeln!(o, "| `{}` | (none) | `{}` |", cell(&e.path), cell(&e.value));
+    }
+    for e in &v.removed {
+        let _ = writeln!(o, "| `{}` | `{}` | (none) |", cell(&e.path), cell(&e.value));
+    }
+    for e in &v.changed {
+        let _ = writeln!(
+            o,
+            "| `{}` | `{}` | `{}` |",
+            cell(&e.path),
+            cell(&e.change.old),
+            cell(&e.change.new)
+        );
+    }
+}
