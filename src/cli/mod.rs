@@ -42,6 +42,24 @@ pub enum Command {
     Serve(ServeArgs),
 }
 
+impl Command {
+    /// Whether `--json` was given: the result, and a failure too, is then one JSON document on
+    /// stdout.
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Keygen(a) => a.json,
+            Command::Build(a) => a.json,
+            Command::Inspect(a) => a.json,
+            Command::Verify(a) => a.json,
+            Command::Load(a) => a.json,
+            Command::Split(a) => a.json,
+            Command::Join(a) => a.json,
+            Command::Repair(a) => a.json,
+            Command::Serve(_) => false,
+        }
+    }
+}
+
 /// `split`.
 #[derive(Debug, Args)]
 pub struct SplitArgs {

@@ -87,6 +87,14 @@ pub fn install_panic_hook() {
         };
         // Never a panic in here (a failed write is ignored): that would abort.
         let _ = std::io::stderr().write_all(text.as_bytes());
+        if JSON_ERRORS.load(Ordering::SeqCst) {
+            // With --json, the same document as every other failure (exit code 3).
+            let message = text.lines().next().unwrap_or_default();
+            let message = message.strip_prefix("error: ").unwrap_or(message);
+            let causes: Vec<String> = text.lines().skip(1).map(|l| l.trim().to_string()).collect();
+            let doc = error_json(message, &causes, EXIT_INTERNAL);
+            let _ = writeln!(std::io::stdout(), "{doc}");
+        }
         crate::child::kill_all();
         std::process::exit(EXIT_INTERNAL);
     }));
@@ -343,19 +351,78 @@ pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 /// bundles, registries and files: no control character of theirs reaches it raw).
 pub fn report(e: &anyhow::Error) -> String {
     let mut out = String::new();
+    for (i, text) in chain_texts(e).iter().enumerate() {
+        let prefix = if i == 0 { "error: " } else { "  caused by: " };
+        out.push_str(prefix);
+        out.push_str(text);
+        out.push('\n');
+    }
+    out
+}
+
+/// The messages of an error chain, outermost first, as [`report`] prints them: a cause whose
+/// text the message before already holds is left out; each made safe for a terminal.
+fn chain_texts(e: &anyhow::Error) -> Vec<String> {
+    let mut out = Vec::new();
     let mut last = String::new();
     for (i, cause) in e.chain().enumerate() {
         let text = cause.to_string();
         if i > 0 && last.contains(&text) {
             continue;
         }
-        let prefix = if i == 0 { "error: " } else { "  caused by: " };
-        out.push_str(prefix);
-        out.push_str(&crate::text::terminal_safe(&text));
-        out.push('\n');
+        out.push(crate::text::terminal_safe(&text));
         last = text;
     }
     out
+}
+
+/// Set once `--json` was given: failures (errors and panics) then also print one JSON document
+/// on stdout ([`error_json`]).
+static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Print failures as JSON on stdout too (the command was given `--json`).
+pub fn set_json_errors(on: bool) {
+    JSON_ERRORS.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The JSON document of a failure, the same for every command:
+/// `{"error": {"message": "...", "causes": ["...", ...], "exitCode": N}}`.
+pub fn error_json(message: &str, causes: &[String], exit_code: i32) -> String {
+    let v = serde_json::json!({
+        "error": {"message": message, "causes": causes, "exitCode": exit_code}
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_else(|_| {
+        format!(
+            r#"{{"error": {{"message": "(unprintable)", "causes": [], "exitCode": {exit_code}}}}}"#
+        )
+    })
+}
+
+/// A command failed: the error chain on stderr (and, with `--json`, one JSON document on
+/// stdout, see [`error_json`]); returns its exit code ([`exit_code`]).
+pub fn fail(e: &anyhow::Error) -> i32 {
+    let code = exit_code(e);
+    eprint!("{}", report(e));
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::SeqCst) {
+        let texts = chain_texts(e);
+        let (message, causes) = texts
+            .split_first()
+            .map_or(("", &[][..]), |(m, c)| (m.as_str(), c));
+        println!("{}", error_json(message, causes, code));
+    }
+    code
+}
+
+/// A usage error of clap's (exit [`EXIT_USAGE`]) of a command line that holds `--json`: the
+/// JSON document on stdout, clap's own message still on stderr (printed by clap).
+pub fn usage_error_json(e: &clap::Error) {
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    println!(
+        "{}",
+        error_json(&crate::text::terminal_safe(message), &[], e.exit_code())
+    );
 }
 
 /// The exit code of an error chain: the contract of [`EXIT_USER`], [`EXIT_INTERNAL`] (usage
