@@ -73,8 +73,8 @@ pub struct SplitArgs {
     /// stripe of blocks across the parts.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub parity: usize,
-    /// Where to write the parts [default: next to the bundle]. Stale parts of an earlier split
-    /// of the same bundle there are removed.
+    /// Where to write the parts (an existing directory) [default: next to the bundle]. Parts
+    /// of an earlier split of the same bundle there are replaced.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Sign the parts' header with this key, so the set is trusted before any part is read
@@ -103,6 +103,9 @@ pub struct JoinArgs {
     /// the joined bundle's own signature is still checked by `verify` and `load`.
     #[arg(long)]
     pub insecure_skip_signature: bool,
+    /// Replace the output file when it exists (otherwise join refuses to).
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -157,7 +160,8 @@ pub struct ServeArgs {
 /// `keygen`.
 #[derive(Debug, Args)]
 pub struct KeygenArgs {
-    /// Where to write the key pair [default: the user's config directory, ~/.config/koord-bundle].
+    /// Where to write the key pair: an existing directory [default: the user's config directory,
+    /// ~/.config/koord-bundle, created if needed]. An existing key is never overwritten.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Do not protect the secret key with a password (otherwise the password comes from
@@ -264,6 +268,9 @@ pub struct InspectArgs {
     /// Write the bundle manifest alone to FILE (for a later `build --since FILE`).
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
+    /// Replace the --manifest file when it exists (otherwise inspect refuses to).
+    #[arg(long, requires = "manifest")]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -326,6 +326,9 @@ fn overrides(args: &BuildArgs) -> Overrides {
 /// Run the build.
 pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    if let Some(since) = &args.since {
+        super::bundle_arg(since)?;
+    }
     let settings = Settings::resolve(&args, &progress)?;
     let (settings, plan) = make_plan(&args, settings, &progress).await?;
     let layout = layout::layout(&plan)?;

@@ -7,6 +7,11 @@ use anyhow::Context as _;
 /// Show what a bundle holds.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let progress = crate::progress::Progress::new(crate::progress::Mode::detect(args.json));
+    super::bundle_arg(&args.bundle)?;
+    if let Some(out) = &args.manifest {
+        super::output_dir_of(Some(out), true)?;
+        super::refuse_existing(out, args.force)?;
+    }
     let bf = crate::bundle::parts::BundleFile::open(&args.bundle).map_err(|source| {
         reader::VerifyError::Parts {
             path: args.bundle.clone(),
@@ -22,8 +27,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         )
     })?;
     if let Some(out) = &args.manifest {
-        std::fs::write(out, &head.manifest)
-            .with_context(|| format!("cannot write {}", out.display()))?;
+        write_file(out, &head.manifest, args.force)?;
         if !args.json {
             println!(
                 "manifest written to {} (for koord-bundle build --since {})",
@@ -101,4 +105,25 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         println!("  {}", c.name);
     }
     Ok(())
+}
+
+/// Write `bytes` to `path` whole or not at all (a temporary file in the same directory,
+/// renamed into place; an existing file is replaced only when `force`).
+fn write_file(path: &std::path::Path, bytes: &[u8], force: bool) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let dir = super::output_dir_of(Some(path), false)?;
+    let write = || -> std::io::Result<()> {
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".koord-bundle-manifest.")
+            .tempfile_in(&dir)?;
+        tmp.write_all(bytes)?;
+        tmp.as_file().sync_all()?;
+        if force {
+            tmp.persist(path).map_err(|e| e.error)?;
+        } else {
+            tmp.persist_noclobber(path).map_err(|e| e.error)?;
+        }
+        Ok(())
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))
 }

@@ -119,6 +119,7 @@ impl Settings {
             Some(b) => b.clone(),
             None => find_bundle()?,
         };
+        super::bundle_arg(&bundle)?;
         let target = Target::parse(&args.registry)?;
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
         let head = crate::bundle::parts::BundleFile::open(&bundle)

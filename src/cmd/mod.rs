@@ -297,9 +297,22 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
             output.map(|o| o.display().to_string()).unwrap_or_default()
         );
     }
+    output_dir(&dir, writable)?;
+    Ok(dir)
+}
+
+/// An output directory given (`--output-dir DIR`, the folder of `-o FILE`): checked to exist
+/// and, when `writable`, to take a file. Every command refuses a missing one with the same
+/// message rather than create it (a typo would otherwise scatter files).
+pub fn output_dir(dir: &std::path::Path, writable: bool) -> anyhow::Result<()> {
     if !dir.is_dir() {
+        let what = if dir.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
         anyhow::bail!(
-            "the output directory {} does not exist: create it first (mkdir -p {}); nothing was done",
+            "the output directory {} {what}: create it first (mkdir -p {}); nothing was done",
             dir.display(),
             dir.display()
         );
@@ -307,7 +320,7 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
     if writable {
         tempfile::Builder::new()
             .prefix(".koord-bundle-probe.")
-            .tempfile_in(&dir)
+            .tempfile_in(dir)
             .with_context(|| {
                 format!(
                     "cannot write into {}: the directory must be writable (nothing was done)",
@@ -315,7 +328,29 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
                 )
             })?;
     }
-    Ok(dir)
+    Ok(())
+}
+
+/// An output file that already exists is replaced only with `--force`.
+pub fn refuse_existing(path: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    if !force && path.symlink_metadata().is_ok() {
+        anyhow::bail!(
+            "{} already exists: pass --force to replace it, or name another file; nothing was done",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// A path given where a bundle is read: a directory gets the same message in every command.
+pub fn bundle_arg(path: &std::path::Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!(
+            "{} is a directory, not a bundle: name the bundle file (NAME.tar, or any part NAME.partNNN of a split set)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The inputs `build` passes to helm, checked before any download: each `--values` file is

@@ -43,6 +43,7 @@ async fn check_addr(addr: &str) -> anyhow::Result<()> {
 /// Serve a bundle.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(false));
+    super::bundle_arg(&args.bundle)?;
     let pk = if args.insecure_skip_signature {
         progress.warn(
             "--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)",

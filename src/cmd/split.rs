@@ -32,6 +32,7 @@ pub fn split_file(
 /// `split`.
 pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.bundle)?;
     let name = args
         .bundle
         .file_name()
@@ -47,6 +48,7 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
     };
+    super::output_dir(&dir, true)?;
     // The parts' header is signed with the given key, else the default one when there is one.
     let key =
         super::signing_key(args.sign_key.as_deref(), args.sign_key.is_some())?.map(|(sk, _)| sk);
@@ -124,6 +126,11 @@ fn trust_header(
 /// `join`.
 pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.first_part)?;
+    if let Some(o) = &args.output {
+        super::output_dir_of(Some(o), true)?;
+        super::refuse_existing(o, args.force)?;
+    }
     let bf = BundleFile::open(&args.first_part)?;
     let whole = bf.whole().cloned().with_context(|| {
         format!(
@@ -147,6 +154,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
             crate::text::printable(&whole.file)
         ),
     };
+    super::refuse_existing(&out, args.force)?;
     let n = parts::join(&bf, &out)?;
     tell_repairs(&progress, &bf);
     let count = bf
@@ -174,6 +182,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
 /// `repair`.
 pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.part)?;
     let bf = BundleFile::open(&args.part)?;
     let Some(s) = bf.set.clone() else {
         match &bf.header {

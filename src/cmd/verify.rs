@@ -8,6 +8,7 @@ use anyhow::Context as _;
 /// Verify a bundle.
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.bundle)?;
     let pk = if args.insecure_skip_signature {
         progress.warn("--insecure-skip-signature: the signature is NOT checked; only integrity is");
         None

@@ -109,3 +109,156 @@ fn a_panic_with_json_prints_the_json_error_document_with_exit_3() {
         assert!(msg.starts_with("internal error"), "{v}");
     }
 }
+
+/// A signed bundle of chart 1.8.0 in `h` and a split set of it (two parts) in `h/parts`:
+/// (bundle, first part).
+fn bundle_and_parts(h: &Home) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let parts = h.path().join("parts");
+    std::fs::create_dir(&parts).unwrap();
+    let o = h.run(&[
+        "split",
+        bundle.to_str().unwrap(),
+        "--size",
+        "1M",
+        "--output-dir",
+        parts.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    (bundle, parts.join("koordinator-1.8.0.tar.part000"))
+}
+
+const NO_DIR: &str =
+    "the output directory nodir does not exist: create it first (mkdir -p nodir); nothing was done";
+
+#[test]
+fn a_missing_output_directory_is_refused_the_same_way_by_every_command() {
+    let h = Home::with_key();
+    let (bundle, part) = bundle_and_parts(&h);
+    let b = bundle.to_str().unwrap();
+    let p = part.to_str().unwrap();
+    let cases: Vec<(&str, Output)> = vec![
+        (
+            "build -o",
+            h.build("1.8.0").args(&["-o", "nodir/x.tar"]).run(),
+        ),
+        ("join -o", h.run(&["join", p, "-o", "nodir/x.tar"])),
+        (
+            "split --output-dir",
+            h.run(&["split", b, "--size", "1M", "--output-dir", "nodir"]),
+        ),
+        (
+            "keygen --output-dir",
+            h.run(&["keygen", "--unencrypted", "--output-dir", "nodir"]),
+        ),
+        (
+            "inspect --manifest",
+            h.run(&["inspect", b, "--manifest", "nodir/m.json"]),
+        ),
+    ];
+    for (what, o) in &cases {
+        let err = assert_fails(o, 1, &[NO_DIR]);
+        assert!(!err.contains(".partial"), "{what}: {err}");
+        assert!(
+            !h.path().join("nodir").exists(),
+            "{what} created the directory"
+        );
+    }
+}
+
+#[test]
+fn an_existing_output_file_is_replaced_only_with_force() {
+    let h = Home::with_key();
+    let (bundle, part) = bundle_and_parts(&h);
+    let b = bundle.to_str().unwrap();
+    let p = part.to_str().unwrap();
+    let notes = h.path().join("notes.txt");
+    std::fs::write(&notes, "my notes\n").unwrap();
+    let key = h.pubkey();
+    let k = key.to_str().unwrap();
+
+    // join -o FILE that exists: refused, the file untouched.
+    let o = h.run(&["join", p, "-o", "notes.txt", "--key", k]);
+    assert_fails(&o, 1, &["notes.txt already exists: pass --force"]);
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
+    // join without -o where the bundle already is (the home): refused too.
+    let before = std::fs::metadata(&bundle).unwrap().modified().unwrap();
+    let o = h.run(&["join", p, "--key", k]);
+    assert_fails(
+        &o,
+        1,
+        &["koordinator-1.8.0.tar already exists: pass --force"],
+    );
+    assert_eq!(
+        std::fs::metadata(&bundle).unwrap().modified().unwrap(),
+        before
+    );
+    // With --force: replaced, byte-identical to the bundle (sha256sum, a peer).
+    let o = h.run(&["join", p, "-o", "notes.txt", "--key", k, "--force"]);
+    assert_ok(&o);
+    let sum = |f: &std::path::Path| {
+        let o = tool("sha256sum", &[f.to_str().unwrap()], h.path());
+        String::from_utf8_lossy(&o.stdout)
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(sum(&notes), sum(&bundle));
+
+    // inspect --manifest FILE that exists: refused, then replaced with --force.
+    std::fs::write(h.path().join("m.json"), "mine").unwrap();
+    let o = h.run(&["inspect", b, "--manifest", "m.json"]);
+    assert_fails(&o, 1, &["m.json already exists: pass --force"]);
+    assert_eq!(
+        std::fs::read_to_string(h.path().join("m.json")).unwrap(),
+        "mine"
+    );
+    assert_ok(&h.run(&["inspect", b, "--manifest", "m.json", "--force"]));
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(h.path().join("m.json")).unwrap()).unwrap();
+    assert_eq!(m["chart"]["version"], "1.8.0");
+
+    // keygen over an existing key: refused, the key unchanged.
+    let before = std::fs::read(&key).unwrap();
+    let o = h.run(&["keygen", "--unencrypted"]);
+    assert_fails(&o, 1, &["already exists", "will not overwrite a key"]);
+    assert_eq!(std::fs::read(&key).unwrap(), before);
+}
+
+#[test]
+fn a_directory_given_as_the_bundle_gets_one_message_in_every_command() {
+    let h = Home::with_key();
+    let dir = h.path().join("adir");
+    std::fs::create_dir(&dir).unwrap();
+    let d = "adir";
+    let msg = "adir is a directory, not a bundle: name the bundle file (NAME.tar, or any part NAME.partNNN of a split set)";
+    let plain = env().plain.clone();
+    let cases: Vec<(&str, Output)> = vec![
+        ("verify", h.run(&["verify", d])),
+        ("inspect", h.run(&["inspect", d])),
+        ("serve", h.run(&["serve", d, "--addr", "127.0.0.1:0"])),
+        (
+            "load",
+            h.run(&[
+                "load",
+                d,
+                "--registry",
+                &plain,
+                "--plain-http",
+                "--no-install",
+            ]),
+        ),
+        ("split", h.run(&["split", d, "--size", "1M"])),
+        ("join", h.run(&["join", d])),
+        ("repair", h.run(&["repair", d])),
+        (
+            "build --since",
+            h.build("1.8.0").args(&["--since", d, "--dry-run"]).run(),
+        ),
+    ];
+    for (what, o) in &cases {
+        let err = assert_fails(o, 1, &[msg]);
+        assert!(!err.contains("os error"), "{what}: {err}");
+    }
+}
