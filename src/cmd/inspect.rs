@@ -19,6 +19,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
     })?;
     let head = reader::read_head_of(&bf)?;
+    reader::check_complete(&bf, &head)?;
     super::sets::tell_repairs(&progress, &bf);
     let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
         format!(

@@ -342,6 +342,21 @@ pub fn refuse_existing(path: &std::path::Path, force: bool) -> anyhow::Result<()
     Ok(())
 }
 
+/// Refuse a bundle cut short with a message that says so (see
+/// [`crate::bundle::reader::check_complete`]), before a long verification would name the
+/// files it did not find. A bundle whose head cannot be read is left to the reader that
+/// follows, which says why.
+pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
+    use crate::bundle::{parts::BundleFile, reader};
+    let Ok(bf) = BundleFile::open(path) else {
+        return Ok(());
+    };
+    if let Ok(head) = reader::read_head_of(&bf) {
+        reader::check_complete(&bf, &head)?;
+    }
+    Ok(())
+}
+
 /// A path given where a bundle is read: a directory gets the same message in every command.
 pub fn bundle_arg(path: &std::path::Path) -> anyhow::Result<()> {
     if path.is_dir() {

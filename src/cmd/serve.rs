@@ -44,6 +44,7 @@ async fn check_addr(addr: &str) -> anyhow::Result<()> {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(false));
     super::bundle_arg(&args.bundle)?;
+    super::check_not_truncated(&args.bundle).context("the bundle did not verify: nothing is served")?;
     let pk = if args.insecure_skip_signature {
         progress.warn(
             "--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)",

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     super::bundle_arg(&args.bundle)?;
+    super::check_not_truncated(&args.bundle)?;
     let pk = if args.insecure_skip_signature {
         progress.warn("--insecure-skip-signature: the signature is NOT checked; only integrity is");
         None

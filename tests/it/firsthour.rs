@@ -262,3 +262,54 @@ fn a_directory_given_as_the_bundle_gets_one_message_in_every_command() {
         assert!(!err.contains("os error"), "{what}: {err}");
     }
 }
+
+#[test]
+fn a_truncated_bundle_is_called_truncated_by_every_reader() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let bytes = std::fs::read(&bundle).unwrap();
+    let whole = bytes.len();
+    let cut = h.path().join("cut.tar");
+    let plain = env().plain.clone();
+    // Cut inside a large layer, and at 95 % (after the last layer began: verify named the
+    // files it missed).
+    for len in [whole * 55 / 100, whole * 95 / 100] {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let c = cut.to_str().unwrap();
+        let said = format!("is truncated: the file is {len} bytes, the bundle needs at least");
+        let cases: Vec<(&str, Output)> = vec![
+            ("verify", h.run(&["verify", c])),
+            ("inspect", h.run(&["inspect", c])),
+            ("serve", h.run(&["serve", c, "--addr", "127.0.0.1:0"])),
+            (
+                "load",
+                h.run(&[
+                    "load",
+                    c,
+                    "--registry",
+                    &plain,
+                    "--plain-http",
+                    "--no-install",
+                ]),
+            ),
+        ];
+        for (what, o) in &cases {
+            let err = assert_fails(o, 1, &[&said, "copy it again in full"]);
+            assert!(!err.contains("missing"), "{what}: {err}");
+        }
+        // The bound is a lower bound: the whole bundle is larger still.
+        let err = String::from_utf8_lossy(&cases[0].1.stderr).to_string();
+        let needed: usize = err
+            .split("needs at least ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            needed > len && needed <= whole,
+            "{len} < {needed} <= {whole}"
+        );
+    }
+    // The whole bundle passes.
+    assert_ok(&h.run(&["inspect", bundle.to_str().unwrap()]));
+}
