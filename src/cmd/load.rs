@@ -120,7 +120,8 @@ impl Settings {
             None => find_bundle()?,
         };
         super::bundle_arg(&bundle)?;
-        super::check_not_truncated(&bundle).context("the bundle did not verify: nothing was pushed")?;
+        super::check_not_truncated(&bundle)
+            .context("the bundle did not verify: nothing was pushed")?;
         let target = Target::parse(&args.registry)?;
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
         let head = crate::bundle::parts::BundleFile::open(&bundle)

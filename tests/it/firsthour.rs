@@ -313,3 +313,33 @@ fn a_truncated_bundle_is_called_truncated_by_every_reader() {
     // The whole bundle passes.
     assert_ok(&h.run(&["inspect", bundle.to_str().unwrap()]));
 }
+
+#[test]
+fn serve_on_loopback_does_not_send_the_nodes_to_127_0_0_1() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let s = crate::serve_proc::start(&h, &[bundle.to_str().unwrap()]);
+    let out = s.stdout();
+    let port = s.addr.rsplit(':').next().unwrap().to_string();
+    let install = out
+        .lines()
+        .find(|l| l.contains("imageRepositoryHost="))
+        .unwrap_or_else(|| panic!("no install advice:\n{out}"));
+    assert!(
+        install.contains(&format!("imageRepositoryHost=HOST:{port}")),
+        "{install}"
+    );
+    for needle in [
+        "loopback address",
+        "127.0.0.1 is the node itself",
+        &format!("--addr 0.0.0.0:{port}"),
+        &format!("container runtimes must treat HOST:{port} as an insecure registry"),
+    ] {
+        assert!(out.contains(needle), "banner lacks {needle:?}:\n{out}");
+    }
+    // What this machine runs itself (skopeo, helm pull) still names the address it listens on.
+    assert!(
+        out.contains(&format!("helm pull oci://{}/", s.addr)),
+        "{out}"
+    );
+}
