@@ -86,12 +86,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         ),
         None => println!("signed   NO"),
     }
-    println!(
-        "images   {} ({} unique blobs, {})",
-        m.images.len(),
-        m.blobs.count,
-        crate::text::human_bytes(m.blobs.bytes)
-    );
+    println!("blobs    {}", super::blobs_in_bundle(&m.blobs));
+    println!("images   {}", m.images.len());
     for i in &m.images {
         println!(
             "  {:44} {}  [{}]  from {}",

@@ -228,9 +228,9 @@ async fn verify(
     }
     let report = src.report();
     progress.say(format!(
-        "verified {} files, {} blobs{}",
+        "verified {} files; {}{}",
         report.files,
-        report.blobs,
+        super::blobs_in_bundle(&src.manifest().blobs),
         match &report.signature {
             Some(s) if report.signature_verified => format!(", signed by key {}", s.key_id),
             _ => ", signature not checked".into(),
@@ -775,19 +775,26 @@ async fn push<K: crate::store::Sink>(
 }
 
 /// What the push did with the blobs, in the same words on the progress line and in the
-/// summary: `pushed 3 blobs (1.2 MiB), mounted 2, 30 already there (3.8 MiB)` (counts of
-/// repository and blob pairs), `would push …, would mount …` in a dry run.
+/// summary: `pushed 3 of 26 blobs (1.2 MiB), 23 already there (3.8 MiB), 8 mounted across
+/// repositories` (each blob counted once, whatever number of repositories use it; the bytes
+/// pushed are the bytes sent), `would push …, would mount …` in a dry run.
 fn blob_counts(stats: &copy::Stats, dry_run: bool) -> String {
     let (push, mount) = if dry_run {
         ("would push", "would mount")
     } else {
         ("pushed", "mounted")
     };
+    let mounts = if stats.mounted > 0 {
+        format!(", {mount} {} across repositories", stats.mounted)
+    } else {
+        String::new()
+    };
     format!(
-        "{push} {} blobs ({}), {mount} {}, {} already there ({})",
+        "{push} {} of {} {} ({}), {} already there ({}){mounts}",
         stats.uploaded,
+        stats.blobs,
+        crate::text::plural(stats.blobs, "blob", "blobs"),
         human_bytes(stats.uploaded_bytes),
-        stats.mounted,
         stats.skipped,
         human_bytes(stats.skipped_bytes)
     )

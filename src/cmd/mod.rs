@@ -389,6 +389,18 @@ pub fn check_helm_inputs(values: &[PathBuf], sets: &[String]) -> anyhow::Result<
     Ok(())
 }
 
+/// The blobs of a bundle, in the same words in every command (`build`, its dry run,
+/// `inspect`, `verify`, `load`, `serve`): `43 blobs in the bundle (874.0 KiB)`, every blob its
+/// manifest counts, image manifests included.
+pub fn blobs_in_bundle(blobs: &crate::bundle::manifest::BlobTotals) -> String {
+    format!(
+        "{} {} in the bundle ({})",
+        blobs.count,
+        crate::text::plural(blobs.count, "blob", "blobs"),
+        crate::text::human_bytes(blobs.bytes)
+    )
+}
+
 /// Print a JSON document on stdout.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);

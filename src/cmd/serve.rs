@@ -200,11 +200,11 @@ fn print_banner(
         _ => "signature NOT CHECKED".into(),
     };
     println!(
-        "bundle {} verified: {signature}; {} files, {} blobs, {} bytes",
+        "bundle {} verified: {signature}; {} files ({}), {}",
         src.path().display(),
         report.files,
-        report.blobs,
-        report.bytes
+        crate::text::human_bytes(report.bytes),
+        super::blobs_in_bundle(&src.manifest().blobs)
     );
     // How clients reach it: the bound address, or a placeholder for a wildcard address.
     let host = if addr.ip().is_unspecified() {

@@ -343,3 +343,89 @@ fn serve_on_loopback_does_not_send_the_nodes_to_127_0_0_1() {
         "{out}"
     );
 }
+
+/// `N blobs in the bundle (X)` of a command's output.
+fn blobs_line(out: &str) -> String {
+    let at = out
+        .find(" blobs in the bundle (")
+        .unwrap_or_else(|| panic!("no 'blobs in the bundle':\n{out}"));
+    let start = out[..at]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    let end = at + out[at..].find(')').unwrap() + 1;
+    out[start..end].to_string()
+}
+
+#[test]
+fn build_inspect_verify_and_load_count_the_same_blobs() {
+    let h = Home::with_key();
+    let (bundle, built) = h.build_plain("1.8.0", &[]);
+    let b = bundle.to_str().unwrap();
+    let carried = &built["counts"]["carried"];
+    let (count, bytes) = (
+        carried["blobs"].as_u64().unwrap(),
+        carried["bytes"].as_u64().unwrap(),
+    );
+    let m = bundle_manifest(&bundle);
+    assert_eq!(
+        (m["blobs"]["count"].as_u64(), m["blobs"]["bytes"].as_u64()),
+        (Some(count), Some(bytes))
+    );
+    let stdout = |o: &Output| {
+        assert_ok(o);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let dry = h.build("1.8.0").arg("--dry-run").run();
+    let said = blobs_line(&stdout(&dry));
+    let inspect = blobs_line(&stdout(&h.run(&["inspect", b])));
+    let verify = stdout(&h.run(&["verify", b]));
+    assert_eq!(inspect, said);
+    assert_eq!(blobs_line(&verify), said);
+    assert!(
+        said.starts_with(&format!("{count} blobs in the bundle (")),
+        "{said}"
+    );
+    // verify's byte count is of every file, and says so.
+    assert!(verify.contains(" in all"), "{verify}");
+
+    // A re-load: each blob counted once, never more bytes than the bundle holds.
+    let registry = format!("{}/{}", env().plain, unique_prefix("numbers"));
+    let load = |extra: &[&str]| {
+        let o = h
+            .load_cmd(&bundle, &registry, &["--plain-http", "--no-install"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        o
+    };
+    load(&[]);
+    let o = load(&["--json"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let push = &r["push"];
+    let n = push["blobs"].as_u64().unwrap();
+    // Every blob of the bundle is a config or layer pushed, or a manifest.
+    assert_eq!(
+        n + push["manifestsSkipped"].as_u64().unwrap(),
+        count,
+        "{push}"
+    );
+    assert_eq!(push["skipped"].as_u64(), Some(n), "{push}");
+    let present = push["skippedBytes"].as_u64().unwrap();
+    assert!(
+        present <= bytes,
+        "{present} bytes already there, of a bundle of {bytes}: {push}"
+    );
+    assert_eq!(push["blobBytes"].as_u64(), Some(present));
+    // (repository, blob) pairs stay in the JSON, named as such.
+    assert!(push["pairs"]["blobs"].as_u64().unwrap() > n, "{push}");
+    let o = load(&[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let human = present as f64 / 1024.0;
+    assert!(
+        out.contains(&format!(
+            "pushed 0 of {n} blobs (0 B), {n} already there ({human:.1} KiB)"
+        )),
+        "{out}"
+    );
+}

@@ -142,7 +142,7 @@ fn reload_and_dry_run_progress_lines_agree_with_the_summary() {
         let (p, s) = push_lines(&load(extra));
         assert_eq!(p, s, "{extra:?}");
         assert!(
-            p.contains("push 0 blobs (0 B)") || p.starts_with("pushed 0 blobs (0 B)"),
+            p.contains("push 0 of ") || p.starts_with("pushed 0 of "),
             "{p}"
         );
         assert!(!p.contains(" 0 already there"), "{p}");
