@@ -46,6 +46,10 @@ pub enum VerifyError {
         /// Details.
         reason: String,
     },
+    /// The file does not start with a tar header: not a bundle at all (its bytes are not
+    /// quoted: they are anything).
+    #[error("{0} is not a tar archive (no tar header at the start): not a koord-bundle bundle (NAME.tar, or a part NAME.partNNN of a split set), or damaged at its start")]
+    NotATar(PathBuf),
     /// The bundle does not start with the checksum file.
     #[error("bundle {0} does not start with SHA256SUMS: not a koord-bundle bundle, or damaged")]
     NoChecksums(PathBuf),
@@ -74,7 +78,7 @@ pub enum VerifyError {
         reason: String,
     },
     /// A file does not match its checksum.
-    #[error("bundle {path}: {entry} has sha256 {actual}, SHA256SUMS says {expected}")]
+    #[error("bundle {path}: {entry} has digest {actual}, SHA256SUMS says {expected}")]
     Mismatch {
         /// The bundle.
         path: PathBuf,
@@ -253,6 +257,28 @@ pub struct Head {
 /// Tar blocks are 512 bytes.
 const TAR_BLOCK: u64 = 512;
 
+/// Whether `block` is a whole tar header whose checksum holds.
+fn is_tar_header(block: &[u8]) -> bool {
+    if block.len() < TAR_BLOCK as usize {
+        return false;
+    }
+    let Ok(want) = tar::Header::from_byte_slice(&block[..TAR_BLOCK as usize]).cksum() else {
+        return false;
+    };
+    let sum: u32 = block[..TAR_BLOCK as usize]
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u32::from(*b)
+            }
+        })
+        .sum();
+    sum == want
+}
+
 /// Most tar headers [`walk_to_end`] reads (a bundle of 600,000 files; the walk then gives up).
 const MAX_WALK: usize = 1 << 20;
 
@@ -352,8 +378,21 @@ pub fn read_head(path: &Path) -> Result<Head, VerifyError> {
 /// [`read_head`] of a bundle already opened (a split set keeps the log of what it rebuilt).
 pub fn read_head_of(bf: &BundleFile) -> Result<Head, VerifyError> {
     let path = &bf.path;
-    let (stream, gzip) = open_file(bf)?;
-    let mut ar = tar::Archive::new(stream);
+    let (mut stream, gzip) = open_file(bf)?;
+    // The first block is a tar header, or this is no bundle: said so, rather than what the
+    // tar reader makes of random bytes.
+    let mut first = Vec::with_capacity(TAR_BLOCK as usize);
+    (&mut stream)
+        .take(TAR_BLOCK)
+        .read_to_end(&mut first)
+        .map_err(|e| VerifyError::Tar {
+            path: path.to_path_buf(),
+            reason: crate::text::printable(&e.to_string()),
+        })?;
+    if !is_tar_header(&first) {
+        return Err(VerifyError::NotATar(path.to_path_buf()));
+    }
+    let mut ar = tar::Archive::new(io::Cursor::new(first).chain(stream));
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
         reason: crate::text::printable(&e.to_string()),

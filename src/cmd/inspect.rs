@@ -49,7 +49,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
                 serde_json::json!({
                     "ref": i.ref_name, "digest": i.digest, "upstreamDigest": i.upstream_digest,
                     "platforms": i.platforms, "source": i.source, "sourceRef": i.source_ref,
-                    "original": i.original, "size": i.total_size,
+                    "original": i.original, "size": i.size, "totalSize": i.total_size,
                 })
             })
             .collect();

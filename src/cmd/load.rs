@@ -120,8 +120,6 @@ impl Settings {
             None => find_bundle()?,
         };
         super::bundle_arg(&bundle)?;
-        super::check_not_truncated(&bundle)
-            .context("the bundle did not verify: nothing was pushed")?;
         let target = Target::parse(&args.registry)?;
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
         let head = crate::bundle::parts::BundleFile::open(&bundle)
@@ -130,6 +128,8 @@ impl Settings {
         if head.starts_with(&[0x1f, 0x8b]) {
             bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
         }
+        super::check_not_truncated(&bundle)
+            .context("the bundle did not verify: nothing was pushed")?;
         let key = if args.insecure_skip_signature {
             progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
             None

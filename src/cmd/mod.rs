@@ -188,16 +188,40 @@ pub fn signing_key(
             path.parent().map(|p| p.display().to_string()).unwrap_or_default()
         );
     }
-    let password = if sign::secret_key_is_encrypted(&path)? {
-        key_password(false)?
-    } else {
-        None
-    };
-    let sk = sign::load_secret_key(&path, password)?;
-    Ok(Some((sk, path.with_extension("pub"))))
+    let prompted = std::env::var_os(env::KEY_PASSWORD).is_none() && std::io::stdin().is_terminal();
+    if !prompted || !sign::secret_key_is_encrypted(&path)? {
+        let password = if sign::secret_key_is_encrypted(&path)? {
+            key_password(false)?
+        } else {
+            None
+        };
+        let sk = sign::load_secret_key(&path, password)?;
+        return Ok(Some((sk, path.with_extension("pub"))));
+    }
+    // On a terminal, a mistyped password is asked again, as sudo and ssh-keygen do.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let password = prompt_password("Key password: ")?;
+        match sign::load_secret_key(&path, Some(password)) {
+            Ok(sk) => return Ok(Some((sk, path.with_extension("pub")))),
+            Err(e) if attempt < PASSWORD_TRIES => {
+                eprintln!("{e}: try again");
+            }
+            Err(e) => {
+                return Err(anyhow::Error::from(e).context(format!(
+                    "{PASSWORD_TRIES} tries: no password opened the key"
+                )))
+            }
+        }
+    }
 }
 
-/// The key password: the environment, else a prompt on a terminal, else `None`.
+/// How often a password is asked on a terminal (a mistyped one, or two that differ).
+const PASSWORD_TRIES: usize = 3;
+
+/// The key password: the environment, else a prompt on a terminal, else `None`. With
+/// `confirm` (a new key), it is asked twice, and again when the two differ.
 pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
     if let Ok(p) = std::env::var(env::KEY_PASSWORD) {
         return Ok(Some(p));
@@ -205,11 +229,16 @@ pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
     if !std::io::stdin().is_terminal() {
         return Ok(None);
     }
-    let p = prompt_password("Key password: ")?;
-    if confirm && prompt_password("Key password (again): ")? != p {
-        anyhow::bail!("the passwords do not match");
+    for attempt in 1..=PASSWORD_TRIES {
+        let p = prompt_password("Key password: ")?;
+        if !confirm || prompt_password("Key password (again): ")? == p {
+            return Ok(Some(p));
+        }
+        if attempt < PASSWORD_TRIES {
+            eprintln!("the passwords do not match: try again");
+        }
     }
-    Ok(Some(p))
+    anyhow::bail!("the passwords did not match in {PASSWORD_TRIES} tries: no key was written")
 }
 
 fn prompt_password(prompt: &str) -> anyhow::Result<String> {
@@ -342,7 +371,7 @@ pub fn refuse_existing(path: &std::path::Path, force: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Refuse a bundle cut short with a message that says so (see
+/// Refuse a file that is no tar at all, and a bundle cut short, with a message that says so (see
 /// [`crate::bundle::reader::check_complete`]), before a long verification would name the
 /// files it did not find. A bundle whose head cannot be read is left to the reader that
 /// follows, which says why.
@@ -351,10 +380,11 @@ pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
     let Ok(bf) = BundleFile::open(path) else {
         return Ok(());
     };
-    if let Ok(head) = reader::read_head_of(&bf) {
-        reader::check_complete(&bf, &head)?;
+    match reader::read_head_of(&bf) {
+        Ok(head) => Ok(reader::check_complete(&bf, &head)?),
+        Err(e @ reader::VerifyError::NotATar(_)) => Err(e.into()),
+        Err(_) => Ok(()),
     }
-    Ok(())
 }
 
 /// A path given where a bundle is read: a directory gets the same message in every command.

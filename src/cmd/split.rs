@@ -52,6 +52,14 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     // The parts' header is signed with the given key, else the default one when there is one.
     let key =
         super::signing_key(args.sign_key.as_deref(), args.sign_key.is_some())?.map(|(sk, _)| sk);
+    if key.is_none() {
+        progress.warn(
+            "no signing key (none in the config directory, no --sign-key): the parts' header is NOT signed, \
+             so join and repair will refuse the set without --insecure-skip-signature; sign it with \
+             --sign-key FILE, or create a key with `koord-bundle keygen` (the bundle's own signature is \
+             unchanged and still checked by verify and load)",
+        );
+    }
     let total = std::fs::metadata(&args.bundle)
         .with_context(|| format!("cannot read {}", args.bundle.display()))?
         .len();
@@ -79,8 +87,9 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{} parts{}; verify, inspect, load, serve and join take any of them{}",
+        "{} {}{}; verify, inspect, load, serve and join take any of them{}",
         written.len(),
+        crate::text::plural(written.len(), "part", "parts"),
         match args.parity {
             0 => String::new(),
             1 => ", the last one parity: any 1 part lost is rebuilt".into(),
@@ -170,11 +179,12 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
         }));
     }
     println!(
-        "{} ({} bytes, sha256 {}) joined from {} parts",
+        "{} ({} bytes, {}) joined from {} {}",
         out.display(),
         n,
-        whole.sha256.hex(),
-        count
+        whole.sha256,
+        count,
+        crate::text::plural(count, "part", "parts")
     );
     Ok(())
 }
@@ -222,10 +232,11 @@ pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
         println!("the set {} is whole: nothing to repair", s.path.display());
     } else {
         println!(
-            "{} part{} written back whole ({} blocks rebuilt from parity): the set is whole again",
+            "{} {} written back whole ({} {} rebuilt from parity): the set is whole again",
             done.written.len(),
-            if done.written.len() == 1 { "" } else { "s" },
-            done.rebuilt
+            crate::text::plural(done.written.len(), "part", "parts"),
+            done.rebuilt,
+            if done.rebuilt == 1 { "block" } else { "blocks" }
         );
     }
     Ok(())

@@ -429,3 +429,190 @@ fn build_inspect_verify_and_load_count_the_same_blobs() {
         "{out}"
     );
 }
+
+#[test]
+fn every_help_has_examples_and_build_marks_its_repeatable_flags() {
+    let h = Home::new();
+    for cmd in [
+        "keygen", "build", "inspect", "verify", "load", "split", "join", "repair", "serve",
+    ] {
+        let o = h.run(&[cmd, "--help"]);
+        assert_ok(&o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let examples = out
+            .split("Examples:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{cmd} --help has no examples:\n{out}"));
+        assert!(
+            examples.contains(&format!("koord-bundle {cmd} ")),
+            "{cmd}: {examples}"
+        );
+    }
+    let help = |cmd: &str| String::from_utf8_lossy(&h.run(&[cmd, "--help"]).stdout).to_string();
+    // Each flag's paragraph, up to the next flag.
+    let flag_doc = |text: &str, flag: &str| -> String {
+        let opts = &text[text.find("Options:").unwrap()..];
+        let at = opts
+            .find(&format!("--{flag} "))
+            .unwrap_or_else(|| panic!("no --{flag}:\n{text}"));
+        let rest = &opts[at..];
+        let end = rest.find("\n  -").unwrap_or(rest.len());
+        rest[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let build = help("build");
+    for flag in ["source", "image", "values", "set", "ca-file", "platform"] {
+        assert!(
+            flag_doc(&build, flag).contains("Repeatable"),
+            "build --{flag}"
+        );
+    }
+    let load = help("load");
+    for flag in ["values", "set", "ca-file", "image-pull-secret", "skip-crds"] {
+        assert!(
+            flag_doc(&load, flag).contains("Repeatable"),
+            "load --{flag}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_key_password_on_a_terminal_gets_three_tries() {
+    let h = Home::new();
+    let o = h
+        .cmd(&["keygen"])
+        .env("KOORD_BUNDLE_KEY_PASSWORD", "right")
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let (bundle, _) = {
+        let b = Home::with_key();
+        let (p, v) = b.build_plain("1.8.0", &[]);
+        let here = h.path().join("b.tar");
+        std::fs::copy(&p, &here).unwrap();
+        (here, v)
+    };
+    std::fs::create_dir(h.path().join("parts")).unwrap();
+    // split signs the parts' header with the default key: encrypted, so asked on a terminal
+    // (script runs it on a pseudo-terminal; what is typed is its standard input).
+    let split = |typed: &str| {
+        let script = format!(
+            "{} split {} --size 1M --output-dir {}",
+            env!("CARGO_BIN_EXE_koord-bundle"),
+            bundle.display(),
+            h.path().join("parts").display()
+        );
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &script, "/dev/null"])
+            .current_dir(h.path())
+            .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
+            .env_remove("KOORD_BUNDLE_KEY_PASSWORD")
+            .env("TERM", "dumb");
+        run_with_stdin(&mut c, typed)
+    };
+    let o = split("wrong\nwrong again\nright\n");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert_eq!(out.matches("Key password:").count(), 3, "{out}");
+    assert_eq!(out.matches("try again").count(), 2, "{out}");
+    assert!(out.contains("the parts' header is signed"), "{out}");
+    let o = split("a\nb\nc\nright\n");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(out.matches("Key password:").count(), 3, "{out}");
+    assert!(out.contains("3 tries: no password opened the key"), "{out}");
+}
+
+#[test]
+fn the_smaller_messages_of_the_first_hour() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let b = bundle.to_str().unwrap();
+
+    // "1 parts" and "sha256 sha256:".
+    std::fs::create_dir(h.path().join("one")).unwrap();
+    let o = h.run(&["split", b, "--size", "2M", "--output-dir", "one"]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\n1 part;"), "{out}");
+    let o = h.run(&["join", "one/koordinator-1.8.0.tar.part000", "-o", "j.tar"]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(", sha256:") && out.contains("joined from 1 part\n"),
+        "{out}"
+    );
+    assert!(!out.contains("sha256 sha256"), "{out}");
+    let (_, at) = largest_blob(&bundle);
+    let tampered = h.path().join("t.tar");
+    std::fs::copy(&bundle, &tampered).unwrap();
+    flip_byte(&tampered, at + 100);
+    let o = h.run(&["verify", tampered.to_str().unwrap()]);
+    let err = assert_fails(&o, 1, &["has digest sha256:", "SHA256SUMS says sha256:"]);
+    assert!(!err.contains("sha256 sha256"), "{err}");
+
+    // A random file: "not a tar", none of its bytes.
+    let random: Vec<u8> = (0..20_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(h.path().join("random.bin"), &random).unwrap();
+    let plain = env().plain.clone();
+    for args in [
+        vec!["verify", "random.bin"],
+        vec!["inspect", "random.bin"],
+        vec!["serve", "random.bin", "--addr", "127.0.0.1:0"],
+        vec![
+            "load",
+            "random.bin",
+            "--registry",
+            &plain,
+            "--plain-http",
+            "--no-install",
+        ],
+    ] {
+        let o = h.run(&args);
+        let err = assert_fails(
+            &o,
+            1,
+            &["random.bin is not a tar archive (no tar header at the start)"],
+        );
+        assert!(
+            !err.contains("\\u{") && !err.contains("\\x") && err.len() < 600,
+            "{args:?}: {err}"
+        );
+    }
+
+    // split without a key: warned that the header is unsigned, and what join then needs.
+    let nokey = Home::new();
+    let o = nokey.run(&[
+        "split",
+        b,
+        "--size",
+        "1M",
+        "--output-dir",
+        h.path().join("one").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ok(&o);
+    assert!(
+        err.contains("warning: no signing key") && err.contains("NOT signed"),
+        "{err}"
+    );
+    assert!(err.contains("--insecure-skip-signature"), "{err}");
+
+    // inspect --json: `size` is the top manifest's (as in the bundle's own JSON and the spec),
+    // `totalSize` the image's whole size.
+    let o = h.run(&["inspect", b, "--json"]);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = bundle_manifest(&bundle);
+    for (got, want) in v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(m["images"].as_array().unwrap())
+    {
+        assert_eq!(got["size"], want["size"], "{got}");
+        assert_eq!(got["totalSize"], want["totalSize"], "{got}");
+        assert!(got["totalSize"].as_u64() > got["size"].as_u64(), "{got}");
+    }
+}
