@@ -851,26 +851,7 @@ async fn transfer_into<S: Source, K: Sink>(
             todo.push(it);
         }
     }
-    // The progress counts each blob once: a blob of a graph to copy is counted by its copy.
-    let mut unique = Unique::default();
-    let to_copy: BTreeSet<&Digest> = todo
-        .iter()
-        .flat_map(|it| it.graph.blobs.iter().map(|b| &b.digest))
-        .collect();
-    for it in done_graphs {
-        stats.graphs_present += 1;
-        stats.pairs.blobs += it.graph.blobs.len();
-        stats.pairs.skipped += it.graph.blobs.len();
-        for b in &it.graph.blobs {
-            stats.pairs.skipped_bytes = stats.pairs.skipped_bytes.saturating_add(b.size);
-            if !to_copy.contains(&b.digest) && !unique.0.contains_key(&b.digest) {
-                (opts.on_bytes)(b.size);
-            }
-            unique.saw(&b.digest, b.size, false);
-        }
-        stats.manifests_skipped += it.graph.children.len() + 1;
-        stats.tags.push(it.reference.qualify(&it.repo));
-    }
+    let mut unique = count_present(&done_graphs, &todo, opts, &mut stats);
 
     // 1. Where each blob goes first (its home), and the left-out blobs the sink must hold.
     let mut home: BTreeMap<&Digest, (&str, &Descriptor, &Item)> = BTreeMap::new();
@@ -987,6 +968,37 @@ async fn transfer_into<S: Source, K: Sink>(
     }
     unique.into_stats(&mut stats);
     Ok(stats)
+}
+
+/// Count the graphs already in the sink (`done`): their blobs as present, each once. The
+/// progress counts each blob once: a blob that a graph still to copy (`todo`) holds is
+/// counted by its copy.
+fn count_present(
+    done: &[&Item<'_>],
+    todo: &[&Item<'_>],
+    opts: &Options<'_>,
+    stats: &mut Stats,
+) -> Unique {
+    let mut unique = Unique::default();
+    let to_copy: BTreeSet<&Digest> = todo
+        .iter()
+        .flat_map(|it| it.graph.blobs.iter().map(|b| &b.digest))
+        .collect();
+    for it in done {
+        stats.graphs_present += 1;
+        stats.pairs.blobs += it.graph.blobs.len();
+        stats.pairs.skipped += it.graph.blobs.len();
+        for b in &it.graph.blobs {
+            stats.pairs.skipped_bytes = stats.pairs.skipped_bytes.saturating_add(b.size);
+            if !to_copy.contains(&b.digest) && !unique.0.contains_key(&b.digest) {
+                (opts.on_bytes)(b.size);
+            }
+            unique.saw(&b.digest, b.size, false);
+        }
+        stats.manifests_skipped += it.graph.children.len() + 1;
+        stats.tags.push(it.reference.qualify(&it.repo));
+    }
+    unique
 }
 
 /// Which home copies have ended (and whether well), for the graphs that wait on them.
