@@ -334,14 +334,15 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
 /// and, when `writable`, to take a file. Every command refuses a missing one with the same
 /// message rather than create it (a typo would otherwise scatter files).
 pub fn output_dir(dir: &std::path::Path, writable: bool) -> anyhow::Result<()> {
-    if !dir.is_dir() {
-        let what = if dir.exists() {
-            "is not a directory"
-        } else {
-            "does not exist"
-        };
+    if dir.exists() && !dir.is_dir() {
         anyhow::bail!(
-            "the output directory {} {what}: create it first (mkdir -p {}); nothing was done",
+            "the output directory {} is a file, not a directory: name a directory; nothing was done",
+            dir.display()
+        );
+    }
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "the output directory {} does not exist: create it first (mkdir -p {}); nothing was done",
             dir.display(),
             dir.display()
         );

@@ -616,3 +616,22 @@ fn the_smaller_messages_of_the_first_hour() {
         assert!(got["totalSize"].as_u64() > got["size"].as_u64(), "{got}");
     }
 }
+
+#[test]
+fn a_file_where_the_output_directory_should_be_is_named_as_such() {
+    let h = Home::with_key();
+    std::fs::write(h.path().join("out"), "a file").unwrap();
+    let o = h.run(&["keygen", "--unencrypted", "--output-dir", "out"]);
+    let err = assert_fails(
+        &o,
+        1,
+        &["the output directory out is a file, not a directory"],
+    );
+    assert!(!err.contains("mkdir"), "{err}");
+    let o = h.build("1.8.0").args(&["-o", "out/b.tar"]).run();
+    assert_fails(
+        &o,
+        1,
+        &["the output directory out is a file, not a directory"],
+    );
+}
