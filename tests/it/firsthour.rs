@@ -387,6 +387,19 @@ fn build_inspect_verify_and_load_count_the_same_blobs() {
     );
     // verify's byte count is of every file, and says so.
     assert!(verify.contains(" in all"), "{verify}");
+    // build's own lines use the plan's counts: the configs and layers it writes are the images'
+    // (what the dry run counts as to download) and the chart artifact's.
+    let download = built["counts"]["download"]["blobs"].as_u64().unwrap();
+    let copied = built["counts"]["copied"]["blobs"].as_u64().unwrap();
+    assert!(stdout(&dry).contains(&format!(", {download} of them to download (")));
+    let real = h.build("1.8.0").out(&h.path().join("again.tar")).run();
+    let real = stdout(&real);
+    assert_eq!(blobs_line(&real), said);
+    let chart = copied - download;
+    assert!(
+        real.contains(&format!("copied   {copied} configs and layers written ({download} of the images, {chart} of the chart artifact)")),
+        "{real}"
+    );
 
     // A re-load: each blob counted once, never more bytes than the bundle holds.
     let registry = format!("{}/{}", env().plain, unique_prefix("numbers"));
