@@ -665,21 +665,26 @@ pub struct Options<'a> {
     pub on_bytes: OnBytes,
 }
 
-/// What a copy did (or, in a dry run, would do).
+/// What a copy did (or, in a dry run, would do). Blobs are counted once each (by digest),
+/// whatever number of repositories use them; [`Stats::pairs`] counts (repository, blob) pairs.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stats {
-    /// (repository, blob) pairs considered.
+    /// Blobs considered, each once.
     pub blobs: usize,
-    /// Blobs copied.
+    /// Their bytes.
+    pub blob_bytes: u64,
+    /// Of those, blobs copied (into at least one repository).
     pub uploaded: usize,
-    /// Bytes copied (of resumed blobs: the rest only).
+    /// Bytes copied (of resumed blobs: the rest only; a blob copied into two repositories
+    /// counts twice: these are the bytes sent).
     pub uploaded_bytes: u64,
-    /// Blobs mounted from another repository of the sink.
+    /// Blobs mounted from another repository of the sink ((repository, blob) pairs: a mount
+    /// adds a blob the sink holds to one more repository).
     pub mounted: usize,
-    /// Blobs already present.
+    /// Of the blobs, those already in the sink (none of their bytes sent).
     pub skipped: usize,
-    /// Bytes already present.
+    /// Their bytes.
     pub skipped_bytes: u64,
     /// Manifests put.
     pub manifests_pushed: usize,
@@ -691,6 +696,47 @@ pub struct Stats {
     pub tags: Vec<String>,
     /// Blobs an incremental bundle left out, found in the sink.
     pub required_present: usize,
+    /// The same counts per (repository, blob) pair.
+    pub pairs: PairStats,
+}
+
+/// What a copy did per (repository, blob) pair: a blob that three repositories use counts
+/// three times.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PairStats {
+    /// Pairs considered.
+    pub blobs: usize,
+    /// Pairs copied.
+    pub uploaded: usize,
+    /// Pairs already present.
+    pub skipped: usize,
+    /// Their bytes.
+    pub skipped_bytes: u64,
+}
+
+/// Each blob once: its size and whether any of its bytes were sent.
+#[derive(Default)]
+struct Unique(BTreeMap<Digest, (u64, bool)>);
+
+impl Unique {
+    fn saw(&mut self, d: &Digest, size: u64, uploaded: bool) {
+        let e = self.0.entry(d.clone()).or_insert((size, false));
+        e.1 |= uploaded;
+    }
+
+    fn into_stats(self, stats: &mut Stats) {
+        for (size, uploaded) in self.0.into_values() {
+            stats.blobs += 1;
+            stats.blob_bytes = stats.blob_bytes.saturating_add(size);
+            if uploaded {
+                stats.uploaded += 1;
+            } else {
+                stats.skipped += 1;
+                stats.skipped_bytes = stats.skipped_bytes.saturating_add(size);
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -787,24 +833,15 @@ async fn transfer_into<S: Source, K: Sink>(
         .try_collect()
         .await?;
     let mut todo = Vec::new();
+    let mut done_graphs = Vec::new();
     for (it, done) in items.iter().zip(present) {
         if done {
-            stats.graphs_present += 1;
-            stats.blobs += it.graph.blobs.len();
-            stats.skipped += it.graph.blobs.len();
-            let bytes = it
-                .graph
-                .blobs
-                .iter()
-                .fold(0u64, |a, b| a.saturating_add(b.size));
-            stats.skipped_bytes = stats.skipped_bytes.saturating_add(bytes);
-            (opts.on_bytes)(bytes);
-            stats.manifests_skipped += it.graph.children.len() + 1;
-            stats.tags.push(it.reference.qualify(&it.repo));
+            done_graphs.push(it);
         } else {
             todo.push(it);
         }
     }
+    let mut unique = count_present(&done_graphs, &todo, opts, &mut stats);
 
     // 1. Where each blob goes first (its home), and the left-out blobs the sink must hold.
     let mut home: BTreeMap<&Digest, (&str, &Descriptor, &Item)> = BTreeMap::new();
@@ -855,6 +892,12 @@ async fn transfer_into<S: Source, K: Sink>(
         });
     }
     stats.required_present = required.len();
+    for (d, (desc, _)) in &required {
+        if !unique.0.contains_key(*d) {
+            (opts.on_bytes)(desc.size);
+        }
+        unique.saw(d, desc.size, false);
+    }
 
     // 2. Every blob into its home, largest first; 3. as soon as a graph's blobs are home, the
     // same blobs in its repository (present, mounted, or copied), then 4. its manifests,
@@ -867,10 +910,10 @@ async fn transfer_into<S: Source, K: Sink>(
         .map(|(repo, desc, it)| async {
             let r = copy_blob(src, sink, it, repo, desc, opts).await;
             homed.settle(&desc.digest, r.is_ok());
-            r
+            r.map(|d| (*desc, d))
         })
         .buffer_unordered(jobs)
-        .try_collect::<Vec<Done>>();
+        .try_collect::<Vec<(&Descriptor, Done)>>();
     let claimed: std::sync::Mutex<BTreeSet<(String, Digest)>> = Default::default();
     // Every graph waits for its blobs at once (waiting costs nothing) and finishes as soon as
     // they are home; what the finishing graphs send (mounts, copies, manifests) is `jobs`
@@ -900,12 +943,12 @@ async fn transfer_into<S: Source, K: Sink>(
     }));
     // The first error ends the whole transfer (what is in flight is dropped; a rerun resumes).
     let (home_results, graph_results) = futures_util::future::try_join(homes, graphs).await?;
-    for r in home_results {
-        tally(&mut stats, r);
+    for (desc, r) in home_results {
+        tally(&mut stats, &mut unique, desc, r);
     }
     for g in graph_results {
-        for d in g.blobs {
-            tally(&mut stats, d);
+        for (desc, d) in g.blobs {
+            tally(&mut stats, &mut unique, desc, d);
         }
         stats.manifests_pushed += g.manifests_pushed;
         stats.manifests_skipped += g.manifests_skipped;
@@ -913,7 +956,39 @@ async fn transfer_into<S: Source, K: Sink>(
     for it in &todo {
         stats.tags.push(it.reference.qualify(&it.repo));
     }
+    unique.into_stats(&mut stats);
     Ok(stats)
+}
+
+/// Count the graphs already in the sink (`done`): their blobs as present, each once. The
+/// progress counts each blob once: a blob that a graph still to copy (`todo`) holds is
+/// counted by its copy.
+fn count_present(
+    done: &[&Item<'_>],
+    todo: &[&Item<'_>],
+    opts: &Options<'_>,
+    stats: &mut Stats,
+) -> Unique {
+    let mut unique = Unique::default();
+    let to_copy: BTreeSet<&Digest> = todo
+        .iter()
+        .flat_map(|it| it.graph.blobs.iter().map(|b| &b.digest))
+        .collect();
+    for it in done {
+        stats.graphs_present += 1;
+        stats.pairs.blobs += it.graph.blobs.len();
+        stats.pairs.skipped += it.graph.blobs.len();
+        for b in &it.graph.blobs {
+            stats.pairs.skipped_bytes = stats.pairs.skipped_bytes.saturating_add(b.size);
+            if !to_copy.contains(&b.digest) && !unique.0.contains_key(&b.digest) {
+                (opts.on_bytes)(b.size);
+            }
+            unique.saw(&b.digest, b.size, false);
+        }
+        stats.manifests_skipped += it.graph.children.len() + 1;
+        stats.tags.push(it.reference.qualify(&it.repo));
+    }
+    unique
 }
 
 /// Which home copies have ended (and whether well), for the graphs that wait on them.
@@ -955,23 +1030,23 @@ impl Homed {
 
 /// What finishing one graph did.
 #[derive(Default)]
-struct GraphDone {
-    blobs: Vec<Done>,
+struct GraphDone<'g> {
+    blobs: Vec<(&'g Descriptor, Done)>,
     manifests_pushed: usize,
     manifests_skipped: usize,
 }
 
 /// One graph whose blobs are home: the same blobs in its repository (each (repository, blob)
 /// pair once across graphs), then its manifests.
-async fn finish_graph<S: Source, K: Sink>(
+async fn finish_graph<'g, S: Source, K: Sink>(
     src: &S,
     sink: &K,
-    it: &Item<'_>,
+    it: &'g Item<'_>,
     found_in: &BTreeMap<&Digest, &str>,
     claimed: &std::sync::Mutex<BTreeSet<(String, Digest)>>,
     ops: &tokio::sync::Semaphore,
     opts: &Options<'_>,
-) -> Result<GraphDone, WalkError> {
+) -> Result<GraphDone<'g>, WalkError> {
     let mut mine = Vec::new();
     for b in &it.graph.blobs {
         let Some(&from) = found_in.get(&b.digest) else {
@@ -985,14 +1060,25 @@ async fn finish_graph<S: Source, K: Sink>(
             mine.push((from, b));
         }
     }
-    let blobs: Vec<Done> = futures_util::stream::iter(mine)
+    // A second copy of a blob (a mount refused) is not counted on the progress again: the
+    // first one was.
+    let again = Options {
+        jobs: opts.jobs,
+        omitted: opts.omitted,
+        omitted_policy: opts.omitted_policy,
+        dry_run: opts.dry_run,
+        on_bytes: std::sync::Arc::new(|_| {}),
+    };
+    let again = &again;
+    let blobs: Vec<(&Descriptor, Done)> = futures_util::stream::iter(mine)
         .map(|(from, desc)| async move {
             let _op = permit(ops).await?;
-            match sink.blob_state(&it.repo, desc).await? {
-                Have::Complete => Ok(Done::Present(desc.size)),
-                _ if sink.mount_blob(&it.repo, from, desc).await? => Ok(Done::Mounted),
-                _ => copy_blob(src, sink, it, &it.repo, desc, opts).await,
-            }
+            let done = match sink.blob_state(&it.repo, desc).await? {
+                Have::Complete => Done::Present(desc.size),
+                _ if sink.mount_blob(&it.repo, from, desc).await? => Done::Mounted,
+                _ => copy_blob(src, sink, it, &it.repo, desc, again).await?,
+            };
+            Ok::<_, WalkError>((desc, done))
         })
         .buffer_unordered(opts.jobs.max(1))
         .try_collect()
@@ -1005,18 +1091,23 @@ async fn finish_graph<S: Source, K: Sink>(
     })
 }
 
-fn tally(stats: &mut Stats, d: Done) {
-    stats.blobs += 1;
+fn tally(stats: &mut Stats, unique: &mut Unique, desc: &Descriptor, d: Done) {
+    stats.pairs.blobs += 1;
     match d {
         Done::Present(n) => {
-            stats.skipped += 1;
-            stats.skipped_bytes = stats.skipped_bytes.saturating_add(n);
+            stats.pairs.skipped += 1;
+            stats.pairs.skipped_bytes = stats.pairs.skipped_bytes.saturating_add(n);
+            unique.saw(&desc.digest, desc.size, false);
         }
         Done::Uploaded(n) => {
-            stats.uploaded += 1;
+            stats.pairs.uploaded += 1;
             stats.uploaded_bytes = stats.uploaded_bytes.saturating_add(n);
+            unique.saw(&desc.digest, desc.size, true);
         }
-        Done::Mounted => stats.mounted += 1,
+        Done::Mounted => {
+            stats.mounted += 1;
+            unique.saw(&desc.digest, desc.size, false);
+        }
     }
 }
 
@@ -1298,10 +1389,35 @@ mod tests {
         assert!(s.mounted >= 2, "{s:?}");
         assert_eq!(s.manifests_pushed, 8);
         // Again: every graph is there, nothing is checked blob by blob.
-        let again = transfer(&src, &sink, &items, &opts(&none)).await.unwrap();
+        let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let c = counted.clone();
+        let counting = Options {
+            on_bytes: std::sync::Arc::new(move |n| {
+                c.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            }),
+            ..opts(&none)
+        };
+        let again = transfer(&src, &sink, &items, &counting).await.unwrap();
         assert_eq!(
             (again.graphs_present, again.uploaded, again.manifests_pushed),
             (2, 0, 0)
+        );
+        // Issue 21: each blob counted once, not once per repository that uses it, in the
+        // counts and on the progress (which overran its total).
+        let t = totals([&ga, &gb], &BTreeSet::new()).unwrap();
+        assert_eq!(again.blobs, t.blobs.len());
+        assert_eq!(
+            (again.skipped, again.skipped_bytes),
+            (t.blobs.len(), t.bytes)
+        );
+        assert_eq!(again.blob_bytes, t.bytes);
+        assert_eq!(again.pairs.blobs, ga.blobs.len() + gb.blobs.len());
+        assert!(again.pairs.blobs > again.blobs, "{again:?}");
+        assert_eq!(counted.load(std::sync::atomic::Ordering::SeqCst), t.bytes);
+        // The first copy: every blob uploaded once, the same unique count.
+        assert_eq!(
+            (s.blobs, s.uploaded, s.skipped),
+            (t.blobs.len(), t.blobs.len(), 0)
         );
     }
 

@@ -8,8 +8,18 @@ fn main() {
     // A panic anywhere (this thread, a task, a thread of the blocking pool) is a bug: one
     // message saying so, exit 3 (cmd::EXIT_INTERNAL), never Rust's 101 or an abort.
     cmd::install_panic_hook();
-    // clap exits 2 on a usage error (cmd::EXIT_USAGE) and 0 for --help and --version.
-    let cli = Cli::parse();
+    // clap exits 2 on a usage error (cmd::EXIT_USAGE) and 0 for --help and --version; a
+    // usage error of a command line with --json prints the JSON error document too.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if e.use_stderr() && std::env::args_os().any(|a| a == "--json") {
+                cmd::usage_error_json(&e);
+            }
+            e.exit()
+        }
+    };
+    cmd::set_json_errors(cli.command.json());
     std::process::exit(run(cli));
 }
 
@@ -43,9 +53,6 @@ fn run(cli: Cli) -> i32 {
     runtime.shutdown_background();
     match result {
         Ok(()) => cmd::EXIT_OK,
-        Err(e) => {
-            eprint!("{}", cmd::report(&e));
-            cmd::exit_code(&e)
-        }
+        Err(e) => cmd::fail(&e),
     }
 }

@@ -95,9 +95,10 @@ impl Progress {
             let b = self.multi.add(ProgressBar::new(total));
             b.set_style(
                 ProgressStyle::with_template(
-                    "{msg:32!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+                    "{msg:32!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {settled_eta}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .with_key("settled_eta", settled_eta)
                 .progress_chars("=> "),
             );
             b.set_message(label.to_string());
@@ -112,11 +113,26 @@ impl Progress {
     }
 }
 
+/// Before this much time has passed, or this part of the work is done, an estimate of the
+/// time left is noise (the start of a fast job: `verify` said 34 s for a job of 0.3 s).
+const ETA_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+/// See [`ETA_AFTER`].
+const ETA_AFTER_FRACTION: f32 = 0.05;
+
+/// The time left, once it means something (see [`ETA_AFTER`]); nothing before.
+fn settled_eta(state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write) {
+    if state.elapsed() >= ETA_AFTER && state.fraction() >= ETA_AFTER_FRACTION {
+        let _ = write!(w, "{:#}", indicatif::HumanDuration(state.eta()));
+    }
+}
+
 impl Bar {
-    /// Count `n` more bytes.
+    /// Count `n` more bytes; never past the total (work counted twice, such as an upload
+    /// restarted, would otherwise show `403.88 MiB/400.88 MiB`).
     pub fn inc(&self, n: u64) {
         if let Some(b) = &self.bar {
-            b.inc(n);
+            let room = b.length().map_or(n, |len| len.saturating_sub(b.position()));
+            b.inc(n.min(room));
         }
     }
     /// Done, with a closing word: the same line on a terminal as in plain mode (the bar's
@@ -130,5 +146,23 @@ impl Bar {
             (None, Mode::Plain) => eprintln!("{}: {msg}", self.label),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 21: a re-load's bar showed `403.88 MiB/400.88 MiB`.
+    #[test]
+    fn a_bar_never_passes_its_total() {
+        let p = Progress {
+            mode: Mode::Tty,
+            multi: Arc::new(MultiProgress::with_draw_target(ProgressDrawTarget::hidden())),
+        };
+        let b = p.bytes("x", 100);
+        b.inc(80);
+        b.inc(80);
+        assert_eq!(b.bar.as_ref().map(|b| b.position()), Some(100));
     }
 }

@@ -59,7 +59,9 @@ pub enum PartsError {
         reason: String,
     },
     /// A part is missing.
-    #[error("part {file} is missing (expected next to {first}, {size} bytes, sha256 {sha256}): copy it again")]
+    #[error(
+        "part {file} is missing (expected next to {first}, {size} bytes, {sha256}): copy it again"
+    )]
     Missing {
         /// Part file.
         file: PathBuf,
@@ -81,7 +83,7 @@ pub enum PartsError {
         actual: u64,
     },
     /// A part's content does not match.
-    #[error("part {file} has sha256 {actual}, the header says {expected}: copy it again")]
+    #[error("part {file} has digest {actual}, the header says {expected}: copy it again")]
     Digest {
         /// Part file.
         file: PathBuf,

@@ -46,6 +46,10 @@ pub enum VerifyError {
         /// Details.
         reason: String,
     },
+    /// The file does not start with a tar header: not a bundle at all (its bytes are not
+    /// quoted: they are anything).
+    #[error("{0} is not a tar archive (no tar header at the start): not a koord-bundle bundle (NAME.tar, or a part NAME.partNNN of a split set), or damaged at its start")]
+    NotATar(PathBuf),
     /// The bundle does not start with the checksum file.
     #[error("bundle {0} does not start with SHA256SUMS: not a koord-bundle bundle, or damaged")]
     NoChecksums(PathBuf),
@@ -74,7 +78,7 @@ pub enum VerifyError {
         reason: String,
     },
     /// A file does not match its checksum.
-    #[error("bundle {path}: {entry} has sha256 {actual}, SHA256SUMS says {expected}")]
+    #[error("bundle {path}: {entry} has digest {actual}, SHA256SUMS says {expected}")]
     Mismatch {
         /// The bundle.
         path: PathBuf,
@@ -92,6 +96,23 @@ pub enum VerifyError {
         path: PathBuf,
         /// The files.
         missing: Vec<String>,
+    },
+    /// The file is shorter than what its head says the bundle holds: cut short in a copy.
+    #[error("bundle {path} is truncated: the file is {size} bytes, the bundle needs at least {needed} ({files} files after its head, {blobs} blobs of {blob_bytes} bytes among them): copy it again in full")]
+    Truncated {
+        /// The bundle.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The least size of the whole bundle: its head, then a tar header and the bytes of
+        /// every blob, then the end of the archive.
+        needed: u64,
+        /// Files SHA256SUMS lists after the head.
+        files: u64,
+        /// Blobs its manifest counts.
+        blobs: usize,
+        /// Their bytes.
+        blob_bytes: u64,
     },
     /// The content is inconsistent (manifest, layout).
     #[error("bundle {path}: {reason}")]
@@ -226,6 +247,108 @@ pub struct Head {
     pub signature: Option<Vec<u8>>,
     /// koord-bundle.json bytes.
     pub manifest: Vec<u8>,
+    /// Where the head ends in the archive (the offset after the manifest's entry).
+    pub end: u64,
+    /// Whether the bundle is gzip-compressed (`end` is then an offset in the decompressed
+    /// stream).
+    pub gzip: bool,
+}
+
+/// Tar blocks are 512 bytes.
+const TAR_BLOCK: u64 = 512;
+
+/// Whether `block` is a whole tar header whose checksum holds.
+fn is_tar_header(block: &[u8]) -> bool {
+    if block.len() < TAR_BLOCK as usize {
+        return false;
+    }
+    let Ok(want) = tar::Header::from_byte_slice(&block[..TAR_BLOCK as usize]).cksum() else {
+        return false;
+    };
+    let sum: u32 = block[..TAR_BLOCK as usize]
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u32::from(*b)
+            }
+        })
+        .sum();
+    sum == want
+}
+
+/// Most tar headers [`walk_to_end`] reads (a bundle of 600,000 files; the walk then gives up).
+const MAX_WALK: usize = 1 << 20;
+
+/// Walk the tar headers of `bf` from `from` (a header's offset) by seeking: the least size of
+/// the whole archive, when it is larger than the file (an entry, or the end of the archive,
+/// lies beyond the file's end); `None` when the archive ends within the file, or a header is
+/// not readable (the reader that follows says why).
+fn walk_to_end(bf: &BundleFile, from: u64) -> Option<u64> {
+    let mut pos = from;
+    for _ in 0..MAX_WALK {
+        if pos.saturating_add(TAR_BLOCK) > bf.size {
+            // Not even the end-of-archive blocks.
+            return Some(pos.saturating_add(2 * TAR_BLOCK));
+        }
+        let block = bf.read_range(pos, TAR_BLOCK).ok()?;
+        if block.iter().all(|b| *b == 0) {
+            let end = pos.saturating_add(2 * TAR_BLOCK);
+            return (end > bf.size).then_some(end);
+        }
+        let size = tar::Header::from_byte_slice(&block).entry_size().ok()?;
+        let entry_end = pos
+            .saturating_add(TAR_BLOCK)
+            .saturating_add(size.div_ceil(TAR_BLOCK).saturating_mul(TAR_BLOCK));
+        if entry_end > bf.size {
+            return Some(entry_end.saturating_add(2 * TAR_BLOCK));
+        }
+        pos = entry_end;
+    }
+    None
+}
+
+/// Refuse a bundle cut short (a copy that stopped, the first 300 MB of a larger file) with a
+/// message that says so and by how much, before anything reads or verifies the rest: the file
+/// must hold at least its head, then a tar header for each file its SHA256SUMS lists and the
+/// bytes of the blobs its manifest counts, then the two zero blocks that end an archive; and
+/// the tar headers after the head, walked by seeking (one 512-byte read per file), must each
+/// find their entry whole in the file, which catches a cut anywhere. (A split set knows the size of each
+/// part and says so itself; a gzip bundle's size says nothing about its content.)
+pub fn check_complete(bf: &BundleFile, head: &Head) -> Result<(), VerifyError> {
+    if head.gzip || bf.is_split() {
+        return Ok(());
+    }
+    let Ok(m) = serde_json::from_slice::<BundleManifest>(&head.manifest) else {
+        // Unreadable: the reader that parses it says so.
+        return Ok(());
+    };
+    // Every file SHA256SUMS lists but the manifest (in the head) comes after the head, each
+    // with a tar header of its own.
+    let files = head
+        .checksums
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty() && !l.ends_with(MANIFEST_FILE.as_bytes()))
+        .count() as u64;
+    let needed = head
+        .end
+        .saturating_add(files.saturating_mul(TAR_BLOCK))
+        .saturating_add(m.blobs.bytes)
+        .saturating_add(2 * TAR_BLOCK);
+    let needed = needed.max(walk_to_end(bf, head.end).unwrap_or(0));
+    if bf.size < needed {
+        return Err(VerifyError::Truncated {
+            path: bf.path.clone(),
+            size: bf.size,
+            needed,
+            files,
+            blobs: m.blobs.count,
+            blob_bytes: m.blobs.bytes,
+        });
+    }
+    Ok(())
 }
 
 fn read_small(path: &Path, name: &str, r: impl Read, size: u64) -> Result<Vec<u8>, VerifyError> {
@@ -255,7 +378,21 @@ pub fn read_head(path: &Path) -> Result<Head, VerifyError> {
 /// [`read_head`] of a bundle already opened (a split set keeps the log of what it rebuilt).
 pub fn read_head_of(bf: &BundleFile) -> Result<Head, VerifyError> {
     let path = &bf.path;
-    let mut ar = tar::Archive::new(open_file(bf)?.0);
+    let (mut stream, gzip) = open_file(bf)?;
+    // The first block is a tar header, or this is no bundle: said so, rather than what the
+    // tar reader makes of random bytes.
+    let mut first = Vec::with_capacity(TAR_BLOCK as usize);
+    (&mut stream)
+        .take(TAR_BLOCK)
+        .read_to_end(&mut first)
+        .map_err(|e| VerifyError::Tar {
+            path: path.to_path_buf(),
+            reason: crate::text::printable(&e.to_string()),
+        })?;
+    if !is_tar_header(&first) {
+        return Err(VerifyError::NotATar(path.to_path_buf()));
+    }
+    let mut ar = tar::Archive::new(io::Cursor::new(first).chain(stream));
     let terr = |e: io::Error| VerifyError::Tar {
         path: path.to_path_buf(),
         reason: crate::text::printable(&e.to_string()),
@@ -274,11 +411,16 @@ pub fn read_head_of(bf: &BundleFile) -> Result<Head, VerifyError> {
                 signature = Some(read_small(path, &name, entry, size)?)
             }
             MANIFEST_FILE if checksums.is_some() => {
+                let end = entry
+                    .raw_file_position()
+                    .saturating_add(size.div_ceil(TAR_BLOCK).saturating_mul(TAR_BLOCK));
                 let manifest = read_small(path, &name, entry, size)?;
                 return Ok(Head {
                     checksums: checksums.unwrap_or_default(),
                     signature,
                     manifest,
+                    end,
+                    gzip,
                 });
             }
             _ => return Err(VerifyError::NoChecksums(path.to_path_buf())),

@@ -18,31 +18,115 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Write a minisign key pair (koord-bundle.key, koord-bundle.pub) for signing bundles.
+    #[command(after_help = examples::KEYGEN)]
     Keygen(KeygenArgs),
     /// Resolve a chart version, pull every image it deploys and write one signed bundle.
+    #[command(after_help = examples::BUILD)]
     Build(Box<BuildArgs>),
     /// Show what a bundle holds (reads only its head; no verification).
+    #[command(after_help = examples::INSPECT)]
     Inspect(InspectArgs),
     /// Check a bundle's signature and every byte, with no network.
+    #[command(after_help = examples::VERIFY)]
     Verify(VerifyArgs),
     /// What changed between two bundles (chart, images per platform, the bytes to carry,
     /// CRDs and their schemas, values defaults, signers), read from their heads only.
+    #[command(after_help = examples::DIFF)]
     Diff(DiffArgs),
     /// Verify a bundle, push it into a private registry (digests unchanged), then install or
     /// upgrade Koordinator with helm from there.
+    #[command(after_help = examples::LOAD)]
     Load(Box<LoadArgs>),
     /// Split a bundle into parts for media with a size limit (DVD, FAT32 sticks), optionally
     /// with parity parts that rebuild lost or damaged parts.
+    #[command(after_help = examples::SPLIT)]
     Split(SplitArgs),
     /// Join the parts of a split bundle back into one file, byte-identical to the original
     /// (damaged or missing parts rebuilt from parity on the way).
+    #[command(after_help = examples::JOIN)]
     Join(JoinArgs),
     /// Write the damaged or missing parts of a split set back whole, rebuilt from its parity
     /// parts, so the set can be copied on.
+    #[command(after_help = examples::REPAIR)]
     Repair(RepairArgs),
     /// Serve a bundle (or a part of a split bundle) as a read-only OCI registry, with no
     /// extraction.
+    #[command(after_help = examples::SERVE)]
     Serve(ServeArgs),
+}
+
+/// The examples at the end of each command's `--help`.
+mod examples {
+    // Lines under 80 columns: clap wraps help text to the terminal.
+    pub const KEYGEN: &str = "\
+Examples:
+  koord-bundle keygen         # password: KOORD_BUNDLE_KEY_PASSWORD or a prompt
+  koord-bundle keygen --unencrypted --output-dir ./keys";
+    pub const BUILD: &str = "\
+Examples:
+  koord-bundle build 1.8.0            # koordinator-1.8.0.tar, signed
+  koord-bundle build latest --dry-run # the plan; no layer downloaded
+  koord-bundle build 1.8.0 --platform linux/amd64 --source ghcr -o k.tar
+  koord-bundle build 1.8.0 --split dvd --parity 1
+  koord-bundle build 1.8.0 --since koordinator-1.7.0.tar  # what is new";
+    pub const INSPECT: &str = "\
+Examples:
+  koord-bundle inspect koordinator-1.8.0.tar
+  koord-bundle inspect koordinator-1.8.0.tar --manifest old.json
+  koord-bundle inspect koordinator-1.8.0.tar --sbom bom.cdx.json";
+    pub const DIFF: &str = "\
+Examples:
+  koord-bundle diff koordinator-1.7.0.tar koordinator-1.8.0.tar
+  koord-bundle diff old.json koordinator-1.8.0.tar --format markdown > ticket.md
+  koord-bundle diff a.tar b.tar --key koord-bundle.pub --json";
+    pub const VERIFY: &str = "\
+Examples:
+  koord-bundle verify koordinator-1.8.0.tar --key koord-bundle.pub
+  koord-bundle verify koordinator-1.8.0.tar.part002 --key koord-bundle.pub";
+    pub const LOAD: &str = "\
+Examples:
+  koord-bundle load koordinator-1.8.0.tar --registry reg.example:5000/koord \\
+      --key koord-bundle.pub
+  koord-bundle load --registry reg.example --dry-run  # the bundle here
+  echo \"$PW\" | koord-bundle load k.tar --registry harbor.example/koord \\
+      --username ci --password-stdin --no-install";
+    pub const SPLIT: &str = "\
+Examples:
+  koord-bundle split koordinator-1.8.0.tar --size dvd --parity 1
+  koord-bundle split koordinator-1.8.0.tar --size 700M --output-dir /media/usb";
+    pub const JOIN: &str = "\
+Examples:
+  koord-bundle join koordinator-1.8.0.tar.part000 --key koord-bundle.pub
+  koord-bundle join /media/dvd/koordinator-1.8.0.tar.part001 \\
+      -o /data/koordinator-1.8.0.tar --key koord-bundle.pub";
+    pub const REPAIR: &str = "\
+Examples:
+  koord-bundle repair koordinator-1.8.0.tar.part003 --key koord-bundle.pub";
+    pub const SERVE: &str = "\
+Examples:
+  koord-bundle serve koordinator-1.8.0.tar --key koord-bundle.pub
+      # this machine only: 127.0.0.1:5000
+  koord-bundle serve koordinator-1.8.0.tar --addr 0.0.0.0:5000 \\
+      --tls-cert cert.pem --tls-key key.pem   # for the cluster's nodes";
+}
+
+impl Command {
+    /// Whether `--json` was given: the result, and a failure too, is then one JSON document on
+    /// stdout.
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Keygen(a) => a.json,
+            Command::Build(a) => a.json,
+            Command::Inspect(a) => a.json,
+            Command::Verify(a) => a.json,
+            Command::Diff(a) => a.json || a.format == "json",
+            Command::Load(a) => a.json,
+            Command::Split(a) => a.json,
+            Command::Join(a) => a.json,
+            Command::Repair(a) => a.json,
+            Command::Serve(_) => false,
+        }
+    }
 }
 
 /// `split`.
@@ -58,8 +142,8 @@ pub struct SplitArgs {
     /// stripe of blocks across the parts.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub parity: usize,
-    /// Where to write the parts [default: next to the bundle]. Stale parts of an earlier split
-    /// of the same bundle there are removed.
+    /// Where to write the parts (an existing directory) [default: next to the bundle]. Parts
+    /// of an earlier split of the same bundle there are replaced.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Sign the parts' header with this key, so the set is trusted before any part is read
@@ -88,6 +172,9 @@ pub struct JoinArgs {
     /// the joined bundle's own signature is still checked by `verify` and `load`.
     #[arg(long)]
     pub insecure_skip_signature: bool,
+    /// Replace the output file when it exists (otherwise join refuses to).
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -142,7 +229,8 @@ pub struct ServeArgs {
 /// `keygen`.
 #[derive(Debug, Args)]
 pub struct KeygenArgs {
-    /// Where to write the key pair [default: the user's config directory, ~/.config/koord-bundle].
+    /// Where to write the key pair: an existing directory [default: the user's config directory,
+    /// ~/.config/koord-bundle, created if needed]. An existing key is never overwritten.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Do not protect the secret key with a password (otherwise the password comes from
@@ -175,23 +263,23 @@ pub struct BuildArgs {
     pub allow_chart_digest_mismatch: bool,
     /// Image source, in order of preference, falling back per image: aliyun, aliyun-hangzhou,
     /// ghcr, dockerhub, chart (the chart's imageRepositoryHost) or HOST[:PORT][/PATH]
-    /// [default: chart, ghcr, aliyun-hangzhou].
+    /// [default: chart, ghcr, aliyun-hangzhou]. Repeatable.
     #[arg(long = "source", value_name = "SRC")]
     pub sources: Vec<String>,
-    /// Keep only these platforms (e.g. linux/amd64,linux/arm64) [default: all].
+    /// Keep only these platforms (e.g. linux/amd64,linux/arm64) [default: all]. Repeatable.
     #[arg(long, value_name = "P,...", value_delimiter = ',')]
     pub platform: Vec<String>,
-    /// Add an image by hand (full reference).
+    /// Add an image by hand (full reference). Repeatable.
     #[arg(long = "image", value_name = "REF")]
     pub images: Vec<String>,
     /// The helm binary (3.8 or newer) that renders the chart with `helm template` to find its
     /// images (recorded in the bundle) [default: helm on PATH].
     #[arg(long, value_name = "PATH")]
     pub helm: Option<PathBuf>,
-    /// Values file passed to `helm template` when finding the images.
+    /// Values file passed to `helm template` when finding the images. Repeatable.
     #[arg(long = "values", short = 'f', value_name = "FILE")]
     pub values: Vec<PathBuf>,
-    /// Value passed to `helm template` (its --set) when finding the images.
+    /// Value passed to `helm template` (its --set) when finding the images. Repeatable.
     #[arg(long = "set", value_name = "K=V")]
     pub set: Vec<String>,
     /// Output file [default: koordinator-<version>.tar].
@@ -216,7 +304,7 @@ pub struct BuildArgs {
     /// Speak plain HTTP to custom (HOST[:PORT]) sources and --image registries.
     #[arg(long)]
     pub plain_http: bool,
-    /// Extra CA certificate (PEM) to trust for registries and the chart repository.
+    /// Extra CA certificate (PEM) to trust for registries and the chart repository. Repeatable.
     #[arg(long, value_name = "FILE")]
     pub ca_file: Vec<PathBuf>,
     /// Resolve and discover, fetch manifests only, print the plan; download no layer.
@@ -255,6 +343,9 @@ pub struct InspectArgs {
     /// as derived).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub sbom: Option<PathBuf>,
+    /// Replace the --manifest or --sbom FILE when it exists (otherwise inspect refuses to).
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -319,7 +410,7 @@ pub struct LoadArgs {
     /// Read the registry password from standard input.
     #[arg(long, requires = "username")]
     pub password_stdin: bool,
-    /// Extra CA certificate (PEM) for the registry.
+    /// Extra CA certificate (PEM) for the registry. Repeatable.
     #[arg(long, value_name = "FILE")]
     pub ca_file: Vec<PathBuf>,
     /// Speak plain HTTP to the registry.
@@ -357,22 +448,23 @@ pub struct LoadArgs {
     /// chart puts its own objects into koordinator-system whatever this is.
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
-    /// Values file passed to helm (after the generated values).
+    /// Values file passed to helm (after the generated values). Repeatable.
     #[arg(long = "values", short = 'f', value_name = "FILE")]
     pub values: Vec<PathBuf>,
-    /// Value passed to helm (last).
+    /// Value passed to helm (last). Repeatable.
     #[arg(long = "set", value_name = "K=V")]
     pub set: Vec<String>,
     /// Koordinator feature gates (chart value featureGates).
     #[arg(long, value_name = "GATES")]
     pub feature_gates: Option<String>,
     /// CRDs the chart must not manage (crds.<plural>=false), e.g. for ones installed by ACK.
+    /// Repeatable.
     #[arg(long, value_name = "PLURAL,...", value_delimiter = ',')]
     pub skip_crds: Vec<String>,
     /// Run koord-manager on the host network (EKS with a custom CNI).
     #[arg(long)]
     pub host_network: bool,
-    /// Image pull secret for the workloads (repeatable).
+    /// Image pull secret for the workloads. Repeatable.
     #[arg(long, value_name = "NAME")]
     pub image_pull_secret: Vec<String>,
     /// Kubeconfig, one file [default: the $KUBECONFIG list, merged as kubectl merges it, else

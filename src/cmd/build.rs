@@ -328,6 +328,9 @@ fn overrides(args: &BuildArgs) -> Overrides {
 /// Run the build.
 pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    if let Some(since) = &args.since {
+        super::bundle_arg(since)?;
+    }
     let settings = Settings::resolve(&args, &progress)?;
     let (settings, plan) = make_plan(&args, settings, &progress).await?;
     let layout = layout::layout(&plan)?;
@@ -363,13 +366,25 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         Arc::new(move |n| on.inc(n)),
     )
     .await?;
-    bar.finish(&format!(
-        "{} blobs, {} downloaded, {} reused from cache",
-        plan.counts.copied.blobs,
-        human_bytes(w.fetched.downloaded_bytes),
-        human_bytes(w.fetched.cached_bytes)
-    ));
+    bar.finish(&copied_line(&plan, &w.fetched));
     print_result(&args, &settings, &plan, &layout.manifest, &w)
+}
+
+/// What the copy into the bundle did, in the plan's terms: the configs and layers written (the
+/// images', which the dry run counts as to download, and the chart artifact's two, written from
+/// the chart archive), their bytes fresh (downloaded, or the chart's from memory) and from the
+/// cache.
+fn copied_line(plan: &Plan, fetched: &emit::Fetched) -> String {
+    let c = &plan.counts;
+    let chart = c.copied.blobs.saturating_sub(c.download.blobs);
+    format!(
+        "{} configs and layers written ({} of the images, {} of the chart artifact), {} fresh, {} from the cache",
+        c.copied.blobs,
+        c.download.blobs,
+        chart,
+        human_bytes(fetched.downloaded_bytes),
+        human_bytes(fetched.cached_bytes)
+    )
 }
 
 /// The plan's numbers, in the words both the dry run and the real run print.
@@ -432,9 +447,8 @@ fn print_result(
     }
     println!("content  {}", content_line(plan));
     println!(
-        "fetched  {} downloaded, {} reused from the cache {}",
-        human_bytes(w.fetched.downloaded_bytes),
-        human_bytes(w.fetched.cached_bytes),
+        "copied   {} (cache {})",
+        copied_line(plan, &w.fetched),
         settings
             .cache
             .as_ref()

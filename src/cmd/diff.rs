@@ -18,6 +18,8 @@ const MAX_MANIFEST_FILE: usize = 64 * 1024 * 1024;
 
 /// Compare two bundles.
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
+    super::bundle_arg(&args.old)?;
+    super::bundle_arg(&args.new)?;
     let progress = crate::progress::Progress::new(crate::progress::Mode::detect(
         args.json || args.format == "json",
     ));

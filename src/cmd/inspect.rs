@@ -7,6 +7,14 @@ use anyhow::Context as _;
 /// Show what a bundle holds.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let progress = crate::progress::Progress::new(crate::progress::Mode::detect(args.json));
+    super::bundle_arg(&args.bundle)?;
+    // The output files are checked before anything is read: a missing folder or a file that
+    // would be replaced without --force is refused up front.
+    let files = [args.manifest.as_ref(), args.sbom.as_ref()];
+    for out in files.into_iter().flatten().filter(|o| o.as_os_str() != "-") {
+        super::output_dir_of(Some(out), true)?;
+        super::refuse_existing(out, args.force)?;
+    }
     let bf = crate::bundle::parts::BundleFile::open(&args.bundle).map_err(|source| {
         reader::VerifyError::Parts {
             path: args.bundle.clone(),
@@ -20,6 +28,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
     }
     let head = reader::read_head_of(&bf)?;
+    reader::check_complete(&bf, &head)?;
     super::sets::tell_repairs(&progress, &bf);
     let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
         format!(
@@ -49,7 +58,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
                 serde_json::json!({
                     "ref": i.ref_name, "digest": i.digest, "upstreamDigest": i.upstream_digest,
                     "platforms": i.platforms, "source": i.source, "sourceRef": i.source_ref,
-                    "original": i.original, "size": i.total_size,
+                    "original": i.original, "size": i.size, "totalSize": i.total_size,
                 })
             })
             .collect();
@@ -86,12 +95,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         ),
         None => println!("signed   NO"),
     }
-    println!(
-        "images   {} ({} unique blobs, {})",
-        m.images.len(),
-        m.blobs.count,
-        crate::text::human_bytes(m.blobs.bytes)
-    );
+    println!("blobs    {}", super::blobs_in_bundle(&m.blobs));
+    println!("images   {}", m.images.len());
     for i in &m.images {
         println!(
             "  {:44} {}  [{}]  from {}",

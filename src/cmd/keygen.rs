@@ -7,9 +7,20 @@ use anyhow::Context as _;
 /// Write a key pair.
 pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
     let dir = match args.output_dir {
-        Some(d) => d,
+        Some(d) => {
+            // A folder given is not created (a typo would put the keys somewhere unseen);
+            // the user's config directory is.
+            super::output_dir(&d, true)?;
+            d
+        }
         None => super::config_dir()?,
     };
+    // Before any password is asked for: a key is never overwritten.
+    for f in [sign::SECRET_KEY_FILE, sign::PUBLIC_KEY_FILE] {
+        if dir.join(f).exists() {
+            return Err(sign::SignError::Exists(dir.join(f)).into());
+        }
+    }
     let password = if args.unencrypted {
         None
     } else {

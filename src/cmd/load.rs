@@ -120,6 +120,7 @@ impl Settings {
             Some(b) => b.clone(),
             None => find_bundle()?,
         };
+        super::bundle_arg(&bundle)?;
         let target = Target::parse(&args.registry)?;
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
         let head = crate::bundle::parts::BundleFile::open(&bundle)
@@ -128,6 +129,8 @@ impl Settings {
         if head.starts_with(&[0x1f, 0x8b]) {
             bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
         }
+        super::check_not_truncated(&bundle)
+            .context("the bundle did not verify: nothing was pushed")?;
         let key = if args.insecure_skip_signature {
             progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
             None
@@ -226,9 +229,9 @@ async fn verify(
     }
     let report = src.report();
     progress.say(format!(
-        "verified {} files, {} blobs{}",
+        "verified {} files; {}{}",
         report.files,
-        report.blobs,
+        super::blobs_in_bundle(&src.manifest().blobs),
         match &report.signature {
             Some(s) if report.signature_verified => format!(", signed by key {}", s.key_id),
             _ => ", signature not checked".into(),
@@ -773,19 +776,26 @@ async fn push<K: crate::store::Sink>(
 }
 
 /// What the push did with the blobs, in the same words on the progress line and in the
-/// summary: `pushed 3 blobs (1.2 MiB), mounted 2, 30 already there (3.8 MiB)` (counts of
-/// repository and blob pairs), `would push …, would mount …` in a dry run.
+/// summary: `pushed 3 of 26 blobs (1.2 MiB), 23 already there (3.8 MiB), 8 mounted across
+/// repositories` (each blob counted once, whatever number of repositories use it; the bytes
+/// pushed are the bytes sent), `would push …, would mount …` in a dry run.
 fn blob_counts(stats: &copy::Stats, dry_run: bool) -> String {
     let (push, mount) = if dry_run {
         ("would push", "would mount")
     } else {
         ("pushed", "mounted")
     };
+    let mounts = if stats.mounted > 0 {
+        format!(", {mount} {} across repositories", stats.mounted)
+    } else {
+        String::new()
+    };
     format!(
-        "{push} {} blobs ({}), {mount} {}, {} already there ({})",
+        "{push} {} of {} {} ({}), {} already there ({}){mounts}",
         stats.uploaded,
+        stats.blobs,
+        crate::text::plural(stats.blobs, "blob", "blobs"),
         human_bytes(stats.uploaded_bytes),
-        stats.mounted,
         stats.skipped,
         human_bytes(stats.skipped_bytes)
     )

@@ -88,6 +88,14 @@ pub fn install_panic_hook() {
         };
         // Never a panic in here (a failed write is ignored): that would abort.
         let _ = std::io::stderr().write_all(text.as_bytes());
+        if JSON_ERRORS.load(Ordering::SeqCst) {
+            // With --json, the same document as every other failure (exit code 3).
+            let message = text.lines().next().unwrap_or_default();
+            let message = message.strip_prefix("error: ").unwrap_or(message);
+            let causes: Vec<String> = text.lines().skip(1).map(|l| l.trim().to_string()).collect();
+            let doc = error_json(message, &causes, EXIT_INTERNAL);
+            let _ = writeln!(std::io::stdout(), "{doc}");
+        }
         crate::child::kill_all();
         std::process::exit(EXIT_INTERNAL);
     }));
@@ -181,16 +189,40 @@ pub fn signing_key(
             path.parent().map(|p| p.display().to_string()).unwrap_or_default()
         );
     }
-    let password = if sign::secret_key_is_encrypted(&path)? {
-        key_password(false)?
-    } else {
-        None
-    };
-    let sk = sign::load_secret_key(&path, password)?;
-    Ok(Some((sk, path.with_extension("pub"))))
+    let prompted = std::env::var_os(env::KEY_PASSWORD).is_none() && std::io::stdin().is_terminal();
+    if !prompted || !sign::secret_key_is_encrypted(&path)? {
+        let password = if sign::secret_key_is_encrypted(&path)? {
+            key_password(false)?
+        } else {
+            None
+        };
+        let sk = sign::load_secret_key(&path, password)?;
+        return Ok(Some((sk, path.with_extension("pub"))));
+    }
+    // On a terminal, a mistyped password is asked again, as sudo and ssh-keygen do.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let password = prompt_password("Key password: ")?;
+        match sign::load_secret_key(&path, Some(password)) {
+            Ok(sk) => return Ok(Some((sk, path.with_extension("pub")))),
+            Err(e) if attempt < PASSWORD_TRIES => {
+                eprintln!("{e}: try again");
+            }
+            Err(e) => {
+                return Err(anyhow::Error::from(e).context(format!(
+                    "{PASSWORD_TRIES} tries: no password opened the key"
+                )))
+            }
+        }
+    }
 }
 
-/// The key password: the environment, else a prompt on a terminal, else `None`.
+/// How often a password is asked on a terminal (a mistyped one, or two that differ).
+const PASSWORD_TRIES: usize = 3;
+
+/// The key password: the environment, else a prompt on a terminal, else `None`. With
+/// `confirm` (a new key), it is asked twice, and again when the two differ.
 pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
     if let Ok(p) = std::env::var(env::KEY_PASSWORD) {
         return Ok(Some(p));
@@ -198,11 +230,16 @@ pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
     if !std::io::stdin().is_terminal() {
         return Ok(None);
     }
-    let p = prompt_password("Key password: ")?;
-    if confirm && prompt_password("Key password (again): ")? != p {
-        anyhow::bail!("the passwords do not match");
+    for attempt in 1..=PASSWORD_TRIES {
+        let p = prompt_password("Key password: ")?;
+        if !confirm || prompt_password("Key password (again): ")? == p {
+            return Ok(Some(p));
+        }
+        if attempt < PASSWORD_TRIES {
+            eprintln!("the passwords do not match: try again");
+        }
     }
-    Ok(Some(p))
+    anyhow::bail!("the passwords did not match in {PASSWORD_TRIES} tries: no key was written")
 }
 
 fn prompt_password(prompt: &str) -> anyhow::Result<String> {
@@ -290,6 +327,20 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
             output.map(|o| o.display().to_string()).unwrap_or_default()
         );
     }
+    output_dir(&dir, writable)?;
+    Ok(dir)
+}
+
+/// An output directory given (`--output-dir DIR`, the folder of `-o FILE`): checked to exist
+/// and, when `writable`, to take a file. Every command refuses a missing one with the same
+/// message rather than create it (a typo would otherwise scatter files).
+pub fn output_dir(dir: &std::path::Path, writable: bool) -> anyhow::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!(
+            "the output directory {} is a file, not a directory: name a directory; nothing was done",
+            dir.display()
+        );
+    }
     if !dir.is_dir() {
         anyhow::bail!(
             "the output directory {} does not exist: create it first (mkdir -p {}); nothing was done",
@@ -300,7 +351,7 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
     if writable {
         tempfile::Builder::new()
             .prefix(".koord-bundle-probe.")
-            .tempfile_in(&dir)
+            .tempfile_in(dir)
             .with_context(|| {
                 format!(
                     "cannot write into {}: the directory must be writable (nothing was done)",
@@ -308,7 +359,45 @@ pub fn output_dir_of(output: Option<&std::path::Path>, writable: bool) -> anyhow
                 )
             })?;
     }
-    Ok(dir)
+    Ok(())
+}
+
+/// An output file that already exists is replaced only with `--force`.
+pub fn refuse_existing(path: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    if !force && path.symlink_metadata().is_ok() {
+        anyhow::bail!(
+            "{} already exists: pass --force to replace it, or name another file; nothing was done",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Refuse a file that is no tar at all, and a bundle cut short, with a message that says so (see
+/// [`crate::bundle::reader::check_complete`]), before a long verification would name the
+/// files it did not find. A bundle whose head cannot be read is left to the reader that
+/// follows, which says why.
+pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
+    use crate::bundle::{parts::BundleFile, reader};
+    let Ok(bf) = BundleFile::open(path) else {
+        return Ok(());
+    };
+    match reader::read_head_of(&bf) {
+        Ok(head) => Ok(reader::check_complete(&bf, &head)?),
+        Err(e @ reader::VerifyError::NotATar(_)) => Err(e.into()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// A path given where a bundle is read: a directory gets the same message in every command.
+pub fn bundle_arg(path: &std::path::Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!(
+            "{} is a directory, not a bundle: name the bundle file (NAME.tar, or any part NAME.partNNN of a split set)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The inputs `build` passes to helm, checked before any download: each `--values` file is
@@ -332,6 +421,18 @@ pub fn check_helm_inputs(values: &[PathBuf], sets: &[String]) -> anyhow::Result<
     Ok(())
 }
 
+/// The blobs of a bundle, in the same words in every command (`build`, its dry run,
+/// `inspect`, `verify`, `load`, `serve`): `43 blobs in the bundle (874.0 KiB)`, every blob its
+/// manifest counts, image manifests included.
+pub fn blobs_in_bundle(blobs: &crate::bundle::manifest::BlobTotals) -> String {
+    format!(
+        "{} {} in the bundle ({})",
+        blobs.count,
+        crate::text::plural(blobs.count, "blob", "blobs"),
+        crate::text::human_bytes(blobs.bytes)
+    )
+}
+
 /// Print a JSON document on stdout.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
@@ -344,19 +445,78 @@ pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 /// bundles, registries and files: no control character of theirs reaches it raw).
 pub fn report(e: &anyhow::Error) -> String {
     let mut out = String::new();
+    for (i, text) in chain_texts(e).iter().enumerate() {
+        let prefix = if i == 0 { "error: " } else { "  caused by: " };
+        out.push_str(prefix);
+        out.push_str(text);
+        out.push('\n');
+    }
+    out
+}
+
+/// The messages of an error chain, outermost first, as [`report`] prints them: a cause whose
+/// text the message before already holds is left out; each made safe for a terminal.
+fn chain_texts(e: &anyhow::Error) -> Vec<String> {
+    let mut out = Vec::new();
     let mut last = String::new();
     for (i, cause) in e.chain().enumerate() {
         let text = cause.to_string();
         if i > 0 && last.contains(&text) {
             continue;
         }
-        let prefix = if i == 0 { "error: " } else { "  caused by: " };
-        out.push_str(prefix);
-        out.push_str(&crate::text::terminal_safe(&text));
-        out.push('\n');
+        out.push(crate::text::terminal_safe(&text));
         last = text;
     }
     out
+}
+
+/// Set once `--json` was given: failures (errors and panics) then also print one JSON document
+/// on stdout ([`error_json`]).
+static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Print failures as JSON on stdout too (the command was given `--json`).
+pub fn set_json_errors(on: bool) {
+    JSON_ERRORS.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The JSON document of a failure, the same for every command:
+/// `{"error": {"message": "...", "causes": ["...", ...], "exitCode": N}}`.
+pub fn error_json(message: &str, causes: &[String], exit_code: i32) -> String {
+    let v = serde_json::json!({
+        "error": {"message": message, "causes": causes, "exitCode": exit_code}
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_else(|_| {
+        format!(
+            r#"{{"error": {{"message": "(unprintable)", "causes": [], "exitCode": {exit_code}}}}}"#
+        )
+    })
+}
+
+/// A command failed: the error chain on stderr (and, with `--json`, one JSON document on
+/// stdout, see [`error_json`]); returns its exit code ([`exit_code`]).
+pub fn fail(e: &anyhow::Error) -> i32 {
+    let code = exit_code(e);
+    eprint!("{}", report(e));
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::SeqCst) {
+        let texts = chain_texts(e);
+        let (message, causes) = texts
+            .split_first()
+            .map_or(("", &[][..]), |(m, c)| (m.as_str(), c));
+        println!("{}", error_json(message, causes, code));
+    }
+    code
+}
+
+/// A usage error of clap's (exit [`EXIT_USAGE`]) of a command line that holds `--json`: the
+/// JSON document on stdout, clap's own message still on stderr (printed by clap).
+pub fn usage_error_json(e: &clap::Error) {
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    println!(
+        "{}",
+        error_json(&crate::text::terminal_safe(message), &[], e.exit_code())
+    );
 }
 
 /// The exit code of an error chain: the contract of [`EXIT_USER`], [`EXIT_INTERNAL`] (usage

@@ -43,6 +43,9 @@ async fn check_addr(addr: &str) -> anyhow::Result<()> {
 /// Serve a bundle.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(false));
+    super::bundle_arg(&args.bundle)?;
+    super::check_not_truncated(&args.bundle)
+        .context("the bundle did not verify: nothing is served")?;
     let pk = if args.insecure_skip_signature {
         progress.warn(
             "--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)",
@@ -197,11 +200,11 @@ fn print_banner(
         _ => "signature NOT CHECKED".into(),
     };
     println!(
-        "bundle {} verified: {signature}; {} files, {} blobs, {} bytes",
+        "bundle {} verified: {signature}; {} files ({}), {}",
         src.path().display(),
         report.files,
-        report.blobs,
-        report.bytes
+        crate::text::human_bytes(report.bytes),
+        super::blobs_in_bundle(&src.manifest().blobs)
     );
     // How clients reach it: the bound address, or a placeholder for a wildcard address.
     let host = if addr.ip().is_unspecified() {
@@ -218,6 +221,13 @@ fn print_banner(
             ""
         }
     );
+    // The nodes pull from an address they reach: never a loopback one (on a node, 127.0.0.1
+    // is the node itself), never a wildcard one.
+    let node_host = if addr.ip().is_unspecified() || addr.ip().is_loopback() {
+        format!("HOST:{}", addr.port())
+    } else {
+        addr.to_string()
+    };
     if addr.ip().is_unspecified() {
         println!("  (HOST below: an address of this machine that the clients reach)");
     }
@@ -264,7 +274,7 @@ fn print_banner(
     if let Some((repo, tag)) = tags.iter().find(|(r, _)| r.starts_with("charts/")) {
         println!("  helm pull oci://{host}/{repo} --version {tag}{helm_tls}");
         println!(
-            "  helm upgrade --install koordinator oci://{host}/{repo} --version {tag}{helm_tls} \\\n      --namespace default --set imageRepositoryHost={host}{}",
+            "  helm upgrade --install koordinator oci://{host}/{repo} --version {tag}{helm_tls} \\\n      --namespace default --set imageRepositoryHost={node_host}{}",
             if htpasswd.is_some() {
                 " --set 'imagePullSecrets[0].name=SECRET'"
             } else {
@@ -272,11 +282,17 @@ fn print_banner(
             }
         );
         println!("    (release in default, as Koordinator's guide has it; the chart creates koordinator-system and puts its objects there; the nodes then pull every image from here)");
+        if addr.ip().is_loopback() {
+            println!(
+                "    (HOST: an address of this machine that the nodes reach. This registry listens on {addr}, a loopback address that only this machine reaches (on a node, 127.0.0.1 is the node itself): for the nodes, serve on --addr 0.0.0.0:{port} or --addr <an address of this machine>:{port})",
+                port = addr.port()
+            );
+        }
         if htpasswd.is_some() {
-            println!("    (SECRET must exist in koordinator-system first, in a namespace helm may adopt: kubectl create namespace koordinator-system && kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default && kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={host} --docker-username=USER --docker-password=...)");
+            println!("    (SECRET must exist in koordinator-system first, in a namespace helm may adopt: kubectl create namespace koordinator-system && kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default && kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={node_host} --docker-username=USER --docker-password=...)");
         }
         if tls {
-            println!("    (containerd must trust the CA: /etc/containerd/certs.d/{host}/hosts.toml with ca = \"CA.crt\")");
+            println!("    (containerd must trust the CA: /etc/containerd/certs.d/{node_host}/hosts.toml with ca = \"CA.crt\")");
         }
     }
     println!(
@@ -285,7 +301,7 @@ fn print_banner(
     );
     if !tls {
         println!(
-            "note: plain HTTP: container runtimes must treat {host} as an insecure registry (containerd: /etc/containerd/certs.d/{host}/hosts.toml with server = \"http://{host}\"); --tls-cert/--tls-key serve HTTPS"
+            "note: plain HTTP: container runtimes must treat {node_host} as an insecure registry (containerd: /etc/containerd/certs.d/{node_host}/hosts.toml with server = \"http://{node_host}\"); --tls-cert/--tls-key serve HTTPS"
         );
     }
     println!("requests are logged to stderr, one line each");

@@ -32,6 +32,7 @@ pub fn split_file(
 /// `split`.
 pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.bundle)?;
     let name = args
         .bundle
         .file_name()
@@ -47,9 +48,18 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
     };
+    super::output_dir(&dir, true)?;
     // The parts' header is signed with the given key, else the default one when there is one.
     let key =
         super::signing_key(args.sign_key.as_deref(), args.sign_key.is_some())?.map(|(sk, _)| sk);
+    if key.is_none() {
+        progress.warn(
+            "no signing key (none in the config directory, no --sign-key): the parts' header is NOT signed, \
+             so join and repair will refuse the set without --insecure-skip-signature; sign it with \
+             --sign-key FILE, or create a key with `koord-bundle keygen` (the bundle's own signature is \
+             unchanged and still checked by verify and load)",
+        );
+    }
     let total = std::fs::metadata(&args.bundle)
         .with_context(|| format!("cannot read {}", args.bundle.display()))?
         .len();
@@ -77,8 +87,9 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{} parts{}; verify, inspect, load, serve and join take any of them{}",
+        "{} {}{}; verify, inspect, load, serve and join take any of them{}",
         written.len(),
+        crate::text::plural(written.len(), "part", "parts"),
         match args.parity {
             0 => String::new(),
             1 => ", the last one parity: any 1 part lost is rebuilt".into(),
@@ -124,6 +135,11 @@ fn trust_header(
 /// `join`.
 pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.first_part)?;
+    if let Some(o) = &args.output {
+        super::output_dir_of(Some(o), true)?;
+        super::refuse_existing(o, args.force)?;
+    }
     let bf = BundleFile::open(&args.first_part)?;
     let whole = bf.whole().cloned().with_context(|| {
         format!(
@@ -147,6 +163,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
             crate::text::printable(&whole.file)
         ),
     };
+    super::refuse_existing(&out, args.force)?;
     let n = parts::join(&bf, &out)?;
     tell_repairs(&progress, &bf);
     let count = bf
@@ -162,11 +179,12 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
         }));
     }
     println!(
-        "{} ({} bytes, sha256 {}) joined from {} parts",
+        "{} ({} bytes, {}) joined from {} {}",
         out.display(),
         n,
-        whole.sha256.hex(),
-        count
+        whole.sha256,
+        count,
+        crate::text::plural(count, "part", "parts")
     );
     Ok(())
 }
@@ -174,6 +192,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
 /// `repair`.
 pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.part)?;
     let bf = BundleFile::open(&args.part)?;
     let Some(s) = bf.set.clone() else {
         match &bf.header {
@@ -213,10 +232,11 @@ pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
         println!("the set {} is whole: nothing to repair", s.path.display());
     } else {
         println!(
-            "{} part{} written back whole ({} blocks rebuilt from parity): the set is whole again",
+            "{} {} written back whole ({} {} rebuilt from parity): the set is whole again",
             done.written.len(),
-            if done.written.len() == 1 { "" } else { "s" },
-            done.rebuilt
+            crate::text::plural(done.written.len(), "part", "parts"),
+            done.rebuilt,
+            if done.rebuilt == 1 { "block" } else { "blocks" }
         );
     }
     Ok(())

@@ -8,6 +8,8 @@ use anyhow::Context as _;
 /// Verify a bundle.
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
+    super::bundle_arg(&args.bundle)?;
+    super::check_not_truncated(&args.bundle)?;
     let pk = if args.insecure_skip_signature {
         progress.warn("--insecure-skip-signature: the signature is NOT checked; only integrity is");
         None
@@ -49,7 +51,8 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         let m = report.manifest.as_ref();
         return super::print_json(&serde_json::json!({
             "ok": true, "bundle": report.bundle, "files": report.files, "blobs": report.blobs,
-            "bytes": report.bytes, "manifests": report.manifests,
+            "bytes": report.bytes, "blobBytes": report.manifest.as_ref().map(|m| m.blobs.bytes),
+            "manifests": report.manifests,
             "signature": {"verified": report.signature_verified, "keyId": report.signature.as_ref().map(|s| &s.key_id),
                           "trustedComment": report.signature.as_ref().map(|s| &s.trusted_comment)},
             "chart": m.map(|m| serde_json::json!({"name": m.chart.name, "version": m.chart.version})),
@@ -66,9 +69,13 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         _ => println!("signature  NOT CHECKED"),
     }
     println!(
-        "files      {} OK ({} blobs, {} bytes)",
-        report.files, report.blobs, report.bytes
+        "files      {} OK, {} in all",
+        report.files,
+        crate::text::human_bytes(report.bytes)
     );
+    if let Some(m) = &report.manifest {
+        println!("blobs      {}", super::blobs_in_bundle(&m.blobs));
+    }
     println!(
         "layout     {} manifests, every referenced blob present",
         report.manifests

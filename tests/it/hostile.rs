@@ -84,6 +84,7 @@ fn split_bundle() -> (Home, PathBuf) {
     let h = Home::with_key();
     let (bundle, _) = h.build_plain("1.8.0", &[]);
     let dir = h.path().join("parts");
+    std::fs::create_dir(&dir).unwrap();
     let o = h.run(&[
         "split",
         bundle.to_str().unwrap(),
@@ -142,8 +143,10 @@ fn join_never_writes_where_the_part_header_says() {
     let o = h.run(&["verify", first_s, "--insecure-skip-signature"]);
     assert_fails(&o, 1, &["is not a plain file name"]);
 
-    // 5. The genuine header: joined under its plain name in the current directory.
+    // 5. The genuine header: joined under its plain name in the current directory (where the
+    // bundle split was built: moved away, join replaces no file without --force).
     std::fs::write(&first, &original).unwrap();
+    std::fs::remove_file(h.path().join("koordinator-1.8.0.tar")).unwrap();
     let o = h.run(&["join", first_s, "--json"]);
     assert_ok(&o);
     let joined = h.path().join("koordinator-1.8.0.tar");
@@ -493,6 +496,7 @@ fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
     );
     check("split", o);
     let parts = h.path().join("parts");
+    std::fs::create_dir(&parts).unwrap();
     assert_ok(&h.run(&[
         "split",
         bundle.to_str().unwrap(),
@@ -794,6 +798,7 @@ fn every_hostile_case_ends_with_an_exit_code_from_0_to_3() {
     // Round 2: a split header edited, data after the tar's end, a gzip bundle to load,
     // leftovers of a killed build, a full disk.
     let parts = h.path().join("parts");
+    std::fs::create_dir(&parts).unwrap();
     assert_ok(&h.run(&[
         "split",
         &b,

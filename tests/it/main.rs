@@ -20,6 +20,7 @@ mod exit_codes;
 mod fake_registry;
 mod fault_proxy;
 mod faults;
+mod firsthour;
 mod fuzz_regressions;
 mod harbor;
 mod helm;

@@ -62,10 +62,14 @@ fn errors_about_a_random_file_never_echo_its_bytes_raw() {
 #[test]
 fn cause_chains_do_not_repeat_themselves() {
     let h = Home::new();
-    // A directory for a bundle: the OS error once, not once per wrapper.
+    // A missing bundle: the OS error once, not once per wrapper.
+    let o = h.run(&["inspect", "no-such.tar"]);
+    let err = assert_fails(&o, 1, &["No such file or directory"]);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    // A directory for a bundle: said once (issue 21: one message in every command).
     let o = h.run(&["inspect", "."]);
-    let err = assert_fails(&o, 1, &["Is a directory"]);
-    assert_eq!(err.matches("Is a directory").count(), 1, "{err}");
+    let err = assert_fails(&o, 1, &["is a directory, not a bundle"]);
+    assert_eq!(err.matches("is a directory").count(), 1, "{err}");
     // A bundle checked with the wrong public key: the sentence once.
     let b = Built::new();
     let other = Home::with_key();
@@ -138,7 +142,7 @@ fn reload_and_dry_run_progress_lines_agree_with_the_summary() {
         let (p, s) = push_lines(&load(extra));
         assert_eq!(p, s, "{extra:?}");
         assert!(
-            p.contains("push 0 blobs (0 B)") || p.starts_with("pushed 0 blobs (0 B)"),
+            p.contains("push 0 of ") || p.starts_with("pushed 0 of "),
             "{p}"
         );
         assert!(!p.contains(" 0 already there"), "{p}");

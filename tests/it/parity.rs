@@ -23,6 +23,7 @@ struct Parts {
 impl Parts {
     fn new(b: &Built, size: &str, parity: usize) -> Parts {
         let dir = b.home.path().join(unique_prefix("set"));
+        std::fs::create_dir(&dir).unwrap();
         let o = b.home.run(&[
             "split",
             b.bundle.to_str().unwrap(),

@@ -601,6 +601,7 @@ fn serve_from_the_first_part_of_a_split_bundle() {
     let h = &b.home;
     let m = bundle_manifest(&b.bundle);
     let dir = h.path().join(unique_prefix("parts"));
+    std::fs::create_dir(&dir).unwrap();
     let o = h.run(&[
         "split",
         b.bundle.to_str().unwrap(),

@@ -98,6 +98,7 @@ fn damaged_missing_or_swapped_parts_are_named() {
     let b = Built::new();
     let h = &b.home;
     let dir = h.path().join(format!("split-{}", unique_prefix("d")));
+    std::fs::create_dir(&dir).unwrap();
     let o = h.run(&[
         "split",
         b.bundle.to_str().unwrap(),

@@ -500,7 +500,8 @@ fn ranges(blocks: &[u64]) -> String {
 impl fmt::Display for PartDamage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.missing {
-            write!(f, "{}: missing ({} blocks)", self.file, self.of)
+            let blocks = if self.of == 1 { "block" } else { "blocks" };
+            write!(f, "{}: missing ({} {blocks})", self.file, self.of)
         } else {
             write!(
                 f,
