@@ -11,6 +11,7 @@ pub mod parity;
 pub mod parts;
 pub mod plan;
 pub mod reader;
+pub mod reuse;
 pub mod set;
 pub mod sign;
 pub mod source;

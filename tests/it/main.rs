@@ -12,6 +12,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod build;
+mod bytes;
 mod charts;
 mod common;
 mod exit_codes;
