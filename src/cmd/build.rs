@@ -333,13 +333,30 @@ fn overrides(args: &BuildArgs) -> Overrides {
 pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     let signals = super::interrupt_signals()?;
     let partial: Arc<Mutex<Option<PathBuf>>> = Arc::default();
+    // Heard on a task of its own: parts of the build block their thread (helm runs to its
+    // end), so the signal ends the children from there, and the build then stops.
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let got = signals.await;
+        // Told first: a build that fails because its helm was killed is then known as
+        // interrupted.
+        let _ = tx.send(got);
+        crate::child::kill_all();
+    });
+    let interrupted = |(signal, code): (&'static str, i32), partial: &Mutex<Option<PathBuf>>| {
+        crate::child::kill_all();
+        let path = partial.lock().ok().and_then(|p| p.clone());
+        let kept = kept_text(path.as_deref());
+        anyhow::Error::from(super::Interrupted { signal, kept, code })
+    };
     tokio::select! {
-        r = build(args, partial.clone()) => r,
-        (signal, code) = signals => {
-            crate::child::kill_all();
-            let path = partial.lock().ok().and_then(|p| p.clone());
-            Err(super::Interrupted { signal, kept: kept_text(path.as_deref()), code }.into())
-        }
+        biased;
+        Ok(got) = &mut rx => Err(interrupted(got, &partial)),
+        r = build(args, partial.clone()) => match rx.try_recv() {
+            // The build ended because its children were killed: the signal is the news.
+            Ok(got) if r.is_err() => Err(interrupted(got, &partial)),
+            _ => r,
+        },
     }
 }
 

@@ -142,8 +142,8 @@ pub struct Interrupted {
 
 /// SIGINT and SIGTERM, listened to from now on (the default action, ending the process at
 /// once, no longer applies): resolves to the first that arrives, as (name, exit code).
-pub fn interrupt_signals() -> anyhow::Result<impl std::future::Future<Output = (&'static str, i32)>>
-{
+pub fn interrupt_signals(
+) -> anyhow::Result<impl std::future::Future<Output = (&'static str, i32)> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt()).context("cannot listen to SIGINT")?;
     let mut term = signal(SignalKind::terminate()).context("cannot listen to SIGTERM")?;

@@ -478,3 +478,57 @@ fn ctrl_c_and_sigterm_say_what_is_kept_and_the_same_command_resumes() {
         "{b}"
     );
 }
+
+/// Ctrl-C while helm renders the chart: helm is ended with the build (its process group
+/// killed), which says nothing was written yet and exits 130. (Without `child::kill_all` on
+/// the signal, helm lives on after the build.)
+#[test]
+fn ctrl_c_while_helm_runs_ends_helm() {
+    let h = Home::with_key();
+    let pidfile = h.path().join("helm.pid");
+    let wrapper = h.path().join("slow-helm");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = template ] && {{ echo $$ > '{}'; exec sleep 300; }}; done\nexec '{}' \"$@\"\n",
+            pidfile.display(),
+            env().helm3.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let child = h
+        .build("1.8.0")
+        .helm(Some(&wrapper))
+        .out(&h.path().join("a.tar"))
+        .cmd()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("helm template to start", Duration::from_secs(60), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n'))
+    });
+    let helm: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(&child, libc::SIGINT);
+    let (code, err) = wait_exit(child, "the interrupted build to exit");
+    assert_eq!(code, 130, "{err}");
+    assert!(
+        err.contains("interrupted (SIGINT): nothing was written yet"),
+        "{err}"
+    );
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{helm}/stat"))
+            .map(|s| s.split(' ').nth(2) == Some("Z"))
+            .unwrap_or(true)
+    };
+    wait_until("helm to end with the build", Duration::from_secs(10), gone);
+}
