@@ -532,3 +532,42 @@ fn ctrl_c_while_helm_runs_ends_helm() {
     };
     wait_until("helm to end with the build", Duration::from_secs(10), gone);
 }
+
+/// `--reuse BUNDLE` feeds the same mechanism without the index (`--no-cache`): a plain bundle
+/// of the same version gives every blob; a gzip bundle cannot be read at offsets, is said and
+/// skipped.
+#[test]
+fn reuse_takes_blobs_from_a_named_bundle_and_says_why_a_gzip_one_cannot() {
+    let h = Home::with_key();
+    let (old, _) = h.build_plain("1.8.0", &["--no-cache"]);
+    let gz = h.path().join("old.tar.gz");
+    json_of(
+        &h.build("1.8.0")
+            .out(&gz)
+            .args(&["--json", "--no-cache", "--compress", "gzip"])
+            .run(),
+    );
+    let out = h.path().join("new.tar");
+    let o = h
+        .build("1.8.0")
+        .out(&out)
+        .args(&[
+            "--json",
+            "--no-cache",
+            "--reuse",
+            old.to_str().unwrap(),
+            "--reuse",
+            gz.to_str().unwrap(),
+        ])
+        .run();
+    let b = json_of(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("old.tar.gz: a gzip bundle cannot be read at offsets"),
+        "{err}"
+    );
+    assert_eq!(b["fetch"]["downloadedBytes"], 0, "{b}");
+    assert_eq!(b["fetch"]["cachedBlobs"], b["counts"]["copied"]["blobs"]);
+    assert!(bytes(&old) == bytes(&out));
+    assert!(!h.cache().exists(), "--no-cache wrote the cache directory");
+}
