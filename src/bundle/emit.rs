@@ -13,7 +13,7 @@ use super::pack::{self, Compression, PackError, PackStats};
 use super::plan::Plan;
 use super::reuse::Donors;
 use super::set::{SetError, SplitOptions};
-use super::writer::{check_room, BundleWriter, Entries, TarLayout};
+use super::writer::{check_room, BundleWriter, Entries, Resumed, TarLayout};
 use crate::copy::{self, Item, WalkError};
 use crate::store::{BlobCache, OnBytes, Source};
 use std::path::{Path, PathBuf};
@@ -212,14 +212,14 @@ pub async fn write<S: Source>(
     };
     let file = PartialFile::open(out.path).map_err(werr)?;
     let regions = tar.region_list();
-    let kept = resume(&file, &regions, &on_bytes).await.map_err(werr)?;
+    let kept = resume(&file, &regions).await.map_err(werr)?;
     let resumed = regions
         .iter()
-        .filter(|(d, _, _)| kept.contains(d))
+        .filter(|(d, _, _)| kept.kept.contains(d))
         .fold(0u64, |a, (_, _, s)| a.saturating_add(*s));
-    let resumed_blobs = kept.len() as u64;
+    let resumed_blobs = kept.kept.len() as u64;
     let writer = BundleWriter::create(file.file(), out.path, tar, kept, out.cache, out.donors)?;
-    writer.counts.resumed.store(resumed, Relaxed);
+    writer.counts.resumed.fetch_add(resumed, Relaxed);
     writer.counts.resumed_blobs.store(resumed_blobs, Relaxed);
     let graphs = plan.graphs();
     let items: Vec<Item> = graphs
@@ -267,18 +267,16 @@ pub async fn write<S: Source>(
 }
 
 /// What an earlier, stopped run of this build left in `file`: every region of the new layout
-/// it holds, re-hashed (on the blocking pool).
+/// it holds, re-hashed, and the blobs it cut off mid-way (on the blocking pool).
 async fn resume(
     file: &PartialFile,
     regions: &[(crate::oci::Digest, u64, u64)],
-    on_bytes: &OnBytes,
-) -> std::io::Result<std::collections::BTreeSet<crate::oci::Digest>> {
+) -> std::io::Result<Resumed> {
     if file.found() == 0 {
         return Ok(Default::default());
     }
     let (f, found, regions) = (file.file().try_clone()?, file.found(), regions.to_vec());
-    let on = on_bytes.clone();
-    tokio::task::spawn_blocking(move || super::writer::resumed_regions(&f, found, &regions, &*on))
+    tokio::task::spawn_blocking(move || super::writer::resumed_regions(&f, found, &regions))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?
 }

@@ -4,7 +4,8 @@
 //! whatever order blobs arrive in, hashed as it is received.
 //!
 //! Each blob is written once (issue 23): a build resumes from its own `.partial` (the regions
-//! an earlier, stopped run finished are re-hashed and kept: [`resumed_regions`]), and copies
+//! an earlier, stopped run finished are re-hashed and kept, a blob it cut off mid-way is
+//! continued where its written prefix ends: [`resumed_regions`]), and copies
 //! what earlier bundles hold ([`super::reuse`]), re-hashing every byte copied. With an opt-in
 //! blob cache (`--cache DIR`): a blob the cache holds is copied from it (and hashed); a blob it
 //! does not hold is also appended to the cache's partial file as it arrives (not hashed twice:
@@ -158,43 +159,67 @@ impl TarLayout {
     }
 }
 
-/// The regions of `regions` that the file (an earlier, stopped run's `.partial` of `found`
-/// bytes, laid out the same way: the layout is a function of the plan) already holds: each
-/// re-hashed against its digest, kept only when it matches. A region whose first bytes are
-/// all zero was never written (the file was reserved with zeros) and is not hashed: a blob
-/// that does begin with zeros is then fetched again, never wrongly kept. `on_bytes` is told of
-/// each kept region's size.
+/// What an earlier, stopped run of the same build left in its `.partial`.
+#[derive(Debug, Default)]
+pub struct Resumed {
+    /// Blobs found whole at their places (re-hashed): kept.
+    pub kept: BTreeSet<Digest>,
+    /// Blobs cut off mid-way: the length of what was written of each (from its start) and
+    /// its hash; the download continues there (a range request), and the whole blob is
+    /// checked at its end (fetched again from its start when it does not match).
+    pub prefixes: BTreeMap<Digest, (u64, sha2::Sha256)>,
+}
+
+/// What the file (an earlier, stopped run's `.partial` of `found` bytes, laid out the same
+/// way: the layout is a function of the plan) holds of `regions`. Each region is read from its
+/// start, piece by piece, until a piece of zeros (the file was reserved with zeros, and a blob
+/// is written from its start on, in order): a region read whole whose hash matches is kept; a
+/// region that stops earlier gives a prefix, up to its last byte that is not zero (never past
+/// what was written; a blob whose bytes are zero there is only fetched a little more).
 pub fn resumed_regions(
     file: &File,
     found: u64,
     regions: &[(Digest, u64, u64)],
-    on_bytes: &(dyn Fn(u64) + Sync),
-) -> io::Result<BTreeSet<Digest>> {
-    let mut kept = BTreeSet::new();
-    let mut buf = vec![0u8; 1 << 20];
+) -> io::Result<Resumed> {
+    let mut out = Resumed::default();
+    let mut buf = vec![0u8; WRITE_PIECE];
     for (d, offset, size) in regions {
-        if offset.saturating_add(*size) > found {
-            continue;
-        }
-        let probe = (*size).min(4096) as usize;
-        crate::store::file::read_at(file, &mut buf[..probe], *offset)?;
-        if *size > 0 && buf[..probe].iter().all(|&b| b == 0) {
-            continue;
-        }
+        let avail = found.saturating_sub(*offset).min(*size);
         let mut hasher = sha2::Sha256::new();
         let mut at = 0u64;
-        while at < *size {
-            let n = (*size - at).min(buf.len() as u64) as usize;
+        let mut end = 0u64; // after the last byte that is not zero
+        while at < avail {
+            let n = (avail - at).min(buf.len() as u64) as usize;
             crate::store::file::read_at(file, &mut buf[..n], offset + at)?;
-            hasher.update(&buf[..n]);
+            let Some(last) = buf[..n].iter().rposition(|&b| b != 0) else {
+                break;
+            };
+            if end < at {
+                // Zeros between what was hashed and this piece: hashed now.
+                hasher.update(vec![0u8; (at - end) as usize]);
+            }
+            hasher.update(&buf[..=last]);
+            end = at + last as u64 + 1;
             at += n as u64;
         }
-        if &Digest::from_hasher(hasher) == d {
-            on_bytes(*size);
-            kept.insert(d.clone());
+        if at == *size && *size > 0 {
+            // Read whole: the zeros at its end too (it may end in zeros, or have been cut in
+            // its last piece: then what comes before them is a prefix).
+            let before_zeros = hasher.clone();
+            if end < at {
+                hasher.update(vec![0u8; (at - end) as usize]);
+            }
+            if &Digest::from_hasher(hasher) == d {
+                out.kept.insert(d.clone());
+                continue;
+            }
+            hasher = before_zeros;
+        }
+        if end > 0 && end < *size {
+            out.prefixes.insert(d.clone(), (end, hasher));
         }
     }
-    Ok(kept)
+    Ok(out)
 }
 
 /// The entries before the blobs, as a sequential tar writer writes them (without its end
@@ -297,6 +322,8 @@ pub struct BundleWriter<'a> {
     /// Digest → (offset of its data, size).
     regions: BTreeMap<Digest, (u64, u64)>,
     done: Mutex<BTreeSet<Digest>>,
+    /// Blobs an earlier run cut off mid-way: what it wrote of each, and its hash.
+    prefixes: Mutex<BTreeMap<Digest, (u64, sha2::Sha256)>>,
     cache: Option<&'a BlobCache>,
     donors: Option<&'a Donors>,
     /// What to say (blobs of earlier bundles refused).
@@ -311,13 +338,14 @@ pub struct BundleWriter<'a> {
 
 impl<'a> BundleWriter<'a> {
     /// Write `layout` into `out` (the temporary file of the destination `dest`): everything but
-    /// the blobs' bytes is written now, the whole length reserved first. `kept`: the blobs an
-    /// earlier run of the same build wrote there ([`resumed_regions`]), not written again.
+    /// the blobs' bytes is written now, the whole length reserved first. `resumed`: what an
+    /// earlier run of the same build wrote there ([`resumed_regions`]): whole blobs are not
+    /// written again, cut ones are continued.
     pub fn create(
         out: &File,
         dest: &Path,
         layout: TarLayout,
-        kept: BTreeSet<Digest>,
+        resumed: Resumed,
         cache: Option<&'a BlobCache>,
         donors: Option<&'a Donors>,
     ) -> Result<BundleWriter<'a>, PackError> {
@@ -341,7 +369,8 @@ impl<'a> BundleWriter<'a> {
             file: Arc::new(file),
             dest: dest.to_path_buf(),
             regions: layout.regions,
-            done: Mutex::new(kept),
+            done: Mutex::new(resumed.kept),
+            prefixes: Mutex::new(resumed.prefixes),
             cache,
             donors,
             notes: Mutex::new(Vec::new()),
@@ -564,7 +593,19 @@ impl<'a> BundleWriter<'a> {
                 t.restart()?;
                 0
             }
-            None => 0,
+            None => {
+                // The stopped run's own prefix of it, continued where it ends.
+                let cut = self
+                    .prefixes
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.remove(&desc.digest));
+                if let Some((n, hasher)) = cut.filter(|(n, _)| *n == offset && offset > 0) {
+                    self.counts.resumed.fetch_add(n, Ordering::Relaxed);
+                    return Ok((None, hasher, n));
+                }
+                0
+            }
         };
         match &tee {
             Some(t) if start > 0 => {
@@ -765,8 +806,21 @@ impl Sink for BundleWriter<'_> {
                     return Ok(Have::Partial(n));
                 }
             }
+            return Ok(Have::Nothing);
         }
-        Ok(Have::Nothing)
+        let cut = self
+            .prefixes
+            .lock()
+            .ok()
+            .and_then(|p| p.get(&desc.digest).map(|(n, _)| *n));
+        Ok(match cut {
+            Some(n)
+                if n < desc.size && self.donors.is_none_or(|d| d.get(&desc.digest).is_empty()) =>
+            {
+                Have::Partial(n)
+            }
+            _ => Have::Nothing,
+        })
     }
 
     async fn put_blob(
@@ -809,8 +863,26 @@ impl Sink for BundleWriter<'_> {
                 stream,
                 on_bytes,
             )
-            .await?;
-        self.finish_blob(desc, got)
+            .await;
+        let own_prefix = self.cache.is_none() && pos > 0;
+        match got.and_then(|got| self.finish_blob(desc, got)) {
+            // What the stopped run left of it did not hold (torn, or another layout's bytes
+            // at that place): the whole blob is fetched again.
+            Err(StoreError::DigestMismatch { .. } | StoreError::SizeMismatch { .. })
+                if own_prefix =>
+            {
+                let stream = data.open(0).await?;
+                let received = Received {
+                    hasher: sha2::Sha256::new(),
+                    tee: None,
+                };
+                let got = self
+                    .receive(desc, region, 0, received, stream, on_bytes)
+                    .await?;
+                self.finish_blob(desc, got)
+            }
+            other => other,
+        }
     }
 
     async fn has_manifest(

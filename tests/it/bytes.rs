@@ -571,3 +571,59 @@ fn reuse_takes_blobs_from_a_named_bundle_and_says_why_a_gzip_one_cannot() {
     assert!(bytes(&old) == bytes(&out));
     assert!(!h.cache().exists(), "--no-cache wrote the cache directory");
 }
+
+/// A blob cut off mid-way by SIGKILL is continued where what was written of it ends (a range
+/// request), checked whole at its end; when that prefix does not hold (a byte of it changed),
+/// the whole blob is fetched again. Both give the clean bundle, byte for byte.
+#[test]
+fn a_blob_cut_off_mid_way_is_continued_and_a_bad_prefix_is_fetched_again() {
+    let s = Stalled::new();
+    let layer_hex = &s.fake.layer_digest[7..];
+    let (_, pos, layer) = s
+        .blobs
+        .iter()
+        .find(|(p, _, _)| p.ends_with(layer_hex))
+        .cloned()
+        .unwrap();
+    for (i, spoil) in [false, true].into_iter().enumerate() {
+        *s.fake.mode.lock().unwrap() = BlobMode::StallAfter(2_500_000);
+        let out = s.h.path().join(format!("cut{i}.tar"));
+        let partial = s.partial(&out);
+        let mut child = s.spawn(&out);
+        // The first MiB of the layer is in place (the writer writes a MiB at a time).
+        wait_until(
+            "a MiB of the layer written",
+            Duration::from_secs(120),
+            || {
+                let mut got = vec![0u8; 1 << 20];
+                std::fs::File::open(&partial).is_ok_and(|f| {
+                    std::os::unix::fs::FileExt::read_exact_at(&f, &mut got, pos).is_ok()
+                        && got == layer[..1 << 20]
+                })
+            },
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if spoil {
+            flip_byte(&partial, pos + 1000);
+        }
+        let before = s.fake.ranges.lock().unwrap().len();
+        let b = s.finish(&out);
+        let ranges: Vec<u64> = s.fake.ranges.lock().unwrap()[before..].to_vec();
+        let resumed = b["fetch"]["resumedBytes"].as_u64().unwrap();
+        if spoil {
+            // Continued, refused at its end, fetched again from its start.
+            assert!(ranges.first().is_some_and(|&r| r >= 1 << 20), "{ranges:?}");
+            assert!(
+                b["fetch"]["downloadedBytes"].as_u64().unwrap() >= layer.len() as u64,
+                "{b}"
+            );
+        } else {
+            assert_eq!(ranges.len(), 1, "one range request: {ranges:?}");
+            assert!(
+                ranges[0] >= 1 << 20 && resumed >= ranges[0],
+                "{ranges:?} {b}"
+            );
+        }
+    }
+}
