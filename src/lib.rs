@@ -7,7 +7,7 @@
 //!
 //! | command | source → sink |
 //! |---|---|
-//! | `build`  | registry ([`store::registry::RegistryStore`]) → blob cache ([`store::BlobCache`]), then the bundle writer ([`bundle::pack`]) |
+//! | `build`  | registry ([`store::registry::RegistryStore`]) and earlier bundles ([`bundle::reuse`]) → the bundle writer ([`bundle::writer`]), each blob written once |
 //! | `load`   | bundle read in place ([`bundle::source::BundleSource`]) → registry |
 //! | `verify` | the bundle streamed once, every file hashed; the layout checked by the engine's walk |
 //! | `serve`  | HTTP ([`serve`]) over any [`store::Catalog`] source: a bundle read in place |

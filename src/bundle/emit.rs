@@ -1,14 +1,19 @@
 //! Writing a bundle from its [`Plan`] and [`Layout`]: the checksum file and its signature, the
 //! tar laid out and measured against the disk before the first byte, every blob copied once into
-//! its place by the one walk (from the registries, the blob cache, or the chart itself), then
-//! the file renamed into place, gzipped, or split into parts.
+//! its place by the one walk (from the registries, earlier bundles, the opt-in blob cache, or
+//! the chart itself), then the file renamed into place, gzipped, or split into parts.
+//!
+//! The bundle is written in `.NAME.partial` next to it ([`PartialFile`]): a build that stops
+//! before its end (an error, Ctrl-C, SIGKILL) leaves it, and the same build run again keeps
+//! every blob it finished (re-hashed) and fetches only the rest.
 
-use super::atomic::AtomicFile;
+use super::atomic::{AtomicFile, PartialFile};
 use super::layout::Layout;
 use super::pack::{self, Compression, PackError, PackStats};
 use super::plan::Plan;
+use super::reuse::Donors;
 use super::set::{SetError, SplitOptions};
-use super::writer::{check_room, BundleWriter, Entries, TarLayout};
+use super::writer::{check_room, BundleWriter, Entries, Resumed, TarLayout};
 use crate::copy::{self, Item, WalkError};
 use crate::store::{BlobCache, OnBytes, Source};
 use std::path::{Path, PathBuf};
@@ -43,8 +48,11 @@ pub struct Output<'a> {
     pub compress: Compression,
     /// The key that signs the checksum file (and a split set's header).
     pub signer: Option<&'a minisign::SecretKey>,
-    /// The blob cache: blobs it holds are copied from it, those it lacks are added to it.
+    /// The blob cache (`--cache DIR`): blobs it holds are copied from it, those it lacks are
+    /// added to it.
     pub cache: Option<&'a BlobCache>,
+    /// Blobs earlier bundles hold (the index of the build host, `--since`, `--reuse`).
+    pub donors: Option<&'a Donors>,
     /// Blob transfers at once.
     pub jobs: usize,
 }
@@ -53,10 +61,16 @@ pub struct Output<'a> {
 #[derive(Debug, Default, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Fetched {
-    /// Blobs found complete in the cache.
+    /// Blobs copied whole from earlier bundles or the blob cache.
     pub cached_blobs: usize,
-    /// Bytes taken from the cache (complete blobs and resumed prefixes).
+    /// Bytes copied from earlier bundles or the blob cache (whole blobs, and with `--cache`
+    /// resumed prefixes).
     pub cached_bytes: u64,
+    /// Blobs kept from the `.partial` an earlier, stopped run of the same build left
+    /// (manifests included).
+    pub resumed_blobs: usize,
+    /// Their bytes.
+    pub resumed_bytes: u64,
     /// Bytes downloaded.
     pub downloaded_bytes: u64,
 }
@@ -72,6 +86,13 @@ pub struct Written {
     pub parts: Vec<PathBuf>,
     /// Where its blobs came from.
     pub fetched: Fetched,
+    /// Its blobs' places, for the index of earlier bundles (`None`: gzip or split, not a
+    /// source of blobs).
+    pub regions: Option<Vec<(crate::oci::Digest, u64, u64)>>,
+    /// What to say: blobs of earlier bundles refused.
+    pub notes: Vec<String>,
+    /// Earlier bundles to forget (a blob of theirs did not match).
+    pub refused: Vec<PathBuf>,
 }
 
 /// The trusted comment of the signature: `koord-bundle <chart> <version> created <time>`.
@@ -158,7 +179,19 @@ pub fn check_disk(plan: &Plan, out: &Output<'_>, len: u64) -> Result<(), PackErr
             crate::text::human_bytes(cached)
         ));
     }
-    check_room(out.path, room_needed(out, len).saturating_add(cached), &why)
+    // What an earlier, stopped run of the same build left is already taken: a resume needs
+    // only the rest.
+    let held = super::atomic::partial_path(out.path)
+        .and_then(std::fs::metadata)
+        .map(|m| m.len().min(len))
+        .unwrap_or(0);
+    check_room(
+        out.path,
+        room_needed(out, len)
+            .saturating_add(cached)
+            .saturating_sub(held),
+        &why,
+    )
 }
 
 /// Write the bundle: laid out and measured first, then every blob copied into its place from
@@ -177,8 +210,17 @@ pub async fn write<S: Source>(
         path: out.path.to_path_buf(),
         source,
     };
-    let file = AtomicFile::create(out.path).map_err(werr)?;
-    let writer = BundleWriter::create(&file, out.path, tar, out.cache)?;
+    let file = PartialFile::open(out.path).map_err(werr)?;
+    let regions = tar.region_list();
+    let kept = resume(&file, &regions).await.map_err(werr)?;
+    let resumed = regions
+        .iter()
+        .filter(|(d, _, _)| kept.kept.contains(d))
+        .fold(0u64, |a, (_, _, s)| a.saturating_add(*s));
+    let resumed_blobs = kept.kept.len() as u64;
+    let writer = BundleWriter::create(file.file(), out.path, tar, kept, out.cache, out.donors)?;
+    writer.counts.resumed.fetch_add(resumed, Relaxed);
+    writer.counts.resumed_blobs.store(resumed_blobs, Relaxed);
     let graphs = plan.graphs();
     let items: Vec<Item> = graphs
         .iter()
@@ -206,21 +248,43 @@ pub async fn write<S: Source>(
         downloaded_bytes: writer.counts.received.load(Relaxed),
         cached_bytes: writer.counts.from_cache.load(Relaxed),
         cached_blobs: writer.counts.cached_blobs.load(Relaxed) as usize,
+        resumed_bytes: writer.counts.resumed.load(Relaxed),
+        resumed_blobs: writer.counts.resumed_blobs.load(Relaxed) as usize,
     };
+    let (notes, refused) = writer.notes();
     let stats = tokio::task::block_in_place(|| writer.finish())?;
+    let plain = out.split.is_none() && out.compress == Compression::None;
     let (stats, parts) = commit(file, stats, out)?;
     Ok(Written {
         path: out.path.to_path_buf(),
         stats,
         parts,
         fetched,
+        regions: plain.then_some(regions),
+        notes,
+        refused,
     })
+}
+
+/// What an earlier, stopped run of this build left in `file`: every region of the new layout
+/// it holds, re-hashed, and the blobs it cut off mid-way (on the blocking pool).
+async fn resume(
+    file: &PartialFile,
+    regions: &[(crate::oci::Digest, u64, u64)],
+) -> std::io::Result<Resumed> {
+    if file.found() == 0 {
+        return Ok(Default::default());
+    }
+    let (f, found, regions) = (file.file().try_clone()?, file.found(), regions.to_vec());
+    tokio::task::spawn_blocking(move || super::writer::resumed_regions(&f, found, &regions))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?
 }
 
 /// The written temporary file into place: renamed, or gzipped, or split into parts (the whole
 /// file then goes when dropped).
 fn commit(
-    file: AtomicFile,
+    file: PartialFile,
     written: PackStats,
     out: &Output<'_>,
 ) -> Result<(PackStats, Vec<PathBuf>), EmitError> {
@@ -237,6 +301,7 @@ fn commit(
             let gz = AtomicFile::create(out.path).map_err(werr)?;
             let bytes = tokio::task::block_in_place(|| pack::gzip(file.path(), &gz, out.path))?;
             gz.commit().map_err(werr)?;
+            file.remove().map_err(werr)?;
             Ok((PackStats { bytes, ..written }, vec![]))
         }
         (Some((size, parity)), _) => {
@@ -259,6 +324,7 @@ fn commit(
             };
             let parts =
                 tokio::task::block_in_place(|| super::set::split(file.path(), &opts, &|_| {}))?;
+            file.remove().map_err(werr)?;
             Ok((written, parts))
         }
     }

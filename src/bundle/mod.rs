@@ -13,6 +13,7 @@ pub mod parity;
 pub mod parts;
 pub mod plan;
 pub mod reader;
+pub mod reuse;
 pub mod sbom;
 pub mod set;
 pub mod sign;

@@ -3,15 +3,18 @@
 //! first, as readers expect, and each blob is written once, straight to its final offset,
 //! whatever order blobs arrive in, hashed as it is received.
 //!
-//! With a blob cache: a blob the cache holds is copied from it (and hashed); a blob it does not
-//! hold is also appended to the cache's partial file as it arrives (not hashed twice: the
-//! writer's hash decides), so a killed build resumes where it stopped, and the next build reuses
-//! it. The layout is byte for byte what a sequential tar writer gives (`tar` with deterministic
+//! Each blob is written once (issue 23): a build resumes from its own `.partial` (the regions
+//! an earlier, stopped run finished are re-hashed and kept, a blob it cut off mid-way is
+//! continued where its written prefix ends: [`resumed_regions`]), and copies
+//! what earlier bundles hold ([`super::reuse`]), re-hashing every byte copied. With an opt-in
+//! blob cache (`--cache DIR`): a blob the cache holds is copied from it (and hashed); a blob it
+//! does not hold is also appended to the cache's partial file as it arrives (not hashed twice:
+//! the writer's hash decides). The layout is byte for byte what a sequential tar writer gives (`tar` with deterministic
 //! headers): checksum file, signature, the small files with their directories, then the blobs
 //! in digest order, then two zero blocks.
 
-use super::atomic::AtomicFile;
 use super::pack::{header, PackError, PackStats};
+use super::reuse::Donors;
 use super::{CHECKSUMS_FILE, SIGNATURE_FILE};
 use crate::oci::{size, Descriptor, Digest};
 use crate::store::cache::Tee;
@@ -50,12 +53,16 @@ pub struct Entries<'a> {
 /// Where blobs were taken from.
 #[derive(Debug, Default)]
 pub struct Counts {
-    /// Bytes copied from the cache (whole blobs and resumed prefixes).
+    /// Bytes copied from earlier bundles or the blob cache (whole blobs and resumed prefixes).
     pub from_cache: AtomicU64,
     /// Bytes received from the source.
     pub received: AtomicU64,
-    /// Whole blobs copied from the cache.
+    /// Whole blobs copied from earlier bundles or the blob cache.
     pub cached_blobs: AtomicU64,
+    /// Bytes kept from the build's own `.partial` (manifests included).
+    pub resumed: AtomicU64,
+    /// Blobs kept from it.
+    pub resumed_blobs: AtomicU64,
 }
 
 /// A bundle laid out: the bytes before the blobs, every blob's header and place, the length.
@@ -145,6 +152,74 @@ impl TarLayout {
         v.sort_by_key(|&(_, o, _)| o);
         v.into_iter()
     }
+
+    /// [`TarLayout::regions`], owned (for the index of earlier bundles, and the resume pass).
+    pub fn region_list(&self) -> Vec<(Digest, u64, u64)> {
+        self.regions().map(|(d, o, s)| (d.clone(), o, s)).collect()
+    }
+}
+
+/// What an earlier, stopped run of the same build left in its `.partial`.
+#[derive(Debug, Default)]
+pub struct Resumed {
+    /// Blobs found whole at their places (re-hashed): kept.
+    pub kept: BTreeSet<Digest>,
+    /// Blobs cut off mid-way: the length of what was written of each (from its start) and
+    /// its hash; the download continues there (a range request), and the whole blob is
+    /// checked at its end (fetched again from its start when it does not match).
+    pub prefixes: BTreeMap<Digest, (u64, sha2::Sha256)>,
+}
+
+/// What the file (an earlier, stopped run's `.partial` of `found` bytes, laid out the same
+/// way: the layout is a function of the plan) holds of `regions`. Each region is read from its
+/// start, piece by piece, until a piece of zeros (the file was reserved with zeros, and a blob
+/// is written from its start on, in order): a region read whole whose hash matches is kept; a
+/// region that stops earlier gives a prefix, up to its last byte that is not zero (never past
+/// what was written; a blob whose bytes are zero there is only fetched a little more).
+pub fn resumed_regions(
+    file: &File,
+    found: u64,
+    regions: &[(Digest, u64, u64)],
+) -> io::Result<Resumed> {
+    let mut out = Resumed::default();
+    let mut buf = vec![0u8; WRITE_PIECE];
+    for (d, offset, size) in regions {
+        let avail = found.saturating_sub(*offset).min(*size);
+        let mut hasher = sha2::Sha256::new();
+        let mut at = 0u64;
+        let mut end = 0u64; // after the last byte that is not zero
+        while at < avail {
+            let n = (avail - at).min(buf.len() as u64) as usize;
+            crate::store::file::read_at(file, &mut buf[..n], offset + at)?;
+            let Some(last) = buf[..n].iter().rposition(|&b| b != 0) else {
+                break;
+            };
+            if end < at {
+                // Zeros between what was hashed and this piece: hashed now.
+                hasher.update(vec![0u8; (at - end) as usize]);
+            }
+            hasher.update(&buf[..=last]);
+            end = at + last as u64 + 1;
+            at += n as u64;
+        }
+        if at == *size && *size > 0 {
+            // Read whole: the zeros at its end too (it may end in zeros, or have been cut in
+            // its last piece: then what comes before them is a prefix).
+            let before_zeros = hasher.clone();
+            if end < at {
+                hasher.update(vec![0u8; (at - end) as usize]);
+            }
+            if &Digest::from_hasher(hasher) == d {
+                out.kept.insert(d.clone());
+                continue;
+            }
+            hasher = before_zeros;
+        }
+        if end > 0 && end < *size {
+            out.prefixes.insert(d.clone(), (end, hasher));
+        }
+    }
+    Ok(out)
 }
 
 /// The entries before the blobs, as a sequential tar writer writes them (without its end
@@ -247,7 +322,14 @@ pub struct BundleWriter<'a> {
     /// Digest → (offset of its data, size).
     regions: BTreeMap<Digest, (u64, u64)>,
     done: Mutex<BTreeSet<Digest>>,
+    /// Blobs an earlier run cut off mid-way: what it wrote of each, and its hash.
+    prefixes: Mutex<BTreeMap<Digest, (u64, sha2::Sha256)>>,
     cache: Option<&'a BlobCache>,
+    donors: Option<&'a Donors>,
+    /// What to say (blobs of earlier bundles refused).
+    notes: Mutex<Vec<String>>,
+    /// Earlier bundles a blob of which did not match: forgotten by the index.
+    refused: Mutex<BTreeSet<PathBuf>>,
     len: u64,
     files: usize,
     /// Where the bytes came from.
@@ -255,21 +337,29 @@ pub struct BundleWriter<'a> {
 }
 
 impl<'a> BundleWriter<'a> {
-    /// Write `layout` into `out` (a temporary file of the destination `dest`): everything but
-    /// the blobs' bytes is written now, the whole length reserved first.
+    /// Write `layout` into `out` (the temporary file of the destination `dest`): everything but
+    /// the blobs' bytes is written now, the whole length reserved first. `resumed`: what an
+    /// earlier run of the same build wrote there ([`resumed_regions`]): whole blobs are not
+    /// written again, cut ones are continued.
     pub fn create(
-        out: &AtomicFile,
+        out: &File,
         dest: &Path,
         layout: TarLayout,
+        resumed: Resumed,
         cache: Option<&'a BlobCache>,
+        donors: Option<&'a Donors>,
     ) -> Result<BundleWriter<'a>, PackError> {
         let werr = |source: io::Error| PackError::Write {
             path: dest.to_path_buf(),
             source,
         };
-        let file = out.file().try_clone().map_err(werr)?;
-        // The whole size, reserved now: a full disk fails before any blob is downloaded.
-        // Unwritten regions read as zeros: the padding and the two end blocks.
+        let file = out.try_clone().map_err(werr)?;
+        // What an earlier run left past the new length goes; the whole size is reserved now:
+        // a full disk fails before any blob is downloaded. Unwritten regions read as zeros:
+        // the padding and the two end blocks.
+        if file.metadata().map_err(werr)?.len() > layout.len {
+            file.set_len(layout.len).map_err(werr)?;
+        }
         crate::store::file::reserve(&file, layout.len).map_err(werr)?;
         crate::store::file::write_at(&file, &layout.head, 0).map_err(werr)?;
         for (offset, h) in &layout.headers {
@@ -279,12 +369,27 @@ impl<'a> BundleWriter<'a> {
             file: Arc::new(file),
             dest: dest.to_path_buf(),
             regions: layout.regions,
-            done: Mutex::new(BTreeSet::new()),
+            done: Mutex::new(resumed.kept),
+            prefixes: Mutex::new(resumed.prefixes),
             cache,
+            donors,
+            notes: Mutex::new(Vec::new()),
+            refused: Mutex::new(BTreeSet::new()),
             len: layout.len,
             files: layout.files,
             counts: Counts::default(),
         })
+    }
+
+    /// What to say, and the earlier bundles to forget (a blob of theirs did not match).
+    pub fn notes(&self) -> (Vec<String>, Vec<PathBuf>) {
+        let notes = self.notes.lock().map(|n| n.clone()).unwrap_or_default();
+        let refused = self
+            .refused
+            .lock()
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default();
+        (notes, refused)
     }
 
     /// Every blob is in. (The file's own sha256 is not taken: it would be a second hash of every
@@ -357,6 +462,21 @@ impl<'a> BundleWriter<'a> {
         region: u64,
         on_bytes: Option<OnBytes>,
     ) -> Result<sha2::Sha256, StoreError> {
+        self.copy_region(from, 0, len, region, on_bytes)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    /// Copy `len` bytes at `from_offset` of the file `from` into the region, hashing them (on
+    /// the blocking pool), telling `on_bytes` of each piece.
+    async fn copy_region(
+        &self,
+        from: PathBuf,
+        from_offset: u64,
+        len: u64,
+        region: u64,
+        on_bytes: Option<OnBytes>,
+    ) -> io::Result<sha2::Sha256> {
         let file = self.file.clone();
         tokio::task::spawn_blocking(move || -> io::Result<sha2::Sha256> {
             let src = File::open(&from)?;
@@ -365,7 +485,7 @@ impl<'a> BundleWriter<'a> {
             let mut at = 0u64;
             while at < len {
                 let n = (len - at).min(buf.len() as u64) as usize;
-                crate::store::file::read_at(&src, &mut buf[..n], at)?;
+                crate::store::file::read_at(&src, &mut buf[..n], from_offset + at)?;
                 hasher.update(&buf[..n]);
                 crate::store::file::write_at(&file, &buf[..n], region + at)?;
                 if let Some(report) = &on_bytes {
@@ -376,8 +496,53 @@ impl<'a> BundleWriter<'a> {
             Ok(hasher)
         })
         .await
-        .map_err(|e| self.err(e.to_string()))?
-        .map_err(|e| self.err(e))
+        .map_err(|e| io::Error::other(e.to_string()))?
+    }
+
+    /// Copy `desc` from an earlier bundle that holds it, re-hashing it: `true` when one did
+    /// (its bytes are in place), `false` when none holds it or what they hold does not match
+    /// (said, and the bundle forgotten by the index; the blob is then fetched).
+    async fn copy_from_donors(&self, desc: &Descriptor, region: u64, on_bytes: &OnBytes) -> bool {
+        let Some(donors) = self.donors else {
+            return false;
+        };
+        for loc in donors.get(&desc.digest) {
+            if loc.size != desc.size {
+                continue;
+            }
+            let got = self
+                .copy_region(
+                    loc.bundle.to_path_buf(),
+                    loc.offset,
+                    desc.size,
+                    region,
+                    None,
+                )
+                .await;
+            let why = match got {
+                Ok(h) if Digest::from_hasher(h.clone()) == desc.digest => {
+                    on_bytes(desc.size);
+                    self.counts
+                        .from_cache
+                        .fetch_add(desc.size, Ordering::Relaxed);
+                    self.counts.cached_blobs.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                Ok(h) => format!("its bytes there hash to {}", Digest::from_hasher(h)),
+                Err(e) => format!("cannot read it: {e}"),
+            };
+            if let Ok(mut n) = self.notes.lock() {
+                n.push(format!(
+                    "blob {} of earlier bundle {} refused ({why}; the file changed since it was indexed): fetched again; the bundle is forgotten",
+                    desc.digest,
+                    loc.bundle.display()
+                ));
+            }
+            if let Ok(mut r) = self.refused.lock() {
+                r.insert(loc.bundle.to_path_buf());
+            }
+        }
+        false
     }
 
     /// Copy a complete cached blob into its region, hashing it: `false` when the cached copy
@@ -428,7 +593,19 @@ impl<'a> BundleWriter<'a> {
                 t.restart()?;
                 0
             }
-            None => 0,
+            None => {
+                // The stopped run's own prefix of it, continued where it ends.
+                let cut = self
+                    .prefixes
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.remove(&desc.digest));
+                if let Some((n, hasher)) = cut.filter(|(n, _)| *n == offset && offset > 0) {
+                    self.counts.resumed.fetch_add(n, Ordering::Relaxed);
+                    return Ok((None, hasher, n));
+                }
+                0
+            }
         };
         match &tee {
             Some(t) if start > 0 => {
@@ -629,8 +806,21 @@ impl Sink for BundleWriter<'_> {
                     return Ok(Have::Partial(n));
                 }
             }
+            return Ok(Have::Nothing);
         }
-        Ok(Have::Nothing)
+        let cut = self
+            .prefixes
+            .lock()
+            .ok()
+            .and_then(|p| p.get(&desc.digest).map(|(n, _)| *n));
+        Ok(match cut {
+            Some(n)
+                if n < desc.size && self.donors.is_none_or(|d| d.get(&desc.digest).is_empty()) =>
+            {
+                Have::Partial(n)
+            }
+            _ => Have::Nothing,
+        })
     }
 
     async fn put_blob(
@@ -658,6 +848,10 @@ impl Sink for BundleWriter<'_> {
                 return Ok(());
             }
         }
+        if self.copy_from_donors(desc, region, on_bytes).await {
+            self.mark_done(&desc.digest);
+            return Ok(());
+        }
         let (tee, hasher, pos) = self.resume(desc, offset, region).await?;
         let stream = data.open(pos).await?;
         let got = self
@@ -669,8 +863,26 @@ impl Sink for BundleWriter<'_> {
                 stream,
                 on_bytes,
             )
-            .await?;
-        self.finish_blob(desc, got)
+            .await;
+        let own_prefix = self.cache.is_none() && pos > 0;
+        match got.and_then(|got| self.finish_blob(desc, got)) {
+            // What the stopped run left of it did not hold (torn, or another layout's bytes
+            // at that place): the whole blob is fetched again.
+            Err(StoreError::DigestMismatch { .. } | StoreError::SizeMismatch { .. })
+                if own_prefix =>
+            {
+                let stream = data.open(0).await?;
+                let received = Received {
+                    hasher: sha2::Sha256::new(),
+                    tee: None,
+                };
+                let got = self
+                    .receive(desc, region, 0, received, stream, on_bytes)
+                    .await?;
+                self.finish_blob(desc, got)
+            }
+            other => other,
+        }
     }
 
     async fn has_manifest(

@@ -291,13 +291,20 @@ pub struct BuildArgs {
     /// Write an unsigned bundle (loading it then needs --insecure-skip-signature).
     #[arg(long, conflicts_with = "sign_key")]
     pub unsigned: bool,
-    /// Content-addressed blob cache [default: the user's cache directory].
+    /// Also keep every blob in this content-addressed blob store (a cache shared by the builds
+    /// of a build server), and take blobs from it. Without it, blobs are taken from the
+    /// bundles built before on this host (their index is in the cache directory) and written
+    /// once, into the bundle.
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
-    /// Do not read or write the blob cache: each blob is written once, only into the bundle (for
-    /// one-shot builds; an interrupted build then starts over).
+    /// Take no blob from earlier bundles and do not add this bundle to their index (an
+    /// interrupted build still resumes from its own .partial file).
     #[arg(long, conflicts_with = "cache")]
     pub no_cache: bool,
+    /// Take the blobs this plain-tar bundle holds from it (re-hashed) rather than download
+    /// them; it is added to the index of earlier bundles. Repeatable.
+    #[arg(long, value_name = "BUNDLE")]
+    pub reuse: Vec<PathBuf>,
     /// Parallel downloads.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 4)]
     pub jobs: usize,

@@ -2,11 +2,13 @@
 //! holds is decided in `bundle::plan` and `bundle::layout`, where it is written in
 //! `bundle::emit`; this file resolves the flags and prints.
 
+use crate::bundle::atomic;
 use crate::bundle::emit::{self, Output, Written};
 use crate::bundle::layout;
 use crate::bundle::manifest::{CrdRecord, DiscoveryRecord, Overrides};
 use crate::bundle::pack::{self, Compression};
 use crate::bundle::plan::{self, Base, ChartInput, CrdFile, ImageInput, Plan, PlanInput};
+use crate::bundle::reuse::{self, Donors, Index};
 use crate::chart::fetch::{self, FetchedChart};
 use crate::chart::{self, ChartArchive};
 use crate::cli::BuildArgs;
@@ -20,8 +22,8 @@ use crate::store::{BlobCache, Registry, RegistryOptions};
 use crate::text::human_bytes;
 use anyhow::{bail, Context as _};
 use serde_json::json;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// What a build needs, resolved once from the flags and the environment before any network
 /// request or byte written: an error in any of them costs no download.
@@ -38,8 +40,10 @@ struct Settings {
     signer: Option<(minisign::SecretKey, PathBuf)>,
     /// The bundle `--since` names.
     base: Option<Base>,
-    /// The blob cache (`None` with `--no-cache`).
+    /// The opt-in blob store (`--cache DIR`).
     cache: Option<BlobCache>,
+    /// The index of earlier bundles, in the cache directory (`None` with `--no-cache`).
+    index: Option<Index>,
     /// Where the output goes (checked writable; `None`: named after the chart version).
     output: Option<PathBuf>,
     output_dir: PathBuf,
@@ -99,12 +103,12 @@ impl Settings {
             on_retry: Some(super::retry_reporter(progress)),
             ..Default::default()
         })?;
-        // Last: the only setting that creates something (the cache's folders).
-        let cache = match (&args.cache, args.no_cache) {
-            (_, true) => None,
-            (Some(c), false) => Some(BlobCache::open(c)?),
-            (None, false) => Some(BlobCache::open(&super::cache_dir()?)?),
-        };
+        let index = (!args.no_cache)
+            .then(super::cache_dir)
+            .transpose()?
+            .map(|d| Index::new(&d));
+        // Last: the only setting that creates something (the blob store's folders).
+        let cache = args.cache.as_deref().map(BlobCache::open).transpose()?;
         Ok(Settings {
             helm,
             recorded_sources: if args.sources.is_empty() {
@@ -119,6 +123,7 @@ impl Settings {
             signer,
             base,
             cache,
+            index,
             output: args.output.clone(),
             output_dir,
             source_date_epoch: super::source_date_epoch()?,
@@ -325,8 +330,94 @@ fn overrides(args: &BuildArgs) -> Overrides {
     }
 }
 
-/// Run the build.
+/// Run the build; on SIGINT or SIGTERM, child processes (helm) are ended, and the build
+/// says what it kept to resume (its `.partial`) and exits 130 or 143.
 pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
+    let signals = super::interrupt_signals()?;
+    let partial: Arc<Mutex<Option<PathBuf>>> = Arc::default();
+    // Heard on a task of its own: parts of the build block their thread (helm runs to its
+    // end), so the signal ends the children from there, and the build then stops.
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let got = signals.await;
+        // Told first: a build that fails because its helm was killed is then known as
+        // interrupted.
+        let _ = tx.send(got);
+        crate::child::kill_all();
+    });
+    let interrupted = |(signal, code): (&'static str, i32), partial: &Mutex<Option<PathBuf>>| {
+        crate::child::kill_all();
+        let path = partial.lock().ok().and_then(|p| p.clone());
+        let kept = kept_text(path.as_deref());
+        anyhow::Error::from(super::Interrupted { signal, kept, code })
+    };
+    tokio::select! {
+        biased;
+        Ok(got) = &mut rx => Err(interrupted(got, &partial)),
+        r = build(args, partial.clone()) => match rx.try_recv() {
+            // The build ended because its children were killed: the signal is the news.
+            Ok(got) if r.is_err() => Err(interrupted(got, &partial)),
+            _ => r,
+        },
+    }
+}
+
+/// What an interrupted build kept.
+fn kept_text(partial: Option<&Path>) -> String {
+    match partial.map(|p| (p, std::fs::metadata(p))) {
+        Some((p, Ok(m))) => format!(
+            "kept {} ({}) to resume: run the same command again; delete it to free the space",
+            p.display(),
+            human_bytes(m.len())
+        ),
+        _ => "nothing was written yet".into(),
+    }
+}
+
+/// Blobs earlier bundles hold: the index of the build host (what it says of bundles moved or
+/// changed is said here), `--since` and `--reuse`. Returns the bundles read to add to the
+/// index.
+fn donors(
+    args: &BuildArgs,
+    settings: &Settings,
+    plan: &Plan,
+    progress: &Progress,
+) -> anyhow::Result<(Donors, Vec<reuse::Record>)> {
+    let wanted = plan.carried.iter().map(|(d, _)| d.clone()).collect();
+    let mut donors = Donors::default();
+    if let Some(index) = &settings.index {
+        match index.donors(&wanted) {
+            Ok((d, notes)) => {
+                donors = d;
+                for n in notes {
+                    progress.warn(n);
+                }
+            }
+            Err(e) => progress.warn(format!("{e}: earlier bundles are not used this time")),
+        }
+    }
+    let mut read = Vec::new();
+    for (p, named) in args
+        .since
+        .iter()
+        .map(|p| (p, false))
+        .chain(args.reuse.iter().map(|p| (p, true)))
+    {
+        match reuse::blob_regions(p) {
+            Ok(blobs) => {
+                donors.add(p, &blobs, &wanted);
+                read.push((p.clone(), blobs));
+            }
+            // `--since` may name a bundle manifest: not a source of blobs, nothing to say.
+            Err(e) if named => progress.warn(format!("--reuse {e}")),
+            Err(_) => {}
+        }
+    }
+    Ok((donors, read))
+}
+
+/// The build itself; `partial` is told of the bundle's `.partial` file once it is known.
+async fn build(args: BuildArgs, partial: Arc<Mutex<Option<PathBuf>>>) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     if let Some(since) = &args.since {
         super::bundle_arg(since)?;
@@ -342,6 +433,7 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         compress: args.compress,
         signer: settings.signer.as_ref().map(|(sk, _)| sk),
         cache: settings.cache.as_ref(),
+        donors: None,
         jobs: args.jobs,
     };
     if args.dry_run {
@@ -356,6 +448,21 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         }
         return print_plan(&args, &plan, &layout.manifest, &path);
     }
+    for l in atomic::leftovers(&path).unwrap_or_default() {
+        progress.warn(if l.removed {
+            format!("removed {} ({}), left by a build interrupted more than 7 days ago", l.path.display(), human_bytes(l.bytes))
+        } else {
+            format!("{} ({}) is left by an interrupted build of another output: run that build again to resume it, or delete it to free the space", l.path.display(), human_bytes(l.bytes))
+        });
+    }
+    let (donors, read) = donors(&args, &settings, &plan, &progress)?;
+    let out = Output {
+        donors: Some(&donors),
+        ..out
+    };
+    if let Ok(mut p) = partial.lock() {
+        *p = atomic::partial_path(&path).ok();
+    }
     let bar = progress.bytes("writing bundle", plan.counts.copied.bytes);
     let on = bar.clone();
     let w = emit::write(
@@ -367,6 +474,18 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
     )
     .await?;
     bar.finish(&copied_line(&plan, &w.fetched));
+    for n in &w.notes {
+        progress.warn(n);
+    }
+    if let Some(index) = &settings.index {
+        let mut add = read;
+        add.extend(w.regions.clone().map(|r| (w.path.clone(), r)));
+        if let Err(e) = index.update(&add, &w.refused, false) {
+            progress.warn(format!(
+                "{e}: this bundle is not indexed as a source of blobs for later builds"
+            ));
+        }
+    }
     print_result(&args, &settings, &plan, &layout.manifest, &w)
 }
 
@@ -378,12 +497,13 @@ fn copied_line(plan: &Plan, fetched: &emit::Fetched) -> String {
     let c = &plan.counts;
     let chart = c.copied.blobs.saturating_sub(c.download.blobs);
     format!(
-        "{} configs and layers written ({} of the images, {} of the chart artifact), {} fresh, {} from the cache",
+        "{} configs and layers written ({} of the images, {} of the chart artifact): {} downloaded, {} reused, {} kept from an interrupted run",
         c.copied.blobs,
         c.download.blobs,
         chart,
         human_bytes(fetched.downloaded_bytes),
-        human_bytes(fetched.cached_bytes)
+        human_bytes(fetched.cached_bytes),
+        human_bytes(fetched.resumed_bytes)
     )
 }
 
@@ -446,14 +566,14 @@ fn print_result(
         );
     }
     println!("content  {}", content_line(plan));
+    let from = match (&settings.cache, &settings.index) {
+        (Some(c), _) => format!("earlier bundles and the blob store {}", c.root().display()),
+        (None, Some(i)) => format!("earlier bundles (indexed in {})", i.path().display()),
+        (None, None) => "bundles named with --since/--reuse (--no-cache)".into(),
+    };
     println!(
-        "copied   {} (cache {})",
+        "copied   {} (reused from {from})",
         copied_line(plan, &w.fetched),
-        settings
-            .cache
-            .as_ref()
-            .map(|c| c.root().display().to_string())
-            .unwrap_or_else(|| "(--no-cache)".into())
     );
     match pubkey {
         Some(p) => println!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), output.display()),

@@ -131,6 +131,38 @@ pub const EXIT_USAGE: i32 = 2;
 /// unreachable after the retries, a full disk, I/O errors on koord-bundle's own files, a bug.
 /// A retry later, or an operator, may help.
 pub const EXIT_INTERNAL: i32 = 3;
+/// Exit code of a `build` stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it.
+pub const EXIT_SIGINT: i32 = 130;
+/// Exit code of a `build` stopped by SIGTERM: 128 + 15, as shells report it.
+pub const EXIT_SIGTERM: i32 = 143;
+
+/// A command stopped by SIGINT or SIGTERM: what it kept, and the exit code
+/// ([`EXIT_SIGINT`], [`EXIT_SIGTERM`]).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted ({signal}): {kept}")]
+pub struct Interrupted {
+    /// `SIGINT` or `SIGTERM`.
+    pub signal: &'static str,
+    /// What was kept, and what to do.
+    pub kept: String,
+    /// The exit code.
+    pub code: i32,
+}
+
+/// SIGINT and SIGTERM, listened to from now on (the default action, ending the process at
+/// once, no longer applies): resolves to the first that arrives, as (name, exit code).
+pub fn interrupt_signals(
+) -> anyhow::Result<impl std::future::Future<Output = (&'static str, i32)> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen to SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen to SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => ("SIGINT", EXIT_SIGINT),
+            _ = term.recv() => ("SIGTERM", EXIT_SIGTERM),
+        }
+    })
+}
 
 /// The config directory holding the default key pair.
 pub fn config_dir() -> anyhow::Result<PathBuf> {
@@ -142,14 +174,14 @@ pub fn config_dir() -> anyhow::Result<PathBuf> {
         .context("no config directory for this user: pass the path explicitly or set KOORD_BUNDLE_CONFIG_DIR")
 }
 
-/// The default blob cache.
+/// The cache directory (the index of earlier bundles, `bundle::reuse`).
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
     if let Some(d) = std::env::var_os(env::CACHE_DIR) {
         return Ok(PathBuf::from(d));
     }
-    dirs::cache_dir()
-        .map(|d| d.join("koord-bundle"))
-        .context("no cache directory for this user: pass --cache DIR or set KOORD_BUNDLE_CACHE_DIR")
+    dirs::cache_dir().map(|d| d.join("koord-bundle")).context(
+        "no cache directory for this user: set KOORD_BUNDLE_CACHE_DIR, or build with --no-cache",
+    )
 }
 
 /// Find the public key: `--key`, else the one in the config directory.
@@ -548,6 +580,9 @@ fn is_disk_full(e: &std::io::Error) -> bool {
 /// an inner error (`#[error(transparent)]`) hide that error from the chain, so they are
 /// looked into here.
 fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    if let Some(e) = c.downcast_ref::<Interrupted>() {
+        return Some(e.code);
+    }
     use crate::bundle::pack::PackError;
     use crate::bundle::parts::PartsError;
     use crate::bundle::reader::VerifyError;
@@ -860,6 +895,14 @@ mod tests {
         });
         assert_eq!(exit_code(&e), EXIT_INTERNAL);
         assert_eq!(exit_code(&anyhow::anyhow!("bad --platform")), EXIT_USER);
+        for (signal, code) in [("SIGINT", EXIT_SIGINT), ("SIGTERM", EXIT_SIGTERM)] {
+            let e = anyhow::Error::from(Interrupted {
+                signal,
+                kept: "nothing was written yet".into(),
+                code,
+            });
+            assert_eq!(exit_code(&e), code);
+        }
     }
 
     #[test]

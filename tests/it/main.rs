@@ -13,6 +13,7 @@
 
 mod bom;
 mod build;
+mod bytes;
 mod charts;
 mod common;
 mod diff;
