@@ -60,7 +60,10 @@ fn kept_text(partial: Option<&Path>) -> String {
             p.display(),
             human_bytes(m.len())
         ),
-        _ => "nothing was written yet".into(),
+        // Interrupted before the output was known (the chart still being resolved): this run
+        // wrote nothing, and a `.partial` an earlier run left is not touched.
+        _ => "nothing was written yet by this run (a .partial an earlier run left is kept for a resume)"
+            .into(),
     }
 }
 
