@@ -416,6 +416,32 @@ pub async fn run_async(
         })
 }
 
+/// For tests (here, of `cluster::exec` and of `helm`): whether the process whose pid a child
+/// wrote into `pid_file` is gone (ended, or a zombie waiting for init) within 2 s.
+#[cfg(test)]
+pub(crate) fn pid_in_file_is_gone(pid_file: &std::path::Path) -> bool {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .expect("the child wrote its pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = || unsafe { libc::kill(pid, 0) == 0 };
+    let zombie = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true)
+    };
+    (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        !alive() || zombie()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,11 +459,6 @@ mod tests {
         let mut c = Command::new("/bin/sh");
         c.arg("-c").arg(script);
         c
-    }
-
-    fn alive(pid: i32) -> bool {
-        // SAFETY: signal 0 only checks that the process exists.
-        unsafe { libc::kill(pid, 0) == 0 }
     }
 
     #[test]
@@ -498,17 +519,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, ChildError::TimedOut { .. }), "{e}");
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        // Reaped by init soon after the kill; give it a moment.
-        let gone = (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            !alive(pid) || is_zombie(pid)
-        });
-        assert!(gone, "grandchild {pid} survived the timeout");
+        assert!(
+            super::pid_in_file_is_gone(&pidfile),
+            "grandchild survived the timeout"
+        );
     }
 
     #[test]
@@ -529,26 +543,10 @@ mod tests {
         )
         .unwrap();
         assert!(out.status.success());
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let gone = (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            !alive(pid) || is_zombie(pid)
-        });
-        assert!(gone, "background child {pid} survived its parent's run");
-    }
-
-    fn is_zombie(pid: i32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true)
+        assert!(
+            super::pid_in_file_is_gone(&pidfile),
+            "background child survived its parent's run"
+        );
     }
 
     #[test]

@@ -1962,22 +1962,10 @@ mod tests {
             ) && e.to_string().contains("did not finish within 1 s"),
             "{e}"
         );
-        let pid: i32 = std::fs::read_to_string(&pid)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let gone = (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .is_some_and(|r| r.trim_start().starts_with('Z'))
-                })
-                .unwrap_or(true)
-        });
-        assert!(gone, "helm's child {pid} outlived it");
+        assert!(
+            crate::child::pid_in_file_is_gone(&pid),
+            "helm's child outlived it"
+        );
     }
 
     #[cfg(unix)]

@@ -240,19 +240,7 @@ impl BundleFile {
             return Self::open_v2(path, v2, len);
         }
         if !is_split {
-            return Ok(BundleFile {
-                path: path.to_path_buf(),
-                header: None,
-                header_json: vec![],
-                header_signature: None,
-                parts: vec![Segment {
-                    path: path.to_path_buf(),
-                    offset: 0,
-                    len,
-                }],
-                size: len,
-                set: None,
-            });
+            return Ok(Self::one_file(path, len));
         }
         let herr = |reason: &str| PartsError::Header {
             path: path.to_path_buf(),
@@ -342,24 +330,29 @@ impl BundleFile {
         })
     }
 
+    /// A plain bundle: one file, read whole.
+    fn one_file(path: &Path, len: u64) -> Self {
+        BundleFile {
+            path: path.to_path_buf(),
+            header: None,
+            header_json: vec![],
+            header_signature: None,
+            parts: vec![Segment {
+                path: path.to_path_buf(),
+                offset: 0,
+                len,
+            }],
+            size: len,
+            set: None,
+        }
+    }
+
     /// A v2 set, from any of its parts (`is_v2`: the part named starts with the v2 magic line;
     /// else it is named like a part and may have lost its header: the set is opened from the
     /// parts next to it when there are any, and the file read as a whole bundle when not).
     fn open_v2(path: &Path, is_v2: bool, len: u64) -> Result<Self, PartsError> {
         if !is_v2 && !set::has_v2_siblings(path) {
-            return Ok(BundleFile {
-                path: path.to_path_buf(),
-                header: None,
-                header_json: vec![],
-                header_signature: None,
-                parts: vec![Segment {
-                    path: path.to_path_buf(),
-                    offset: 0,
-                    len,
-                }],
-                size: len,
-                set: None,
-            });
+            return Ok(Self::one_file(path, len));
         }
         let s = set::open(path)?;
         let g = &s.geometry;

@@ -407,25 +407,10 @@ mod tests {
         c.args.clear();
         let m = c.run(Duration::from_secs(2)).await.unwrap_err().to_string();
         assert!(m.contains("did not finish within 2 s"), "{m}");
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
         // Killed with its group; reaped by init soon after (a zombie until then).
-        let gone = (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            // SAFETY: signal 0 only checks that the process exists.
-            let alive = unsafe { libc::kill(pid, 0) == 0 };
-            !alive
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .map(|s| {
-                        s.rsplit(')')
-                            .next()
-                            .is_some_and(|r| r.trim_start().starts_with('Z'))
-                    })
-                    .unwrap_or(true)
-        });
-        assert!(gone, "the plugin's child {pid} outlived the timeout");
+        assert!(
+            crate::child::pid_in_file_is_gone(&pid_file),
+            "the plugin's child outlived the timeout"
+        );
     }
 }

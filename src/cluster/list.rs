@@ -31,29 +31,22 @@ pub struct Bounds {
 impl Bounds {
     /// Nodes: 500 a page (as kubectl), 64 MiB a page (500 nodes of a real cluster are 5–15
     /// MiB), 1,000 pages (500,000 nodes, far above the largest clusters), 1 GiB in all, 5 min.
-    pub const NODES: Bounds = Bounds {
-        page_limit: 500,
-        max_pages: 1000,
-        max_page_bytes: 64 * 1024 * 1024,
-        max_total_bytes: 1024 * 1024 * 1024,
-        time: Duration::from_secs(300),
-    };
+    pub const NODES: Bounds = Bounds::pages_of(500);
     /// Helm release records (Secrets of up to 1 MiB each, etcd's limit): 50 a page.
-    pub const SECRETS: Bounds = Bounds {
-        page_limit: 50,
-        max_pages: 1000,
-        max_page_bytes: 64 * 1024 * 1024,
-        max_total_bytes: 1024 * 1024 * 1024,
-        time: Duration::from_secs(300),
-    };
+    pub const SECRETS: Bounds = Bounds::pages_of(50);
     /// DaemonSets: 500 a page.
-    pub const DAEMONSETS: Bounds = Bounds {
-        page_limit: 500,
-        max_pages: 1000,
-        max_page_bytes: 64 * 1024 * 1024,
-        max_total_bytes: 1024 * 1024 * 1024,
-        time: Duration::from_secs(300),
-    };
+    pub const DAEMONSETS: Bounds = Bounds::pages_of(500);
+
+    /// `page_limit` objects a page; the other bounds those of [`Bounds::NODES`].
+    const fn pages_of(page_limit: u32) -> Bounds {
+        Bounds {
+            page_limit,
+            max_pages: 1000,
+            max_page_bytes: 64 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
+            time: Duration::from_secs(300),
+        }
+    }
 }
 
 /// The paging state: which tokens were seen, how much was read, since when. Pure: it is given

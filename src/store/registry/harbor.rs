@@ -425,33 +425,10 @@ impl Registry {
     }
 }
 
-/// `HTTP 404 Not Found: NOT_FOUND: project x not found` from Harbor's error body (`{"errors":
-/// [{"code", "message"}]}`), or the status alone.
+/// `HTTP 404 Not Found: NOT_FOUND: project x not found`: Harbor's API answers errors in the
+/// distribution error body (`{"errors": [{"code", "message"}]}`), read as the registry's are.
 fn api_message(status: StatusCode, body: &[u8]) -> String {
-    #[derive(serde::Deserialize)]
-    struct Env {
-        errors: Vec<E>,
-    }
-    #[derive(serde::Deserialize)]
-    struct E {
-        code: Option<String>,
-        message: Option<String>,
-    }
-    match serde_json::from_slice::<Env>(body) {
-        Ok(env) if !env.errors.is_empty() => format!(
-            "HTTP {status}: {}",
-            env.errors
-                .iter()
-                .map(|e| format!(
-                    "{}: {}",
-                    e.code.as_deref().unwrap_or("?"),
-                    e.message.as_deref().unwrap_or("")
-                ))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ),
-        _ => format!("HTTP {status}"),
-    }
+    super::client::error_text(status, body)
 }
 
 /// The `access` claims of a JWT (`repository` name → actions), unverified; `None` when the
