@@ -535,18 +535,7 @@ def cmd_scale_report(a) -> int:
     L.append("")
     section = "\n".join(L)
     print(section)
-    out = Path(a.out)
-    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
-    if "\n## Scaling" in text:
-        head, _, rest = text.partition("\n## Scaling")
-        nxt = rest.find("\n## ")
-        tail = rest[nxt:] if nxt >= 0 else ""
-        text = head.rstrip("\n") + "\n\n" + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    _replace_section(Path(a.out), '## Scaling', section)
     return 0
 
 
@@ -555,6 +544,24 @@ def cmd_scale_report(a) -> int:
 # ------------------------------------------------------------------------------------------ #
 
 EVERY_BYTE = "## Every byte once"
+
+
+def _replace_section(out: Path, heading: str, section: str) -> None:
+    """Put `section` (which starts with `heading`, a `## ` line) into `out` in place of the
+    former section of that heading, or at the end; the other sections stay. Written whole or
+    not at all (a temporary file renamed into place)."""
+    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
+    marker = "\n" + heading
+    if marker in text:
+        head, _, rest = text.partition(marker)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt:] if nxt >= 0 else ""
+        text = head.rstrip("\n") + "\n\n" + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
 
 
 def _put_section(out: Path, title: str, sub: str, body: str) -> None:
@@ -1015,18 +1022,7 @@ def cmd_diff_report(a) -> int:
           "", "</details>", ""]
     section = "\n".join(L)
     print(section)
-    out = Path(a.out)
-    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
-    if "\n## diff" in text:
-        head, _, rest = text.partition("\n## diff")
-        nxt = rest.find("\n## ")
-        tail = rest[nxt:] if nxt >= 0 else ""
-        text = head.rstrip("\n") + "\n\n" + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    _replace_section(Path(a.out), '## diff', section)
     return 0
 
 
@@ -1127,19 +1123,7 @@ def cmd_parity_report(a) -> int:
     L.append("")
     section = "\n".join(L)
     print(section)
-    out = Path(a.out)
-    text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
-    marker = "\n## Parity parts and par2"
-    if marker in text:
-        head, _, rest = text.partition(marker)
-        nxt = rest.find("\n## ")
-        tail = rest[nxt:] if nxt >= 0 else ""
-        text = head.rstrip("\n") + "\n\n" + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    _replace_section(Path(a.out), "## Parity parts and par2", section)
     return 0
 
 
