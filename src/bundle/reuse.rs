@@ -18,7 +18,7 @@
 use crate::oci::Digest;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{self, Read as _};
+use std::io::{self, Read as _, Seek as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -160,7 +160,8 @@ pub fn blob_regions(path: &Path) -> Result<Vec<(Digest, u64, u64)>, ReuseError> 
             "a gzip bundle cannot be read at offsets: not used as a source of blobs".into(),
         ));
     }
-    let file = File::open(path).map_err(|e| not_plain(format!("cannot read it: {e}")))?;
+    file.rewind()
+        .map_err(|e| not_plain(format!("cannot read it: {e}")))?;
     let bad = |e: io::Error| {
         not_plain(format!("not a plain-tar bundle ({e}): a split set's parts and gzip bundles are not used as a source of blobs"))
     };
@@ -172,6 +173,14 @@ pub fn blob_regions(path: &Path) -> Result<Vec<(Digest, u64, u64)>, ReuseError> 
         if let Some(hex) = p.strip_prefix("blobs/sha256/") {
             if let Ok(d) = Digest::from_hex(hex) {
                 out.push((d, e.raw_file_position(), e.size()));
+                // The bound every bundle keeps (see "Bounds" in the README): a file past it
+                // was not written by koord-bundle, and its list is not grown without end.
+                if out.len() > crate::copy::MAX_BLOBS {
+                    return Err(not_plain(format!(
+                        "it holds more than {} blobs, more than a bundle may",
+                        crate::copy::MAX_BLOBS
+                    )));
+                }
             }
         }
     }
