@@ -10,12 +10,33 @@
 //! on its own, and stays last). So a stripe is coded in column slices of [`Coder::slice_width`]
 //! bytes, which bounds memory whatever the block size and the number of parts; the property
 //! test below checks that sliced and whole coding give the same bytes.
+//!
+//! # Decoding a few lost shards
+//!
+//! The code is linear and the same at every symbol position: an erased original is a fixed
+//! GF(2^16) combination of the `k` shards the decoder is given. When few originals are lost
+//! (at most [`MATRIX_MAX_LOST`], the case of a lost disc or two), [`Coder::decode`] works out
+//! those coefficients once per erasure pattern (one decode of `k` unit symbols, position `i`
+//! of shard `i`) and applies them with the library's own SIMD multiply and XOR, instead of the
+//! FFT decoder on every stripe. Measured here (2 cores, AVX2 engine; a 10+2 stripe of 32 KiB
+//! blocks, 2 originals lost, 480 MiB): the FFT decoder 935 MiB/s of stripe, the coefficients
+//! 7,444 MiB/s — the FFT decoder was 43 % of `repair`'s time. The property test below checks
+//! that both give the same bytes.
 
+use reed_solomon_simd::engine::{tables, utils, DefaultEngine, Engine as _, GF_MODULUS};
 use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
 /// Memory one column slice of a stripe may take (the shards' slices plus the coder's work
 /// space, which is at most twice the shard count rounded up to a power of two).
 pub const SLICE_BUDGET: usize = 32 << 20;
+
+/// Most lost originals decoded by coefficients (see the module docs); more go through the
+/// FFT decoder, whose cost does not grow with the erasures.
+pub const MATRIX_MAX_LOST: usize = 4;
+
+/// Bytes multiplied at once when decoding by coefficients (a piece of every shard stays in
+/// the first-level cache).
+const MATRIX_PIECE: usize = 8 << 10;
 
 /// Why a stripe cannot be coded.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +77,16 @@ pub struct Coder {
     width: usize,
     enc: Option<ReedSolomonEncoder>,
     dec: Option<ReedSolomonDecoder>,
+    /// The coefficients of the last erasure pattern decoded by coefficients.
+    matrix: Option<Matrix>,
+}
+
+/// Each lost original as a combination of the shards given: `coef[o][u]` is the logarithm of
+/// the factor of shard `used[u]` in lost original `lost[o]` (`None`: factor 0).
+struct Matrix {
+    used: Vec<usize>,
+    lost: Vec<usize>,
+    coef: Vec<Vec<Option<u16>>>,
 }
 
 impl std::fmt::Debug for Coder {
@@ -82,6 +113,7 @@ impl Coder {
             width: slice_width_within(k, n, budget),
             enc: None,
             dec: None,
+            matrix: None,
         })
     }
 
@@ -225,6 +257,31 @@ impl Coder {
         if outputs.is_empty() {
             return Ok(());
         }
+        if outputs.len() <= MATRIX_MAX_LOST && len >= 64 {
+            let body = len / 64 * 64;
+            self.decode_by_matrix(shards, outputs, body)?;
+            if body == len {
+                return Ok(());
+            }
+            // The partial last 64-byte chunk, laid out on its own: the FFT decoder.
+            let tail: Vec<Option<&[u8]>> = shards.iter().map(|s| s.map(|s| &s[body..])).collect();
+            let mut outs: Vec<(usize, &mut [u8])> = outputs
+                .iter_mut()
+                .map(|(i, o)| (*i, &mut o[body..]))
+                .collect();
+            return self.decode_by_fft(&tail, &mut outs, len - body);
+        }
+        self.decode_by_fft(shards, outputs, len)
+    }
+
+    /// [`Coder::decode`] with the FFT decoder, column slice by column slice.
+    fn decode_by_fft(
+        &mut self,
+        shards: &[Option<&[u8]>],
+        outputs: &mut [(usize, &mut [u8])],
+        len: usize,
+    ) -> Result<(), ParityError> {
+        let (k, n) = (self.k, self.n);
         let width = self.slice_width();
         let mut c = 0;
         while c < len {
@@ -263,6 +320,98 @@ impl Coder {
             c = end;
         }
         Ok(())
+    }
+
+    /// The first `body` bytes (a multiple of 64) of the erased originals in `outputs`, as
+    /// combinations of the first `k` shards present (see the module docs).
+    fn decode_by_matrix(
+        &mut self,
+        shards: &[Option<&[u8]>],
+        outputs: &mut [(usize, &mut [u8])],
+        body: usize,
+    ) -> Result<(), ParityError> {
+        let used: Vec<usize> = (0..shards.len())
+            .filter(|&i| shards[i].is_some())
+            .take(self.k)
+            .collect();
+        let lost: Vec<usize> = outputs.iter().map(|(i, _)| *i).collect();
+        if self
+            .matrix
+            .as_ref()
+            .is_none_or(|m| m.used != used || m.lost != lost)
+        {
+            self.matrix = Some(self.matrix_for(used, lost)?);
+        }
+        let Some(m) = &self.matrix else {
+            return Err(ParityError::Coder("no coefficients".into()));
+        };
+        let engine = DefaultEngine::new();
+        let mut scratch = vec![[0u8; 64]; MATRIX_PIECE / 64];
+        let mut c = 0;
+        while c < body {
+            let end = (c + MATRIX_PIECE).min(body);
+            let tmp = &mut scratch[..(end - c) / 64];
+            for (_, out) in outputs.iter_mut() {
+                out[c..end].fill(0);
+            }
+            // Each shard copied once, then multiplied from one lost original's factor to the
+            // next (x·a, then ·(b/a): one multiply each).
+            for (u, &i) in m.used.iter().enumerate() {
+                let Some(shard) = shards[i] else { continue };
+                let (src, _) = shard[c..end].as_chunks::<64>();
+                tmp.copy_from_slice(src);
+                let mut at: u32 = 0;
+                for (o, (_, out)) in outputs.iter_mut().enumerate() {
+                    let Some(log) = m.coef[o][u] else { continue };
+                    let step =
+                        (u32::from(log) + u32::from(GF_MODULUS) - at) % u32::from(GF_MODULUS);
+                    engine.mul(tmp, step as u16);
+                    at = u32::from(log);
+                    let (out, _) = out[c..end].as_chunks_mut::<64>();
+                    utils::xor(out, tmp);
+                }
+            }
+            c = end;
+        }
+        Ok(())
+    }
+
+    /// The coefficients of `lost` in terms of `used` (`k` shards): one decode in which shard
+    /// `used[u]` holds the symbol 1 at position `u` and 0 elsewhere, so position `u` of each
+    /// restored original is its factor of that shard.
+    fn matrix_for(&mut self, used: Vec<usize>, lost: Vec<usize>) -> Result<Matrix, ParityError> {
+        let (k, n) = (self.k, self.n);
+        let len = k.div_ceil(32) * 64;
+        let position = |u: usize| (u / 32 * 64 + u % 32, u / 32 * 64 + 32 + u % 32);
+        let mut dec = ReedSolomonDecoder::new(k, n, len).map_err(coder_err)?;
+        let mut unit = vec![0u8; len];
+        for (u, &i) in used.iter().enumerate() {
+            unit.fill(0);
+            unit[position(u).0] = 1;
+            if i < k {
+                dec.add_original_shard(i, &unit).map_err(coder_err)?;
+            } else {
+                dec.add_recovery_shard(i - k, &unit).map_err(coder_err)?;
+            }
+        }
+        let result = dec.decode().map_err(coder_err)?;
+        let log = &tables::get_exp_log().log;
+        let mut coef = Vec::with_capacity(lost.len());
+        for &o in &lost {
+            let r = result
+                .restored_original(o)
+                .ok_or_else(|| ParityError::Coder(format!("original {o} not restored")))?;
+            coef.push(
+                (0..used.len())
+                    .map(|u| {
+                        let (lo, hi) = position(u);
+                        let v = u16::from(r[lo]) | u16::from(r[hi]) << 8;
+                        (v != 0).then(|| log[usize::from(v)])
+                    })
+                    .collect(),
+            );
+        }
+        Ok(Matrix { used, lost, coef })
     }
 }
 
@@ -378,6 +527,43 @@ mod tests {
             for (i, s) in shards.iter().enumerate() {
                 let want = if i < k { &originals[i] } else { &whole[i - k] };
                 prop_assert_eq!(s.as_ref(), Some(want), "shard {}", i);
+            }
+        }
+
+        /// Decoding by coefficients gives the FFT decoder's bytes, for stripes of more than 32
+        /// shards too (the unit symbols then sit in several 64-byte chunks) and for shards
+        /// with a partial last chunk.
+        #[test]
+        fn coefficients_decode_as_the_fft_decoder_does(
+            k in 1usize..80, n in 1usize..5, half in 32usize..700, seed in any::<u64>()
+        ) {
+            let len = half * 2;
+            let mut x = seed | 1;
+            let mut next = move || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x };
+            let originals: Vec<Vec<u8>> =
+                (0..k).map(|_| (0..len).map(|_| next() as u8).collect()).collect();
+            let recovery = encode_whole(k, n, &originals);
+            let mut all: Vec<usize> = (0..k).collect();
+            for i in (1..all.len()).rev() {
+                all.swap(i, (next() as usize) % (i + 1));
+            }
+            all.truncate(1 + (next() as usize) % n.min(k).min(MATRIX_MAX_LOST));
+            let shards: Vec<Option<&[u8]>> = originals.iter().chain(&recovery)
+                .enumerate()
+                .map(|(i, s)| (!all.contains(&i)).then_some(&s[..]))
+                .collect();
+            let mut by_matrix = vec![vec![0u8; len]; all.len()];
+            let mut by_fft = by_matrix.clone();
+            let mut c = Coder::new(k, n).unwrap();
+            let mut outs: Vec<(usize, &mut [u8])> =
+                all.iter().copied().zip(by_matrix.iter_mut().map(|b| &mut b[..])).collect();
+            c.decode(&shards, &mut outs).unwrap();
+            let mut outs: Vec<(usize, &mut [u8])> =
+                all.iter().copied().zip(by_fft.iter_mut().map(|b| &mut b[..])).collect();
+            c.decode_by_fft(&shards, &mut outs, len).unwrap();
+            prop_assert_eq!(&by_matrix, &by_fft);
+            for (o, &i) in all.iter().enumerate() {
+                prop_assert!(by_matrix[o] == originals[i], "original {}", i);
             }
         }
 
