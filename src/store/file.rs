@@ -90,6 +90,26 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
     let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
+/// Ask the kernel to start reading `len` bytes at `offset` of `file` into the page cache
+/// (`posix_fadvise(WILLNEED)`), so the disk works on the next piece while this one is
+/// computed on. A hint: failures are ignored.
+pub fn will_need(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd as _;
+    let (Ok(off), Ok(n)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return;
+    };
+    if n == 0 {
+        // 0 would mean "to the end of the file".
+        return;
+    }
+    // SAFETY: posix_fadvise on an open file descriptor owned by `file`, which outlives the
+    // call; it only reads its integer arguments.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
+}
+
 /// The regions' bytes in order, `PIECE` at a time, read on the blocking pool.
 pub fn stream(store: String, regions: Vec<Region>) -> BlobStream {
     let pieces = regions.into_iter().flat_map(|r| {

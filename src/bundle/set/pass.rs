@@ -4,8 +4,12 @@
 //! into place only when every stripe could be rebuilt: damage beyond the parity parts writes
 //! nothing).
 //!
-//! Memory: the group's buffers, `(k + n) × B × stripes ≤ STRIPE_BUDGET` (64 MiB), plus the
-//! coder's column slice (at most 32 MiB); the set's block table besides.
+//! A thread of its own reads the next group while one is checked, rebuilt and written (with
+//! the kernel asked to read the one after ahead).
+//!
+//! Memory: two sets of group buffers, `(k + n) × B × stripes ≤ STRIPE_BUDGET / 8` (8 MiB)
+//! each, or one stripe in one set when a stripe is larger than that (at most the budget, 64
+//! MiB), plus the coder's column slice (at most 32 MiB); the set's block table besides.
 
 use super::header;
 use super::{io_err, DamageReport, PartDamage, Set, SetError, STRIPE_BUDGET};
@@ -164,17 +168,56 @@ impl<'a> Pass<'a> {
     }
 
     fn run(mut self) -> Result<Outcome, SetError> {
-        let g = &self.set.geometry;
+        let set = self.set;
+        let g = &set.geometry;
         let count = g.parts();
-        let per = (STRIPE_BUDGET / (count as u64 * g.block)).max(1);
-        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; (per * g.block) as usize]; count];
-        let mut j0 = 0;
-        while j0 < g.stripes() {
-            let j1 = (j0 + per).min(g.stripes());
-            self.group(j0, j1, &mut bufs)?;
-            j0 = j1;
+        // Two sets of group buffers of an eighth of the budget each (one set when a single
+        // stripe takes more than half the budget): a thread of its own reads the next group
+        // from the disk while this one is checked, rebuilt and written. Small groups: the
+        // buffers are touched once and stay in the caches (a quarter of the budget per set
+        // measured slower here, its pages first touched at the cost of a fault each).
+        let stripe = count as u64 * g.block;
+        let per = (STRIPE_BUDGET / 8 / stripe).max(1);
+        let sets = if 2 * stripe <= STRIPE_BUDGET { 2 } else { 1 };
+        let groups: Vec<(u64, u64)> = (0..g.stripes())
+            .step_by(per as usize)
+            .map(|j0| (j0, (j0 + per).min(g.stripes())))
+            .collect();
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Group>(1);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
+        for _ in 0..sets {
+            let _ = empty_tx.send(vec![vec![0u8; (per * g.block) as usize]; count]);
         }
-        drop(bufs);
+        std::thread::scope(|s| {
+            let reader = s.spawn(move || {
+                for &(j0, j1) in &groups {
+                    // The consumer stopped (a failure): nothing more to read.
+                    let Ok(mut bufs) = empty_rx.recv() else {
+                        return;
+                    };
+                    // Kept AHEAD groups ahead (all of them at the start).
+                    let ahead = if j0 == 0 { j1 } else { j1 + (AHEAD - 1) * per };
+                    will_need(set, ahead, j1 + AHEAD * per);
+                    let avail = read_group(set, j0, j1, &mut bufs);
+                    if full_tx.send((j0, j1, bufs, avail)).is_err() {
+                        return;
+                    }
+                }
+            });
+            let work = || -> Result<(), SetError> {
+                for (j0, j1, mut bufs, avail) in full_rx {
+                    self.group(j0, j1, &mut bufs, &avail)?;
+                    let _ = empty_tx.send(bufs);
+                }
+                Ok(())
+            };
+            let worked = work();
+            reader.join().map_err(|_| SetError::Io {
+                path: set.path.clone(),
+                source: std::io::Error::other("the reading thread panicked"),
+            })?;
+            worked
+        })?;
         let set = self.set;
         let mut report = DamageReport {
             set: set.path.clone(),
@@ -199,11 +242,17 @@ impl<'a> Pass<'a> {
     }
 
     /// Stripes `j0..j1`: read, check, rebuild, write.
-    fn group(&mut self, j0: u64, j1: u64, bufs: &mut [Vec<u8>]) -> Result<(), SetError> {
+    fn group(
+        &mut self,
+        j0: u64,
+        j1: u64,
+        bufs: &mut [Vec<u8>],
+        avail: &[u64],
+    ) -> Result<(), SetError> {
         let set = self.set;
         let g = &set.geometry;
         let count = g.parts();
-        let bad = read_and_check(set, j0, j1, bufs)?;
+        let bad = check_group(set, j0, j1, bufs, avail)?;
         // Per stripe, the parts whose block is damaged.
         let mut stripes: Vec<Vec<usize>> = vec![Vec::new(); (j1 - j0) as usize];
         for (q, blocks) in bad.iter().enumerate() {
@@ -256,19 +305,34 @@ impl<'a> Pass<'a> {
             let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
             crate::store::file::write_at(t.tmp.file(), &bufs[q][..len], g.data_offset + from)
                 .map_err(io_err(&t.dest))?;
+            crate::store::file::start_writeback(t.tmp.file(), g.data_offset + from, len as u64);
         }
         Ok(())
     }
 }
 
+/// Groups the kernel is asked to read ahead of the one being read (4 groups of 8 MiB).
+const AHEAD: u64 = 4;
+
+/// A group of stripes read: `j0`, `j1`, the buffers, the bytes each part had.
+type Group = (u64, u64, Vec<Vec<u8>>, Vec<u64>);
+
+/// Ask the kernel to read stripes `j0..j1` of every part ahead (see
+/// [`crate::store::file::will_need`]).
+fn will_need(set: &Set, j0: u64, j1: u64) {
+    let g = &set.geometry;
+    for (q, slot) in set.slots.iter().enumerate() {
+        if let Some(f) = &slot.file {
+            let from = (j0 * g.block).min(g.sizes[q]);
+            let to = (j1 * g.block).min(g.sizes[q]);
+            crate::store::file::will_need(f, g.data_offset + from, to - from);
+        }
+    }
+}
+
 /// Read stripes `j0..j1` of every part into `bufs` (zeros where a part has no bytes) and
-/// return, per part, its damaged blocks among them. Checked on two threads.
-fn read_and_check(
-    set: &Set,
-    j0: u64,
-    j1: u64,
-    bufs: &mut [Vec<u8>],
-) -> Result<Vec<Vec<u64>>, SetError> {
+/// return the bytes each part had there.
+fn read_group(set: &Set, j0: u64, j1: u64, bufs: &mut [Vec<u8>]) -> Vec<u64> {
     let g = &set.geometry;
     let mut avail = vec![0u64; bufs.len()];
     for (q, buf) in bufs.iter_mut().enumerate() {
@@ -298,7 +362,19 @@ fn read_and_check(
         buf[got as usize..].fill(0);
         avail[q] = got;
     }
-    let bufs: &[Vec<u8>] = bufs;
+    avail
+}
+
+/// Per part, its damaged blocks among stripes `j0..j1` (read into `bufs`, `avail` bytes of
+/// each part there). Checked on two threads.
+fn check_group(
+    set: &Set,
+    j0: u64,
+    j1: u64,
+    bufs: &[Vec<u8>],
+    avail: &[u64],
+) -> Result<Vec<Vec<u64>>, SetError> {
+    let g = &set.geometry;
     let check_part = |q: usize| -> Vec<u64> {
         let buf = &bufs[q];
         let mut bad = Vec::new();
