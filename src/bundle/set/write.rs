@@ -1,7 +1,8 @@
 //! Writing a v2 set (`split`): one pass over the bundle, a group of stripes at a time — the
 //! data parts' blocks read from the bundle, digested, coded into the parity parts' blocks, and
-//! every part's bytes written in place into its temporary file — while another thread hashes
-//! the bundle in order for the header's whole-bundle sha256. The header goes at the start of
+//! every part's bytes written in place into its temporary file by a thread of its own while
+//! the next group is read and coded — while another thread hashes the bundle in order for the
+//! header's whole-bundle sha256. The header goes at the start of
 //! every part last, then every part is fsynced and renamed into place.
 
 use super::header;
@@ -238,7 +239,9 @@ pub fn split(
 /// Every stripe, a group at a time: data blocks from the bundle, parity blocks coded from them,
 /// both written into the parts and digested into the block table (returned). Each group is
 /// coded and digested in two halves (stripes `j0..mid` and `mid..j1`) on two threads, each
-/// with a coder of half the slice budget.
+/// with a coder of half the slice budget, while a thread of its own writes the group before
+/// (two sets of group buffers of a quarter of the budget each; one set when a single stripe
+/// takes more than half the budget).
 fn write_stripes(
     bundle: &Path,
     src: &std::fs::File,
@@ -247,8 +250,9 @@ fn write_stripes(
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<u8>, SetError> {
     let (k, n, count) = (g.k, g.n, g.parts());
-    let per = (STRIPE_BUDGET / (count as u64 * g.block)).max(1);
-    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; (per * g.block) as usize]; count];
+    let stripe = count as u64 * g.block;
+    let per = (STRIPE_BUDGET / 4 / stripe).max(1);
+    let sets = if 2 * stripe <= STRIPE_BUDGET { 2 } else { 1 };
     let mut table = vec![0u8; g.total_blocks() as usize * DIGEST_LEN];
     let perr = |source| SetError::Parity {
         path: bundle.to_path_buf(),
@@ -261,40 +265,85 @@ fn write_stripes(
             Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
         ]),
     };
-    let mut j0 = 0;
-    while j0 < g.stripes() {
-        let j1 = (j0 + per).min(g.stripes());
-        for (i, buf) in bufs[..k].iter_mut().enumerate() {
-            let from = (j0 * g.block).min(g.sizes[i]);
-            let len = ((j1 * g.block).min(g.sizes[i]) - from) as usize;
-            crate::store::file::read_at(src, &mut buf[..len], i as u64 * g.stride() + from)
-                .map_err(io_err(bundle))?;
-            buf[len..].fill(0);
-        }
-        let digests = code_group(g, j0, j1, &mut bufs, coders.as_mut()).map_err(|e| match e {
-            Some(source) => perr(source),
-            None => SetError::Io {
-                path: bundle.to_path_buf(),
-                source: std::io::Error::other("a coding thread panicked"),
-            },
-        })?;
-        for (i, d) in digests {
-            table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN].copy_from_slice(&d);
-        }
-        for (q, (tmp, dest)) in tmps.iter().enumerate() {
-            let from = (j0 * g.block).min(g.sizes[q]);
-            let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
-            crate::store::file::write_at(tmp.file(), &bufs[q][..len], g.data_offset + from)
-                .map_err(io_err(dest))?;
-            crate::store::file::start_writeback(tmp.file(), g.data_offset + from, len as u64);
-        }
-        on_bytes(
-            (0..k)
-                .map(|i| (j1 * g.block).min(g.sizes[i]) - (j0 * g.block).min(g.sizes[i]))
-                .sum(),
-        );
-        j0 = j1;
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, u64, Vec<Vec<u8>>)>(1);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
+    for _ in 0..sets {
+        let _ = empty_tx.send(vec![vec![0u8; (per * g.block) as usize]; count]);
     }
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || -> Result<(), SetError> {
+            for (j0, j1, bufs) in full_rx {
+                for (q, (tmp, dest)) in tmps.iter().enumerate() {
+                    let from = (j0 * g.block).min(g.sizes[q]);
+                    let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
+                    crate::store::file::write_at(tmp.file(), &bufs[q][..len], g.data_offset + from)
+                        .map_err(io_err(dest))?;
+                    crate::store::file::start_writeback(
+                        tmp.file(),
+                        g.data_offset + from,
+                        len as u64,
+                    );
+                }
+                // Refused only once the coder has ended: the groups it sent are still written
+                // (after a failure, into files that are then dropped).
+                let _ = empty_tx.send(bufs);
+            }
+            Ok(())
+        });
+        // Called once: the channel ends it holds are dropped when it returns, which lets the
+        // writer finish (or stop).
+        let work = || -> Result<(), SetError> {
+            let (full_tx, empty_rx) = (full_tx, empty_rx);
+            let mut j0 = 0;
+            while j0 < g.stripes() {
+                let j1 = (j0 + per).min(g.stripes());
+                // The writer failed: its error is the one to report.
+                let Ok(mut bufs) = empty_rx.recv() else {
+                    return Ok(());
+                };
+                // The next group is read from the disk while this one is coded.
+                for i in 0..k {
+                    let from = (j1 * g.block).min(g.sizes[i]);
+                    let to = ((j1 + per) * g.block).min(g.sizes[i]);
+                    crate::store::file::will_need(src, i as u64 * g.stride() + from, to - from);
+                }
+                for (i, buf) in bufs[..k].iter_mut().enumerate() {
+                    let from = (j0 * g.block).min(g.sizes[i]);
+                    let len = ((j1 * g.block).min(g.sizes[i]) - from) as usize;
+                    crate::store::file::read_at(src, &mut buf[..len], i as u64 * g.stride() + from)
+                        .map_err(io_err(bundle))?;
+                    buf[len..].fill(0);
+                }
+                let digests =
+                    code_group(g, j0, j1, &mut bufs, coders.as_mut()).map_err(|e| match e {
+                        Some(source) => perr(source),
+                        None => SetError::Io {
+                            path: bundle.to_path_buf(),
+                            source: std::io::Error::other("a coding thread panicked"),
+                        },
+                    })?;
+                for (i, d) in digests {
+                    table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN].copy_from_slice(&d);
+                }
+                if full_tx.send((j0, j1, bufs)).is_err() {
+                    return Ok(());
+                }
+                on_bytes(
+                    (0..k)
+                        .map(|i| (j1 * g.block).min(g.sizes[i]) - (j0 * g.block).min(g.sizes[i]))
+                        .sum(),
+                );
+                j0 = j1;
+            }
+            Ok(())
+        };
+        let coded = work();
+        let written = writer.join().map_err(|_| SetError::Io {
+            path: bundle.to_path_buf(),
+            source: std::io::Error::other("the writing thread panicked"),
+        })?;
+        written.and(coded)
+    })?;
     Ok(table)
 }
 
