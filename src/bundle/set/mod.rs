@@ -30,9 +30,11 @@
 //! # Memory
 //!
 //! Whatever the bundle size: readers hold one stripe at most, `(k + n) × B ≤ 64 MiB`, to
-//! rebuild a block; the writer and [`repair`] hold a group of whole stripes of at most
-//! [`STRIPE_BUDGET`] (64 MiB) plus the coder's slice (at most [`super::parity::SLICE_BUDGET`],
-//! 32 MiB), plus the block table (at most [`MAX_TABLE`], 16 MiB): at most 112 MiB.
+//! rebuild a block; the writer and [`repair`] hold two groups of whole stripes (one being read
+//! or written by a thread of its own while the other is coded), together at most
+//! [`STRIPE_BUDGET`] (64 MiB), plus the coder's slice (at most
+//! [`super::parity::SLICE_BUDGET`], 32 MiB), plus the block table (at most [`MAX_TABLE`],
+//! 16 MiB): at most 112 MiB.
 
 pub(crate) mod header;
 mod open;
@@ -585,6 +587,9 @@ pub struct Set {
     pub(crate) slots: Vec<Slot>,
     pub(crate) log: Mutex<read::Log>,
     pub(crate) observer: Mutex<Option<Observer>>,
+    /// The coder of the last block rebuilt while reading, kept for the next one (it keeps the
+    /// coefficients of its erasure pattern: a lost part is the same pattern in every stripe).
+    pub(crate) coder: Mutex<Option<super::parity::Coder>>,
 }
 
 /// Told of every block rebuilt while reading.

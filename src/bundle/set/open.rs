@@ -274,6 +274,7 @@ pub fn open(named: &Path) -> Result<super::Set, SetError> {
         slots,
         log: Default::default(),
         observer: Default::default(),
+        coder: Default::default(),
     })
 }
 

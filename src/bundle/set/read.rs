@@ -194,17 +194,31 @@ impl Set {
             damaged.dedup();
             return Err(stripe_error(self, p, j, &damaged));
         }
-        let mut coder = Coder::new(k, n).map_err(|source| SetError::Parity {
+        let perr = |source| SetError::Parity {
             path: self.path.clone(),
             source,
-        })?;
-        coder
-            .reconstruct(&mut shards, len)
-            .map_err(|source| SetError::Parity {
-                path: self.path.clone(),
-                source,
-            })?;
-        let mut out = shards[p].take().unwrap_or_default();
+        };
+        // The last rebuild's coder, taken out so rebuilds on other threads do not wait.
+        let kept = self.coder.lock().ok().and_then(|mut c| c.take());
+        let mut coder = match kept {
+            Some(c) => c,
+            None => Coder::new(k, n).map_err(perr)?,
+        };
+        let mut out = if p < k {
+            // Only the block asked for is decoded.
+            let present: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
+            let mut out = vec![0u8; len];
+            coder
+                .decode(&present, &mut [(p, &mut out[..])])
+                .map_err(perr)?;
+            out
+        } else {
+            coder.reconstruct(&mut shards, len).map_err(perr)?;
+            shards[p].take().unwrap_or_default()
+        };
+        if let Ok(mut c) = self.coder.lock() {
+            *c = Some(coder);
+        }
         out.truncate(g.block_len(p, j) as usize);
         Ok(out)
     }
