@@ -1041,8 +1041,10 @@ def cmd_parity_report(a) -> int:
     L = ["## Parity parts and par2", ""]
     L.append(f"Written by `scripts/bench --parity` on {meta.get('date', '?')} (koord-bundle: "
              f"{meta.get('runs', '?')} runs of each timing; par2: one run of each, minutes apiece here; "
-             f"median, peak RSS the largest; every repair and its bound read with the set's pages "
-             f"dropped from the page cache first, so from the disk). The bundle: the image set above built "
+             f"median, peak RSS the largest; before every split, create, repair and copy bound the "
+             f"page cache is dropped after a sync (`/proc/sys/vm/drop_caches` as root, else only the "
+             f"files' pages), so each reads from the disk and neither side pays for reclaiming the "
+             f"pages the other left; the output folder is emptied before the clock starts). The bundle: the image set above built "
              f"into one bundle ({int(meta['bundle_bytes']) / MIB:.1f} MiB), split into "
              f"{meta['parts']} data parts of {meta['part_size']} (`--size`) with `--parity 2`: 20 % "
              f"redundancy. par2cmdline ({meta.get('par2', '?')}) at the same redundancy (`-r20`, its "
@@ -1101,8 +1103,8 @@ def cmd_parity_report(a) -> int:
     L.append("Split with and without parity, and repair against the disk (a copy of the same "
              "bytes): split goal ≤ 1.3× split without parity; repair of 2 lost parts at least at "
              "the speed of reading the 10 surviving parts from the disk and writing the 2 rebuilt "
-             "ones (`cat` to /dev/null with the parts' pages dropped from the page cache, then "
-             "`dd conv=fsync`); memory ≤ 128 MiB.")
+             "ones (`cat` to /dev/null, then `dd conv=fsync`, from a dropped page cache as "
+             "above); memory ≤ 128 MiB.")
     L.append("")
     L.append("| size | split | split --parity 2 | ÷ | goal | repair 2 lost parts | copy of the same bytes | ÷ | goal | peak RSS (split, repair) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
