@@ -361,6 +361,16 @@ impl Geometry {
         (p, offset - p as u64 * stride)
     }
 
+    /// Groups for a pass that works on one group while a thread of its own reads or writes
+    /// another: `(stripes per group, sets of group buffers)`. A group takes at most
+    /// `STRIPE_BUDGET / share` (at least one stripe); two sets, or one when a single stripe
+    /// takes more than half the budget, so the buffers stay within [`STRIPE_BUDGET`].
+    pub(crate) fn groups(&self, share: u64) -> (u64, usize) {
+        let stripe = self.parts() as u64 * self.block;
+        let per = (STRIPE_BUDGET / share / stripe).max(1);
+        (per, if 2 * stripe <= STRIPE_BUDGET { 2 } else { 1 })
+    }
+
     /// The block size for data parts of `stride` bytes in a set of `parts` parts: see the
     /// module docs.
     pub fn block_for(stride: u64, parts: usize) -> u64 {
@@ -684,6 +694,19 @@ mod tests {
         let g = Geometry::new(1001, 1001, 1, 4096, 4096);
         assert_eq!(g.sizes, vec![1001, 1002]);
         assert_eq!(g.shard_len(0), 1002);
+    }
+
+    #[test]
+    fn groups_stay_within_the_stripe_budget() {
+        // 6 parts of 4 KiB blocks: groups of an eighth of the budget, two sets.
+        let g = Geometry::new(1_000_000, 300_000, 2, 4096, 8192);
+        assert_eq!(g.groups(8), ((8 << 20) / (6 * 4096), 2));
+        // 64 parts of 1 MiB blocks: one stripe is the whole budget, one set of one stripe.
+        let g = Geometry::new(64 << 20, 1 << 20, 0, 1 << 20, 4096);
+        assert_eq!(g.groups(4), (1, 1));
+        // 20 parts of 1 MiB: one stripe per group, two sets of 20 MiB.
+        let g = Geometry::new(20 << 20, 1 << 20, 0, 1 << 20, 4096);
+        assert_eq!(g.groups(8), (1, 2));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! MiB), plus the coder's column slice (at most 32 MiB); the set's block table besides.
 
 use super::header;
-use super::{io_err, DamageReport, PartDamage, Set, SetError, STRIPE_BUDGET};
+use super::{io_err, DamageReport, PartDamage, Set, SetError};
 use crate::bundle::atomic::AtomicFile;
 use crate::bundle::parity::{Coder, SLICE_BUDGET};
 use std::path::PathBuf;
@@ -176,9 +176,7 @@ impl<'a> Pass<'a> {
         // from the disk while this one is checked, rebuilt and written. Small groups: the
         // buffers are touched once and stay in the caches (a quarter of the budget per set
         // measured slower here, its pages first touched at the cost of a fault each).
-        let stripe = count as u64 * g.block;
-        let per = (STRIPE_BUDGET / 8 / stripe).max(1);
-        let sets = if 2 * stripe <= STRIPE_BUDGET { 2 } else { 1 };
+        let (per, sets) = g.groups(8);
         let groups: Vec<(u64, u64)> = (0..g.stripes())
             .step_by(per as usize)
             .map(|j0| (j0, (j0 + per).min(g.stripes())))

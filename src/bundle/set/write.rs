@@ -9,7 +9,7 @@ use super::header;
 use super::PartInfo;
 use super::{
     io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, ALIGN, BLOCK_DIGEST, CODE,
-    DIGEST_LEN, FORMAT, MAX_PARTS, STRIPE_BUDGET,
+    DIGEST_LEN, FORMAT, MAX_PARTS,
 };
 use crate::bundle::atomic::AtomicFile;
 use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
@@ -250,9 +250,7 @@ fn write_stripes(
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<u8>, SetError> {
     let (k, n, count) = (g.k, g.n, g.parts());
-    let stripe = count as u64 * g.block;
-    let per = (STRIPE_BUDGET / 4 / stripe).max(1);
-    let sets = if 2 * stripe <= STRIPE_BUDGET { 2 } else { 1 };
+    let (per, sets) = g.groups(4);
     let mut table = vec![0u8; g.total_blocks() as usize * DIGEST_LEN];
     let perr = |source| SetError::Parity {
         path: bundle.to_path_buf(),
