@@ -22,11 +22,15 @@ struct Parts {
 
 impl Parts {
     fn new(b: &Built, size: &str, parity: usize) -> Parts {
-        let dir = b.home.path().join(unique_prefix("set"));
+        Parts::of(&b.home, &b.bundle, size, parity)
+    }
+    /// `input` split by `h` into a folder of its own.
+    fn of(h: &Home, input: &Path, size: &str, parity: usize) -> Parts {
+        let dir = h.path().join(unique_prefix("set"));
         std::fs::create_dir(&dir).unwrap();
-        let o = b.home.run(&[
+        let o = h.run(&[
             "split",
-            b.bundle.to_str().unwrap(),
+            input.to_str().unwrap(),
             "--size",
             size,
             "--parity",
@@ -689,40 +693,13 @@ fn a_set_of_many_groups_is_written_joined_and_repaired_whole() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let bytes: Vec<u8> = (0..24u64 << 20).map(|_| rng.next() as u8).collect();
     std::fs::write(&input, &bytes).unwrap();
-    let dir = h.path().join("set");
-    std::fs::create_dir(&dir).unwrap();
-    let o = h.run(&[
-        "split",
-        input.to_str().unwrap(),
-        "--size",
-        "1M",
-        "--parity",
-        "2",
-        "--output-dir",
-        dir.to_str().unwrap(),
-        "--json",
-    ]);
-    assert_ok(&o);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let parts: Vec<PathBuf> = v["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| PathBuf::from(p.as_str().unwrap()))
-        .collect();
-    assert!(parts.len() > 20, "{} parts", parts.len());
-    let last = parts.len() - 1;
-    let part = |i: usize| parts[i].clone();
-    let pristine: Vec<Vec<u8>> = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
-    std::fs::remove_file(part(0)).unwrap();
-    std::fs::remove_file(part(last)).unwrap();
+    let s = Parts::of(&h, &input, "1M", 2);
+    assert!(s.parts.len() > 20, "{} parts", s.parts.len());
+    let last = s.parts.len() - 1;
+    std::fs::remove_file(&s.parts[0]).unwrap();
+    std::fs::remove_file(&s.parts[last]).unwrap();
     let joined = h.path().join("joined.bin");
-    let o = h.run(&[
-        "join",
-        part(7).to_str().unwrap(),
-        "-o",
-        joined.to_str().unwrap(),
-    ]);
+    let o = h.run(&["join", s.arg(7), "-o", joined.to_str().unwrap()]);
     assert_ok(&o);
     assert!(
         std::fs::read(&joined).unwrap() == bytes,
@@ -730,17 +707,12 @@ fn a_set_of_many_groups_is_written_joined_and_repaired_whole() {
     );
     // The parity part back; 400 KB of part 9 zeroed around its middle, across the group
     // boundaries of `repair`, with part 0 still gone.
-    std::fs::write(part(last), &pristine[last]).unwrap();
-    let mut p9 = pristine[9].clone();
+    std::fs::write(&s.parts[last], &s.pristine[last]).unwrap();
+    let mut p9 = s.pristine[9].clone();
     let mid = p9.len() / 2;
     p9[mid - 200_000..mid + 200_000].fill(0);
-    std::fs::write(part(9), &p9).unwrap();
-    let o = h.run(&["repair", part(7).to_str().unwrap()]);
+    std::fs::write(&s.parts[9], &p9).unwrap();
+    let o = h.run(&["repair", s.arg(7)]);
     assert_ok(&o);
-    for (i, want) in pristine.iter().enumerate() {
-        assert!(
-            &std::fs::read(part(i)).unwrap() == want,
-            "part {i} differs after repair"
-        );
-    }
+    s.assert_pristine();
 }
