@@ -3,7 +3,7 @@
 //! validator, installed by scripts/install-deps.sh), checked against the bundle's own files
 //! with sha256sum and tar, deterministic, and derived for a bundle made without one.
 
-use crate::common::{assert_ok, env, pushed_digest, tool, Home};
+use crate::common::{assert_ok, env, extract, pushed_digest, tool, Home};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -104,13 +104,7 @@ fn prop<'a>(p: &'a [(String, String)], name: &str) -> Option<&'a str> {
 fn the_bom_of_a_1_8_0_bundle_passes_the_cyclonedx_validator() {
     let h = Home::with_key();
     let (bundle, _) = h.build_plain("1.8.0", &[]);
-    let x = h.path().join("x");
-    std::fs::create_dir(&x).unwrap();
-    assert_ok(&tool(
-        "tar",
-        &["xf", bundle.to_str().unwrap(), "-C", x.to_str().unwrap()],
-        h.path(),
-    ));
+    let x = extract(&h, &bundle);
     // Listed in SHA256SUMS, so covered by the signature: sha256sum and minisign check it.
     let sums = std::fs::read_to_string(x.join("SHA256SUMS")).unwrap();
     assert!(

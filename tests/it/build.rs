@@ -53,13 +53,7 @@ fn build_1_8_0_from_plain_registry_checks_with_standard_tools() {
     assert_eq!(b["crds"], 13);
 
     // sha256sum -c and minisign -Vm on the extracted bundle.
-    let x = h.path().join("x");
-    std::fs::create_dir(&x).unwrap();
-    assert_ok(&tool(
-        "tar",
-        &["xf", bundle.to_str().unwrap(), "-C", x.to_str().unwrap()],
-        h.path(),
-    ));
+    let x = extract(&h, &bundle);
     let o = tool("sha256sum", &["-c", "--strict", "SHA256SUMS"], &x);
     assert_ok(&o);
     let checked = String::from_utf8_lossy(&o.stdout)

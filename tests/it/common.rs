@@ -389,6 +389,18 @@ pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) -> String {
 }
 
 /// Run a peer tool; returns its output.
+/// The bundle extracted with tar into `h`'s folder `x`.
+pub fn extract(h: &Home, bundle: &Path) -> PathBuf {
+    let x = h.path().join("x");
+    std::fs::create_dir(&x).unwrap();
+    assert_ok(&tool(
+        "tar",
+        &["xf", bundle.to_str().unwrap(), "-C", x.to_str().unwrap()],
+        h.path(),
+    ));
+    x
+}
+
 pub fn tool(cmd: &str, args: &[&str], dir: &Path) -> Output {
     Command::new(cmd)
         .args(args)
