@@ -43,7 +43,7 @@ pub struct Output<'a> {
     /// The directory of the parts (with `split`).
     pub dir: &'a Path,
     /// Largest part and parity parts, for a split set.
-    pub split: Option<(u64, usize)>,
+    pub split: Option<(u64, usize, bool)>,
     /// Whole-file compression.
     pub compress: Compression,
     /// The key that signs the checksum file (and a split set's header).
@@ -304,7 +304,7 @@ fn commit(
             file.remove().map_err(werr)?;
             Ok((PackStats { bytes, ..written }, vec![]))
         }
-        (Some((size, parity)), _) => {
+        (Some((size, parity, spread)), _) => {
             let name = out
                 .path
                 .file_name()
@@ -318,6 +318,7 @@ fn commit(
             let opts = SplitOptions {
                 size,
                 parity,
+                spread,
                 out_dir: out.dir,
                 name: &name,
                 signer: out.signer,

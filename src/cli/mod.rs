@@ -142,6 +142,12 @@ pub struct SplitArgs {
     /// stripe of blocks across the parts.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub parity: usize,
+    /// With --parity N: one code over the whole set instead of one per stripe, as par2 makes:
+    /// any damage of up to N parts' worth of blocks is rebuilt wherever it falls (the same
+    /// place scratched on more than N discs too). Slower to repair and to read when damaged:
+    /// the whole set is checked and its damage rebuilt at once.
+    #[arg(long)]
+    pub spread: bool,
     /// Where to write the parts (an existing directory) [default: next to the bundle]. Parts
     /// of an earlier split of the same bundle there are replaced.
     #[arg(long, value_name = "DIR")]
@@ -324,6 +330,9 @@ pub struct BuildArgs {
     /// (see `split --parity`).
     #[arg(long, value_name = "N", requires = "split", default_value_t = 0)]
     pub parity: usize,
+    /// With --parity N: one code over the whole set (see `split --spread`).
+    #[arg(long, requires = "split")]
+    pub spread: bool,
     /// Leave out every blob this older bundle (or its manifest, from `inspect --manifest`)
     /// already carried: an incremental bundle for a site that loaded the old one.
     #[arg(long, value_name = "OLD_BUNDLE")]

@@ -8,31 +8,33 @@ use crate::progress::{Mode, Progress};
 use anyhow::{bail, Context as _};
 use std::path::{Path, PathBuf};
 
-/// Split `bundle` into `dir` with `parity` parity parts; returns the part paths.
+/// Split `args.bundle` into `dir` as `args` say; returns the part paths.
 pub fn split_file(
-    bundle: &Path,
-    size: &str,
-    parity: usize,
+    args: &SplitArgs,
     dir: &Path,
     name: &str,
     key: Option<&minisign::SecretKey>,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let size = parts::parse_size(size)?;
+    let size = parts::parse_size(&args.size)?;
     let opts = set::SplitOptions {
         size,
-        parity,
+        parity: args.parity,
+        spread: args.spread,
         out_dir: dir,
         name,
         signer: key,
     };
-    Ok(set::split(bundle, &opts, on_bytes)?)
+    Ok(set::split(&args.bundle, &opts, on_bytes)?)
 }
 
 /// `split`.
 pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     super::bundle_arg(&args.bundle)?;
+    if args.spread && args.parity == 0 {
+        bail!("--spread needs --parity N (it spreads the parity parts' code over the whole set)");
+    }
     let name = args
         .bundle
         .file_name()
@@ -64,19 +66,12 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.bundle.display()))?
         .len();
     let bar = progress.bytes("splitting", total);
-    let written = split_file(
-        &args.bundle,
-        &args.size,
-        args.parity,
-        &dir,
-        &name,
-        key.as_ref(),
-        &|n| bar.inc(n),
-    )?;
+    let written = split_file(&args, &dir, &name, key.as_ref(), &|n| bar.inc(n))?;
     bar.finish("done");
     if args.json {
         return super::print_json(&serde_json::json!({
-            "parts": written, "parityParts": args.parity, "headerSigned": key.is_some()
+            "parts": written, "parityParts": args.parity, "spread": args.spread,
+            "headerSigned": key.is_some()
         }));
     }
     for p in &written {
@@ -87,13 +82,18 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{} {}{}; verify, inspect, load, serve and join take any of them{}",
+        "{} {}{}{}; verify, inspect, load, serve and join take any of them{}",
         written.len(),
         crate::text::plural(written.len(), "part", "parts"),
         match args.parity {
             0 => String::new(),
             1 => ", the last one parity: any 1 part lost is rebuilt".into(),
             n => format!(", the last {n} parity: any {n} parts lost are rebuilt"),
+        },
+        if args.spread {
+            ", and any damaged blocks up to that many wherever they are (one code over the set)"
+        } else {
+            ""
         },
         if key.is_some() {
             "; the parts' header is signed"

@@ -16,8 +16,8 @@
 
 use super::is_plain_file_name;
 use super::{
-    Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, DIGEST_LEN, FORMAT, MAX_BLOCK,
-    MAX_JSON, MAX_PARTS, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
+    Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, CODE_WIDE, DIGEST_LEN, FORMAT,
+    MAX_BLOCK, MAX_JSON, MAX_PARTS, MAX_TABLE, MAX_WIDE_BLOCK, MIN_BLOCK, STRIPE_BUDGET,
 };
 use crate::bundle::sign;
 use crate::oci::Digest;
@@ -227,7 +227,8 @@ pub fn read_copy(path: &Path) -> Result<Copy, String> {
 /// loop without bound).
 pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     let (k, n, b) = (h.data_parts, h.parity_parts, h.block_size);
-    if h.format != FORMAT || h.code != CODE || h.block_digest != BLOCK_DIGEST {
+    let wide = h.code == CODE_WIDE;
+    if h.format != FORMAT || !(h.code == CODE || wide && n > 0) || h.block_digest != BLOCK_DIGEST {
         return Err(format!(
             "unknown format, code or block digest ({}, {}, {})",
             crate::text::printable(&h.format),
@@ -238,13 +239,16 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     if k == 0 || h.parts.len() != k.saturating_add(n) || h.parts.len() > MAX_PARTS {
         return Err("bad part counts".into());
     }
-    if !b.is_power_of_two() || !(MIN_BLOCK..=MAX_BLOCK).contains(&b) {
+    let max_block = if wide { MAX_WIDE_BLOCK } else { MAX_BLOCK };
+    if !b.is_power_of_two() || !(MIN_BLOCK..=max_block).contains(&b) {
         return Err(format!(
-            "block size {b} is not a power of two in 4 KiB..1 MiB"
+            "block size {b} is not a power of two in 4 KiB..{} MiB",
+            max_block >> 20
         ));
     }
-    if (h.parts.len() as u64) * b > STRIPE_BUDGET
-        || (n > 0 && super::super::parity::Coder::new(k, n).is_err())
+    if !wide
+        && ((h.parts.len() as u64) * b > STRIPE_BUDGET
+            || (n > 0 && super::super::parity::Coder::new(k, n).is_err()))
     {
         return Err("a stripe of this set is beyond the memory bound or the code".into());
     }
@@ -268,10 +272,17 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
         }
     }
     let stride = h.parts[0].size;
-    let g = Geometry::new(h.bundle.size, stride, n, b, h.data_offset);
+    let g = if wide {
+        Geometry::new_wide(h.bundle.size, stride, n, b, h.data_offset)
+    } else {
+        Geometry::new(h.bundle.size, stride, n, b, h.data_offset)
+    };
     let sizes: Vec<u64> = h.parts.iter().map(|p| p.size).collect();
     if g.sizes != sizes || g.k != k {
         return Err("the part sizes do not add up to the bundle".into());
+    }
+    if wide && super::super::parity::Coder::new(g.originals(), g.recovery()).is_err() {
+        return Err("the set-wide code has more blocks than the code can take".into());
     }
     let table = g.total_blocks().checked_mul(DIGEST_LEN as u64);
     if table != Some(h.block_table.size) || h.block_table.size > MAX_TABLE {

@@ -40,6 +40,7 @@ pub(crate) mod header;
 mod open;
 mod pass;
 mod read;
+pub(crate) mod wide;
 mod write;
 
 pub use header::MAGIC;
@@ -60,8 +61,13 @@ use std::sync::{Arc, Mutex};
 
 /// The `format` of the header JSON.
 pub const FORMAT: &str = "koord-bundle-split/v2";
-/// The name of the erasure code in the header.
+/// The name of the erasure code in the header: per stripe (block `j` of every part).
 pub const CODE: &str = "reed-solomon-gf16-leopard";
+/// The name of the set-wide erasure code (`split --spread`): every block of the set is one
+/// shard of a single code ([`wide`]).
+pub const CODE_WIDE: &str = "reed-solomon-gf16-leopard-set";
+/// Largest block of a set-wide code (a set-wide code has at most 32768 data blocks: 2 TiB).
+pub const MAX_WIDE_BLOCK: u64 = 64 << 20;
 /// The block digest: the first 16 bytes of the block's BLAKE3 hash.
 pub const BLOCK_DIGEST: &str = "blake3-128";
 /// Bytes of a block digest.
@@ -275,6 +281,9 @@ pub struct Geometry {
     pub sizes: Vec<u64>,
     /// Where each part's digests start in the block table (in blocks), and the total.
     starts: Vec<u64>,
+    /// The parity parts hold a set-wide code ([`CODE_WIDE`]): every block of the set is a
+    /// shard (its index is its place in the block table), each parity part is whole blocks.
+    pub wide: bool,
 }
 
 impl Geometry {
@@ -289,6 +298,56 @@ impl Geometry {
         let parity = sizes[0].next_multiple_of(2);
         sizes.extend(std::iter::repeat_n(parity, n));
         Geometry::from_sizes(sizes, k, n, block, data_offset)
+    }
+
+    /// [`Geometry::new`] for a set-wide code: every parity part holds as many whole blocks as
+    /// the first data part has blocks (so `n` parity parts rebuild `n` lost data parts).
+    pub fn new_wide(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
+        let mut g = Geometry::new(total, stride, n, block, data_offset);
+        let whole = g.sizes[0].div_ceil(block) * block;
+        for s in &mut g.sizes[g.k..] {
+            *s = whole;
+        }
+        let mut g = Geometry::from_sizes(g.sizes, g.k, n, block, data_offset);
+        g.wide = true;
+        g
+    }
+
+    /// A set-wide code: its original shards (every block of the data parts).
+    pub fn originals(&self) -> usize {
+        self.starts[self.k] as usize
+    }
+
+    /// A set-wide code: its recovery shards (every block of the parity parts).
+    pub fn recovery(&self) -> usize {
+        (self.starts[self.sizes.len()] - self.starts[self.k]) as usize
+    }
+
+    /// A set-wide code: the part and block of shard `i`.
+    pub fn shard_block(&self, i: usize) -> (usize, u64) {
+        let i = i as u64;
+        let p = self.starts.partition_point(|&s| s <= i) - 1;
+        (p, i - self.starts[p])
+    }
+
+    /// The block size of a set-wide code of `total` bytes in data parts of `stride` bytes with
+    /// `n` parity parts: the power of two nearest above 1/4096 of the bundle (about twice as
+    /// many blocks as par2 makes by default: damage is found and rebuilt at least as finely), at
+    /// least 4 KiB, doubled while the code would have more shards than it can (at most 32768
+    /// data blocks). `None` when even [`MAX_WIDE_BLOCK`] is too small, or a block would be
+    /// larger than a part.
+    pub fn wide_block_for(total: u64, stride: u64, n: usize) -> Option<u64> {
+        let mut b = total.div_ceil(4096).next_power_of_two().max(MIN_BLOCK);
+        loop {
+            if b > MAX_WIDE_BLOCK || b > stride.max(MIN_BLOCK) {
+                return None;
+            }
+            let g = Geometry::new_wide(total, stride, n, b, 0);
+            if super::parity::Coder::new(g.originals(), g.recovery()).is_ok() {
+                return Some(b);
+            }
+            b *= 2;
+        }
     }
 
     fn from_sizes(sizes: Vec<u64>, k: usize, n: usize, block: u64, data_offset: u64) -> Geometry {
@@ -306,6 +365,7 @@ impl Geometry {
             n,
             sizes,
             starts,
+            wide: false,
         }
     }
 
@@ -393,6 +453,12 @@ pub struct DamageReport {
     pub set: PathBuf,
     /// Parity parts of the set.
     pub parity: usize,
+    /// A set-wide code (`split --spread`): the damaged blocks it rebuilds, wherever they are
+    /// (its recovery blocks); `None` for a code per stripe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<u64>,
+    /// Damaged blocks in all.
+    pub damaged_blocks: u64,
     /// Damaged parts.
     pub parts: Vec<PartDamage>,
     /// Stripes with more damaged blocks than parity parts: (stripe, damaged blocks).
@@ -422,14 +488,23 @@ pub struct PartDamage {
 }
 
 impl DamageReport {
-    /// True when every stripe can be rebuilt.
+    /// True when every stripe can be rebuilt (a set-wide code: when there are no more damaged
+    /// blocks than recovery blocks).
     pub fn repairable(&self) -> bool {
-        self.beyond.is_empty()
+        match self.spread {
+            Some(r) => self.damaged_blocks <= r,
+            None => self.beyond.is_empty(),
+        }
     }
 
     /// Work out `beyond`, `more_parity_needed` and `copy_again` from `parts`.
     fn conclude(&mut self) {
         use std::collections::BTreeMap;
+        self.damaged_blocks = self.parts.iter().map(|p| p.blocks.len() as u64).sum();
+        if let Some(r) = self.spread {
+            self.conclude_wide(r);
+            return;
+        }
         let mut per_stripe: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, p) in self.parts.iter().enumerate() {
             for &b in &p.blocks {
@@ -475,6 +550,37 @@ impl DamageReport {
             }
             let parity = self.parity;
             over.retain(|_, v| v.len() > parity);
+        }
+        chosen.sort_unstable();
+        self.copy_again = chosen
+            .into_iter()
+            .map(|i| self.parts[i].file.clone())
+            .collect();
+    }
+}
+
+impl DamageReport {
+    /// [`DamageReport::conclude`] for a set-wide code of `r` recovery blocks: the parity parts
+    /// missing are the excess in parity parts' worth of blocks; copied again, the most damaged
+    /// parts first, until what is left is within `r`.
+    fn conclude_wide(&mut self, r: u64) {
+        let over = self.damaged_blocks.saturating_sub(r);
+        let per = if self.parity == 0 {
+            1
+        } else {
+            (r / self.parity as u64).max(1)
+        };
+        self.more_parity_needed = over.div_ceil(per) as usize;
+        let mut order: Vec<usize> = (0..self.parts.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(self.parts[i].blocks.len()), i));
+        let mut left = self.damaged_blocks;
+        let mut chosen = Vec::new();
+        for i in order {
+            if left <= r {
+                break;
+            }
+            left -= self.parts[i].blocks.len() as u64;
+            chosen.push(i);
         }
         chosen.sort_unstable();
         self.copy_again = chosen
@@ -537,6 +643,20 @@ impl fmt::Display for DamageReport {
         } else {
             format!(" (found: {})", self.notes.join("; "))
         };
+        if let (Some(r), true) = (self.spread, self.parity > 0) {
+            return write!(
+                f,
+                "split set {}: damage beyond repair: {}{found}; {} damaged blocks in all, and the {} parity part{} (a code over the whole set) rebuild at most {r} blocks wherever they are: {} more parity part{} would have been needed; copy again {} (then the rest can be rebuilt)",
+                self.set.display(),
+                parts.join("; "),
+                self.damaged_blocks,
+                self.parity,
+                if self.parity == 1 { "" } else { "s" },
+                self.more_parity_needed,
+                if self.more_parity_needed == 1 { "" } else { "s" },
+                self.copy_again.join(", "),
+            );
+        }
         if self.parity == 0 {
             return write!(
                 f,
@@ -600,6 +720,9 @@ pub struct Set {
     /// The coder of the last block rebuilt while reading, kept for the next one (it keeps the
     /// coefficients of its erasure pattern: a lost part is the same pattern in every stripe).
     pub(crate) coder: Mutex<Option<super::parity::Coder>>,
+    /// A set-wide code: the damaged data blocks, rebuilt all at once on the first damaged
+    /// block read ([`wide::Spill`]).
+    pub(crate) spill: Mutex<Option<Arc<wide::Spill>>>,
 }
 
 /// Told of every block rebuilt while reading.

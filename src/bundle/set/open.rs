@@ -275,6 +275,7 @@ pub fn open(named: &Path) -> Result<super::Set, SetError> {
         log: Default::default(),
         observer: Default::default(),
         coder: Default::default(),
+        spill: Default::default(),
     })
 }
 

@@ -47,11 +47,14 @@ pub fn repair(
         .map(<[u8]>::to_vec)
         .or_else(|| set.signature.clone())
         .unwrap_or_default();
-    let (damage, targets, rebuilt) = Pass::new(set, Some(sig.clone()), on_bytes)?.run()?;
+    let (damage, targets, mut rebuilt) = Pass::new(set, Some(sig.clone()), on_bytes)?.run()?;
     if !damage.repairable() {
         return Err(SetError::Beyond(Box::new(damage)));
     }
     let g = &set.geometry;
+    if g.wide && damage.damaged_blocks > 0 {
+        rebuilt = rebuild_wide(set, &damage, &targets)?;
+    }
     let mut written = Vec::new();
     for (q, t) in targets.into_iter().enumerate() {
         let Some(t) = t else { continue };
@@ -68,6 +71,58 @@ pub fn repair(
         damage,
         rebuilt,
     })
+}
+
+/// A set-wide code: every damaged block rebuilt at once into the parts being written back, then
+/// read back and checked against its digest. Returns the blocks rebuilt.
+fn rebuild_wide(
+    set: &Set,
+    damage: &DamageReport,
+    targets: &[Option<Target>],
+) -> Result<u64, SetError> {
+    let g = &set.geometry;
+    let mut lost: Vec<usize> = damage
+        .parts
+        .iter()
+        .flat_map(|d| d.blocks.iter().map(move |&b| g.table_index(d.index, b)))
+        .collect();
+    lost.sort_unstable();
+    let target = |p: usize| {
+        targets[p].as_ref().ok_or_else(|| SetError::Io {
+            path: set.slots[p].path.clone(),
+            source: std::io::Error::other("a damaged part has no part to write back to (a bug)"),
+        })
+    };
+    let write = |i: usize, at: u64, bytes: &[u8]| -> Result<(), SetError> {
+        let (p, b) = g.shard_block(i);
+        let t = target(p)?;
+        let len = g.block_len(p, b).saturating_sub(at).min(bytes.len() as u64) as usize;
+        crate::store::file::write_at(
+            t.tmp.file(),
+            &bytes[..len],
+            g.data_offset + b * g.block + at,
+        )
+        .map_err(io_err(&t.dest))
+    };
+    let read = super::wide::read_from_parts(set);
+    super::wide::rebuild(&set.path, g, &lost, true, &read, &write)?;
+    let mut buf = vec![0u8; g.block as usize];
+    for &i in &lost {
+        let (p, b) = g.shard_block(i);
+        let t = target(p)?;
+        let bytes = &mut buf[..g.block_len(p, b) as usize];
+        crate::store::file::read_at(t.tmp.file(), bytes, g.data_offset + b * g.block)
+            .map_err(io_err(&t.dest))?;
+        if super::block_digest(bytes) != set.expected(p, b) {
+            return Err(SetError::Io {
+                path: t.dest.clone(),
+                source: std::io::Error::other(format!(
+                    "block {b} rebuilt from parity does not match its digest: nothing was written"
+                )),
+            });
+        }
+    }
+    Ok(lost.len() as u64)
 }
 
 /// A part being written back.
@@ -220,6 +275,7 @@ impl<'a> Pass<'a> {
         let mut report = DamageReport {
             set: set.path.clone(),
             parity: g.n,
+            spread: g.wide.then_some(g.recovery() as u64),
             notes: set.notes.iter().map(|n| n.to_string()).collect(),
             ..Default::default()
         };
@@ -268,8 +324,9 @@ impl<'a> Pass<'a> {
                 self.target(q, (j0 * g.block).min(g.sizes[q]))?;
             }
         }
-        // Runs of stripes with the same damaged parts are rebuilt at once.
-        let mut j = 0;
+        // Runs of stripes with the same damaged parts are rebuilt at once (a set-wide code:
+        // after the pass, all at once).
+        let mut j = if g.wide { stripes.len() } else { 0 };
         while j < stripes.len() {
             let mut end = j + 1;
             while end < stripes.len() && stripes[end] == stripes[j] {

@@ -155,9 +155,40 @@ impl Set {
         if let Some(bytes) = self.intact(p, b) {
             return Ok(bytes);
         }
-        let bytes = self.rebuild(p, b)?;
+        let bytes = if self.geometry.wide {
+            self.rebuild_wide(p, b)?
+        } else {
+            self.rebuild(p, b)?
+        };
         self.record(p, b);
         Ok(bytes)
+    }
+
+    /// Block `b` of data part `p` of a set-wide code: on the first damaged block read, the
+    /// whole set is checked and every damaged data block rebuilt into a spill file
+    /// ([`super::wide::Spill`]); read from there, checked against its digest.
+    fn rebuild_wide(&self, p: usize, b: u64) -> Result<Vec<u8>, SetError> {
+        let spill = {
+            let mut kept = match self.spill.lock() {
+                Ok(s) => s,
+                Err(e) => e.into_inner(),
+            };
+            match &*kept {
+                Some(s) => s.clone(),
+                None => kept
+                    .insert(Arc::new(super::wide::Spill::build(self)?))
+                    .clone(),
+            }
+        };
+        spill
+            .block(&self.geometry, p, b)
+            .filter(|bytes| super::block_digest(bytes) == self.expected(p, b))
+            .ok_or_else(|| SetError::Io {
+                path: self.slots[p].path.clone(),
+                source: io::Error::other(format!(
+                    "block {b} was intact when the set was checked and is damaged now (the medium is failing while read?): read it again, or copy the part again"
+                )),
+            })
     }
 
     /// Rebuild block `j` of part `p` from stripe `j`: intact blocks of the data parts first,

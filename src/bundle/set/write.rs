@@ -9,7 +9,7 @@ use super::header;
 use super::PartInfo;
 use super::{
     io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, ALIGN, BLOCK_DIGEST, CODE,
-    DIGEST_LEN, FORMAT, MAX_PARTS,
+    CODE_WIDE, DIGEST_LEN, FORMAT, MAX_PARTS,
 };
 use crate::bundle::atomic::AtomicFile;
 use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
@@ -25,6 +25,9 @@ pub struct SplitOptions<'a> {
     pub size: u64,
     /// Parity parts.
     pub parity: usize,
+    /// The parity parts hold a code over the whole set ([`super::wide`]) rather than one per
+    /// stripe.
+    pub spread: bool,
     /// Where the parts go.
     pub out_dir: &'a Path,
     /// The bundle's file name (parts are `NAME.partNNN`).
@@ -51,7 +54,7 @@ fn header_for(g: &Geometry, bundle: PartInfo, size: u64, name: &str, table: Dige
         block_size: g.block,
         data_parts: g.k,
         parity_parts: g.n,
-        code: CODE.into(),
+        code: if g.wide { CODE_WIDE } else { CODE }.into(),
         parts: g
             .sizes
             .iter()
@@ -109,7 +112,22 @@ fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry
         if size < 2 * h {
             return Err(too_small);
         }
-        let stride = (size - h) / 2 * 2;
+        let mut stride = (size - h) / 2 * 2;
+        let mut wide_block = None;
+        if opts.spread && opts.parity > 0 {
+            // Whole blocks in every data part but the last, so a parity part of as many whole
+            // blocks fits in a part too.
+            let b = Geometry::wide_block_for(total, stride, opts.parity).ok_or_else(|| {
+                SetError::TooManyParts {
+                    bundle: bundle.to_path_buf(),
+                    parts: total.div_ceil(stride) as usize + opts.parity,
+                    size,
+                    what: "--spread codes at most 32768 blocks of at most 64 MiB, none larger than a part".into(),
+                }
+            })?;
+            stride = stride / b * b;
+            wide_block = Some(b);
+        }
         let k = total.div_ceil(stride).max(1);
         let parts = k.saturating_add(opts.parity as u64);
         if parts > MAX_PARTS as u64 {
@@ -120,14 +138,19 @@ fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry
                 what: format!("a set has at most {MAX_PARTS} parts"),
             });
         }
-        if opts.parity > 0 {
+        if opts.parity > 0 && wide_block.is_none() {
             Coder::new(k as usize, opts.parity).map_err(|source| SetError::Parity {
                 path: bundle.to_path_buf(),
                 source,
             })?;
         }
-        let block = Geometry::block_for(stride.min(total), parts as usize);
-        let g = Geometry::new(total, stride, opts.parity, block, h);
+        let g = match wide_block {
+            Some(b) => Geometry::new_wide(total, stride, opts.parity, b, h),
+            None => {
+                let block = Geometry::block_for(stride.min(total), parts as usize);
+                Geometry::new(total, stride, opts.parity, block, h)
+            }
+        };
         let zero = Digest::of(b"");
         let info = PartInfo {
             file: opts.name.to_string(),
@@ -196,9 +219,16 @@ pub fn split(
             }
         })
     };
-    let table = write_stripes(bundle, &src, &g, &tmps, on_bytes).inspect_err(|_| {
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    })?;
+    let table = write_stripes(bundle, &src, &g, &tmps, on_bytes)
+        .and_then(|mut table| {
+            if g.wide {
+                encode_wide(bundle, &src, &g, &tmps, &mut table)?;
+            }
+            Ok(table)
+        })
+        .inspect_err(|_| {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        })?;
     let whole = whole
         .join()
         .map_err(|_| SetError::Io {
@@ -256,7 +286,10 @@ fn write_stripes(
         path: bundle.to_path_buf(),
         source,
     };
+    // A set-wide code is coded after this pass (the data parts only here).
+    let count = if g.wide { k } else { count };
     let mut coders = match n {
+        _ if g.wide => None,
         0 => None,
         _ => Some([
             Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
@@ -271,7 +304,7 @@ fn write_stripes(
     std::thread::scope(|s| {
         let writer = s.spawn(move || -> Result<(), SetError> {
             for (j0, j1, bufs) in full_rx {
-                for (q, (tmp, dest)) in tmps.iter().enumerate() {
+                for (q, (tmp, dest)) in tmps.iter().enumerate().take(count) {
                     let from = (j0 * g.block).min(g.sizes[q]);
                     let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
                     crate::store::file::write_at(tmp.file(), &bufs[q][..len], g.data_offset + from)
@@ -345,6 +378,44 @@ fn write_stripes(
     Ok(table)
 }
 
+/// The parity parts of a set-wide code ([`super::wide`]): coded from the bundle's blocks
+/// (the data parts are written by then), written into the parity parts' files, then read back
+/// and digested into `table`.
+fn encode_wide(
+    bundle: &Path,
+    src: &std::fs::File,
+    g: &Geometry,
+    tmps: &[(AtomicFile, PathBuf)],
+    table: &mut [u8],
+) -> Result<(), SetError> {
+    let read = |i: usize, at: u64, buf: &mut [u8]| -> std::io::Result<()> {
+        let (p, b) = g.shard_block(i);
+        let have = g.block_len(p, b).saturating_sub(at).min(buf.len() as u64) as usize;
+        buf[have..].fill(0);
+        let off = p as u64 * g.stride() + b * g.block + at;
+        crate::store::file::read_at(src, &mut buf[..have], off)
+    };
+    let write = |i: usize, at: u64, bytes: &[u8]| -> Result<(), SetError> {
+        let (p, b) = g.shard_block(i);
+        let (tmp, dest) = &tmps[p];
+        crate::store::file::write_at(tmp.file(), bytes, g.data_offset + b * g.block + at)
+            .map_err(io_err(dest))
+    };
+    super::wide::encode(bundle, g, &read, &write)?;
+    let mut buf = vec![0u8; g.block as usize];
+    for (p, (tmp, dest)) in tmps.iter().enumerate().skip(g.k) {
+        for b in 0..g.blocks(p) {
+            let bytes = &mut buf[..g.block_len(p, b) as usize];
+            crate::store::file::read_at(tmp.file(), bytes, g.data_offset + b * g.block)
+                .map_err(io_err(dest))?;
+            let i = g.table_index(p, b);
+            table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN]
+                .copy_from_slice(&super::block_digest(bytes));
+        }
+    }
+    Ok(())
+}
+
 /// Block digests: (index in the block table, digest).
 type Digests = Vec<(usize, [u8; DIGEST_LEN])>;
 
@@ -386,7 +457,8 @@ fn code_group(
             c.encode(&originals, outs)?;
         }
         let mut out = Vec::new();
-        for q in 0..g.parts() {
+        let parts = if g.wide { k } else { g.parts() };
+        for q in 0..parts {
             for blk in a..b.min(g.blocks(q)) {
                 let at = ((blk - j0) * g.block) as usize;
                 let len = g.block_len(q, blk) as usize;

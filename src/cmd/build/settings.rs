@@ -26,7 +26,7 @@ pub(super) struct Settings {
     pub(super) recorded_sources: Vec<String>,
     pub(super) platforms: Option<Vec<String>>,
     /// `--split` size and `--parity`.
-    pub(super) split: Option<(u64, usize)>,
+    pub(super) split: Option<(u64, usize, bool)>,
     pub(super) signer: Option<(minisign::SecretKey, PathBuf)>,
     /// The bundle `--since` names.
     pub(super) base: Option<Base>,
@@ -63,7 +63,14 @@ impl Settings {
             }
         }
         let split = match args.split.as_deref() {
-            Some(s) => Some((crate::bundle::parts::parse_size(s)?, args.parity)),
+            Some(_) if args.spread && args.parity == 0 => {
+                bail!("--spread needs --parity N (it spreads the parity parts' code over the whole set)")
+            }
+            Some(s) => Some((
+                crate::bundle::parts::parse_size(s)?,
+                args.parity,
+                args.spread,
+            )),
             None if args.parity > 0 => {
                 bail!("--parity needs --split SIZE (parity parts are parts of a split set)")
             }
