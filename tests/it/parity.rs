@@ -26,19 +26,26 @@ impl Parts {
     }
     /// `input` split by `h` into a folder of its own.
     fn of(h: &Home, input: &Path, size: &str, parity: usize) -> Parts {
+        Parts::with(h, input, size, parity, &[])
+    }
+    /// [`Parts::of`] with more `split` arguments.
+    fn with(h: &Home, input: &Path, size: &str, parity: usize, more: &[&str]) -> Parts {
         let dir = h.path().join(unique_prefix("set"));
         std::fs::create_dir(&dir).unwrap();
-        let o = h.run(&[
+        let parity = parity.to_string();
+        let mut args = vec![
             "split",
             input.to_str().unwrap(),
             "--size",
             size,
             "--parity",
-            &parity.to_string(),
+            &parity,
             "--output-dir",
             dir.to_str().unwrap(),
             "--json",
-        ]);
+        ];
+        args.extend_from_slice(more);
+        let o = h.run(&args);
         assert_ok(&o);
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         let parts: Vec<PathBuf> = v["parts"]
@@ -715,4 +722,186 @@ fn a_set_of_many_groups_is_written_joined_and_repaired_whole() {
     let o = h.run(&["repair", s.arg(7)]);
     assert_ok(&o);
     s.assert_pristine();
+}
+
+/// `split --spread`: the parity parts hold one code over the whole set, as par2 does, so
+/// damage in the same place of more parts than there are parity parts is rebuilt too. Part 1
+/// lost and block 5 scratched in parts 2, 4 and parity part 7: 4 damaged blocks in stripe 5,
+/// which a code per stripe with 2 parity parts refuses
+/// (`damage_beyond_n_is_refused_before_anything_is_pushed_or_written` has 3).
+#[test]
+fn a_spread_set_rebuilds_the_same_place_damaged_in_more_parts_than_it_has_parity_parts() {
+    let e = env();
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::with(h, &b.bundle, "256K", 2, &["--spread"]);
+    assert_eq!(s.parts.len(), 8, "6 data parts and 2 parity parts");
+    let hd = header(&s.parts[0]);
+    assert_eq!(hd["code"], "reed-solomon-gf16-leopard-set");
+    let blocks = hd["parts"][7]["size"]
+        .as_u64()
+        .unwrap()
+        .div_ceil(hd["blockSize"].as_u64().unwrap());
+    std::fs::remove_file(&s.parts[1]).unwrap();
+    for q in [2, 4, 7] {
+        flip_byte(&s.parts[q], block_at(&hd, 5) + 17);
+    }
+    let o = h.run(&["verify", s.arg(0)]);
+    assert_ok(&o);
+    let err = stderr(&o);
+    for said in [
+        format!("{}: missing, all", s.name(1)),
+        format!("{}: 1 block damaged, rebuilt from parity", s.name(2)),
+        format!("{}: 1 block damaged, rebuilt from parity", s.name(4)),
+        format!(
+            "{}: 1 of {blocks} blocks damaged (block 5): a parity part",
+            s.name(7)
+        ),
+    ] {
+        assert!(err.contains(&said), "{said}\n{err}");
+    }
+    let prefix = unique_prefix("spread");
+    let o = h.run(&[
+        "load",
+        s.arg(3),
+        "--registry",
+        &format!("{}/{prefix}", e.plain),
+        "--plain-http",
+        "--no-install",
+    ]);
+    assert_ok(&o);
+    assert!(stderr(&o).contains("rebuilt from parity"), "{}", stderr(&o));
+    assert_eq!(repos_under(&prefix).len(), 6);
+    let out = h.path().join("joined.tar");
+    assert_ok(&h.run(&["join", s.arg(5), "-o", out.to_str().unwrap()]));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&b.bundle).unwrap());
+    let o = h.run(&["repair", s.arg(0), "--json"]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["written"].as_array().unwrap().len(), 4, "{r}");
+    assert_eq!(
+        r["rebuiltBlocks"],
+        hd["parts"][1]["size"].as_u64().unwrap().div_ceil(4096) + 3
+    );
+    s.assert_pristine();
+    let o = h.run(&["verify", s.arg(0)]);
+    assert_ok(&o);
+    assert!(!stderr(&o).contains("rebuilt"), "{}", stderr(&o));
+}
+
+/// A spread set: every combination of up to 2 of its 8 parts lost is joined byte for byte;
+/// damage of one block more than the parity parts' blocks is refused before anything is
+/// pushed or written, naming the damage, the parity parts missing and the part to copy again;
+/// that part copied again, the rest is repaired.
+#[test]
+fn a_spread_set_rebuilds_any_n_parts_and_refuses_one_block_more() {
+    let e = env();
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::with(h, &b.bundle, "256K", 2, &["--spread"]);
+    let count = s.parts.len();
+    let want = sha256(&std::fs::read(&b.bundle).unwrap());
+    let aside = h.path().join("aside");
+    std::fs::create_dir_all(&aside).unwrap();
+    let mut combos: Vec<Vec<usize>> = (0..count).map(|i| vec![i]).collect();
+    for i in 0..count {
+        for j in i + 1..count {
+            combos.push(vec![i, j]);
+        }
+    }
+    for lost in &combos {
+        for &i in lost {
+            std::fs::rename(&s.parts[i], aside.join(s.name(i))).unwrap();
+        }
+        let survivor = (0..count).find(|i| !lost.contains(i)).unwrap();
+        let out = h.path().join("joined.tar");
+        let o = h.run(&["join", s.arg(survivor), "-o", out.to_str().unwrap()]);
+        assert_ok(&o);
+        assert_eq!(
+            sha256(&std::fs::read(&out).unwrap()),
+            want,
+            "parts {lost:?} lost"
+        );
+        std::fs::remove_file(&out).unwrap();
+        for &i in lost {
+            std::fs::rename(aside.join(s.name(i)), &s.parts[i]).unwrap();
+        }
+    }
+    s.assert_pristine();
+    // Parts 1 and 4 lost: every recovery block is needed. One byte more damaged (in part 2):
+    // beyond repair.
+    let hd = header(&s.parts[0]);
+    let per = hd["parts"][0]["size"].as_u64().unwrap().div_ceil(4096);
+    let r = 2 * per;
+    std::fs::remove_file(&s.parts[1]).unwrap();
+    std::fs::remove_file(&s.parts[4]).unwrap();
+    flip_byte(&s.parts[2], block_at(&hd, 30) + 100);
+    let needles = [
+        "damage beyond repair".to_string(),
+        format!("{}: missing", s.name(1)),
+        format!("{}: missing", s.name(4)),
+        format!("{}: 1 of {per} blocks damaged (block 30)", s.name(2)),
+        format!("{} damaged blocks in all", r + 1),
+        format!("rebuild at most {r} blocks wherever they are"),
+        "1 more parity part would have been needed".into(),
+        format!("copy again {} (", s.name(1)),
+    ];
+    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+    assert_fails(&h.run(&["verify", s.arg(0)]), 1, &needles);
+    let prefix = unique_prefix("spread-beyond");
+    let o = h.run(&[
+        "load",
+        s.arg(3),
+        "--registry",
+        &format!("{}/{prefix}", e.plain),
+        "--plain-http",
+        "--no-install",
+    ]);
+    assert_fails(&o, 1, &needles);
+    assert!(stderr(&o).contains("nothing was pushed"));
+    assert!(repos_under(&prefix).is_empty());
+    let out = h.path().join("joined.tar");
+    assert_fails(
+        &h.run(&["join", s.arg(0), "-o", out.to_str().unwrap()]),
+        1,
+        &needles,
+    );
+    assert!(!out.exists());
+    let before = std::fs::read_dir(&s.dir).unwrap().count();
+    assert_fails(&h.run(&["repair", s.arg(7)]), 1, &needles);
+    assert_eq!(std::fs::read_dir(&s.dir).unwrap().count(), before);
+    std::fs::write(&s.parts[1], &s.pristine[1]).unwrap();
+    assert_ok(&h.run(&["repair", s.arg(0)]));
+    s.assert_pristine();
+}
+
+/// `build --split --parity --spread` writes a spread set; `--spread` needs `--parity`.
+#[test]
+fn build_split_spread_writes_a_set_wide_code() {
+    let h = Home::with_key();
+    let dir = h.path().join("dvd");
+    std::fs::create_dir(&dir).unwrap();
+    let out = dir.join("koordinator-1.8.0.tar");
+    let o = h
+        .build("1.8.0")
+        .out(&out)
+        .args(&["--split", "512K", "--parity", "1", "--spread"])
+        .run();
+    assert_ok(&o);
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    parts.sort();
+    let hd = header(&parts[0]);
+    assert_eq!(hd["code"], "reed-solomon-gf16-leopard-set");
+    std::fs::remove_file(&parts[0]).unwrap();
+    assert_ok(&h.run(&["verify", parts[1].to_str().unwrap()]));
+    let o = h
+        .build("1.8.0")
+        .args(&["--split", "512K", "--spread"])
+        .run();
+    assert_fails(&o, 1, &["--spread needs --parity N"]);
+    let o = h.run(&["split", out.to_str().unwrap(), "--size", "512K", "--spread"]);
+    assert_fails(&o, 1, &["--spread needs --parity N"]);
 }
