@@ -420,7 +420,7 @@ pub fn slice_width(k: usize, n: usize) -> usize {
     slice_width_within(k, n, SLICE_BUDGET)
 }
 
-pub(crate) fn slice_width_within(k: usize, n: usize, budget: usize) -> usize {
+fn slice_width_within(k: usize, n: usize, budget: usize) -> usize {
     let shards = k + n;
     let work = 2 * shards.next_power_of_two();
     ((budget / (shards + work)) / 64 * 64).max(64)

@@ -12,6 +12,10 @@
 //! - **Stripes**: block `j` of every data part and of every parity part form stripe `j`; with
 //!   `n` parity parts any `n` damaged or missing blocks of a stripe are rebuilt. A data part
 //!   shorter than the first one counts as zeros beyond its end (never damaged, never stored).
+//! - **Or one code over the whole set** (`split --spread`, [`wide`]): any `n` parts' worth of
+//!   damaged blocks are rebuilt wherever they are, as par2 does, at the price of speed (a
+//!   rebuild reads the whole set, and a reader rebuilds every damaged block on the first one it
+//!   meets).
 //! - **Readers repair on the fly** ([`Set::read_block`], [`SetReader`]) and keep a log of what
 //!   they rebuilt ([`Set::repairs`]); [`repair`] writes damaged parts back whole; damage beyond
 //!   `n` in a stripe is refused with a [`DamageReport`] naming the parts and blocks.

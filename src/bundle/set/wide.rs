@@ -25,16 +25,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Memory of the column slices of a set-wide code (both threads).
 pub const WIDE_BUDGET: usize = 64 << 20;
 
-/// Bytes of every shard coded at once by a `K + R` coder with `budget`: a power of two (so it
-/// divides the block size), at least 64.
+/// Bytes of every shard coded at once within `budget`: a multiple of 64 (the slices tile the
+/// block, the last one shorter), at least 64. The memory per byte of slice: the `K + R`
+/// shards, the lost originals restored (at most `R`), and the larger of the coders' work spaces
+/// (reed-solomon-simd 3: the high-rate encoder `K` rounded up to a multiple of `R`'s power of
+/// two, the decoder `R`'s power of two plus `K`, rounded up to a power of two).
 fn slice_for(g: &Geometry, budget: usize) -> usize {
-    let w = crate::bundle::parity::slice_width_within(g.originals(), g.recovery(), budget);
-    let p = if w.is_power_of_two() {
-        w
-    } else {
-        w.next_power_of_two() / 2
-    };
-    (p as u64).min(g.block).max(64) as usize
+    let (kk, rr) = (g.originals(), g.recovery());
+    let chunk = rr.next_power_of_two();
+    let work = kk
+        .next_multiple_of(chunk)
+        .max((chunk + kk).next_power_of_two());
+    let w = budget / (kk + 2 * rr + work) / 64 * 64;
+    (w as u64).clamp(64, g.block) as usize
 }
 
 /// Where shard bytes are read from: `read(shard, at, buf)` fills `buf` with bytes
