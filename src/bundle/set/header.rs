@@ -324,6 +324,62 @@ pub fn verify_any(set: &super::Set, pk: &minisign::PublicKey) -> Result<Option<V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bundle::set::{PartEntry, PartInfo, TableInfo};
+
+    /// The header a writer makes for `g` (digests left empty: `geometry_of` does not read them).
+    fn header_of(g: &Geometry, total: u64, code: &str) -> SetHeader {
+        SetHeader {
+            format: FORMAT.into(),
+            bundle: PartInfo {
+                file: "b.tar".into(),
+                size: total,
+                sha256: Digest::of(b""),
+            },
+            part_size: g.data_offset + g.sizes.iter().max().unwrap(),
+            data_offset: g.data_offset,
+            block_size: g.block,
+            data_parts: g.k,
+            parity_parts: g.n,
+            code: code.into(),
+            parts: g
+                .sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| PartEntry {
+                    file: format!("b.tar.part{i:03}"),
+                    size,
+                })
+                .collect(),
+            block_digest: BLOCK_DIGEST.into(),
+            block_table: TableInfo {
+                size: g.total_blocks() * DIGEST_LEN as u64,
+                sha256: Digest::of(b""),
+            },
+        }
+    }
+
+    #[test]
+    fn a_set_wide_header_is_checked_before_anything_is_sized_from_it() {
+        let total = 10 << 20;
+        let g = Geometry::new_wide(total, 1 << 20, 2, 64 << 10, 4096);
+        assert_eq!(geometry_of(&header_of(&g, total, CODE_WIDE)), Ok(g.clone()));
+        // A set-wide code without parity parts.
+        let g0 = Geometry::new_wide(total, 1 << 20, 0, 64 << 10, 4096);
+        let e = geometry_of(&header_of(&g0, total, CODE_WIDE)).unwrap_err();
+        assert!(e.contains("unknown format, code"), "{e}");
+        // Blocks beyond 64 MiB.
+        let big = Geometry::new_wide(1 << 30, 512 << 20, 1, 128 << 20, 4096);
+        let e = geometry_of(&header_of(&big, 1 << 30, CODE_WIDE)).unwrap_err();
+        assert!(e.contains("not a power of two in 4 KiB..64 MiB"), "{e}");
+        // More blocks than the code takes (65 536 data blocks and 4096 parity blocks).
+        let many = Geometry::new_wide(256 << 20, 16 << 20, 1, 4096, 4096);
+        let e = geometry_of(&header_of(&many, 256 << 20, CODE_WIDE)).unwrap_err();
+        assert!(e.contains("more blocks than the code can take"), "{e}");
+        // Parity parts that do not hold whole blocks.
+        let mut h = header_of(&g, total, CODE_WIDE);
+        h.parts[11].size -= 2;
+        assert!(geometry_of(&h).is_err());
+    }
 
     #[test]
     fn part_lines_check_themselves() {

@@ -70,7 +70,8 @@ pub const CODE: &str = "reed-solomon-gf16-leopard";
 /// The name of the set-wide erasure code (`split --spread`): every block of the set is one
 /// shard of a single code ([`wide`]).
 pub const CODE_WIDE: &str = "reed-solomon-gf16-leopard-set";
-/// Largest block of a set-wide code (a set-wide code has at most 32768 data blocks: 2 TiB).
+/// Largest block of a set-wide code (the code takes at most 65536 blocks, data and parity:
+/// with 20 % parity, about 3 TiB of bundle).
 pub const MAX_WIDE_BLOCK: u64 = 64 << 20;
 /// The block digest: the first 16 bytes of the block's BLAKE3 hash.
 pub const BLOCK_DIGEST: &str = "blake3-128";
@@ -337,9 +338,10 @@ impl Geometry {
     /// The block size of a set-wide code of `total` bytes in data parts of `stride` bytes with
     /// `n` parity parts: the power of two nearest above 1/4096 of the bundle (about twice as
     /// many blocks as par2 makes by default: damage is found and rebuilt at least as finely), at
-    /// least 4 KiB, doubled while the code would have more shards than it can (at most 32768
-    /// data blocks). `None` when even [`MAX_WIDE_BLOCK`] is too small, or a block would be
-    /// larger than a part.
+    /// least 4 KiB, doubled while the code would have more shards than it can take
+    /// (reed-solomon-simd 3: the power of two at or above the parity blocks, plus the data
+    /// blocks, at most 65536). `None` when even [`MAX_WIDE_BLOCK`] is too small, or a block
+    /// would be larger than a part.
     pub fn wide_block_for(total: u64, stride: u64, n: usize) -> Option<u64> {
         let mut b = total.div_ceil(4096).next_power_of_two().max(MIN_BLOCK);
         loop {

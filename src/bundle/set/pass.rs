@@ -139,6 +139,9 @@ struct Pass<'a> {
     targets: Vec<Option<Target>>,
     damaged: Vec<Vec<u64>>,
     rebuilt: u64,
+    /// The coders of the two rebuilding threads, kept from one group to the next (a lost part
+    /// is the same erasure pattern in every group: its coefficients are worked out once).
+    coders: [Option<Coder>; 2],
 }
 
 type Outcome = (DamageReport, Vec<Option<Target>>, u64);
@@ -157,6 +160,7 @@ impl<'a> Pass<'a> {
             targets: (0..count).map(|_| None).collect(),
             damaged: vec![Vec::new(); count],
             rebuilt: 0,
+            coders: [None, None],
         };
         if pass.sig.is_some() {
             for q in 0..count {
@@ -342,9 +346,10 @@ impl<'a> Pass<'a> {
                     .iter_mut()
                     .map(|b| b[from..to].split_at_mut(cut.min(to) - from))
                     .unzip();
+                let [c_lo, c_hi] = &mut self.coders;
                 std::thread::scope(|s| {
-                    let other = s.spawn(|| rebuild(set, &mut hi, lost));
-                    rebuild(set, &mut lo, lost)?;
+                    let other = s.spawn(|| rebuild(set, &mut hi, lost, c_hi));
+                    rebuild(set, &mut lo, lost, c_lo)?;
                     other.join().map_err(|_| SetError::Io {
                         path: set.path.clone(),
                         source: std::io::Error::other("a rebuilding thread panicked"),
@@ -414,7 +419,11 @@ fn read_group(set: &Set, j0: u64, j1: u64, bufs: &mut [Vec<u8>]) -> Vec<u64> {
             }
             _ => 0,
         };
-        buf[got as usize..].fill(0);
+        // Beyond the part's end, zeros (a shorter part's blocks are padded with zeros in their
+        // stripes). The bytes it lacks before its end are left as they are: every block there
+        // is damaged, so it is rebuilt before it is written or read as a shard, or nothing is
+        // written at all.
+        buf[want as usize..].fill(0);
         avail[q] = got;
     }
     avail
@@ -469,7 +478,12 @@ fn check_group(
 /// Rebuild the parts `lost` in `parts` (the same bytes of every part: a run of stripes that
 /// lost the same parts): data parts decoded from `k` intact shards, parity parts encoded again.
 /// Each of two threads has a coder of half the slice budget.
-fn rebuild(set: &Set, parts: &mut [&mut [u8]], lost: &[usize]) -> Result<(), SetError> {
+fn rebuild(
+    set: &Set,
+    parts: &mut [&mut [u8]],
+    lost: &[usize],
+    kept: &mut Option<Coder>,
+) -> Result<(), SetError> {
     let g = &set.geometry;
     let (k, n) = (g.k, g.n);
     if parts.first().is_none_or(|p| p.is_empty()) {
@@ -479,7 +493,10 @@ fn rebuild(set: &Set, parts: &mut [&mut [u8]], lost: &[usize]) -> Result<(), Set
         path: set.path.clone(),
         source,
     };
-    let mut coder = Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?;
+    let coder = match kept {
+        Some(c) => c,
+        None => kept.insert(Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?),
+    };
     if lost.iter().any(|&q| q < k) {
         let mut present: Vec<Option<&[u8]>> = Vec::with_capacity(k + n);
         let mut outs: Vec<(usize, &mut [u8])> = Vec::new();

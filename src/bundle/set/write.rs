@@ -122,7 +122,7 @@ fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry
                     bundle: bundle.to_path_buf(),
                     parts: total.div_ceil(stride) as usize + opts.parity,
                     size,
-                    what: "--spread codes at most 32768 blocks of at most 64 MiB, none larger than a part".into(),
+                    what: "--spread codes at most 65536 blocks (data and parity) of at most 64 MiB, none larger than a part".into(),
                 }
             })?;
             stride = stride / b * b;
