@@ -118,18 +118,11 @@ impl Rng {
     }
 }
 
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-#[test]
-fn every_combination_of_up_to_n_lost_parts_is_rebuilt() {
-    let b = Built::new();
-    let h = &b.home;
-    let s = Parts::new(&b, "256K", 2);
+/// Every combination of one or two of the set's 8 parts put aside: joined from a part left,
+/// byte for byte the bundle, each part missing named; the parts put back after each.
+fn join_without_any_one_or_two(h: &Home, s: &Parts, bundle: &Path) {
     let count = s.parts.len();
-    assert_eq!(count, 8, "6 data parts and 2 parity parts");
-    let want = sha256(&std::fs::read(&b.bundle).unwrap());
+    let want = sha256(&std::fs::read(bundle).unwrap());
     let aside = h.path().join("aside");
     std::fs::create_dir_all(&aside).unwrap();
     let mut combos: Vec<Vec<usize>> = (0..count).map(|i| vec![i]).collect();
@@ -164,6 +157,21 @@ fn every_combination_of_up_to_n_lost_parts_is_rebuilt() {
             std::fs::rename(aside.join(s.name(i)), &s.parts[i]).unwrap();
         }
     }
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn every_combination_of_up_to_n_lost_parts_is_rebuilt() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 2);
+    let count = s.parts.len();
+    assert_eq!(count, 8, "6 data parts and 2 parity parts");
+    let aside = h.path().join("aside");
+    join_without_any_one_or_two(h, &s, &b.bundle);
     // N+1 = 3 parts lost: refused, naming them, how many more parity parts, what to copy.
     for i in [0, 3, 6] {
         std::fs::rename(&s.parts[i], aside.join(s.name(i))).unwrap();
@@ -799,34 +807,8 @@ fn a_spread_set_rebuilds_any_n_parts_and_refuses_one_block_more() {
     let b = Built::new();
     let h = &b.home;
     let s = Parts::with(h, &b.bundle, "256K", 2, &["--spread"]);
-    let count = s.parts.len();
-    let want = sha256(&std::fs::read(&b.bundle).unwrap());
-    let aside = h.path().join("aside");
-    std::fs::create_dir_all(&aside).unwrap();
-    let mut combos: Vec<Vec<usize>> = (0..count).map(|i| vec![i]).collect();
-    for i in 0..count {
-        for j in i + 1..count {
-            combos.push(vec![i, j]);
-        }
-    }
-    for lost in &combos {
-        for &i in lost {
-            std::fs::rename(&s.parts[i], aside.join(s.name(i))).unwrap();
-        }
-        let survivor = (0..count).find(|i| !lost.contains(i)).unwrap();
-        let out = h.path().join("joined.tar");
-        let o = h.run(&["join", s.arg(survivor), "-o", out.to_str().unwrap()]);
-        assert_ok(&o);
-        assert_eq!(
-            sha256(&std::fs::read(&out).unwrap()),
-            want,
-            "parts {lost:?} lost"
-        );
-        std::fs::remove_file(&out).unwrap();
-        for &i in lost {
-            std::fs::rename(aside.join(s.name(i)), &s.parts[i]).unwrap();
-        }
-    }
+    assert_eq!(s.parts.len(), 8, "6 data parts and 2 parity parts");
+    join_without_any_one_or_two(h, &s, &b.bundle);
     s.assert_pristine();
     // Parts 1 and 4 lost: every recovery block is needed. One byte more damaged (in part 2):
     // beyond repair.

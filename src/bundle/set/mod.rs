@@ -566,6 +566,17 @@ impl DamageReport {
 }
 
 impl DamageReport {
+    /// Every damaged block as a shard of a set-wide code (its place in the block table), in order.
+    pub(crate) fn shards(&self, g: &Geometry) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .parts
+            .iter()
+            .flat_map(|d| d.blocks.iter().map(move |&b| g.table_index(d.index, b)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// [`DamageReport::conclude`] for a set-wide code of `r` recovery blocks: the parity parts
     /// missing are the excess in parity parts' worth of blocks; copied again, the most damaged
     /// parts first, until what is left is within `r`.

@@ -81,12 +81,7 @@ fn rebuild_wide(
     targets: &[Option<Target>],
 ) -> Result<u64, SetError> {
     let g = &set.geometry;
-    let mut lost: Vec<usize> = damage
-        .parts
-        .iter()
-        .flat_map(|d| d.blocks.iter().map(move |&b| g.table_index(d.index, b)))
-        .collect();
-    lost.sort_unstable();
+    let lost = damage.shards(g);
     let target = |p: usize| {
         targets[p].as_ref().ok_or_else(|| SetError::Io {
             path: set.slots[p].path.clone(),

@@ -52,19 +52,22 @@ pub(crate) type WriteShard<'a> = dyn Fn(usize, u64, &[u8]) -> Result<(), SetErro
 type SliceWork<'a> =
     dyn Fn(&mut Coder, &mut Vec<u8>, u64, usize) -> Result<(), SetError> + Sync + 'a;
 
+fn parity_err(path: &Path, source: ParityError) -> SetError {
+    SetError::Parity {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Run `work` for every column slice of the block size, on two threads.
 fn slices(path: &Path, g: &Geometry, work: &SliceWork<'_>) -> Result<(), SetError> {
     let s = slice_for(g, WIDE_BUDGET / 2);
     let count = g.block.div_ceil(s as u64) as usize;
     let next = AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let perr = |source| SetError::Parity {
-        path: path.to_path_buf(),
-        source,
-    };
     let run = || -> Result<(), SetError> {
-        let mut coder =
-            Coder::with_budget(g.originals(), g.recovery(), WIDE_BUDGET / 2).map_err(perr)?;
+        let mut coder = Coder::with_budget(g.originals(), g.recovery(), WIDE_BUDGET / 2)
+            .map_err(|e| parity_err(path, e))?;
         let mut scratch = Vec::new();
         loop {
             if failed.load(Ordering::Relaxed) {
@@ -101,24 +104,16 @@ pub(crate) fn encode(
     write: &WriteShard<'_>,
 ) -> Result<(), SetError> {
     let (kk, rr) = (g.originals(), g.recovery());
-    let ioerr = |source| SetError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let perr = |source| SetError::Parity {
-        path: path.to_path_buf(),
-        source,
-    };
     slices(path, g, &|coder, scratch, c, w| {
         scratch.resize((kk + rr) * w, 0);
         let (originals, recovery) = scratch[..(kk + rr) * w].split_at_mut(kk * w);
         for (i, buf) in originals.chunks_mut(w).enumerate() {
-            read(i, c, buf).map_err(ioerr)?;
+            read(i, c, buf).map_err(super::io_err(path))?;
         }
         {
             let o: Vec<&[u8]> = originals.chunks(w).collect();
             let mut r: Vec<&mut [u8]> = recovery.chunks_mut(w).collect();
-            coder.encode(&o, &mut r).map_err(perr)?;
+            coder.encode(&o, &mut r).map_err(|e| parity_err(path, e))?;
         }
         for (j, bytes) in recovery.chunks(w).enumerate() {
             write(kk + j, c, bytes)?;
@@ -161,21 +156,13 @@ pub(crate) fn rebuild(
     // lost originals (the decoder takes exactly K).
     let mut used: Vec<usize> = (0..kk).filter(|&i| !is_lost[i]).collect();
     used.extend((kk..kk + rr).filter(|&i| !is_lost[i]).take(lost_data.len()));
-    let ioerr = |source| SetError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let perr = |source| SetError::Parity {
-        path: path.to_path_buf(),
-        source,
-    };
     slices(path, g, &|coder, scratch, c, w| {
         scratch.resize((kk + rr + lost_data.len()) * w, 0);
         let (shards, restored) =
             scratch[..(kk + rr + lost_data.len()) * w].split_at_mut((kk + rr) * w);
         for (i, buf) in shards.chunks_mut(w).enumerate() {
             if used.binary_search(&i).is_ok() {
-                read(i, c, buf).map_err(ioerr)?;
+                read(i, c, buf).map_err(super::io_err(path))?;
             }
         }
         if !lost_data.is_empty() {
@@ -193,7 +180,9 @@ pub(crate) fn rebuild(
                     .copied()
                     .zip(restored.chunks_mut(w))
                     .collect();
-                coder.decode(&present, &mut outs).map_err(perr)?;
+                coder
+                    .decode(&present, &mut outs)
+                    .map_err(|e| parity_err(path, e))?;
             }
             for (&i, bytes) in lost_data.iter().zip(restored.chunks(w)) {
                 data[i * w..(i + 1) * w].copy_from_slice(bytes);
@@ -204,7 +193,7 @@ pub(crate) fn rebuild(
             let (data, parity) = shards.split_at_mut(kk * w);
             let o: Vec<&[u8]> = data.chunks(w).collect();
             let mut r: Vec<&mut [u8]> = parity.chunks_mut(w).collect();
-            coder.encode(&o, &mut r).map_err(perr)?;
+            coder.encode(&o, &mut r).map_err(|e| parity_err(path, e))?;
             for &i in lost.iter().filter(|&&i| i >= kk) {
                 write(i, c, &shards[i * w..(i + 1) * w])?;
             }
@@ -254,12 +243,7 @@ impl Spill {
         if !report.repairable() {
             return Err(SetError::Beyond(Box::new(report)));
         }
-        let mut lost: Vec<usize> = report
-            .parts
-            .iter()
-            .flat_map(|d| d.blocks.iter().map(move |&b| g.table_index(d.index, b)))
-            .collect();
-        lost.sort_unstable();
+        let lost = report.shards(g);
         let tmp = std::env::temp_dir();
         let file = tempfile::tempfile_in(&tmp).map_err(super::io_err(&tmp))?;
         let at: HashMap<usize, u64> = lost
