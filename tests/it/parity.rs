@@ -159,6 +159,46 @@ fn join_without_any_one_or_two(h: &Home, s: &Parts, bundle: &Path) {
     }
 }
 
+/// Damage beyond the parity parts: `verify`, `load` (nothing pushed), `join` (no output) and
+/// `repair` each refuse with every one of `needles`, and the set's folder is left as it was,
+/// byte for byte.
+fn refused_before_anything_is_pushed_or_written(h: &Home, s: &Parts, needles: &[String]) {
+    let e = env();
+    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+    let folder = || {
+        let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&s.dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+            .collect();
+        files.sort();
+        files
+    };
+    let before = folder();
+    assert_fails(&h.run(&["verify", s.arg(0)]), 1, &needles);
+    let prefix = unique_prefix("beyond");
+    let o = h.run(&[
+        "load",
+        s.arg(3),
+        "--registry",
+        &format!("{}/{prefix}", e.plain),
+        "--plain-http",
+        "--no-install",
+    ]);
+    assert_fails(&o, 1, &needles);
+    assert!(stderr(&o).contains("nothing was pushed"));
+    assert!(repos_under(&prefix).is_empty());
+    let out = h.path().join("joined.tar");
+    assert_fails(
+        &h.run(&["join", s.arg(0), "-o", out.to_str().unwrap()]),
+        1,
+        &needles,
+    );
+    assert!(!out.exists());
+    assert_fails(&h.run(&["repair", s.arg(7)]), 1, &needles);
+    assert!(folder() == before, "the set's folder changed");
+}
+
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
@@ -309,7 +349,6 @@ fn a_truncated_part_is_rebuilt_and_written_back() {
 
 #[test]
 fn damage_beyond_n_is_refused_before_anything_is_pushed_or_written() {
-    let e = env();
     let b = Built::new();
     let h = &b.home;
     let s = Parts::new(&b, "256K", 2);
@@ -331,39 +370,7 @@ fn damage_beyond_n_is_refused_before_anything_is_pushed_or_written() {
         "1 more parity part would have been needed".into(),
         format!("copy again {}", s.name(1)),
     ];
-    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
-    assert_fails(&h.run(&["verify", s.arg(0)]), 1, &needles);
-    // load: nothing pushed.
-    let prefix = unique_prefix("beyond");
-    let o = h.run(&[
-        "load",
-        s.arg(3),
-        "--registry",
-        &format!("{}/{prefix}", e.plain),
-        "--plain-http",
-        "--no-install",
-    ]);
-    assert_fails(&o, 1, &needles);
-    assert!(stderr(&o).contains("nothing was pushed"));
-    assert!(repos_under(&prefix).is_empty());
-    // join and repair: nothing written.
-    let before: Vec<_> = std::fs::read_dir(&s.dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    let out = h.path().join("joined.tar");
-    assert_fails(
-        &h.run(&["join", s.arg(0), "-o", out.to_str().unwrap()]),
-        1,
-        &needles,
-    );
-    assert!(!out.exists());
-    assert_fails(&h.run(&["repair", s.arg(7)]), 1, &needles);
-    let after: Vec<_> = std::fs::read_dir(&s.dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(before.len(), after.len(), "repair wrote nothing: {after:?}");
+    refused_before_anything_is_pushed_or_written(h, &s, &needles);
     // The part named to copy again, copied again: repaired.
     std::fs::write(&s.parts[1], &s.pristine[1]).unwrap();
     assert_ok(&h.run(&["repair", s.arg(0)]));
@@ -803,7 +810,6 @@ fn a_spread_set_rebuilds_the_same_place_damaged_in_more_parts_than_it_has_parity
 /// that part copied again, the rest is repaired.
 #[test]
 fn a_spread_set_rebuilds_any_n_parts_and_refuses_one_block_more() {
-    let e = env();
     let b = Built::new();
     let h = &b.home;
     let s = Parts::with(h, &b.bundle, "256K", 2, &["--spread"]);
@@ -828,30 +834,7 @@ fn a_spread_set_rebuilds_any_n_parts_and_refuses_one_block_more() {
         "1 more parity part would have been needed".into(),
         format!("copy again {} (", s.name(1)),
     ];
-    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
-    assert_fails(&h.run(&["verify", s.arg(0)]), 1, &needles);
-    let prefix = unique_prefix("spread-beyond");
-    let o = h.run(&[
-        "load",
-        s.arg(3),
-        "--registry",
-        &format!("{}/{prefix}", e.plain),
-        "--plain-http",
-        "--no-install",
-    ]);
-    assert_fails(&o, 1, &needles);
-    assert!(stderr(&o).contains("nothing was pushed"));
-    assert!(repos_under(&prefix).is_empty());
-    let out = h.path().join("joined.tar");
-    assert_fails(
-        &h.run(&["join", s.arg(0), "-o", out.to_str().unwrap()]),
-        1,
-        &needles,
-    );
-    assert!(!out.exists());
-    let before = std::fs::read_dir(&s.dir).unwrap().count();
-    assert_fails(&h.run(&["repair", s.arg(7)]), 1, &needles);
-    assert_eq!(std::fs::read_dir(&s.dir).unwrap().count(), before);
+    refused_before_anything_is_pushed_or_written(h, &s, &needles);
     std::fs::write(&s.parts[1], &s.pristine[1]).unwrap();
     assert_ok(&h.run(&["repair", s.arg(0)]));
     s.assert_pristine();
