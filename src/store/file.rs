@@ -73,16 +73,21 @@ pub fn space(dir: &std::path::Path) -> io::Result<(u64, u64)> {
     ))
 }
 
+/// `offset` and `len` for `sync_file_range` and `posix_fadvise`; `None` when they do not fit,
+/// or when `len` is 0, which both calls read as "to the end of the file".
+fn hint_range(offset: u64, len: u64) -> Option<(libc::off64_t, libc::off64_t)> {
+    let off = libc::off64_t::try_from(offset).ok()?;
+    let n = libc::off64_t::try_from(len).ok()?;
+    (n > 0).then_some((off, n))
+}
+
 /// Start writing `len` bytes of `file` at `offset` back to the disk (`sync_file_range` with
 /// `SYNC_FILE_RANGE_WRITE`), without waiting: a writer that fsyncs at the end then finds most of
 /// its bytes already on the disk, and its writing overlaps its computing. Best effort: an error
 /// here only means the fsync at the end does all the work.
 pub fn start_writeback(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd as _;
-    let (Ok(off), Ok(n)) = (
-        libc::off64_t::try_from(offset),
-        libc::off64_t::try_from(len),
-    ) else {
+    let Some((off, n)) = hint_range(offset, len) else {
         return;
     };
     // SAFETY: sync_file_range on an open file descriptor owned by `file`, which outlives the
@@ -95,16 +100,9 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
 /// computed on. A hint: failures are ignored.
 pub fn will_need(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd as _;
-    let (Ok(off), Ok(n)) = (
-        libc::off64_t::try_from(offset),
-        libc::off64_t::try_from(len),
-    ) else {
+    let Some((off, n)) = hint_range(offset, len) else {
         return;
     };
-    if n == 0 {
-        // 0 would mean "to the end of the file".
-        return;
-    }
     // SAFETY: posix_fadvise on an open file descriptor owned by `file`, which outlives the
     // call; it only reads its integer arguments.
     let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
