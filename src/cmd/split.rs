@@ -28,13 +28,19 @@ pub fn split_file(
     Ok(set::split(&args.bundle, &opts, on_bytes)?)
 }
 
+/// `--spread` (of `split`, and of `build --split`) with no parity parts to spread: refused.
+pub(crate) fn spread_needs_parity(parity: usize, spread: bool) -> anyhow::Result<()> {
+    if spread && parity == 0 {
+        bail!("--spread needs --parity N (it spreads the parity parts' code over the whole set)");
+    }
+    Ok(())
+}
+
 /// `split`.
 pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     super::bundle_arg(&args.bundle)?;
-    if args.spread && args.parity == 0 {
-        bail!("--spread needs --parity N (it spreads the parity parts' code over the whole set)");
-    }
+    spread_needs_parity(args.parity, args.spread)?;
     let name = args
         .bundle
         .file_name()

@@ -378,7 +378,8 @@ mod tests {
         // Parity parts that do not hold whole blocks.
         let mut h = header_of(&g, total, CODE_WIDE);
         h.parts[11].size -= 2;
-        assert!(geometry_of(&h).is_err());
+        let e = geometry_of(&h).unwrap_err();
+        assert!(e.contains("do not add up"), "{e}");
     }
 
     #[test]

@@ -295,11 +295,8 @@ impl Geometry {
     /// The layout of a bundle of `total` bytes in data parts of `stride` bytes (the last
     /// shorter) with `n` parity parts, blocks of `block` bytes.
     pub fn new(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
-        let stride = stride.max(1);
-        let k = total.div_ceil(stride).max(1) as usize;
-        let mut sizes: Vec<u64> = (0..k as u64)
-            .map(|i| (total - (i * stride).min(total)).min(stride))
-            .collect();
+        let mut sizes = Geometry::data_sizes(total, stride);
+        let k = sizes.len();
         let parity = sizes[0].next_multiple_of(2);
         sizes.extend(std::iter::repeat_n(parity, n));
         Geometry::from_sizes(sizes, k, n, block, data_offset)
@@ -308,14 +305,24 @@ impl Geometry {
     /// [`Geometry::new`] for a set-wide code: every parity part holds as many whole blocks as
     /// the first data part has blocks (so `n` parity parts rebuild `n` lost data parts).
     pub fn new_wide(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
-        let mut g = Geometry::new(total, stride, n, block, data_offset);
-        let whole = g.sizes[0].div_ceil(block) * block;
-        for s in &mut g.sizes[g.k..] {
-            *s = whole;
+        let mut sizes = Geometry::data_sizes(total, stride);
+        let k = sizes.len();
+        let whole = sizes[0].div_ceil(block) * block;
+        sizes.extend(std::iter::repeat_n(whole, n));
+        Geometry {
+            wide: true,
+            ..Geometry::from_sizes(sizes, k, n, block, data_offset)
         }
-        let mut g = Geometry::from_sizes(g.sizes, g.k, n, block, data_offset);
-        g.wide = true;
-        g
+    }
+
+    /// Bytes of each data part: `total` in parts of `stride` (the last shorter; one part at
+    /// least).
+    fn data_sizes(total: u64, stride: u64) -> Vec<u64> {
+        let stride = stride.max(1);
+        let k = total.div_ceil(stride).max(1);
+        (0..k)
+            .map(|i| (total - (i * stride).min(total)).min(stride))
+            .collect()
     }
 
     /// A set-wide code: its original shards (every block of the data parts).
@@ -563,9 +570,7 @@ impl DamageReport {
             .map(|i| self.parts[i].file.clone())
             .collect();
     }
-}
 
-impl DamageReport {
     /// Every damaged block as a shard of a set-wide code (its place in the block table), in order.
     pub(crate) fn shards(&self, g: &Geometry) -> Vec<usize> {
         let mut out: Vec<usize> = self
@@ -660,7 +665,7 @@ impl fmt::Display for DamageReport {
         } else {
             format!(" (found: {})", self.notes.join("; "))
         };
-        if let (Some(r), true) = (self.spread, self.parity > 0) {
+        if let Some(r) = self.spread {
             return write!(
                 f,
                 "split set {}: damage beyond repair: {}{found}; {} damaged blocks in all, and the {} parity part{} (a code over the whole set) rebuild at most {r} blocks wherever they are: {} more parity part{} would have been needed; copy again {} (then the rest can be rebuilt)",

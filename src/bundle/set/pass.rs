@@ -323,9 +323,34 @@ impl<'a> Pass<'a> {
                 self.target(q, (j0 * g.block).min(g.sizes[q]))?;
             }
         }
-        // Runs of stripes with the same damaged parts are rebuilt at once (a set-wide code:
-        // after the pass, all at once).
-        let mut j = if g.wide { stripes.len() } else { 0 };
+        // A set-wide code is rebuilt after the pass, all at once (`rebuild_wide`).
+        if !g.wide {
+            self.rebuild_runs(j0, &stripes, bufs)?;
+        }
+        for (q, t) in self.targets.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let from = (j0 * g.block).min(g.sizes[q]);
+            let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
+            crate::store::file::write_at(t.tmp.file(), &bufs[q][..len], g.data_offset + from)
+                .map_err(io_err(&t.dest))?;
+            crate::store::file::start_writeback(t.tmp.file(), g.data_offset + from, len as u64);
+        }
+        Ok(())
+    }
+
+    /// Rebuild the damaged blocks of stripes `j0..` (`stripes`: per stripe, its damaged parts)
+    /// in `bufs`, a run of stripes with the same damaged parts at once, each run in two halves
+    /// on two threads. A stripe with more damaged blocks than parity parts is left (the pass
+    /// ends refused).
+    fn rebuild_runs(
+        &mut self,
+        j0: u64,
+        stripes: &[Vec<usize>],
+        bufs: &mut [Vec<u8>],
+    ) -> Result<(), SetError> {
+        let set = self.set;
+        let g = &set.geometry;
+        let mut j = 0;
         while j < stripes.len() {
             let mut end = j + 1;
             while end < stripes.len() && stripes[end] == stripes[j] {
@@ -353,14 +378,6 @@ impl<'a> Pass<'a> {
                 self.rebuilt += (end - j) as u64 * lost.len() as u64;
             }
             j = end;
-        }
-        for (q, t) in self.targets.iter().enumerate() {
-            let Some(t) = t else { continue };
-            let from = (j0 * g.block).min(g.sizes[q]);
-            let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
-            crate::store::file::write_at(t.tmp.file(), &bufs[q][..len], g.data_offset + from)
-                .map_err(io_err(&t.dest))?;
-            crate::store::file::start_writeback(t.tmp.file(), g.data_offset + from, len as u64);
         }
         Ok(())
     }

@@ -202,26 +202,34 @@ pub(crate) fn rebuild(
     })
 }
 
-/// Shard bytes as the set's part files hold them (bytes beyond a block's end, or a file's,
-/// are zeros).
+/// Bytes `at..at + buf.len()` of a shard whose block of `len` bytes starts at `start` of
+/// `file`: zeros beyond the block's end (a shorter block is padded to the shard size).
+pub(crate) fn read_padded(
+    file: &File,
+    start: u64,
+    len: u64,
+    at: u64,
+    buf: &mut [u8],
+) -> std::io::Result<()> {
+    let have = len.saturating_sub(at).min(buf.len() as u64) as usize;
+    buf[have..].fill(0);
+    if have == 0 {
+        return Ok(());
+    }
+    crate::store::file::read_at(file, &mut buf[..have], start + at)
+}
+
+/// Shard bytes as the set's part files hold them ([`read_padded`]).
 pub(crate) fn read_from_parts<'a>(
     set: &'a Set,
 ) -> impl Fn(usize, u64, &mut [u8]) -> std::io::Result<()> + Sync + 'a {
     move |i, at, buf| {
         let g = &set.geometry;
         let (p, b) = g.shard_block(i);
-        let len = g.block_len(p, b);
-        let have = len.saturating_sub(at).min(buf.len() as u64) as usize;
-        buf[have..].fill(0);
-        if have == 0 {
-            return Ok(());
-        }
-        match &set.slots[p].file {
-            Some(f) => {
-                crate::store::file::read_at(f, &mut buf[..have], g.data_offset + b * g.block + at)
-            }
-            None => Err(std::io::Error::other("the part is missing")),
-        }
+        let Some(f) = &set.slots[p].file else {
+            return Err(std::io::Error::other("the part is missing"));
+        };
+        read_padded(f, g.data_offset + b * g.block, g.block_len(p, b), at, buf)
     }
 }
 
@@ -254,11 +262,13 @@ impl Spill {
             .collect();
         let read = read_from_parts(set);
         let write = |i: usize, c: u64, bytes: &[u8]| -> Result<(), SetError> {
-            match at.get(&i) {
-                Some(&start) => crate::store::file::write_at(&file, bytes, start + c)
-                    .map_err(super::io_err(&tmp)),
-                None => Ok(()),
-            }
+            let start = at.get(&i).ok_or_else(|| SetError::Io {
+                path: tmp.clone(),
+                source: std::io::Error::other(format!(
+                    "shard {i} has no place in the spill file (a bug)"
+                )),
+            })?;
+            crate::store::file::write_at(&file, bytes, start + c).map_err(super::io_err(&tmp))
         };
         // Only the data blocks are needed to read the bundle: lost recovery blocks stay lost.
         rebuild(&set.path, g, &lost, false, &read, &write)?;

@@ -62,10 +62,8 @@ impl Settings {
                 bail!("--platform {p}: expected OS/ARCH[/VARIANT], e.g. linux/amd64");
             }
         }
+        crate::cmd::split::spread_needs_parity(args.parity, args.spread)?;
         let split = match args.split.as_deref() {
-            Some(_) if args.spread && args.parity == 0 => {
-                bail!("--spread needs --parity N (it spreads the parity parts' code over the whole set)")
-            }
             Some(s) => Some((
                 crate::bundle::parts::parse_size(s)?,
                 args.parity,
