@@ -199,6 +199,21 @@ fn refused_before_anything_is_pushed_or_written(h: &Home, s: &Parts, needles: &[
     assert!(folder() == before, "the set's folder changed");
 }
 
+/// `repair --json` from part `from`: `written` parts written back and `rebuilt` blocks rebuilt,
+/// every part as split wrote it, and `verify` with nothing more to rebuild. Returns the JSON.
+fn repaired_whole(h: &Home, s: &Parts, from: usize, written: usize, rebuilt: u64) -> Value {
+    let o = h.run(&["repair", s.arg(from), "--json"]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["written"].as_array().unwrap().len(), written, "{r}");
+    assert_eq!(r["rebuiltBlocks"], rebuilt, "{r}");
+    s.assert_pristine();
+    let o = h.run(&["verify", s.arg(0)]);
+    assert_ok(&o);
+    assert!(!stderr(&o).contains("rebuilt"), "{}", stderr(&o));
+    r
+}
+
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
@@ -299,20 +314,11 @@ fn random_damage_in_every_part_is_found_per_block_and_repaired() {
         std::fs::read(&out).unwrap(),
         std::fs::read(&b.bundle).unwrap()
     );
-    let o = h.run(&["repair", s.arg(6), "--json"]);
-    assert_ok(&o);
-    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(r["written"].as_array().unwrap().len(), 8, "{r}");
-    assert_eq!(r["rebuiltBlocks"], 8);
+    let r = repaired_whole(h, &s, 6, 8, 8);
     for (i, &(q, j)) in damaged.iter().enumerate() {
         assert_eq!(r["damage"]["parts"][i]["index"], q as u64);
         assert_eq!(r["damage"]["parts"][i]["blocks"], serde_json::json!([j]));
     }
-    s.assert_pristine();
-    // Whole again: nothing to say.
-    let o = h.run(&["verify", s.arg(0)]);
-    assert_ok(&o);
-    assert!(!stderr(&o).contains("rebuilt"), "{}", stderr(&o));
 }
 
 #[test]
@@ -790,18 +796,11 @@ fn a_spread_set_rebuilds_the_same_place_damaged_in_more_parts_than_it_has_parity
     let out = h.path().join("joined.tar");
     assert_ok(&h.run(&["join", s.arg(5), "-o", out.to_str().unwrap()]));
     assert!(std::fs::read(&out).unwrap() == std::fs::read(&b.bundle).unwrap());
-    let o = h.run(&["repair", s.arg(0), "--json"]);
-    assert_ok(&o);
-    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(r["written"].as_array().unwrap().len(), 4, "{r}");
-    assert_eq!(
-        r["rebuiltBlocks"],
-        hd["parts"][1]["size"].as_u64().unwrap().div_ceil(4096) + 3
-    );
-    s.assert_pristine();
-    let o = h.run(&["verify", s.arg(0)]);
-    assert_ok(&o);
-    assert!(!stderr(&o).contains("rebuilt"), "{}", stderr(&o));
+    let missing = hd["parts"][1]["size"]
+        .as_u64()
+        .unwrap()
+        .div_ceil(hd["blockSize"].as_u64().unwrap());
+    repaired_whole(h, &s, 0, 4, missing + 3);
 }
 
 /// A spread set: every combination of up to 2 of its 8 parts lost is joined byte for byte;
@@ -819,7 +818,10 @@ fn a_spread_set_rebuilds_any_n_parts_and_refuses_one_block_more() {
     // Parts 1 and 4 lost: every recovery block is needed. One byte more damaged (in part 2):
     // beyond repair.
     let hd = header(&s.parts[0]);
-    let per = hd["parts"][0]["size"].as_u64().unwrap().div_ceil(4096);
+    let per = hd["parts"][0]["size"]
+        .as_u64()
+        .unwrap()
+        .div_ceil(hd["blockSize"].as_u64().unwrap());
     let r = 2 * per;
     std::fs::remove_file(&s.parts[1]).unwrap();
     std::fs::remove_file(&s.parts[4]).unwrap();
