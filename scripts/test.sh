@@ -59,6 +59,10 @@ export KB_ENV_JSON="$KB_ENV_DIR/env.json"
 rm -rf "$KB_TEST_TMPDIR"
 mkdir -p "$KB_TEST_TMPDIR"
 rc=0
+# Tests on the one real API server take its lease in turn (tests/it/cluster.rs): a test thread
+# waiting for it does no work. With libtest's default (one thread per core: 2 here) a waiting
+# thread halves the run; four threads keep both cores busy while one test holds the cluster.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 if cargo nextest --version >/dev/null 2>&1; then
     log "running: cargo nextest run --no-fail-fast $*"
     TMPDIR="$KB_TEST_TMPDIR" cargo nextest run --no-fail-fast "$@" || rc=$?

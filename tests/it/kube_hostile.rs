@@ -4,6 +4,7 @@
 //! dry run as in the real run, with the binary's memory small: its peak RSS is read with
 //! `/usr/bin/time` when that is installed (said loudly when not). No timing is asserted.
 
+use crate::cluster;
 use crate::common::*;
 use crate::kube_fake::{self, KubeFake, Opts};
 use serde_json::json;
@@ -76,21 +77,23 @@ fn assert_small(rss: Option<u64>) {
     }
 }
 
-/// A kubeconfig for `fake` whose user's exec plugin runs `script`.
-fn plugin_kubeconfig(fake: &KubeFake, script: &str) -> PathBuf {
+/// A kubeconfig, in `dir`, for the real API server of the test environment whose user's exec
+/// plugin runs `script`.
+fn plugin_kubeconfig(dir: &Path, script: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = fake.dir.path();
     let plugin = dir.join("hostile-plugin.sh");
     std::fs::write(&plugin, format!("#!/bin/sh\n{script}\n")).unwrap();
     std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut kc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
-    kc["users"][0]["user"] = json!({"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1",
-        "command": plugin,
-        "args": ["--token", "not-shown"],
-        "interactiveMode": "Never",
-    }});
+    let kc = cluster::kubeconfig_json(
+        &cluster::control_plane(),
+        "hostile",
+        json!({"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": plugin,
+            "args": ["--token", "not-shown"],
+            "interactiveMode": "Never",
+        }}),
+    );
     let path = dir.join("hostile-kubeconfig");
     std::fs::write(&path, kc.to_string()).unwrap();
     path
@@ -98,16 +101,13 @@ fn plugin_kubeconfig(fake: &KubeFake, script: &str) -> PathBuf {
 
 /// An exec plugin that prints forever: stopped at 1 MiB, the run ends with exit 1 naming the
 /// plugin (its arguments' secrets redacted), in the dry run as in the real run, nothing pushed.
+/// The kubeconfig names the real API server, which is never reached (the plugin fails before
+/// any request is sent), so the cluster is not leased.
 #[test]
 fn an_exec_plugin_that_prints_forever() {
     let b = Built::new();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        tls: true,
-        token: Some("the-token"),
-        ..Default::default()
-    });
-    let kc = plugin_kubeconfig(&fake, "exec yes 'an endless line of output'");
+    let dir = tempfile::tempdir().unwrap();
+    let kc = plugin_kubeconfig(dir.path(), "exec yes 'an endless line of output'");
     let prefix = unique_prefix("endless-plugin");
     for extra in [&["--dry-run"][..], &[][..]] {
         let (o, rss) = load(&b, &kc, &prefix, extra);
@@ -134,9 +134,11 @@ fn continue_tokens_in_a_circle() {
     let b = Built::new();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
+        pages: Some(
+            json!({"path_regex": "^/api/v1/nodes$", "mode": "cycle", "tokens": ["A", "B"]}),
+        ),
         ..Default::default()
     });
-    fake.pages(json!({"path_regex": "^/api/v1/nodes$", "mode": "cycle", "tokens": ["A", "B"]}));
     let prefix = unique_prefix("circle");
     for extra in [&["--dry-run"][..], &[][..]] {
         let before = node_lists(&fake);
@@ -162,11 +164,11 @@ fn a_new_token_on_every_oversized_page() {
     let b = Built::new();
     let fake = kube_fake::start(Opts {
         seed: &["kind"],
+        pages: Some(
+            json!({"path_regex": "^/api/v1/nodes$", "mode": "fresh", "pad_bytes": 100 * 1024 * 1024}),
+        ),
         ..Default::default()
     });
-    fake.pages(
-        json!({"path_regex": "^/api/v1/nodes$", "mode": "fresh", "pad_bytes": 100 * 1024 * 1024}),
-    );
     let prefix = unique_prefix("bigpages");
     let (o, rss) = load(&b, &fake.kubeconfig, &prefix, &["--dry-run"]);
     assert_fails(
