@@ -1,6 +1,7 @@
 //! Bounded reads of what comes from outside: an HTTP body stops at its cap while it is read
 //! (announced length or chunked), a file or stream at its own. Registries, Helm repositories,
-//! the cluster's API server and local input files all read through here.
+//! the cluster's API server and local input files all read through here; and input files are
+//! opened in one way, [`open_input`]: regular files only, an open that never waits.
 
 use bytes::Bytes;
 
@@ -45,7 +46,69 @@ pub fn read_bounded(r: impl std::io::Read, max: usize) -> std::io::Result<Vec<u8
     Ok(out)
 }
 
-/// [`read_bounded`] of a file.
+/// [`read_bounded`] of a file (a regular file only: [`open_input`]).
 pub fn read_file_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> {
-    std::fs::File::open(path).and_then(|f| read_bounded(f, max))
+    open_input(path).and_then(|f| read_bounded(f, max))
+}
+
+/// What a path names when it is not a regular file, in words.
+pub fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Open a file the program reads as input (a bundle, a part, a chart, a values file, an
+/// earlier bundle): a regular file only, found out before a byte is read. The open itself
+/// never waits: `O_NONBLOCK`, so a FIFO (whose `open` would block until a writer comes, with
+/// the runtime thread, and with it the signal handlers, stuck) is opened, seen for what it is
+/// by `fstat`, and refused. A block device is refused too: every reader here takes the length
+/// of a file from its metadata, which a device does not give (copy the bundle off it first).
+/// Symbolic links are followed: the user may name a file by a link; what it points to must
+/// be a regular file.
+pub fn open_input(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let t = file.metadata()?.file_type();
+    if !t.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "it is {}, not a regular file: give the file itself",
+                kind_of(t)
+            ),
+        ));
+    }
+    clear_nonblock(&file);
+    Ok(file)
+}
+
+/// Back to blocking reads (a regular file ignores `O_NONBLOCK`; cleared all the same, so the
+/// descriptor behaves as any other).
+pub fn clear_nonblock(file: &std::fs::File) {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: fcntl on a descriptor owned by `file`, which outlives both calls; F_GETFL and
+    // F_SETFL only read and set its status flags.
+    unsafe {
+        let fl = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        }
+    }
 }

@@ -151,6 +151,7 @@ pub struct PartialFile {
     path: PathBuf,
     dest: PathBuf,
     found: u64,
+    replaced: Option<String>,
 }
 
 /// Why the temporary file of a bundle cannot be had.
@@ -167,17 +168,17 @@ fn locked(path: &Path) -> io::Error {
 impl PartialFile {
     /// Open (or create) `.NAME.partial` for `dest`, locked; stale random temporaries of the
     /// same name are removed first.
+    ///
+    /// Never through a link, never a special file (issue 30: a `.partial` that was a symbolic
+    /// link got its target overwritten, and the output became the link): what is at that name
+    /// and is not a regular file is removed (the link itself, never what it points to) and a
+    /// new file made with `O_EXCL`; [`PartialFile::replaced`] says what was there.
     pub fn open(dest: &Path) -> io::Result<PartialFile> {
         let dir = dir_of(dest);
         let name = name_of(dest)?;
         remove_stale(&dir, &name)?;
         let path = partial_path(dest)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        let (file, replaced) = crate::store::file::open_or_replace(&path)?;
         file.try_lock().map_err(|e| match e {
             std::fs::TryLockError::Error(e) => e,
             std::fs::TryLockError::WouldBlock => locked(&path),
@@ -188,7 +189,20 @@ impl PartialFile {
             path,
             dest: dest.to_path_buf(),
             found,
+            replaced,
         })
+    }
+
+    /// What was at its name and was removed, not being a regular file (a link, a FIFO).
+    pub fn replaced(&self) -> Option<&str> {
+        self.replaced.as_deref()
+    }
+
+    /// What an earlier run left is not for this build: emptied (the caller says why).
+    pub fn discard(&mut self) -> io::Result<()> {
+        self.file.set_len(0)?;
+        self.found = 0;
+        Ok(())
     }
 
     /// The file to write.

@@ -210,7 +210,23 @@ pub async fn write<S: Source>(
         path: out.path.to_path_buf(),
         source,
     };
-    let file = PartialFile::open(out.path).map_err(werr)?;
+    let mut file = PartialFile::open(out.path).map_err(werr)?;
+    let mut said = Vec::new();
+    if let Some(what) = file.replaced() {
+        said.push(format!(
+            "{} was not a regular file ({what}): removed (not what it pointed to), and the bundle written to a new file",
+            file.path().display()
+        ));
+    }
+    if file.found() > 0 {
+        if let Some(why) = super::writer::made_for(file.file(), file.found(), &tar).map_err(werr)? {
+            said.push(format!(
+                "{}, left by an earlier run, is not resumed from: {why}; building from the start",
+                file.path().display()
+            ));
+            file.discard().map_err(werr)?;
+        }
+    }
     let regions = tar.region_list();
     let kept = resume(&file, &regions).await.map_err(werr)?;
     let resumed = regions
@@ -252,6 +268,7 @@ pub async fn write<S: Source>(
         resumed_blobs: writer.counts.resumed_blobs.load(Relaxed) as usize,
     };
     let (notes, refused) = writer.notes();
+    let notes = said.into_iter().chain(notes).collect();
     let stats = tokio::task::block_in_place(|| writer.finish())?;
     let plain = out.split.is_none() && out.compress == Compression::None;
     let (stats, parts) = commit(file, stats, out)?;

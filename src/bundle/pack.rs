@@ -9,7 +9,6 @@ use super::atomic::AtomicFile;
 use super::checksums::Checksums;
 use crate::oci::Digest;
 use minisign::SecretKey;
-use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 
@@ -111,7 +110,8 @@ pub fn gzip(plain: &Path, out: &AtomicFile, dest: &Path) -> Result<u64, PackErro
         path: dest.to_path_buf(),
         source,
     };
-    let mut src = io::BufReader::with_capacity(1 << 20, File::open(plain).map_err(werr)?);
+    let mut src =
+        io::BufReader::with_capacity(1 << 20, crate::bounded::open_input(plain).map_err(werr)?);
     let file = out.file().try_clone().map_err(werr)?;
     let mut gz = flate2::write::GzEncoder::new(
         BufWriter::with_capacity(1 << 20, file),

@@ -230,7 +230,7 @@ impl BundleFile {
     /// Open a bundle or the first part of a split bundle. Every part must exist with its size;
     /// contents are checked as they are read.
     pub fn open(path: &Path) -> Result<Self, PartsError> {
-        let f = File::open(path).map_err(io_err(path))?;
+        let f = crate::bounded::open_input(path).map_err(io_err(path))?;
         let len = f.metadata().map_err(io_err(path))?.len();
         let mut r = BufReader::new(f);
         let head = r.fill_buf().map_err(io_err(path))?;
@@ -434,7 +434,7 @@ impl BundleFile {
         }
         let Some(h) = &self.header else { return Ok(()) };
         for (seg, info) in self.parts.iter().zip(&h.parts) {
-            let mut f = File::open(&seg.path).map_err(io_err(&seg.path))?;
+            let mut f = crate::bounded::open_input(&seg.path).map_err(io_err(&seg.path))?;
             f.seek(SeekFrom::Start(seg.offset))
                 .map_err(io_err(&seg.path))?;
             let mut w = crate::oci::Sha256Writer::new(io::sink());
@@ -485,7 +485,7 @@ impl BundleFile {
         }
         let mut out = Vec::with_capacity(len as usize);
         for s in self.segments(offset, len) {
-            let mut f = File::open(&s.path).map_err(io_err(&s.path))?;
+            let mut f = crate::bounded::open_input(&s.path).map_err(io_err(&s.path))?;
             f.seek(SeekFrom::Start(s.offset)).map_err(io_err(&s.path))?;
             f.take(s.len)
                 .read_to_end(&mut out)
@@ -517,7 +517,7 @@ impl Read for PartsReader {
                 let Some(seg) = self.file.parts.get(self.index) else {
                     return Ok(0);
                 };
-                let mut f = File::open(&seg.path)?;
+                let mut f = crate::bounded::open_input(&seg.path)?;
                 f.seek(SeekFrom::Start(seg.offset))?;
                 self.current = Some(BufReader::with_capacity(1 << 20, f));
                 self.left = seg.len;
@@ -617,7 +617,10 @@ pub fn split(
         rest -= s;
     }
     // Pass 1: digests of every part's data and of the whole.
-    let mut f = BufReader::with_capacity(1 << 20, File::open(bundle).map_err(io_err(bundle))?);
+    let mut f = BufReader::with_capacity(
+        1 << 20,
+        crate::bounded::open_input(bundle).map_err(io_err(bundle))?,
+    );
     let mut whole = sha2::Sha256::new();
     let mut infos = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -674,7 +677,10 @@ pub fn split(
     }
     // Pass 2: write the parts (each to a temporary file, then renamed).
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
-    let mut src = BufReader::with_capacity(1 << 20, File::open(bundle).map_err(io_err(bundle))?);
+    let mut src = BufReader::with_capacity(
+        1 << 20,
+        crate::bounded::open_input(bundle).map_err(io_err(bundle))?,
+    );
     let mut written = Vec::new();
     for (i, info) in header.parts.iter().enumerate() {
         let path = out_dir.join(&info.file);

@@ -810,7 +810,7 @@ pub(crate) fn read_entries_of(
     };
     if !bf.is_split() && !gzip {
         // A plain file: random access, the large files hashed afterwards on every core.
-        let file = std::fs::File::open(path).map_err(io_err)?;
+        let file = crate::bounded::open_input(path).map_err(io_err)?;
         let input = SeekInput(BufReader::with_capacity(
             64 * 1024,
             file.try_clone().map_err(io_err)?,

@@ -17,7 +17,6 @@
 
 use crate::oci::Digest;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::File;
 use std::io::{self, Read as _, Seek as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -153,7 +152,8 @@ pub fn blob_regions(path: &Path) -> Result<Vec<(Digest, u64, u64)>, ReuseError> 
         path: path.to_path_buf(),
         reason,
     };
-    let mut file = File::open(path).map_err(|e| not_plain(format!("cannot read it: {e}")))?;
+    let mut file =
+        crate::bounded::open_input(path).map_err(|e| not_plain(format!("cannot read it: {e}")))?;
     let mut magic = [0u8; 2];
     if file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b] {
         return Err(not_plain(
@@ -285,12 +285,9 @@ impl Index {
     ) -> Result<(), ReuseError> {
         std::fs::create_dir_all(&self.dir).map_err(self.io(self.dir.clone()))?;
         let lock_path = self.dir.join(LOCK_FILE);
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(self.io(lock_path.clone()))?;
+        // Never through a link another user of a shared cache put there.
+        let (lock, _) =
+            crate::store::file::open_or_replace(&lock_path).map_err(self.io(lock_path.clone()))?;
         lock.lock().map_err(self.io(lock_path))?;
         // Read again under the lock: another build may have written since.
         let mut bundles: BTreeMap<PathBuf, Entry> = BTreeMap::new();
@@ -320,19 +317,14 @@ impl Index {
             bundles: bundles.into_values().collect(),
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| self.io(self.path())(e.into()))?;
-        let tmp = self
-            .dir
-            .join(format!("{INDEX_FILE}.{}.tmp", std::process::id()));
+        // A temporary file of a new name (O_EXCL), renamed over the index: no write goes
+        // through a link at a name another program could guess.
         let write = || -> io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            io::Write::write_all(&mut f, &bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, self.path())
+            let tmp = super::atomic::AtomicFile::create(&self.path())?;
+            io::Write::write_all(&mut tmp.file(), &bytes)?;
+            tmp.commit()
         };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            self.io(self.path())(e)
-        })
+        write().map_err(self.io(self.path()))
     }
 }
 

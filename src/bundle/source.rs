@@ -314,7 +314,7 @@ impl BundleSource {
         let mut parts = Vec::new();
         let mut start = 0;
         for (seg, then) in stamped.iter().zip(&before) {
-            let file = File::open(&seg.path).map_err(io_err(&seg.path))?;
+            let file = crate::bounded::open_input(&seg.path).map_err(io_err(&seg.path))?;
             let stamp = Stamp::of(&file.metadata().map_err(io_err(&seg.path))?);
             if let Some(what) = stamp.differs(then, true) {
                 return Err(SourceError::Changed {

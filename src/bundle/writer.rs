@@ -77,10 +77,59 @@ pub struct TarLayout {
     regions: BTreeMap<Digest, (u64, u64)>,
     len: u64,
     files: usize,
+    /// What the layout is made of, hashed: the record a `.partial` carries of what it was made
+    /// for ([`Trailer`]).
+    plan: String,
+}
+
+/// Bytes after a `.partial`'s bundle length: the record of the plan it was made for (issue 30:
+/// a `.partial` of other inputs was taken for this one's, and shipped a broken bundle). Cut
+/// off before the file is renamed into place; a file without it is not resumed from.
+pub const TRAILER_LEN: u64 = 512;
+const TRAILER_MAGIC: &[u8] = b"koord-bundle .partial v1\nplan sha256:";
+
+/// The trailer a `.partial` of `plan` carries at its bundle length.
+fn trailer(plan: &str) -> Vec<u8> {
+    let mut t = TRAILER_MAGIC.to_vec();
+    t.extend_from_slice(plan.as_bytes());
+    t.push(b'\n');
+    t.resize(TRAILER_LEN as usize, 0);
+    t
+}
+
+/// Whether an earlier run's `.partial` (`found` bytes) was made for this layout: its length is
+/// the bundle's plus the trailer, and the trailer names this plan.
+pub fn made_for(file: &File, found: u64, layout: &TarLayout) -> io::Result<Option<String>> {
+    if found != layout.len + TRAILER_LEN {
+        return Ok(Some(if found < TRAILER_LEN {
+            "it holds no record of what it was made for".into()
+        } else {
+            format!(
+                "it is {found} bytes, not the {} this build's bundle and its record take: it was made for other inputs",
+                layout.len + TRAILER_LEN
+            )
+        }));
+    }
+    let mut got = vec![0u8; TRAILER_LEN as usize];
+    crate::store::file::read_at(file, &mut got, layout.len)?;
+    if got == trailer(&layout.plan) {
+        Ok(None)
+    } else if got.starts_with(TRAILER_MAGIC) {
+        Ok(Some(
+            "it was made for other inputs (another chart, image, platform, key or option)".into(),
+        ))
+    } else {
+        Ok(Some("it holds no record of what it was made for".into()))
+    }
 }
 
 fn round_up(n: u64) -> Option<u64> {
     n.checked_next_multiple_of(512)
+}
+
+/// Zero bytes after a blob of `size` bytes, up to its next 512-byte block.
+fn padding(size: u64) -> usize {
+    ((512 - size % 512) % 512) as usize
 }
 
 impl TarLayout {
@@ -127,12 +176,28 @@ impl TarLayout {
             at = end;
             count += 1;
         }
+        let len = at + 1024;
+        let mut h = sha2::Sha256::new();
+        h.update(len.to_le_bytes());
+        h.update((head.len() as u64).to_le_bytes());
+        h.update(&head);
+        for (offset, hd) in &headers {
+            h.update(offset.to_le_bytes());
+            h.update(hd.as_bytes());
+        }
+        for (d, (offset, size)) in &regions {
+            h.update(d.to_string().as_bytes());
+            h.update(offset.to_le_bytes());
+            h.update(size.to_le_bytes());
+        }
+        let plan = hex::encode(h.finalize());
         Ok(TarLayout {
             head,
             headers,
             regions,
-            len: at + 1024,
+            len,
             files: count,
+            plan,
         })
     }
 
@@ -332,9 +397,16 @@ pub struct BundleWriter<'a> {
     refused: Mutex<BTreeSet<PathBuf>>,
     len: u64,
     files: usize,
+    /// The bytes before the blobs and every blob's header: checked on disk before the file is
+    /// committed ([`BundleWriter::finish`]).
+    head: Vec<u8>,
+    headers: Vec<(u64, tar::Header)>,
     /// Where the bytes came from.
     pub counts: Counts,
 }
+
+/// Zeros written at once (padding and the end blocks).
+static ZEROS: [u8; 1024] = [0; 1024];
 
 impl<'a> BundleWriter<'a> {
     /// Write `layout` into `out` (the temporary file of the destination `dest`): everything but
@@ -354,17 +426,28 @@ impl<'a> BundleWriter<'a> {
             source,
         };
         let file = out.try_clone().map_err(werr)?;
-        // What an earlier run left past the new length goes; the whole size is reserved now:
-        // a full disk fails before any blob is downloaded. Unwritten regions read as zeros:
-        // the padding and the two end blocks.
-        if file.metadata().map_err(werr)?.len() > layout.len {
-            file.set_len(layout.len).map_err(werr)?;
+        // What an earlier run left past the new length goes; the whole size (and the record of
+        // the plan after it) is reserved now: a full disk fails before any blob is downloaded.
+        // Every byte that is not a blob's is written now, whatever an earlier run left there:
+        // the head, each header, each padding, the two end blocks; a blob's bytes are either
+        // kept after they were re-hashed ([`resumed_regions`]) or written by this run.
+        let full = layout.len + TRAILER_LEN;
+        if file.metadata().map_err(werr)?.len() > full {
+            file.set_len(full).map_err(werr)?;
         }
-        crate::store::file::reserve(&file, layout.len).map_err(werr)?;
+        crate::store::file::reserve(&file, full).map_err(werr)?;
+        crate::store::file::write_at(&file, &trailer(&layout.plan), layout.len).map_err(werr)?;
         crate::store::file::write_at(&file, &layout.head, 0).map_err(werr)?;
         for (offset, h) in &layout.headers {
             crate::store::file::write_at(&file, h.as_bytes(), *offset).map_err(werr)?;
         }
+        for (offset, size) in layout.regions.values() {
+            let pad = padding(*size);
+            if pad > 0 {
+                crate::store::file::write_at(&file, &ZEROS[..pad], offset + size).map_err(werr)?;
+            }
+        }
+        crate::store::file::write_at(&file, &ZEROS, layout.len - 1024).map_err(werr)?;
         Ok(BundleWriter {
             file: Arc::new(file),
             dest: dest.to_path_buf(),
@@ -377,6 +460,8 @@ impl<'a> BundleWriter<'a> {
             refused: Mutex::new(BTreeSet::new()),
             len: layout.len,
             files: layout.files,
+            head: layout.head,
+            headers: layout.headers,
             counts: Counts::default(),
         })
     }
@@ -395,6 +480,11 @@ impl<'a> BundleWriter<'a> {
     /// Every blob is in. (The file's own sha256 is not taken: it would be a second hash of every
     /// byte, on the build's critical path; SHA256SUMS and its signature cover the content, and
     /// `sha256sum` gives the file's when copies are compared.)
+    ///
+    /// Before it is committed, the file is read back where it is not a blob: the head, every
+    /// header, every padding and the end blocks must be the layout's bytes (what another
+    /// writer of the same file, or a disk, changed is found here, not by the user's `tar`);
+    /// then the record of the plan is cut off.
     pub fn finish(&self) -> Result<PackStats, PackError> {
         let done = self.done.lock().map(|d| d.len()).unwrap_or(0);
         if done != self.regions.len() {
@@ -413,10 +503,52 @@ impl<'a> BundleWriter<'a> {
                 )),
             });
         }
+        let werr = |source: io::Error| PackError::Write {
+            path: self.dest.clone(),
+            source,
+        };
+        self.check_structure().map_err(werr)?;
+        self.file.set_len(self.len).map_err(werr)?;
         Ok(PackStats {
             bytes: self.len,
             files: self.files,
         })
+    }
+
+    /// The bytes of the file that are not a blob's, as the layout has them.
+    fn check_structure(&self) -> io::Result<()> {
+        let bad = |what: String| {
+            io::Error::other(format!(
+                "{what} is not what was written there (the file changed while it was written: is another program writing it?)"
+            ))
+        };
+        let mut got = vec![0u8; self.head.len()];
+        crate::store::file::read_at(&self.file, &mut got, 0)?;
+        if got != self.head {
+            return Err(bad(
+                "the start of the bundle (its checksum file, signature and small files)".into(),
+            ));
+        }
+        let mut block = [0u8; 512];
+        for (offset, h) in &self.headers {
+            crate::store::file::read_at(&self.file, &mut block, *offset)?;
+            if block != *h.as_bytes() {
+                return Err(bad(format!("the tar header at byte {offset}")));
+            }
+        }
+        for (d, (offset, size)) in &self.regions {
+            let pad = padding(*size);
+            crate::store::file::read_at(&self.file, &mut block[..pad], offset + size)?;
+            if block[..pad].iter().any(|&b| b != 0) {
+                return Err(bad(format!("the padding after blob {d}")));
+            }
+        }
+        let mut end = [0u8; 1024];
+        crate::store::file::read_at(&self.file, &mut end, self.len - 1024)?;
+        if end != ZEROS {
+            return Err(bad("the end-of-archive blocks".into()));
+        }
+        Ok(())
     }
 
     fn err(&self, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
@@ -479,7 +611,7 @@ impl<'a> BundleWriter<'a> {
     ) -> io::Result<sha2::Sha256> {
         let file = self.file.clone();
         tokio::task::spawn_blocking(move || -> io::Result<sha2::Sha256> {
-            let src = File::open(&from)?;
+            let src = crate::bounded::open_input(&from)?;
             let mut hasher = sha2::Sha256::new();
             let mut buf = vec![0u8; 4 << 20];
             let mut at = 0u64;

@@ -6,7 +6,7 @@
 
 use crate::oci::Digest;
 use sha2::{Digest as _, Sha256};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -136,6 +136,9 @@ impl BlobCache {
         let tee = self.tee(d, size)?;
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
+        // The prefix from its start (the cursor then ends where the next write goes).
+        std::io::Seek::seek(&mut &tee.file, std::io::SeekFrom::Start(0))
+            .map_err(io_err(&tee.path))?;
         loop {
             let n = (&tee.file).read(&mut buf).map_err(io_err(&tee.path))?;
             if n == 0 {
@@ -244,17 +247,16 @@ impl BlobCache {
     /// Continue (or start) the partial download of `d` without hashing it here.
     pub fn tee(&self, d: &Digest, size: u64) -> Result<Tee, CacheError> {
         let path = self.partial_path(d);
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        // Never through a link, never a special file (issue 30: a link planted at
+        // `partial/<hex>` in a shared cache had its target truncated, and was then renamed
+        // into `blobs/`): what is there and is not a regular file is removed and replaced.
+        let (mut file, _) = super::file::open_or_replace(&path).map_err(io_err(&path))?;
         let mut written = file.metadata().map_err(io_err(&path))?.len();
         if written > size {
             file.set_len(0).map_err(io_err(&path))?;
             written = 0;
         }
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(written)).map_err(io_err(&path))?;
         Ok(Tee {
             file,
             path,
@@ -278,6 +280,8 @@ impl Tee {
     /// Throw away what is held.
     pub fn restart(&mut self) -> Result<(), CacheError> {
         self.file.set_len(0).map_err(io_err(&self.path))?;
+        std::io::Seek::seek(&mut self.file, std::io::SeekFrom::Start(0))
+            .map_err(io_err(&self.path))?;
         self.written = 0;
         Ok(())
     }
@@ -290,8 +294,23 @@ impl Tee {
     }
 
     /// The writer checked size and digest: the blob joins the cache.
+    ///
+    /// What was renamed must be the file written here: another program that swapped the
+    /// name between the open and the rename (a link in a shared cache) gets its thing removed
+    /// from `blobs/` again, and the blob is not cached.
     pub fn commit(self) -> Result<(), CacheError> {
-        fs::rename(&self.path, &self.final_path).map_err(io_err(&self.final_path))
+        use std::os::unix::fs::MetadataExt as _;
+        fs::rename(&self.path, &self.final_path).map_err(io_err(&self.final_path))?;
+        let ours = self.file.metadata().map_err(io_err(&self.path))?;
+        match fs::symlink_metadata(&self.final_path) {
+            Ok(m) if m.is_file() && m.dev() == ours.dev() && m.ino() == ours.ino() => Ok(()),
+            _ => {
+                let _ = fs::remove_file(&self.final_path);
+                Err(io_err(&self.final_path)(std::io::Error::other(
+                    "what was renamed into the cache is not the file written (its name was replaced while it was written)",
+                )))
+            }
+        }
     }
 
     /// The content did not match: nothing of it is kept.

@@ -137,3 +137,72 @@ pub fn stream(store: String, regions: Vec<Region>) -> BlobStream {
         })
         .boxed()
 }
+
+/// Open `path` to write in place, never through a link and never a special file: `Ok(None)`
+/// when nothing is there; an error of kind `InvalidInput` naming what is there when it is a
+/// symbolic link, FIFO, device or directory (the caller removes it and creates a file of its
+/// own: [`create_new`]).
+pub fn open_own(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "it is a symbolic link",
+            ))
+        }
+        Err(e) => {
+            // A directory (EISDIR) or another odd thing: named by its type when it has one.
+            return match std::fs::symlink_metadata(path) {
+                Ok(m) if !m.is_file() => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("it is {}", crate::bounded::kind_of(m.file_type())),
+                )),
+                _ => Err(e),
+            };
+        }
+    };
+    let t = file.metadata()?.file_type();
+    if !t.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {}", crate::bounded::kind_of(t)),
+        ));
+    }
+    crate::bounded::clear_nonblock(&file);
+    Ok(Some(file))
+}
+
+/// Create `path` as a new file (`O_EXCL`: never one that is there, a link included; and
+/// `O_NOFOLLOW`), for reading and writing.
+pub fn create_new(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// [`open_own`], or when something that is not a regular file is there, that thing removed
+/// (never what a link points to) and a new file made; `Ok((file, Some(what was there)))` then.
+/// Nothing there: a new file.
+pub fn open_or_replace(path: &std::path::Path) -> std::io::Result<(std::fs::File, Option<String>)> {
+    match open_own(path) {
+        Ok(Some(f)) => Ok((f, None)),
+        Ok(None) => Ok((create_new(path)?, None)),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            std::fs::remove_file(path)?;
+            Ok((create_new(path)?, Some(e.to_string())))
+        }
+        Err(e) => Err(e),
+    }
+}

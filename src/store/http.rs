@@ -72,7 +72,7 @@ impl HttpFetcher {
             .strip_prefix("file://")
             .or_else(|| (!url.contains("://")).then_some(url))
         {
-            return std::fs::File::open(path)
+            return crate::bounded::open_input(std::path::Path::new(path))
                 .and_then(|f| crate::bounded::read_bounded(f, max))
                 .map_err(|e| err(e.to_string(), false));
         }

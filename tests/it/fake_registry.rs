@@ -3,7 +3,7 @@
 
 use crate::common::sha256;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,6 +84,55 @@ pub fn start(repo: &str, tag: &str, layer: Vec<u8>, mode: BlobMode) -> FakeRegis
 
 type State = (String, String, Vec<u8>, HashMap<String, Vec<u8>>, String);
 
+/// One HTTP/1.1 request as these servers read it.
+struct Request {
+    method: String,
+    path: String,
+    /// `Range: bytes=N-`'s N.
+    range_start: Option<u64>,
+    body: Vec<u8>,
+}
+
+/// Read the next request of a keep-alive connection: `None` at its end.
+fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    if parts.len() < 2 {
+        return Ok(None);
+    }
+    let (method, path) = (parts[0].to_string(), parts[1].to_string());
+    let mut range_start = None;
+    let mut content_len = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 {
+            return Ok(None);
+        }
+        let t = h.trim_end();
+        if t.is_empty() {
+            break;
+        }
+        let lower = t.to_ascii_lowercase();
+        if let Some(r) = lower.strip_prefix("range: bytes=") {
+            range_start = r.split('-').next().and_then(|s| s.parse::<u64>().ok());
+        }
+        if let Some(l) = lower.strip_prefix("content-length:") {
+            content_len = l.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; content_len];
+    reader.read_exact(&mut body)?;
+    Ok(Some(Request {
+        method,
+        path,
+        range_start,
+        body,
+    }))
+}
+
 fn serve(
     conn: TcpStream,
     state: &State,
@@ -95,34 +144,15 @@ fn serve(
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut out = conn;
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
+        let Some(Request {
+            method,
+            path,
+            range_start,
+            ..
+        }) = read_request(&mut reader)?
+        else {
             return Ok(());
-        }
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        if parts.len() < 2 {
-            return Ok(());
-        }
-        let (method, path) = (parts[0].to_string(), parts[1].to_string());
-        let mut range_start = None;
-        let mut content_len = 0usize;
-        loop {
-            let mut h = String::new();
-            reader.read_line(&mut h)?;
-            let t = h.trim_end();
-            if t.is_empty() {
-                break;
-            }
-            let lower = t.to_ascii_lowercase();
-            if let Some(r) = lower.strip_prefix("range: bytes=") {
-                range_start = r.split('-').next().and_then(|s| s.parse::<u64>().ok());
-            }
-            if let Some(l) = lower.strip_prefix("content-length: ") {
-                content_len = l.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; content_len];
-        reader.read_exact(&mut body)?;
+        };
         let head = method == "HEAD";
         let respond = |out: &mut TcpStream,
                        status: &str,
@@ -478,4 +508,55 @@ fn serve_hostile(conn: TcpStream, h: &Hostile, counters: &Counters) -> std::io::
         }
         respond("404 Not Found", "application/json", "", b"{}")?;
     }
+}
+
+/// A registry that says yes to everything and keeps nothing: 200 to every `HEAD` (with no
+/// length), 202 and 201 to every upload, the right `Docker-Content-Digest` on every manifest
+/// `PUT`, 404 to every other `GET`. Its requests, as `METHOD PATH`, in order.
+pub fn liar() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let log = log.clone();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut r = BufReader::new(stream.try_clone()?);
+                let mut w = stream;
+                while let Some(Request {
+                    method, path, body, ..
+                }) = read_request(&mut r)?
+                {
+                    let n = {
+                        let mut l = log.lock().unwrap();
+                        l.push(format!("{method} {path}"));
+                        l.len()
+                    };
+                    let not_here =
+                        r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"not here"}]}"#;
+                    let head = match (method.as_str(), path.as_str()) {
+                        ("GET", "/v2/") => "200 OK\r\nContent-Length: 2\r\n\r\n{}".to_string(),
+                        ("HEAD", _) => "200 OK\r\n\r\n".to_string(),
+                        ("POST", _) | ("PATCH", _) => format!(
+                            "202 Accepted\r\nLocation: /v2/x/blobs/uploads/{n}\r\nContent-Length: 0\r\n\r\n"
+                        ),
+                        ("PUT", p) if p.contains("/manifests/") => format!(
+                            "201 Created\r\nDocker-Content-Digest: {}\r\nContent-Length: 0\r\n\r\n",
+                            sha256(&body)
+                        ),
+                        ("PUT", _) => "201 Created\r\nContent-Length: 0\r\n\r\n".to_string(),
+                        _ => format!(
+                            "404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{not_here}",
+                            not_here.len()
+                        ),
+                    };
+                    w.write_all(format!("HTTP/1.1 {head}").as_bytes())?;
+                }
+                Ok(())
+            });
+        }
+    });
+    (addr, seen)
 }

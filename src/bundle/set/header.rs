@@ -140,7 +140,7 @@ fn read_exact_bounded(r: &mut impl Read, len: u64, max: u64) -> Result<Vec<u8>, 
 /// The part line of the file at `path`, if it is a v2 part whose part line is intact.
 /// `Err` only when the file cannot be read at all.
 pub fn read_ident(path: &Path) -> io::Result<Option<Ident>> {
-    let f = std::fs::File::open(path)?;
+    let f = crate::bounded::open_input(path)?;
     if !f.metadata()?.is_file() {
         return Ok(None);
     }
@@ -158,7 +158,7 @@ pub fn is_v2(head: &[u8]) -> bool {
 
 /// Read and check the header copy of the file at `path`. `Err` says why it is not intact.
 pub fn read_copy(path: &Path) -> Result<Copy, String> {
-    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let f = crate::bounded::open_input(path).map_err(|e| e.to_string())?;
     let mut r = BufReader::with_capacity(64 * 1024, f);
     let line = |r: &mut BufReader<std::fs::File>, max| {
         read_line(r, max)

@@ -234,7 +234,7 @@ pub fn open(named: &Path) -> Result<super::Set, SetError> {
                 continue;
             }
         };
-        let file = std::fs::File::open(&path).map_err(io_err(&path))?;
+        let file = crate::bounded::open_input(&path).map_err(io_err(&path))?;
         let len = file.metadata().map_err(io_err(&path))?.len();
         let mut rewrite = rewrite;
         if len != g.file_len(p) {

@@ -197,11 +197,11 @@ pub fn split(
         crate::store::file::reserve(tmp.file(), g.file_len(i)).map_err(io_err(&dest))?;
         tmps.push((tmp, dest));
     }
-    let src = std::fs::File::open(bundle).map_err(io_err(bundle))?;
+    let src = crate::bounded::open_input(bundle).map_err(io_err(bundle))?;
     // The whole bundle's sha256, in order, on a thread of its own (told to stop on a failure).
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let whole = {
-        let mut f = std::fs::File::open(bundle).map_err(io_err(bundle))?;
+        let mut f = crate::bounded::open_input(bundle).map_err(io_err(bundle))?;
         let stop = stop.clone();
         std::thread::spawn(move || -> std::io::Result<Digest> {
             let mut h = sha2::Sha256::new();

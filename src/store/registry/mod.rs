@@ -612,7 +612,15 @@ impl Registry {
 
     /// Does `repo` on this registry hold the blob? (HEAD; a redirect to storage counts as yes:
     /// the registry redirects only blobs it holds.)
-    pub async fn blob_exists(&self, r: &ImageRef, digest: &Digest) -> Result<bool, RegistryError> {
+    ///
+    /// A 2xx whose `Content-Length` is not the blob's size is not the blob: a registry that answers 200 to every HEAD, with no body length or another one,
+    /// does not make `load` skip the upload (issue 30).
+    pub async fn blob_exists(
+        &self,
+        r: &ImageRef,
+        desc: &crate::oci::Descriptor,
+    ) -> Result<bool, RegistryError> {
+        let digest = &desc.digest;
         let what = format!("blob {digest} in {}", r.repository);
         let req = Req {
             method: Method::HEAD,
@@ -626,7 +634,14 @@ impl Registry {
         self.with_retry(&what, || async {
             let resp = self.transport.send(&req).await?;
             let s = resp.status();
-            if s.is_success() || s.is_redirection() {
+            let length = resp
+                .headers()
+                .get(reqwest::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if s.is_success() {
+                Ok(length == Some(desc.size))
+            } else if s.is_redirection() {
                 Ok(true)
             } else if s == StatusCode::NOT_FOUND {
                 Ok(false)
@@ -691,8 +706,9 @@ impl Registry {
         Ok(out)
     }
 
-    /// Put a manifest as raw bytes under `r`'s tag or digest and check the digest the registry
-    /// stored it under (its `Docker-Content-Digest` answer, else the manifest read back).
+    /// Put a manifest as raw bytes under `r`'s tag or digest, then read it back by its digest:
+    /// the registry's `Docker-Content-Digest` answer is never taken as proof that it stored the
+    /// bytes (a differing one is refused at once).
     pub async fn put_manifest(
         &self,
         r: &ImageRef,
@@ -716,8 +732,7 @@ impl Registry {
             body: Some(&make_body),
             what: &what,
         };
-        // What the registry says it stored: the digest of its answer, else (a registry that
-        // does not send one) the manifest read back.
+        // What the registry says it stored (its answer's digest), if it says.
         let said = self
             .with_retry(&what, || async {
                 let resp = self.transport.send(&req).await?;
@@ -732,19 +747,33 @@ impl Registry {
             })
             .await?;
         let expected = Digest::of(bytes);
-        let got = match said {
-            Some(d) => d,
-            None => self.get_manifest(r).await?.1,
-        };
-        if got != expected {
+        if let Some(d) = said.filter(|d| d != &expected) {
             return Err(RegistryError::DigestMismatch {
                 registry: r.registry.clone(),
                 what,
                 expected: expected.to_string(),
-                actual: got,
+                actual: d,
             });
         }
-        Ok(got)
+        // Read back by digest: a registry that answers 201 (with the right header, even) and
+        // stores nothing is found here, not by the cluster pulling later (issue 30). The GET
+        // checks the bytes it gets against the digest asked for.
+        let back = ImageRef {
+            tag: None,
+            digest: Some(expected.to_string()),
+            ..r.clone()
+        };
+        match self.get_manifest(&back).await {
+            Ok(_) => Ok(expected),
+            Err(e) if e.is_not_found() => Err(RegistryError::Status {
+                registry: r.registry.clone(),
+                what,
+                message: format!(
+                    "the registry accepted the manifest (digest {expected}) but does not serve it back: it did not store it"
+                ),
+            }),
+            Err(e) => Err(e),
+        }
     }
 }
 

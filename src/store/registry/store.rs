@@ -91,7 +91,7 @@ impl Source for RegistryStore {
 impl Sink for RegistryStore {
     async fn blob_state(&self, repo: &str, desc: &Descriptor) -> Result<Have, StoreError> {
         let r = self.blob_ref(repo, &desc.digest)?;
-        Ok(if self.reg.blob_exists(&r, &desc.digest).await? {
+        Ok(if self.reg.blob_exists(&r, desc).await? {
             Have::Complete
         } else {
             Have::Nothing
@@ -125,7 +125,7 @@ impl Sink for RegistryStore {
             .mount_blob(&r, &from.repository, &desc.digest)
             .await?
             == Mount::Mounted
-            && self.reg.blob_exists(&r, &desc.digest).await?)
+            && self.reg.blob_exists(&r, desc).await?)
     }
 
     async fn has_manifest(
