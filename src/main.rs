@@ -47,6 +47,7 @@ fn run(cli: Cli) -> i32 {
             Command::Join(a) => tokio::task::block_in_place(|| cmd::split::run_join(a)),
             Command::Repair(a) => tokio::task::block_in_place(|| cmd::split::run_repair(a)),
             Command::Serve(a) => cmd::serve::run(a).await,
+            Command::PostRender(a) => cmd::post_render::run(a),
         }
     });
     // Leave tasks still blocked (a stdin read, a stalled download) behind rather than wait.

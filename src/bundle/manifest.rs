@@ -264,16 +264,7 @@ pub struct CrdRecord {
     pub sha256: Option<Digest>,
 }
 
-/// One version of a CRD.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct CrdVersion {
-    /// `v1alpha1`.
-    pub name: String,
-    /// Served by the API server.
-    pub served: bool,
-    /// The version objects are stored as (one per CRD).
-    pub storage: bool,
-}
+pub use crate::crd::CrdVersion;
 
 /// What the user fed to discovery.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 
 pub mod atomic;
 pub mod checksums;
-pub mod crd;
+pub use crate::crd;
 pub mod diff;
 pub mod emit;
 pub mod layout;

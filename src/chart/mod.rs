@@ -9,6 +9,8 @@
 //! * [`rendered`]: the container images of rendered manifests (`helm template`'s output).
 //! * [`discover`]: those images checked and named after the chart's components.
 //! * [`crds`]: extract the CustomResourceDefinitions the chart ships (wrapped in templates).
+//! * [`post_render`]: what helm's post-renderer (`koord-bundle post-render`) changes in the
+//!   rendered manifests before helm applies them.
 //!
 //! Rendering is helm's: no template is evaluated here (only the `{{ if }}` wrapper of a CRD
 //! template is recognised, and cut out).
@@ -18,6 +20,7 @@ pub mod crds;
 pub mod discover;
 pub mod fetch;
 pub mod index;
+pub mod post_render;
 pub mod rendered;
 mod template;
 pub mod values;

@@ -46,17 +46,22 @@ pub(crate) fn split_documents(text: &str) -> Vec<(String, String)> {
     docs
 }
 
+/// Whether a mapping key names a list of containers of a pod spec (what [`collect`] reads and
+/// the post-renderer pins).
+pub(crate) fn is_container_list(k: &Value) -> bool {
+    matches!(
+        k.as_str(),
+        Some("containers" | "initContainers" | "ephemeralContainers")
+    )
+}
+
 /// Collect the container images of `v` into `out`. Error: a container whose `image` is not
 /// a string.
 pub(crate) fn collect(v: &Value, source: &str, out: &mut Vec<RenderedImage>) -> Result<(), String> {
     match v {
         Value::Mapping(m) => {
             for (k, val) in m {
-                let is_containers = matches!(
-                    k.as_str(),
-                    Some("containers" | "initContainers" | "ephemeralContainers")
-                );
-                if let (true, Value::Sequence(list)) = (is_containers, val) {
+                if let (true, Value::Sequence(list)) = (is_container_list(k), val) {
                     for c in list {
                         let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
                         match c.get("image") {

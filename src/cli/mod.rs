@@ -53,6 +53,18 @@ pub enum Command {
     /// extraction.
     #[command(after_help = examples::SERVE)]
     Serve(ServeArgs),
+    /// helm's post-renderer, as `load` gives it to helm: rendered manifests on stdin, the
+    /// manifests helm applies on stdout (CRDs marked helm.sh/resource-policy: keep).
+    #[command(hide = true)]
+    PostRender(PostRenderArgs),
+}
+
+/// `koord-bundle post-render --config FILE`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PostRenderArgs {
+    /// What to change (JSON, written by load).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
 }
 
 /// The examples at the end of each command's `--help`.
@@ -124,7 +136,7 @@ impl Command {
             Command::Split(a) => a.json,
             Command::Join(a) => a.json,
             Command::Repair(a) => a.json,
-            Command::Serve(_) => false,
+            Command::Serve(_) | Command::PostRender(_) => false,
         }
     }
 }
@@ -490,15 +502,37 @@ pub struct LoadArgs {
     /// Kubeconfig context [default: the current context]; helm gets the context used.
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
-    /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership).
+    /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership)
+    /// and on custom resources that an upgrade of their CRD would prune or refuse.
     #[arg(long)]
     pub strict: bool,
-    /// On upgrade, reuse the release's values (passed to helm).
-    #[arg(long, conflicts_with = "reset_values")]
-    pub reuse_values: bool,
-    /// On upgrade, reset the release's values (passed to helm).
-    #[arg(long)]
+    /// On upgrade, start from the new chart's defaults and this run's values only: the
+    /// values the release was installed with (`helm get values`) are dropped. Without it they
+    /// are kept and this run's values go over them (helm's --reset-then-reuse-values).
+    #[arg(long, conflicts_with = "reuse_values")]
     pub reset_values: bool,
+    /// On upgrade, helm's --reuse-values: the release's merged values as they are, the new
+    /// chart's defaults unused for every key set before.
+    #[arg(long)]
+    pub reuse_values: bool,
+    /// Install a chart older than the one the release runs (a downgrade). Without it such a
+    /// load is refused before anything is pushed.
+    #[arg(long)]
+    pub allow_downgrade: bool,
+    /// Leave the chart's CRDs to helm as the chart renders them: `helm uninstall` then
+    /// deletes them and every object of theirs. By default load marks them
+    /// `helm.sh/resource-policy: keep` (a post-renderer), so that an uninstall keeps them.
+    #[arg(long)]
+    pub no_keep_crds: bool,
+    /// Install the images by tag, as the chart renders them. By default load pins every image
+    /// the bundle carries to its digest (`REF@sha256:...`, a post-renderer), so what runs is
+    /// what crossed: a tag pushed again in the registry changes nothing that runs.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Keep the chart's imagePullPolicy for pinned images (by default IfNotPresent: a digest
+    /// cannot change, and a registry outage then does not stop a container restart).
+    #[arg(long, conflicts_with = "no_pin")]
+    pub keep_pull_policy: bool,
 }
 
 #[cfg(test)]

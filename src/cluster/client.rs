@@ -1,5 +1,7 @@
 //! A read-only Kubernetes API client over [`kube::Client`]: GET a path, get a typed object back
-//! (or `None` on 404), every answer capped while it is read.
+//! (or `None` on 404), every answer capped while it is read. The one other request is a
+//! server-side apply as a dry run ([`KubeClient::apply_dry_run`]: `dryRun=All`, refused without
+//! it), which the API server validates and admits but never persists.
 //!
 //! kube does the transport: TLS against the kubeconfig's CA (only it: the system roots are not
 //! used when a CA is given) or the system roots, or none with `insecure-skip-tls-verify`;
@@ -184,17 +186,56 @@ impl KubeClient {
     /// GET `path` (query included); the status and the body, read to at most `cap` bytes,
     /// all within the request timeout. A 401 to an exec plugin's token fetches a new one, once.
     pub(crate) async fn fetch(&self, path: &str, cap: usize) -> Result<Answer, ClusterError> {
+        self.request(http::Method::GET, path, None, cap).await
+    }
+
+    /// A server-side apply of `object` (JSON) at `path` **as a dry run**: the path must carry
+    /// `dryRun=All`, so the API server validates, defaults and admits the object (webhooks
+    /// included) and persists nothing. The only request of this client that is not a GET.
+    pub(crate) async fn apply_dry_run(
+        &self,
+        path: &str,
+        object: &serde_json::Value,
+    ) -> Result<Answer, ClusterError> {
+        if !path.contains("dryRun=All") {
+            return Err(ClusterError::Api {
+                url: self.url(path),
+                message: "refused: an apply that is not a dry run (no dryRun=All)".into(),
+                transient: false,
+            });
+        }
+        let body = serde_json::to_vec(object).map_err(|e| ClusterError::Api {
+            url: self.url(path),
+            message: format!("cannot encode the object: {e}"),
+            transient: false,
+        })?;
+        self.request(
+            http::Method::PATCH,
+            path,
+            Some(("application/apply-patch+yaml", body)),
+            MAX_BODY,
+        )
+        .await
+    }
+
+    async fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+        cap: usize,
+    ) -> Result<Answer, ClusterError> {
         let mut refreshed = false;
         loop {
             let auth = self.authorization(refreshed).await?;
-            let once = self.fetch_once(path, auth.as_deref(), cap);
+            let once = self.fetch_once(method.clone(), path, body.clone(), auth.as_deref(), cap);
             let answer = tokio::time::timeout(self.timeouts.request, once)
                 .await
                 .map_err(|_| ClusterError::Unreachable {
                     server: self.server.clone(),
                     context: self.context.clone(),
                     message: format!(
-                        "no complete answer to GET {path} within {} s",
+                        "no complete answer to {method} {path} within {} s",
                         self.timeouts.request.as_secs()
                     ),
                 })??;
@@ -212,11 +253,15 @@ impl KubeClient {
 
     async fn fetch_once(
         &self,
+        method: http::Method,
         path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
         auth: Option<&str>,
         cap: usize,
     ) -> Result<Answer, ClusterError> {
-        let mut req = http::Request::get(path)
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(path)
             .header(http::header::ACCEPT, "application/json")
             .header(
                 http::header::USER_AGENT,
@@ -225,13 +270,17 @@ impl KubeClient {
         if let Some(a) = auth {
             req = req.header(http::header::AUTHORIZATION, a);
         }
-        let req = req
-            .body(kube::client::Body::empty())
-            .map_err(|e| ClusterError::Api {
-                url: self.url(path),
-                message: format!("cannot build the request: {e}"),
-                transient: false,
-            })?;
+        let req = match body {
+            Some((content_type, bytes)) => req
+                .header(http::header::CONTENT_TYPE, content_type)
+                .body(kube::client::Body::from(bytes)),
+            None => req.body(kube::client::Body::empty()),
+        };
+        let req = req.map_err(|e| ClusterError::Api {
+            url: self.url(path),
+            message: format!("cannot build the request: {e}"),
+            transient: false,
+        })?;
         let resp = self
             .client
             .send(req)

@@ -36,6 +36,8 @@ impl Bounds {
     pub const SECRETS: Bounds = Bounds::pages_of(50);
     /// DaemonSets: 500 a page.
     pub const DAEMONSETS: Bounds = Bounds::pages_of(500);
+    /// Custom resources of a chart CRD (Reservations, NodeSLOs, ...): 500 a page.
+    pub const CUSTOM: Bounds = Bounds::pages_of(500);
 
     /// `page_limit` objects a page; the other bounds those of [`Bounds::NODES`].
     const fn pages_of(page_limit: u32) -> Bounds {
@@ -150,6 +152,61 @@ where
         }
         client.check(&page_path, &answer)?;
         let page: k8s_openapi::List<T> = client.decode(&page_path, &answer)?;
+        let size = answer.body.len();
+        drop(answer);
+        each(page.items);
+        match pager
+            .next(page.metadata.continue_.as_deref(), size)
+            .map_err(stop)?
+        {
+            Some(t) => token = Some(t),
+            None => return Ok(true),
+        }
+    }
+}
+
+/// A list answer with untyped items (custom resources).
+#[derive(serde::Deserialize)]
+struct JsonList {
+    #[serde(default)]
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
+    #[serde(default)]
+    items: Vec<serde_json::Value>,
+}
+
+/// [`list`] for objects without a k8s-openapi type (custom resources), as JSON.
+pub async fn list_json<F>(
+    client: &KubeClient,
+    path: &str,
+    bounds: Bounds,
+    mut each: F,
+) -> Result<bool, ClusterError>
+where
+    F: FnMut(Vec<serde_json::Value>),
+{
+    let mut pager = Pager::new(bounds);
+    let mut token: Option<String> = None;
+    let sep = if path.contains('?') { '&' } else { '?' };
+    loop {
+        let mut page_path = format!("{path}{sep}limit={}", bounds.page_limit);
+        if let Some(t) = &token {
+            page_path.push_str("&continue=");
+            page_path.push_str(&crate::text::percent_encode(t));
+        }
+        let stop = |message: String| ClusterError::Api {
+            url: client.url(path),
+            message: format!("listing stopped: {message}"),
+            transient: false,
+        };
+        let left = pager.time_left();
+        let answer = tokio::time::timeout(left, client.fetch(&page_path, bounds.max_page_bytes))
+            .await
+            .map_err(|_| stop(format!("not complete after {} s", bounds.time.as_secs())))??;
+        if answer.status == http::StatusCode::NOT_FOUND && token.is_none() {
+            return Ok(false);
+        }
+        client.check(&page_path, &answer)?;
+        let page: JsonList = client.decode(&page_path, &answer)?;
         let size = answer.body.len();
         drop(answer);
         each(page.items);

@@ -1,13 +1,17 @@
 //! Read-only access to the target Kubernetes cluster, for the checks made before installing:
 //! kubeconfig as kubectl reads it ([`kubeconfig`]: `KUBECONFIG` lists merged, `--context`),
 //! the user's credentials ([`auth`]: tokens, client certificates, exec plugins ([`exec`]), the
-//! oidc auth-provider, impersonation), the API client ([`client`], bounded lists in [`list`])
-//! and the pre-flight ([`mod@preflight`]): reading the cluster in one place, pure rules over
-//! the typed objects read, one file per check.
+//! oidc auth-provider, impersonation), the API client ([`client`], bounded lists in [`list`]),
+//! the pre-flight ([`mod@preflight`]): reading the cluster in one place, pure rules over
+//! the typed objects read, one file per check) and the checks of an upgrade ([`upgrade`]:
+//! what the new release changes, what its CRDs do to the objects in the cluster, and a
+//! server-side dry run of every object).
 //!
 //! Nothing here writes to the cluster (helm does, with the same kubeconfig files and context,
-//! running exec plugins itself). Nothing here reads the environment either: the caller passes
-//! `--kubeconfig`, `$KUBECONFIG` and the home directory in (see [`kubeconfig::locate`]).
+//! running exec plugins itself): the one request that is not a GET is an apply with
+//! `dryRun=All`, which the API server never persists. Nothing here reads the environment
+//! either: the caller passes `--kubeconfig`, `$KUBECONFIG` and the home directory in (see
+//! [`kubeconfig::locate`]).
 //!
 //! # kube and k8s-openapi, and what is still ours
 //!
@@ -46,11 +50,13 @@
 //! jsonpath and pest 0.25 MB (never run here: no exec or auth-provider entry reaches kube),
 //! hyper-util/tower/tower-http 0.3 MB, and more monomorphised serde_json and core code.
 //!
-//! Testing: no Kubernetes API server can be run where this crate is developed (no kind, k3s or
-//! envtest). The code that talks to a cluster is tested against a FAKE API server
-//! (`tests/kube-fake/`: stateful, HTTPS with a token, strict where the real one is, no
-//! controllers) seeded with real-format objects (`tests/fixtures/kube/`, shaped on kind, EKS,
-//! ACK and an old cluster, not captured from live ones), and real helm 3 and 4 install into it.
+//! Testing: against the REAL control plane of the test environment (`scripts/control-plane.sh`:
+//! kube-apiserver v1.36.3 with RBAC, admission and an audit log, etcd 3.6.8,
+//! kube-controller-manager; `tests/it/cluster.rs`), into which real helm 3 and 4 install, with
+//! nodes shaped on kind, EKS, ACK and kubeadm (`tests/fixtures/kube/`). The fake API server of
+//! `tests/kube-fake/` stays only for the answers a real one cannot be made to give here:
+//! endless or oversized list pages, an old server version, a plain-HTTP server, and a kind
+//! node's kubelet `/configz` through the node proxy (which refuses loopback node addresses).
 
 pub mod auth;
 pub mod client;
@@ -58,6 +64,7 @@ pub mod exec;
 pub mod kubeconfig;
 pub mod list;
 pub mod preflight;
+pub mod upgrade;
 
 pub use auth::{ClientIdentity, Credentials, Impersonation};
 pub use client::KubeClient;

@@ -46,7 +46,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
 /// Whether `path` is a JSON file (a bundle manifest) rather than a bundle.
 fn is_json(path: &Path) -> anyhow::Result<bool> {
     use std::io::Read as _;
-    let mut f = match std::fs::File::open(path) {
+    let mut f = match crate::bounded::open_input(path) {
         Ok(f) => f,
         // A part of a split set may be missing: the set reader says what is wrong.
         Err(_) => return Ok(false),

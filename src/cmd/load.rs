@@ -322,7 +322,12 @@ fn kube_client(
 
 /// The pre-flight's findings, one line each.
 fn print_findings(r: &cluster::PreflightReport, progress: &Progress) {
-    for f in &r.findings {
+    print_findings_of(&r.findings, progress)
+}
+
+/// Findings, one line each.
+fn print_findings_of(findings: &[cluster::Finding], progress: &Progress) {
+    for f in findings {
         let line = format!(
             "pre-flight {:?} [{}] {}{}",
             f.level,
@@ -345,6 +350,8 @@ struct Preflight {
     report: Option<cluster::PreflightReport>,
     namespace: String,
     target: Option<KubeTarget>,
+    /// The client the pre-flight read the cluster with (the upgrade checks read it again).
+    client: Option<cluster::KubeClient>,
 }
 
 /// The cluster's pre-flight, before any push, whenever something will be installed (a dry run
@@ -368,6 +375,7 @@ async fn preflight(
             report: None,
             namespace,
             target: None,
+            client: None,
         });
     };
     let mut platforms: Vec<String> = manifest
@@ -395,6 +403,8 @@ async fn preflight(
         release: &args.release,
         strict: args.strict,
         host_network: args.host_network,
+        chart_version: &manifest.chart.version,
+        allow_downgrade: args.allow_downgrade,
     };
     if let Some(w) = client.credentials_withheld() {
         progress.warn(format!("pre-flight: {w}"));
@@ -412,6 +422,7 @@ async fn preflight(
         namespace: report.release_namespace.clone(),
         report: Some(report),
         target: Some(target),
+        client: Some(client),
     })
 }
 
@@ -452,26 +463,96 @@ async fn hash_and_push<K: crate::store::Sink>(
 
 /// What the helm step did.
 struct Installed {
-    plan: InstallPlan,
     command: Option<String>,
-    rendered: Option<Vec<String>>,
     kept_values: Option<PathBuf>,
     installed: bool,
 }
 
-/// helm: the install plan (the chart from the registry, the generated values), its exact
-/// command line, and the install itself (a dry run renders the chart and checks its images
-/// instead).
-async fn install(
+/// The install, planned once before anything is pushed: the plan helm runs (the chart from
+/// the registry, the generated values, how the release's values carry over, the
+/// post-renderer), and the chart archive a render before the push uses.
+struct Planned {
+    plan: InstallPlan,
+    /// The bundle's chart archive, in `_tmp`.
+    archive: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+/// The values mode of `load`'s flags.
+fn values_mode(args: &LoadArgs) -> helm::ValuesMode {
+    if args.reset_values {
+        helm::ValuesMode::Reset
+    } else if args.reuse_values {
+        helm::ValuesMode::Reuse
+    } else {
+        helm::ValuesMode::Keep
+    }
+}
+
+/// The oldest helm whose `--post-renderer` takes arguments (`--post-renderer-args`).
+const POST_RENDERER_ARGS: semver::Version = semver::Version::new(3, 10, 0);
+
+/// helm's post-renderer: `koord-bundle post-render` (the CRDs kept on uninstall), unless
+/// `--no-keep-crds` or helm is too old for it (said).
+fn post_renderer(
+    args: &LoadArgs,
+    settings: &Settings,
+    src: &BundleSource,
+    helm: Option<&Helm>,
+    progress: &Progress,
+) -> anyhow::Result<Option<helm::PostRenderer>> {
+    let how = crate::chart::post_render::PostRender {
+        keep_crds: !args.no_keep_crds,
+        pin: if args.no_pin {
+            Default::default()
+        } else {
+            pins(settings, src)
+        },
+        keep_pull_policy: args.keep_pull_policy,
+    };
+    if how.is_noop() {
+        return Ok(None);
+    }
+    if helm.is_some_and(|h| h.version < POST_RENDERER_ARGS) {
+        progress.warn(format!(
+            "helm before {POST_RENDERER_ARGS} cannot run koord-bundle as its post-renderer: the images are installed by tag, not pinned to the bundle's digests, and the chart's CRDs without helm.sh/resource-policy: keep, so `helm uninstall` would delete them and every object of theirs"
+        ));
+        return Ok(None);
+    }
+    Ok(Some(helm::PostRenderer {
+        exe: std::env::current_exe()
+            .context("cannot find the koord-bundle executable for helm's post-renderer")?,
+        config_json: serde_json::to_string(&how)?,
+    }))
+}
+
+/// Every image of the bundle as the chart renders it under the target registry → its digest
+/// in the bundle.
+fn pins(settings: &Settings, src: &BundleSource) -> std::collections::BTreeMap<String, String> {
+    let target = &settings.target;
+    src.manifest()
+        .images
+        .iter()
+        .map(|i| {
+            (
+                format!("{}/{}", target.host_and_prefix(), i.ref_name),
+                i.digest.to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Plan the install: values, chart, the release's values carried over, the post-renderer.
+async fn plan(
     args: &LoadArgs,
     settings: &Settings,
     src: &BundleSource,
     helm: Option<&Helm>,
     pre: &Preflight,
-) -> anyhow::Result<Installed> {
+    progress: &Progress,
+) -> anyhow::Result<Planned> {
     let (target, manifest) = (&settings.target, src.manifest());
-    let (preflight, namespace) = (pre.report.as_ref(), pre.namespace.as_str());
-    let install = !args.no_install;
+    let preflight = pre.report.as_ref();
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let mut crds_off: Vec<String> = args.skip_crds.clone();
     if let Some(r) = preflight {
@@ -482,7 +563,7 @@ async fn install(
             }
         }
     }
-    let host_network = args.host_network || preflight.as_ref().is_some_and(|r| r.host_network);
+    let host_network = args.host_network || preflight.is_some_and(|r| r.host_network);
     let values = crate::chart::generated_values(
         &target.host_and_prefix(),
         args.feature_gates.as_deref(),
@@ -491,25 +572,29 @@ async fn install(
         &args.image_pull_secret,
     );
     let tmp = tempfile::tempdir()?;
+    let archive = extract_chart(src, tmp.path()).await?;
     // The chart a real run installs: from the registry (helm 3.8+), else the bundle's archive.
-    // A dry run prints that same command but renders from the archive: nothing was pushed.
     let chart_source = match &helm {
         Some(h) if h.supports_oci() => ChartSource::Oci {
             reference: format!("oci://{}/{chart_repo}", target.host_and_prefix()),
             version: manifest.chart.version.clone(),
         },
-        _ => ChartSource::Archive(extract_chart(src, tmp.path()).await?),
+        _ => ChartSource::Archive(archive.clone()),
     };
+    let existing = preflight.and_then(|r| r.existing_release.as_ref());
     let plan = InstallPlan {
         release: args.release.clone(),
-        namespace: namespace.to_string(),
-        create_namespace: preflight.as_ref().is_some_and(|r| r.create_namespace),
+        namespace: pre.namespace.clone(),
+        create_namespace: preflight.is_some_and(|r| r.create_namespace),
         chart: chart_source,
         generated_values: values,
         user_values: args.values.clone(),
         user_sets: args.set.clone(),
-        reuse_values: args.reuse_values,
-        reset_values: args.reset_values,
+        values_mode: values_mode(args),
+        previous_values: existing
+            .and_then(|r| r.values.as_ref())
+            .and_then(|v| serde_yaml_ng::to_value(v).ok()),
+        post_render: post_renderer(args, settings, src, helm, progress)?,
         // helm gets the kubeconfig files and the context the pre-flight read: one file as
         // --kubeconfig, a $KUBECONFIG list (which --kubeconfig cannot take) in its environment.
         kubeconfig: pre
@@ -531,52 +616,117 @@ async fn install(
         wait: false,
         timeout: None,
     };
-    let mut rendered_ok = None;
+    Ok(Planned {
+        plan,
+        archive,
+        _tmp: tmp,
+    })
+}
+
+/// What the render before the push found: helm's release as it would be, and the checks of
+/// the second day against the cluster.
+struct Rendered {
+    release: helm::RenderedRelease,
+    images: Vec<String>,
+    upgrade: cluster::upgrade::UpgradeReport,
+}
+
+/// Before any push: the release as helm will make it (`helm upgrade --install --dry-run=server
+/// -o json` from the bundle's chart archive: the merged values, the post-rendered objects),
+/// every image it deploys checked to be in the bundle, and the upgrade checked against the
+/// cluster (what changes, what the CRDs do to existing objects, a server-side dry run).
+async fn render(
+    args: &LoadArgs,
+    settings: &Settings,
+    src: &BundleSource,
+    helm: &Helm,
+    planned: &Planned,
+    pre: &Preflight,
+    progress: &Progress,
+) -> anyhow::Result<Option<Rendered>> {
+    let Some(client) = &pre.client else {
+        return Ok(None);
+    };
+    let target = &settings.target;
+    let mut plan = planned.plan.clone();
+    plan.chart = ChartSource::Archive(planned.archive.clone());
+    let release = tokio::task::block_in_place(|| helm.render_release(&plan)).context(
+        "helm could not render the release (a dry run against the cluster): nothing was pushed",
+    )?;
+    let images = crate::chart::rendered_images(&release.manifest);
+    // As the chart renders them, and as pinned to the bundle's digest (the post-renderer).
+    let bundled: Vec<String> = pins(settings, src)
+        .into_iter()
+        .flat_map(|(r, d)| [crate::chart::post_render::pinned(&r, &d), r])
+        .collect();
+    let foreign: Vec<&String> = images.iter().filter(|i| !bundled.contains(i)).collect();
+    if !foreign.is_empty() {
+        bail!(
+            "the rendered chart uses images the bundle does not hold under {}: {}; nothing was pushed",
+            target.host_and_prefix(),
+            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let objects = crate::chart::post_render::objects(&release.manifest)
+        .context("the release helm rendered")?;
+    let previous = match pre
+        .report
+        .as_ref()
+        .and_then(|r| r.existing_release.as_ref())
+        .and_then(|r| r.manifest.as_deref())
+    {
+        Some(m) => crate::chart::post_render::objects(m).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let upgrade = cluster::upgrade::check(
+        client,
+        &cluster::upgrade::UpgradeInput {
+            objects: &objects,
+            previous: &previous,
+            release_namespace: &pre.namespace,
+            strict: args.strict,
+        },
+    )
+    .await
+    .map_err(|e| {
+        anyhow::Error::new(e)
+            .context("the checks of the new release could not read the cluster: nothing was pushed")
+    })?;
+    print_findings_of(&upgrade.findings, progress);
+    if upgrade.failed() {
+        bail!(
+            "the new release would fail or lose objects in the cluster (above): nothing was pushed"
+        );
+    }
+    Ok(Some(Rendered {
+        release,
+        images,
+        upgrade,
+    }))
+}
+
+/// The printed helm command (a dry run keeps its values file, so that it can be run as it is),
+/// and in a real run the install itself, after the push.
+async fn install(
+    args: &LoadArgs,
+    helm: Option<&Helm>,
+    planned: &Planned,
+) -> anyhow::Result<Installed> {
+    let plan = &planned.plan;
     let mut command = None;
     let mut kept_values = None;
+    let mut installed = false;
     if let Some(h) = helm {
-        // A dry run keeps the values file, so that the printed command can be run as it is.
         let values_file = if args.dry_run {
-            let f = helm::keep_values_file(&plan)
+            let f = helm::keep_values_file(plan)
                 .context("writing the values file of the printed helm command")?;
             kept_values = Some(f.clone());
             f
         } else {
-            tmp.path().join("koord-bundle-values.yaml")
+            planned._tmp.path().join("koord-bundle-values.yaml")
         };
         command = Some(plan.command_line(h, &values_file, false));
-        if args.dry_run {
-            let mut render = plan.clone();
-            if matches!(render.chart, ChartSource::Oci { .. }) {
-                render.chart = ChartSource::Archive(extract_chart(src, tmp.path()).await?);
-            }
-            let rendered = h
-                .template(&render)
-                .context("helm template of the bundle's chart")?;
-            let images = crate::chart::rendered_images(&rendered);
-            let bundled: Vec<String> = manifest
-                .images
-                .iter()
-                .map(|i| format!("{}/{}", target.host_and_prefix(), i.ref_name))
-                .collect();
-            let foreign: Vec<&String> = images.iter().filter(|i| !bundled.contains(i)).collect();
-            if !foreign.is_empty() {
-                bail!(
-                    "the rendered chart uses images the bundle does not hold under {}: {}",
-                    target.host_and_prefix(),
-                    foreign
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-            rendered_ok = Some(images);
-        }
-    }
-    let mut installed = false;
-    if install && !args.dry_run {
-        if let Some(h) = helm {
+        if !args.no_install && !args.dry_run {
             // helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the
             // cluster and the chart: no control character of theirs reaches the terminal raw.
             let sink: crate::child::LineSink = std::sync::Arc::new(|_, line: &[u8]| {
@@ -585,22 +735,20 @@ async fn install(
                     crate::text::terminal_safe(&String::from_utf8_lossy(line))
                 )
             });
-            tokio::task::block_in_place(|| h.upgrade_install(&plan, false, Some(sink))).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
+            tokio::task::block_in_place(|| h.upgrade_install(plan, false, Some(sink))).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
             installed = true;
         }
     }
-
     Ok(Installed {
-        plan,
         command,
-        rendered: rendered_ok,
         kept_values,
         installed,
     })
 }
 
-/// Run the load: settings, verify, helm and the pre-flight, push (nothing before verification,
-/// helm and the pre-flight passed), install (nothing after a failed push), report.
+/// Run the load: settings, verify, helm and the pre-flight, the release rendered and checked
+/// against the cluster, push (nothing before all of these passed), install (nothing after a
+/// failed push), report.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let mut settings = Settings::resolve(&args, &progress).await?;
@@ -609,6 +757,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let pre = preflight(&args, settings.kube.take(), &manifest, &progress).await?;
     let helm = settings.helm.take();
     let target = settings.target.clone();
+    let planned = plan(&args, &settings, &src, helm.as_ref(), &pre, &progress).await?;
+    let rendered = match &helm {
+        Some(h) => render(&args, &settings, &src, h, &planned, &pre, &progress).await?,
+        None => None,
+    };
     // The registry step (its first contact; Harbor's projects), before any push.
     let checked =
         super::registry_check::check(&args, &settings.reg, &target, &manifest, &progress).await?;
@@ -616,17 +769,12 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let sink = checked.sink(&registry, &target);
     let (stats, rehashed) =
         hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
-    let done = install(&args, &settings, &src, helm.as_ref(), &pre).await?;
+    let done = install(&args, helm.as_ref(), &planned).await?;
     let (preflight, namespace) = (&pre.report, &pre.namespace);
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
-    let (plan, command, rendered_ok, kept_values, installed) = (
-        &done.plan,
-        &done.command,
-        &done.rendered,
-        &done.kept_values,
-        done.installed,
-    );
+    let plan = &planned.plan;
+    let existing = preflight.as_ref().and_then(|r| r.existing_release.as_ref());
     let bundle = &settings.bundle;
     if args.json {
         return super::print_json(&json!({
@@ -637,9 +785,13 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             "harbor": checked.json(),
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "preflight": preflight,
-            "helm": {"command": command, "renderedImages": rendered_ok, "installed": installed,
-                     "namespace": namespace, "valuesFile": kept_values,
-                     "values": serde_yaml_ng::to_string(&plan.generated_values).ok()},
+            "upgrade": rendered.as_ref().map(|r| &r.upgrade),
+            "helm": {"command": done.command, "renderedImages": rendered.as_ref().map(|r| &r.images),
+                     "installed": done.installed, "upgraded": done.installed && existing.is_some(),
+                     "namespace": namespace, "valuesFile": done.kept_values,
+                     "values": serde_yaml_ng::to_string(&plan.generated_values).ok(),
+                     "releaseValues": rendered.as_ref().map(|r| &r.release.config),
+                     "previousValues": existing.and_then(|r| r.values.as_ref())},
         }));
     }
     let verb = if args.dry_run { "would push" } else { "pushed" };
@@ -655,10 +807,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         target.host_and_prefix(),
         manifest.chart.version
     );
-    if let Some(c) = &command {
+    if let Some(c) = &done.command {
         println!("helm     {c}");
     }
-    if let Some(f) = &kept_values {
+    if let Some(f) = &done.kept_values {
         let dir = f.parent().unwrap_or(f);
         println!(
             "values   {} (kept for the command above; it holds no password: delete it when done, rm -r {})",
@@ -666,20 +818,79 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    if let Some(imgs) = &rendered_ok {
-        println!(
-            "rendered {} images, all in the bundle under {}",
-            imgs.len(),
-            target.host_and_prefix()
-        );
+    if let Some(r) = &rendered {
+        print_rendered(r, &args, existing.is_some(), &target.host_and_prefix());
     }
-    if installed {
+    if done.installed {
         println!(
-            "installed release {} in namespace {} (Koordinator's objects in {CHART_NAMESPACE})",
-            args.release, namespace
+            "{} release {} in namespace {} (Koordinator's objects in {CHART_NAMESPACE})",
+            if existing.is_some() {
+                "upgraded"
+            } else {
+                "installed"
+            },
+            args.release,
+            namespace
         );
     }
     Ok(())
+}
+
+/// What the render before the push found: the images, the values the release will hold, and
+/// (listed in a dry run, counted otherwise) what changes in the cluster.
+fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) {
+    use cluster::upgrade::Action;
+    let pinned = r.images.iter().filter(|i| i.contains("@sha256:")).count();
+    println!(
+        "rendered {} images, all in the bundle under {registry}{}",
+        r.images.len(),
+        match pinned {
+            0 => String::new(),
+            n if n == r.images.len() => ", each pinned to the bundle's digest".to_string(),
+            n => format!(", {n} pinned to the bundle's digest"),
+        }
+    );
+    if args.dry_run {
+        for i in &r.images {
+            println!("  {}", crate::text::printable(i));
+        }
+    }
+    if upgrade {
+        let how = match values_mode(args) {
+            helm::ValuesMode::Keep => "the release's values, then this run's over them",
+            helm::ValuesMode::Reset => "this run's values only (--reset-values)",
+            helm::ValuesMode::Reuse => "helm's --reuse-values",
+        };
+        let yaml = serde_yaml_ng::to_string(&r.release.config).unwrap_or_default();
+        println!("values   the release will hold ({how}):");
+        for line in yaml.lines() {
+            println!("           {}", crate::text::terminal_safe(line));
+        }
+    }
+    let changes = &r.upgrade.changes;
+    let count = |a: Action| changes.iter().filter(|c| c.action == a).count();
+    let labels_only = changes.iter().filter(|c| c.only_metadata).count();
+    println!(
+        "changes  {} added, {} changed ({labels_only} of them only in labels or annotations), {} removed{}",
+        count(Action::Add),
+        count(Action::Change),
+        count(Action::Remove),
+        if args.dry_run { ":" } else { "" }
+    );
+    if !args.dry_run {
+        return;
+    }
+    for c in changes.iter().filter(|c| !c.only_metadata) {
+        let sign = match c.action {
+            Action::Add => "+",
+            Action::Change => "~",
+            Action::Remove => "-",
+        };
+        println!("  {sign} {}", crate::text::terminal_safe(&c.subject()));
+        for d in &c.details {
+            println!("      {}", crate::text::terminal_safe(d));
+        }
+    }
 }
 
 /// Every graph the bundle names (its images and the chart artifact), each with the

@@ -6,6 +6,7 @@ pub mod discover;
 pub mod inspect;
 pub mod keygen;
 pub mod load;
+pub mod post_render;
 mod registry_check;
 pub mod serve;
 pub mod sets;

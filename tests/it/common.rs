@@ -34,19 +34,34 @@ pub struct Env {
     pub images: Vec<Value>,
 }
 
-/// The environment, read once (panics saying how to start it when it is not there).
-pub fn env() -> &'static Env {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(|| {
+/// env.json as it is, read once (panics saying how to start the environment when it is not
+/// there).
+pub fn env_json() -> &'static Value {
+    static JSON: OnceLock<Value> = OnceLock::new();
+    JSON.get_or_init(|| {
         let path = std::env::var("KB_ENV_JSON").unwrap_or_else(|_| {
             format!("{}/target/test-env/env.json", env!("CARGO_MANIFEST_DIR"))
         });
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             panic!("cannot read the test environment {path} ({e}): run the tests with scripts/test.sh, or start it with scripts/test-env.sh start")
         });
-        let v: Value = serde_json::from_str(&text).expect("env.json is JSON");
-        let s = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("env.json lacks {k}")).to_string();
-        let images: Value = serde_json::from_str(&std::fs::read_to_string(s("images_json")).expect("images.json")).expect("images.json is JSON");
+        serde_json::from_str(&text).expect("env.json is JSON")
+    })
+}
+
+/// The environment, read once (panics saying how to start it when it is not there).
+pub fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let v = env_json();
+        let s = |k: &str| {
+            v[k].as_str()
+                .unwrap_or_else(|| panic!("env.json lacks {k}"))
+                .to_string()
+        };
+        let images: Value =
+            serde_json::from_str(&std::fs::read_to_string(s("images_json")).expect("images.json"))
+                .expect("images.json is JSON");
         Env {
             plain: s("plain_registry"),
             tls: s("tls_registry"),

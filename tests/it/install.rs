@@ -1,14 +1,20 @@
 //! `load` all the way into a cluster: real helm 3 and helm 4, with their default Secret storage
-//! driver, install, upgrade and uninstall into the FAKE Kubernetes API server of
-//! `tests/kube-fake/` (stateful and strict where the real one is, but no controllers, no pods
-//! ever run, no admission webhooks: see its README). The tests assert on the objects it holds at
-//! the end and on the requests it saw. No live cluster: none can be run where these tests run.
+//! driver, install, upgrade and uninstall into the REAL Kubernetes control plane of the test
+//! environment (kube-apiserver v1.36 with RBAC, admission and validation, etcd 3.6 and the
+//! controller manager: `tests/it/cluster.rs`). The tests assert on what the API server holds at
+//! the end (read with kubectl) and on what its audit log recorded. No Pod runs (no scheduler,
+//! no kubelet), so nothing is waited for.
+//!
+//! One test still uses the fake API server of `tests/kube-fake/`, for an answer the real one
+//! cannot be made to give here: a kind node's kubelet `/configz` through the API server's node
+//! proxy (it refuses to proxy to a loopback node address, "address not allowed", and loopback is
+//! the only address tests may use).
 
+use crate::cluster::{self, Cluster};
 use crate::common::*;
-use crate::kube_fake::{self, KubeFake, Opts};
+use crate::kube_fake::{self, Opts};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const CHART_NS: &str = "koordinator-system";
 const RELEASE: &str = "koordinator";
@@ -21,20 +27,23 @@ const ACK_PLURALS: [&str; 5] = [
     "nodeslos",
 ];
 
-fn helm_path(major: u64) -> PathBuf {
-    let e = env();
-    if major == 3 {
-        e.helm3.clone()
-    } else {
-        e.helm4.clone()
-    }
-}
-
 fn load_args(
     b: &Built,
     bundle: &Path,
     registry: &str,
-    fake: &KubeFake,
+    cluster: &Cluster,
+    major: u64,
+    extra: &[&str],
+) -> Vec<String> {
+    load_args_with(b, bundle, registry, &cluster.kubeconfig, major, extra)
+}
+
+/// `load` with a kubeconfig of its own.
+fn load_args_with(
+    b: &Built,
+    bundle: &Path,
+    registry: &str,
+    kubeconfig: &Path,
     major: u64,
     extra: &[&str],
 ) -> Vec<String> {
@@ -47,9 +56,9 @@ fn load_args(
         "--key".into(),
         b.home.pubkey().to_string_lossy().into(),
         "--kubeconfig".into(),
-        fake.kubeconfig.to_string_lossy().into(),
+        kubeconfig.to_string_lossy().into(),
         "--helm".into(),
-        helm_path(major).to_string_lossy().into(),
+        cluster::helm_of(major).to_string_lossy().into(),
     ];
     v.extend(extra.iter().map(|s| s.to_string()));
     v
@@ -58,20 +67,6 @@ fn load_args(
 fn run(b: &Built, args: &[String]) -> std::process::Output {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     b.home.run(&a)
-}
-
-/// Real helm against the fake, as a user would run it by hand.
-fn helm(major: u64, fake: &KubeFake, args: &[&str]) -> std::process::Output {
-    let dir = fake.dir.path();
-    Command::new(helm_path(major))
-        .args(args)
-        .env("KUBECONFIG", &fake.kubeconfig)
-        .env("HELM_CACHE_HOME", dir.join("helm-cache"))
-        .env("HELM_CONFIG_HOME", dir.join("helm-config"))
-        .env("HELM_DATA_HOME", dir.join("helm-data"))
-        .env_remove("HELM_DRIVER")
-        .output()
-        .expect("helm runs")
 }
 
 fn bundled_images(registry: &str, tag: &str, components: &[&str]) -> Vec<String> {
@@ -83,93 +78,102 @@ fn bundled_images(registry: &str, tag: &str, components: &[&str]) -> Vec<String>
     v
 }
 
-/// Every workload's images, sorted.
-fn workload_images(fake: &KubeFake) -> Vec<String> {
+/// Every workload's images, sorted, as the chart names them: each is pinned to a digest by
+/// `load` (`REF@sha256:...`, checked here, with the pull policy that goes with it), which is
+/// cut off (`day2::images_are_pinned_to_the_bundles_digests` checks the digests).
+fn workload_images(kube: &Cluster) -> Vec<String> {
     let mut v = Vec::new();
-    for kind in ["Deployment", "DaemonSet"] {
-        for name in fake.names(kind, Some(CHART_NS)) {
-            v.extend(fake.images(kind, CHART_NS, &name));
-        }
+    for (w, c, image, policy) in kube.containers(CHART_NS) {
+        let Some((r, d)) = image.split_once("@sha256:") else {
+            panic!("{w}: container {c} runs {image}, not pinned to a digest");
+        };
+        assert_eq!(d.len(), 64, "{image}");
+        assert_eq!(policy, "IfNotPresent", "{w} {c}");
+        v.push(r.to_string());
     }
     v.sort();
     v.dedup();
     v
 }
 
-/// What the fake holds after a successful install of 1.8.0 from `registry` as release
+/// What the cluster holds after a successful install of 1.8.0 from `registry` as release
 /// `koordinator` in `default`, revision `rev`.
-fn assert_installed(fake: &KubeFake, registry: &str, rev: &str) {
-    eprintln!("the fake API server after the install: {}", fake.summary());
-    let ns = fake.names("Namespace", None);
+fn assert_installed(kube: &Cluster, registry: &str, rev: &str) {
+    eprintln!("the cluster after the install: {}", kube.summary());
+    let ns = kube.names("namespaces", None);
     assert!(ns.contains(&CHART_NS.to_string()), "{ns:?}");
-    let releases = fake.releases("default");
+    let releases = kube.releases("default");
     assert_eq!(
         releases.last(),
         Some(&(RELEASE.to_string(), "deployed".to_string(), rev.to_string())),
         "{releases:?}\n{:#?}",
-        fake.request_lines()
+        kube.request_lines()
     );
     assert!(
-        fake.releases(CHART_NS).is_empty(),
+        kube.releases(CHART_NS).is_empty(),
         "no release record in the chart's namespace"
     );
     assert_eq!(
-        workload_images(fake),
+        workload_images(kube),
         bundled_images(registry, "v1.8.0", &COMPONENTS_180),
         "every workload pulls from the private registry"
     );
-    let chart_ns = fake.get("Namespace", None, CHART_NS).unwrap();
+    let chart_ns = kube.get("namespace", None, CHART_NS).unwrap();
     assert_eq!(
         chart_ns["metadata"]["annotations"]["meta.helm.sh/release-namespace"], "default",
         "{chart_ns}"
     );
 }
 
-/// The release Secret's first write: `POST /api/v1/namespaces/default/secrets`, protobuf.
-fn assert_release_record_in_default(fake: &KubeFake) {
-    let reqs = fake.requests();
-    let first = reqs
-        .iter()
-        .find(|r| {
-            r["method"] == "POST" && r["resource"] == "secrets" && r["namespace"] == "default"
-        })
-        .unwrap_or_else(|| panic!("no release Secret written: {:#?}", fake.request_lines()));
-    assert_eq!(first["contentType"], "application/vnd.kubernetes.protobuf");
-    assert_eq!(first["status"], 201);
+/// helm wrote the release record into `default`, as the client it is.
+fn assert_release_record_in_default(kube: &Cluster, major: u64) {
+    let writes: Vec<Value> = kube
+        .requests_of("Helm/")
+        .into_iter()
+        .filter(|r| r["verb"] == "create" && r["objectRef"]["resource"] == "secrets")
+        .collect();
+    let first = writes
+        .first()
+        .unwrap_or_else(|| panic!("no release Secret written: {:#?}", kube.request_lines()));
+    assert_eq!(first["objectRef"]["namespace"], "default", "{first}");
+    assert_eq!(first["responseStatus"]["code"], 201, "{first}");
+    let agent = first["userAgent"].as_str().unwrap();
+    assert!(agent.starts_with(&format!("Helm/{major}.")), "{agent}");
 }
 
-/// helm 3 creates with POST and patches with three-way strategic merge; helm 4 applies.
-fn assert_write_style(fake: &KubeFake, major: u64) {
-    let reqs = fake.requests();
-    let deployments: Vec<&Value> = reqs
+/// helm 3 creates and patches (client-side: the API server records an Update by manager
+/// `helm`); helm 4 applies (server-side: an Apply by manager `helm`).
+fn assert_write_style(kube: &Cluster, major: u64) {
+    let d = kube
+        .get("deployment", Some(CHART_NS), "koord-manager")
+        .unwrap();
+    let managers: Vec<(String, String)> = d["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
         .iter()
-        .filter(|r| r["resource"] == "deployments.apps" && r["method"] != "GET")
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap_or("").to_string(),
+                m["operation"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect();
-    assert!(!deployments.is_empty());
-    for r in deployments {
-        if major == 3 {
-            assert!(
-                r["method"] == "POST" || r["patchType"] == "application/strategic-merge-patch+json",
-                "{r}"
-            );
-        } else {
-            assert_eq!(r["patchType"], "application/apply-patch+yaml", "{r}");
-            assert_eq!(r["fieldManager"], "helm", "{r}");
-        }
-    }
+    let want = if major == 3 { "Update" } else { "Apply" };
+    assert!(
+        managers.contains(&("helm".to_string(), want.to_string())),
+        "{managers:?}"
+    );
 }
 
 fn fresh(major: u64) {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("fresh{major}")));
     let o = run(
         &b,
-        &load_args(&b, &b.bundle, &registry, &fake, major, &["--json"]),
+        &load_args(&b, &b.bundle, &registry, &kube, major, &["--json"]),
     );
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -178,22 +182,23 @@ fn fresh(major: u64) {
     let cmd = r["helm"]["command"].as_str().unwrap();
     assert!(cmd.contains("--namespace default"), "{cmd}");
     assert!(!cmd.contains("--create-namespace"), "{cmd}");
-    assert_installed(&fake, &registry, "1");
-    assert_release_record_in_default(&fake);
-    assert_write_style(&fake, major);
-    assert_eq!(fake.names("CustomResourceDefinition", None).len(), 13);
-    // helm lists it, and uninstalls it cleanly (namespace, CRDs, records gone).
-    let o = helm(major, &fake, &["list", "-A", "-o", "json"]);
+    assert_installed(&kube, &registry, "1");
+    assert_release_record_in_default(&kube, major);
+    assert_write_style(&kube, major);
+    assert_eq!(kube.names("CustomResourceDefinition", None).len(), 13);
+    // helm lists it, and uninstalls it cleanly (namespace and records gone), keeping the CRDs
+    // (load marks them helm.sh/resource-policy: keep: see day2.rs).
+    let o = kube.helm(major, &["list", "-A", "-o", "json"]);
     assert_ok(&o);
     let list: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(list[0]["namespace"], "default", "{list}");
     assert_eq!(list[0]["chart"], "koordinator-1.8.0", "{list}");
-    let o = helm(major, &fake, &["uninstall", RELEASE, "-n", "default"]);
+    let o = kube.helm(major, &["uninstall", RELEASE, "-n", "default"]);
     assert_ok(&o);
-    fake.wait_namespaces_finalized();
-    assert!(fake.releases("default").is_empty());
-    assert!(fake.names("CustomResourceDefinition", None).is_empty());
-    assert!(!fake
+    kube.wait_namespaces_finalized();
+    assert!(kube.releases("default").is_empty());
+    assert_eq!(kube.names("CustomResourceDefinition", None).len(), 13);
+    assert!(!kube
         .names("Namespace", None)
         .contains(&CHART_NS.to_string()));
 }
@@ -203,13 +208,10 @@ fn guide_installed(major: u64) {
     // Koordinator's guide: `helm install koordinator koordinator-sh/koordinator` (into default),
     // here from the local chart repository.
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
-    let o = helm(
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let o = kube.helm(
         major,
-        &fake,
         &[
             "install",
             RELEASE,
@@ -221,20 +223,20 @@ fn guide_installed(major: u64) {
         ],
     );
     assert_ok(&o);
-    assert_eq!(fake.releases("default").len(), 1);
+    assert_eq!(kube.releases("default").len(), 1);
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("guide{major}")));
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("revision 1, chart 1.8.0 is deployed in default: this is an upgrade"),
+        err.contains("revision 1, chart 1.8.0 is deployed in default: this is a reinstall of the same chart 1.8.0"),
         "{err}"
     );
     // Upgraded, not duplicated: one release, revision 2, images now from the private registry.
-    assert_installed(&fake, &registry, "2");
-    let names: Vec<String> = fake.releases("default").into_iter().map(|r| r.0).collect();
+    assert_installed(&kube, &registry, "2");
+    let names: Vec<String> = kube.releases("default").into_iter().map(|r| r.0).collect();
     assert_eq!(names, [RELEASE, RELEASE], "two revisions of one release");
-    let o = helm(major, &fake, &["list", "-A", "-q"]);
+    let o = kube.helm(major, &["list", "-A", "-q"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), RELEASE);
 }
 
@@ -243,17 +245,14 @@ fn release_in_other_namespace(major: u64) {
     // A release installed by hand into koordinator-system (namespace adopted first): found
     // through helm's labels in any namespace and upgraded there, never installed again.
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
-    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    kube.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
         "labels": {"app.kubernetes.io/managed-by": "Helm"},
         "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": CHART_NS}}}]));
     let chart = fixtures().join("koordinator-1.8.0.tgz");
-    let o = helm(
+    let o = kube.helm(
         major,
-        &fake,
         &["install", RELEASE, chart.to_str().unwrap(), "-n", CHART_NS],
     );
     assert_ok(&o);
@@ -266,7 +265,7 @@ fn release_in_other_namespace(major: u64) {
             &b,
             &b.bundle,
             &registry,
-            &fake,
+            &kube,
             major,
             &["--namespace", "default"],
         ),
@@ -284,61 +283,58 @@ fn release_in_other_namespace(major: u64) {
     // Without --namespace: upgraded where it lives.
     let o = run(
         &b,
-        &load_args(&b, &b.bundle, &registry, &fake, major, &["--json"]),
+        &load_args(&b, &b.bundle, &registry, &kube, major, &["--json"]),
     );
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["helm"]["namespace"], CHART_NS);
-    let rel = fake.releases(CHART_NS);
+    let rel = kube.releases(CHART_NS);
     assert_eq!(rel.last().unwrap().1, "deployed");
     assert_eq!(rel.last().unwrap().2, "2");
-    assert!(fake.releases("default").is_empty(), "no second release");
-    eprintln!("the fake API server after the upgrade: {}", fake.summary());
+    assert!(kube.releases("default").is_empty(), "no second release");
+    eprintln!("the cluster after the upgrade: {}", kube.summary());
 }
 
 fn unowned_namespace(major: u64) {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     // As `kubectl create namespace koordinator-system` leaves it.
-    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS}}]));
+    kube.kubectl(&["create", "namespace", CHART_NS]);
     let prefix = unique_prefix(&format!("unowned{major}"));
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
-    assert_fails(&o, 1, &[
-        "nothing was pushed",
-        "kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default",
-    ]);
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
+    let fix = "kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default";
+    assert_fails(&o, 1, &["nothing was pushed", fix]);
     assert!(repos_under(&prefix).is_empty());
-    // The fix the finding names (what the kubectl commands do), then the load goes through.
-    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
-        "labels": {"app.kubernetes.io/managed-by": "Helm"},
-        "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": "default"}}}]));
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    // The fix the finding names, run as it is printed, then the load goes through.
+    for cmd in fix.split(" && ") {
+        let args: Vec<&str> = cmd.split(' ').skip(1).collect();
+        kube.kubectl(&args);
+    }
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
     assert_ok(&o);
-    assert_installed(&fake, &registry, "1");
+    assert_installed(&kube, &registry, "1");
 }
 
 fn ack(major: u64) {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["ack"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    // ACK's nodes and the five CRDs ack-koordinator installs, without Helm's labels.
+    kube.seed_nodes("ack");
+    kube.seed_crds("ack");
     // ack-koordinator's namespace, adopted as the pre-flight says (its own test is above).
-    fake.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
+    kube.seed(json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHART_NS,
         "labels": {"app.kubernetes.io/managed-by": "Helm"},
         "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": "default"}}}]));
-    let before: Vec<Value> = fake.of_kind("CustomResourceDefinition", None);
+    let before: Vec<Value> = kube.of_kind("CustomResourceDefinition", None);
     assert_eq!(before.len(), 5);
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("ack{major}")));
     let o = run(
         &b,
-        &load_args(&b, &b.bundle, &registry, &fake, major, &["--json"]),
+        &load_args(&b, &b.bundle, &registry, &kube, major, &["--json"]),
     );
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -346,53 +342,67 @@ fn ack(major: u64) {
     for p in ACK_PLURALS {
         assert!(values.contains(&format!("{p}: false")), "{values}");
     }
-    assert_installed(&fake, &registry, "1");
-    // The five stay exactly as ACK left them; the chart's other eight are created.
+    assert_installed(&kube, &registry, "1");
+    // The five stay exactly as ACK left them (the API server's resourceVersion too); the
+    // chart's other eight are created.
     for b in &before {
         let name = b["metadata"]["name"].as_str().unwrap();
-        let now = fake.get("CustomResourceDefinition", None, name).unwrap();
-        assert_eq!(now, *b, "{name} was touched");
+        let now = kube.get("CustomResourceDefinition", None, name).unwrap();
+        for field in [
+            "/metadata/resourceVersion",
+            "/metadata/labels",
+            "/metadata/annotations",
+            "/spec",
+        ] {
+            assert_eq!(
+                now.pointer(field),
+                b.pointer(field),
+                "{name} was touched: {field}"
+            );
+        }
     }
-    assert_eq!(fake.names("CustomResourceDefinition", None).len(), 13);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("v1.22.15-aliyun.1"), "{err}");
+    assert_eq!(kube.names("CustomResourceDefinition", None).len(), 13);
 }
 
 fn pending_install(major: u64) {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
-    // An install interrupted half-way: the first Deployment write never returns, helm is killed.
-    let (method, path) = if major == 3 {
-        ("POST", "/deployments$")
-    } else {
-        ("PATCH", "/deployments/")
-    };
-    fake.hang(method, path, 1);
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    // An install interrupted half-way: helm waits for the Deployments to be ready (no Pod ever
+    // runs here), its release record says pending-install, and helm is killed.
     let chart = fixtures().join("koordinator-1.8.0.tgz");
-    let dir = fake.dir.path();
-    let mut child = Command::new(helm_path(major))
-        .args(["install", RELEASE, chart.to_str().unwrap(), "-n", "default"])
-        .env("KUBECONFIG", &fake.kubeconfig)
-        .env("HELM_CACHE_HOME", dir.join("helm-cache"))
-        .env("HELM_CONFIG_HOME", dir.join("helm-config"))
-        .env("HELM_DATA_HOME", dir.join("helm-data"))
+    let mut child = kube
+        .helm_cmd(
+            major,
+            &[
+                "install",
+                RELEASE,
+                chart.to_str().unwrap(),
+                "-n",
+                "default",
+                "--wait",
+                "--timeout",
+                "10m",
+            ],
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     wait_until(
-        "helm to reach the Deployments",
+        "helm to create the Deployments and wait for them",
         std::time::Duration::from_secs(120),
-        || fake.requests().iter().any(|r| r["hung"] == true),
+        || {
+            kube.get("deployment", Some(CHART_NS), "koord-manager")
+                .is_some()
+                && kube.releases("default").first().map(|r| r.1.as_str()) == Some("pending-install")
+        },
     );
     child.kill().unwrap();
     let _ = child.wait();
     assert_eq!(
-        fake.releases("default"),
+        kube.releases("default"),
         [(
             RELEASE.to_string(),
             "pending-install".to_string(),
@@ -401,7 +411,7 @@ fn pending_install(major: u64) {
     );
     let prefix = unique_prefix(&format!("pending{major}"));
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
     assert_fails(
         &o,
         1,
@@ -413,30 +423,24 @@ fn pending_install(major: u64) {
     );
     assert!(repos_under(&prefix).is_empty());
     // The fix it names, then the load goes through.
-    assert_ok(&helm(
-        major,
-        &fake,
-        &["uninstall", RELEASE, "-n", "default"],
-    ));
-    fake.wait_namespaces_finalized();
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    assert_ok(&kube.helm(major, &["uninstall", RELEASE, "-n", "default"]));
+    kube.wait_namespaces_finalized();
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
     assert_ok(&o);
-    assert_installed(&fake, &registry, "1");
+    assert_installed(&kube, &registry, "1");
 }
 
 fn upgrade_160_to_180(major: u64) {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
     let (old, _) = b.home.build_plain("1.6.0", &[]);
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("upgrade{major}")));
-    let o = run(&b, &load_args(&b, &old, &registry, &fake, major, &[]));
+    let o = run(&b, &load_args(&b, &old, &registry, &kube, major, &[]));
     assert_ok(&o);
     assert_eq!(
-        workload_images(&fake),
+        workload_images(&kube),
         bundled_images(
             &registry,
             "v1.6.0",
@@ -448,18 +452,18 @@ fn upgrade_160_to_180(major: u64) {
             ]
         )
     );
-    let crds_160 = fake.names("CustomResourceDefinition", None).len();
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    let crds_160 = kube.names("CustomResourceDefinition", None).len();
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("chart 1.6.0 is deployed in default: this is an upgrade"),
         "{err}"
     );
-    assert_installed(&fake, &registry, "2");
-    assert_eq!(fake.releases("default")[0].1, "superseded");
-    assert!(fake.names("CustomResourceDefinition", None).len() > crds_160);
-    assert!(fake
+    assert_installed(&kube, &registry, "2");
+    assert_eq!(kube.releases("default")[0].1, "superseded");
+    assert!(kube.names("CustomResourceDefinition", None).len() > crds_160);
+    assert!(kube
         .get("DaemonSet", Some(CHART_NS), "koord-device-daemon")
         .is_some());
 }
@@ -472,14 +476,12 @@ fn upgrade_160_to_180(major: u64) {
 fn old_namespace_choice(major: u64) {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     let registry = format!("{}/{}", e.plain, unique_prefix(&format!("oldns{major}")));
     let o = run(
         &b,
-        &load_args(&b, &b.bundle, &registry, &fake, major, &["--no-install"]),
+        &load_args(&b, &b.bundle, &registry, &kube, major, &["--no-install"]),
     );
     assert_ok(&o);
     let chart = format!("oci://{registry}/charts/koordinator");
@@ -494,7 +496,7 @@ fn old_namespace_choice(major: u64) {
         "--namespace",
         CHART_NS,
     ];
-    let o = helm(major, &fake, &old);
+    let o = kube.helm(major, &old);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the old command installed: {err}");
     assert!(
@@ -503,7 +505,7 @@ fn old_namespace_choice(major: u64) {
     );
     let mut with_create = old.to_vec();
     with_create.push("--create-namespace");
-    let o = helm(major, &fake, &with_create);
+    let o = kube.helm(major, &with_create);
     let err = String::from_utf8_lossy(&o.stderr);
     if major == 3 {
         // helm 3 creates the namespace, then its POST of the chart's Namespace object is 409.
@@ -514,23 +516,19 @@ fn old_namespace_choice(major: u64) {
         );
     } else {
         // helm 4 applies (server-side apply creates or takes over), so the chart's Namespace
-        // object does not clash with the one helm just made: on this fake, the old command
-        // with --create-namespace works with helm 4. (The fake does not model field-manager
-        // conflicts; a real API server should agree, as both writes are helm's own.)
+        // object does not clash with the one helm just made: the old command with
+        // --create-namespace works with helm 4 (both writes are helm's own field manager).
         assert!(o.status.success(), "{err}");
-        assert_eq!(fake.releases(CHART_NS).len(), 1);
+        assert_eq!(kube.releases(CHART_NS).len(), 1);
     }
-    eprintln!(
-        "the fake API server after the old commands: {}",
-        fake.summary()
-    );
+    eprintln!("the cluster after the old commands: {}", kube.summary());
     // The old release (failed with helm 3) is removed as a user would.
-    let o = helm(major, &fake, &["uninstall", RELEASE, "-n", CHART_NS]);
+    let o = kube.helm(major, &["uninstall", RELEASE, "-n", CHART_NS]);
     assert_ok(&o);
-    fake.wait_namespaces_finalized();
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, major, &[]));
+    kube.wait_namespaces_finalized();
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, major, &[]));
     assert_ok(&o);
-    assert_installed(&fake, &registry, "1");
+    assert_installed(&kube, &registry, "1");
 }
 
 macro_rules! both_helms {
@@ -554,10 +552,8 @@ both_helms!(
 fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     let prefix = unique_prefix("dry");
     let registry = format!("{}/{prefix}", e.tls);
     let h = &b.home;
@@ -566,7 +562,7 @@ fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
         &b,
         &b.bundle,
         &registry,
-        &fake,
+        &kube,
         4,
         &[
             "--dry-run",
@@ -609,7 +605,7 @@ fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
         format!("--ca-file {}", e.ca_file.display()),
         "--registry-config".to_string(),
         format!("--values {}", values.display()),
-        format!("--kubeconfig {}", fake.kubeconfig.display()),
+        format!("--kubeconfig {}", kube.kubeconfig.display()),
     ] {
         assert!(cmd.contains(&needle), "{needle:?} not in {cmd}");
     }
@@ -628,25 +624,35 @@ fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {
         "{out}"
     );
     let _ = std::fs::remove_dir_all(values.parent().unwrap());
-    // Nothing was written to the cluster.
+    // Nothing was written to the cluster, by koord-bundle or by helm.
     assert!(
-        fake.requests().iter().all(|r| r["method"] == "GET"),
+        kube.writes_of("koord-bundle/").is_empty(),
         "{:#?}",
-        fake.request_lines()
+        kube.request_lines()
+    );
+    assert!(
+        kube.writes_of("Helm/").is_empty(),
+        "{:#?}",
+        kube.request_lines()
     );
 }
 
+/// On the FAKE API server: the real one refuses to proxy to a loopback node address
+/// ("address not allowed"), so no kubelet `/configz` of ours can be reached through it.
 #[test]
 fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
+    let kube = kube_fake::start(Opts {
         seed: &["kind", "kind-default-cgroup"],
         ..Default::default()
     });
     let prefix = unique_prefix("kindcg");
     let registry = format!("{}/{prefix}", e.plain);
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, 4, &[]));
+    let o = run(
+        &b,
+        &load_args_with(&b, &b.bundle, &registry, &kube.kubeconfig, 4, &[]),
+    );
     assert_fails(
         &o,
         1,
@@ -660,7 +666,7 @@ fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
         ],
     );
     assert!(repos_under(&prefix).is_empty());
-    assert!(fake
+    assert!(kube
         .requests()
         .iter()
         .any(|r| r["path"] == "/api/v1/nodes/kind-control-plane/proxy/configz"));
@@ -670,17 +676,21 @@ fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
 fn eks_with_calico_runs_koord_manager_on_the_host_network_or_fails_under_strict() {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["eks"],
-        ..Default::default()
-    });
-    fake.seed(json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"}, "spec": {}},
-                     {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "spec": {}}]));
+    let kube = cluster::lease();
+    kube.seed_nodes("eks");
+    let ds = |name: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": name, "namespace": "kube-system"},
+               "spec": {"selector": {"matchLabels": {"k8s-app": name}},
+                        "template": {"metadata": {"labels": {"k8s-app": name}},
+                                     "spec": {"containers": [{"name": name, "image": format!("example.invalid/{name}:v1")}]}}}})
+    };
+    kube.seed(json!([ds("calico-node"), ds("kube-proxy")]));
     let prefix = unique_prefix("eks");
     let registry = format!("{}/{prefix}", e.plain);
     let o = run(
         &b,
-        &load_args(&b, &b.bundle, &registry, &fake, 4, &["--strict"]),
+        &load_args(&b, &b.bundle, &registry, &kube, 4, &["--strict"]),
     );
     assert_fails(
         &o,
@@ -688,12 +698,12 @@ fn eks_with_calico_runs_koord_manager_on_the_host_network_or_fails_under_strict(
         &["calico-node", "--host-network", "nothing was pushed"],
     );
     assert!(repos_under(&prefix).is_empty());
-    // Without --strict: said, and set. (The EKS fixture's release lives in koordinator-system.)
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, 4, &[]));
+    // Without --strict: said, and set.
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, 4, &[]));
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("setting manager.hostNetwork=true"), "{err}");
-    let m = fake
+    let m = kube
         .get("Deployment", Some(CHART_NS), "koord-manager")
         .unwrap();
     assert_eq!(m["spec"]["template"]["spec"]["hostNetwork"], true);
@@ -730,55 +740,57 @@ fn no_cluster_and_missing_helm_stop_before_any_push() {
         &["no cluster reachable", &closed.to_string(), "--no-install"],
     );
     assert!(repos_under(&prefix).is_empty());
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
-    let mut args = load_args(&b, &b.bundle, &registry, &fake, 4, &[]);
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let mut args = load_args(&b, &b.bundle, &registry, &kube, 4, &[]);
     let i = args.iter().position(|a| a == "--helm").unwrap();
     args[i + 1] = "/nonexistent/helm".into();
     assert_fails(&run(&b, &args), 1, &["helm", "nothing was pushed"]);
     assert!(repos_under(&prefix).is_empty());
 }
 
+/// Requests of koord-bundle and helm that the API server refused (401, 403).
+fn refused(kube: &Cluster) -> Vec<String> {
+    kube.requests()
+        .iter()
+        .filter(|r| {
+            let agent = r["userAgent"].as_str().unwrap_or("");
+            (agent.starts_with("Helm/") || agent.starts_with("koord-bundle/"))
+                && matches!(r["responseStatus"]["code"].as_u64(), Some(401 | 403))
+        })
+        .map(cluster::request_line)
+        .collect()
+}
+
 #[test]
 fn exec_plugin_kubeconfig_over_tls_installs_with_helm_running_the_plugin_itself() {
     let b = Built::new();
-    // The fake wants a token over HTTPS; only the plugin script knows it. koord-bundle's
-    // pre-flight runs the plugin, and so does helm on its own (it gets the kubeconfig).
+    // The API server takes the admin's static token; only the plugin script hands it out.
+    // koord-bundle's pre-flight runs the plugin, and so does helm on its own (it gets the
+    // kubeconfig).
     let e = env();
     for major in [3, 4] {
-        let token = "exec-plugin-token-42";
-        let fake = kube_fake::start(Opts {
-            seed: &["kind"],
-            tls: true,
-            token: Some(token),
-            tls_name: None,
-        });
-        let (kubeconfig, runs, _) =
-            kube_fake::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", token);
+        let kube = cluster::lease();
+        kube.seed_nodes("kubeadm");
+        let (kubeconfig, runs, _) = kube.exec_kubeconfig("client.authentication.k8s.io/v1");
         let registry = format!("{}/{}", e.plain, unique_prefix(&format!("exec{major}")));
-        let mut args = load_args(&b, &b.bundle, &registry, &fake, major, &[]);
-        let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
-        args[i + 1] = kubeconfig.to_string_lossy().into();
+        let args = load_args_with(&b, &b.bundle, &registry, &kubeconfig, major, &[]);
         let o = run(&b, &args);
         assert_ok(&o);
-        assert_installed(&fake, &registry, "1");
-        let reqs = fake.requests();
-        let refused: Vec<String> = reqs
+        assert_installed(&kube, &registry, "1");
+        assert!(refused(&kube).is_empty(), "{:#?}", refused(&kube));
+        let helm_as_admin = kube
+            .requests_of("Helm/")
             .iter()
-            .filter(|r| r["authorized"] != true)
-            .map(|r| format!("{} {} {}", r["userAgent"], r["method"], r["path"]))
-            .collect();
-        assert!(refused.is_empty(), "{refused:#?}");
-        assert!(reqs
-            .iter()
-            .any(|r| r["userAgent"].as_str().unwrap_or("").starts_with("Helm/")));
+            .filter(|r| r["user"]["username"] == "koord-test-admin")
+            .count();
+        assert!(helm_as_admin > 0, "{:#?}", kube.request_lines());
         let n = std::fs::read_to_string(&runs).unwrap().lines().count();
         assert!(
             n >= 2,
             "the pre-flight and helm both ran the plugin ({n} runs)"
         );
+        let token = kube.cp.tokens["admin"].as_str().unwrap();
         assert!(!String::from_utf8_lossy(&o.stderr).contains(token));
     }
 }
@@ -789,14 +801,12 @@ fn a_registry_that_stores_another_manifest_stops_the_load_before_helm() {
     // install: the digest it answers with is checked against the bundle's.
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     let proxy =
         crate::fault_proxy::start(&e.plain, crate::fault_proxy::Mode::RewriteTaggedManifests);
     let registry = format!("{}/{}", proxy.addr, unique_prefix("rewritten"));
-    let o = run(&b, &load_args(&b, &b.bundle, &registry, &fake, 4, &[]));
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, 4, &[]));
     assert_fails(&o, 1, &["expected sha256:", "refused"]);
     assert!(
         proxy
@@ -805,29 +815,26 @@ fn a_registry_that_stores_another_manifest_stops_the_load_before_helm() {
             .load(std::sync::atomic::Ordering::SeqCst)
             > 0
     );
-    assert!(fake.releases("default").is_empty());
-    assert!(fake.names("CustomResourceDefinition", None).is_empty());
+    assert!(kube.releases("default").is_empty());
+    assert!(kube.names("CustomResourceDefinition", None).is_empty());
 }
 
 /// Issue 17's case: a.yaml holds the cluster and the user, b.yaml the context and
 /// `current-context`, and `KUBECONFIG=a.yaml:b.yaml`, no `--kubeconfig`. The pre-flight reads
 /// the merged context (it used to read a.yaml alone and stop: "no current-context is set"), and
 /// helm gets the same list in its environment and the same context (`--kube-context`): the dry
-/// run prints both, and the real install with helm 3 and 4 reaches the fake with its token.
+/// run prints both, and the real install with helm 3 and 4 reaches the API server as the
+/// token's user.
 #[test]
 fn a_kubeconfig_list_is_merged_for_the_preflight_and_given_whole_to_helm() {
     let b = Built::new();
     let e = env();
     for major in [3, 4] {
-        let fake = kube_fake::start(Opts {
-            seed: &["kind"],
-            tls: true,
-            token: Some("list-token"),
-            tls_name: None,
-        });
-        let kc: Value =
-            serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
-        let dir = fake.dir.path();
+        let kube = cluster::lease();
+        kube.seed_nodes("kubeadm");
+        let token = kube.cp.tokens["admin"].as_str().unwrap().to_string();
+        let kc = cluster::kubeconfig_json(&kube.cp, "list-user", json!({"token": token}));
+        let dir = kube.dir.path();
         let mut cluster = kc["clusters"][0].clone();
         cluster["name"] = "stub".into();
         let a = dir.join("a.yaml");
@@ -841,13 +848,13 @@ fn a_kubeconfig_list_is_merged_for_the_preflight_and_given_whole_to_helm() {
         std::fs::write(
             &bb,
             json!({"apiVersion": "v1", "kind": "Config", "current-context": "stub",
-                   "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "fake-admin"}}]})
+                   "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "list-user"}}]})
                 .to_string(),
         )
         .unwrap();
         let list = std::env::join_paths([&a, &bb]).unwrap();
         let registry = format!("{}/{}", e.plain, unique_prefix(&format!("kclist{major}")));
-        let mut args = load_args(&b, &b.bundle, &registry, &fake, major, &[]);
+        let mut args = load_args(&b, &b.bundle, &registry, &kube, major, &[]);
         let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
         args.drain(i..i + 2);
         let run_with = |extra: &[&str]| {
@@ -871,20 +878,18 @@ fn a_kubeconfig_list_is_merged_for_the_preflight_and_given_whole_to_helm() {
         );
         let o = run_with(&[]);
         assert_ok(&o);
-        assert_installed(&fake, &registry, "1");
-        let reqs = fake.requests();
-        assert!(
-            reqs.iter().all(|r| r["authorized"] == true),
-            "{:#?}",
-            fake.request_lines()
-        );
-        assert!(reqs
-            .iter()
-            .any(|r| r["userAgent"].as_str().unwrap_or("").starts_with("Helm/")));
-        assert!(reqs.iter().any(|r| r["userAgent"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("koord-bundle/")));
+        assert_installed(&kube, &registry, "1");
+        assert!(refused(&kube).is_empty(), "{:#?}", refused(&kube));
+        for agent in ["Helm/", "koord-bundle/"] {
+            let reqs = kube.requests_of(agent);
+            assert!(!reqs.is_empty(), "no request of {agent}");
+            assert!(
+                reqs.iter()
+                    .all(|r| r["user"]["username"] == "koord-test-admin"),
+                "{:#?}",
+                kube.request_lines()
+            );
+        }
     }
 }
 
@@ -895,10 +900,8 @@ fn a_kubeconfig_list_is_merged_for_the_preflight_and_given_whole_to_helm() {
 fn helm3_and_a_tls_loopback_registry_stop_before_the_push_in_both_runs() {
     let b = Built::new();
     let e = env();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
     let prefix = unique_prefix("h3loop");
     let registry = format!("{}/{prefix}", e.tls);
     let auth = b.home.login_tls();
@@ -906,7 +909,7 @@ fn helm3_and_a_tls_loopback_registry_stop_before_the_push_in_both_runs() {
         &b,
         &b.bundle,
         &registry,
-        &fake,
+        &kube,
         3,
         &["--ca-file", e.ca_file.to_str().unwrap()],
     );
@@ -931,7 +934,10 @@ fn helm3_and_a_tls_loopback_registry_stop_before_the_push_in_both_runs() {
         );
     }
     assert!(repos_under(&prefix).is_empty());
-    assert!(fake.requests().is_empty(), "not even the pre-flight ran");
+    assert!(
+        kube.requests_of("koord-bundle/").is_empty(),
+        "not even the pre-flight ran"
+    );
 }
 
 /// Issue 21: with `--no-install` a dry run needs no helm and no cluster, and does not suggest
@@ -964,20 +970,14 @@ fn dry_runs_are_truthful_about_helm_and_the_preflight() {
     );
     assert!(err.contains("pre-flight not run: --no-install"), "{err}");
 
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        tls: true,
-        token: Some("plugin-token"),
-        tls_name: None,
-    });
-    let (kubeconfig, _, _) =
-        kube_fake::exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", "plugin-token");
+    let kube = cluster::lease();
+    let (kubeconfig, _, _) = kube.exec_kubeconfig("client.authentication.k8s.io/v1");
     // The plugin exits 3: its PLUGIN_TOKEN is renamed away.
     let text = std::fs::read_to_string(&kubeconfig)
         .unwrap()
         .replace("PLUGIN_TOKEN", "OTHER");
     std::fs::write(&kubeconfig, text).unwrap();
-    let mut args = load_args(&b, &b.bundle, &registry, &fake, 4, &[]);
+    let mut args = load_args(&b, &b.bundle, &registry, &kube, 4, &[]);
     let i = args.iter().position(|a| a == "--kubeconfig").unwrap();
     args[i + 1] = kubeconfig.to_string_lossy().into();
     for extra in [&["--dry-run"][..], &[][..]] {

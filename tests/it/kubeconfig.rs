@@ -3,20 +3,26 @@
 //! `kubectl config view --minify --flatten -o json` prints for the same list, run from another
 //! directory (so that relative paths must be resolved against the file naming them).
 //!
-//! kubectl comes with these machines. Where it is absent the comparisons are skipped with a
-//! loud message on stderr (and the test passes: the library's own merge tests still run in
-//! `src/cluster/kubeconfig/tests.rs`).
+//! kubectl is the test environment's (`scripts/install-deps.sh` puts kubectl 1.33 into
+//! `.tools/kubectl/`, env.json names it): without it the tests fail, never skip.
 
 use koord_bundle::cluster::kubeconfig;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn kubectl() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
+fn kubectl() -> PathBuf {
+    let p = PathBuf::from(
+        crate::common::env_json()["kubectl"]
+            .as_str()
+            .expect("env.json names kubectl: restart the test environment"),
+    );
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/install-deps.sh",
+        p.display()
+    );
+    p
 }
 
 /// Nulls dropped everywhere (kubectl prints `env: null`, kube's types `user: null`), and
@@ -38,14 +44,9 @@ fn normalise(v: &mut Value) {
 }
 
 /// Compare the library's view of `files` (a KUBECONFIG list) with kubectl's. Returns
-/// kubectl's view (after normalising), or `None` when kubectl is absent.
-fn compare(files: &[&Path], context: Option<&str>) -> Option<Value> {
-    let Some(kubectl) = kubectl() else {
-        eprintln!(
-            "\n*** kubectl IS NOT ON PATH: the comparison with `kubectl config view --minify --flatten` is SKIPPED ***\n"
-        );
-        return None;
-    };
+/// kubectl's view (after normalising).
+fn compare(files: &[&Path], context: Option<&str>) -> Value {
+    let kubectl = kubectl();
     let list = std::env::join_paths(files).unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(&kubectl);
@@ -74,7 +75,7 @@ fn compare(files: &[&Path], context: Option<&str>) -> Option<Value> {
         serde_json::to_string_pretty(&ours).unwrap(),
         serde_json::to_string_pretty(&theirs).unwrap()
     );
-    Some(theirs)
+    theirs
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -105,10 +106,9 @@ fn cluster_and_user_in_one_file_context_in_another() {
         "b/b.yaml",
         "apiVersion: v1\nkind: Config\ncurrent-context: stub\ncontexts:\n- name: stub\n  context: {cluster: stub, user: admin, namespace: tools}\nclusters:\n- name: stub\n  cluster: {server: 'https://b:6443', insecure-skip-tls-verify: true}\nusers:\n- name: admin\n  user: {token: token-of-b, as: someone}\n",
     );
-    if let Some(v) = compare(&[&a, &b], None) {
-        assert_eq!(v["current-context"], "stub");
-        assert_eq!(v["users"][0]["user"]["token"], "token-of-a");
-    }
+    let v = compare(&[&a, &b], None);
+    assert_eq!(v["current-context"], "stub");
+    assert_eq!(v["users"][0]["user"]["token"], "token-of-a");
 }
 
 /// An empty `current-context` in the first file does not win; a missing file in the list is
@@ -127,13 +127,12 @@ fn empty_current_context_missing_file_and_context_flag() {
         "last.yaml",
         "current-context: ctx-1\ncontexts:\n- name: ctx-1\n  context: {cluster: c1, user: u1}\n- name: ctx-2\n  context: {cluster: c1}\nusers:\n- name: u1\n  user: {username: admin, password: pw}\n",
     );
-    if let Some(v) = compare(&[&first, &missing, &last], None) {
-        assert_eq!(v["current-context"], "ctx-1");
-        assert_eq!(
-            v["clusters"][0]["cluster"]["tls-server-name"],
-            "kubernetes.default.svc"
-        );
-    }
+    let v = compare(&[&first, &missing, &last], None);
+    assert_eq!(v["current-context"], "ctx-1");
+    assert_eq!(
+        v["clusters"][0]["cluster"]["tls-server-name"],
+        "kubernetes.default.svc"
+    );
     compare(&[&first, &missing, &last], Some("ctx-2"));
 }
 
@@ -178,11 +177,9 @@ fn exec_impersonation_and_client_certificate_files() {
         "ctx.yaml",
         "current-context: prod\ncontexts:\n- name: prod\n  context: {cluster: prod, user: eks}\n- name: certs\n  context: {cluster: prod, user: cert}\nclusters:\n- name: prod\n  cluster: {server: 'https://ABCD.eks.amazonaws.com', certificate-authority-data: UEVN}\n",
     );
-    if let Some(v) = compare(&[&ctx, &users], None) {
-        assert_eq!(v["users"][0]["user"]["exec"]["command"], "aws");
-        assert_eq!(v["users"][0]["user"]["as-groups"][1], "ops");
-    }
-    if let Some(v) = compare(&[&ctx, &users], Some("certs")) {
-        assert!(v["users"][0]["user"]["client-key-data"].is_string());
-    }
+    let v = compare(&[&ctx, &users], None);
+    assert_eq!(v["users"][0]["user"]["exec"]["command"], "aws");
+    assert_eq!(v["users"][0]["user"]["as-groups"][1], "ops");
+    let v = compare(&[&ctx, &users], Some("certs"));
+    assert!(v["users"][0]["user"]["client-key-data"].is_string());
 }

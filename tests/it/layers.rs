@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! 0  oci, text, yaml, child    pure types, text helpers, the one bounded YAML entry, the one child-process runner
-//! 1  store              sources and sinks: registry, blob cache, memory, files
+//! 1  store, crd         sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml
 //! 2  copy               the one graph walk over stores
 //! 3  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
 //! 4  cli, progress      flags and the printer, for the commands only
@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("bounded", 0),
     ("secret", 0),
     ("store", 1),
+    ("crd", 1),
     ("copy", 2),
     ("bundle", 3),
     ("chart", 3),
@@ -91,6 +92,7 @@ fn blank_comments(text: &str) -> String {
 /// The modules of `tests/it` that hold helpers and no test. Every other file there is a
 /// scenario, and may use only these: a helper two scenarios share lives in one of them.
 const TEST_HELPERS: &[&str] = &[
+    "cluster",
     "common",
     "fake_registry",
     "fault_proxy",

@@ -1,10 +1,10 @@
 //! Integration tests: the real binary against the real peers of the test environment
 //! (CNCF distribution 2.8 over plain HTTP and over TLS with basic auth, skopeo, minisign,
-//! sha256sum, helm). Start them with scripts/test.sh.
+//! sha256sum, helm, kubectl, a real kube-apiserver). Start them with scripts/test.sh.
 //!
-//! Helper modules hold no test: `common` (the environment, homes, running, waiting, skopeo,
-//! curl), `serve_proc` (a running `koord-bundle serve`), `fake_registry`, `fault_proxy` and
-//! `kube_fake` (stand-ins). Every other module is a scenario file and uses only helpers, never
+//! Helper modules hold no test: `cluster` (the real control plane, leased one test at a time),
+//! `common` (the environment, homes, running, waiting, skopeo, curl), `serve_proc` (a running
+//! `koord-bundle serve`), `fake_registry`, `fault_proxy` and `kube_fake` (stand-ins). Every other module is a scenario file and uses only helpers, never
 //! another scenario file (`layers.rs` holds that).
 
 // The tests read what the binary wrote with serde_yaml_ng directly, as an outside peer would
@@ -15,7 +15,9 @@ mod bom;
 mod build;
 mod bytes;
 mod charts;
+mod cluster;
 mod common;
+mod day2;
 mod diff;
 mod exit_codes;
 mod fake_registry;
@@ -42,4 +44,5 @@ mod serve_proc;
 mod settings;
 mod sneakernet;
 mod token_registry;
+mod untrusted_files;
 mod yaml_bounds;

@@ -2,7 +2,6 @@
 //! repetition, progress lines that agree with the summary, messages that say what to do.
 
 use crate::common::*;
-use crate::kube_fake::{self, Opts};
 use std::io::Write as _;
 use std::process::Stdio;
 
@@ -246,13 +245,11 @@ fn verify_and_load_help_say_any_part_of_a_split_bundle_is_taken() {
 #[test]
 fn a_short_password_does_not_mangle_what_helm_prints() {
     // The password `e`: the old scrubbing turned helm's "deployed" into "d<redacted>ploy…".
-    // The plain registry takes any login; the fake API server takes the install.
+    // The plain registry takes any login; the real control plane takes the install.
     let e = env();
     let b = Built::new();
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        ..Default::default()
-    });
+    let kube = crate::cluster::lease();
+    kube.seed_nodes("kubeadm");
     let registry = format!("{}/{}", e.plain, unique_prefix("shortpw"));
     let mut child = b
         .home
@@ -265,7 +262,7 @@ fn a_short_password_does_not_mangle_what_helm_prints() {
                 "someone",
                 "--password-stdin",
                 "--kubeconfig",
-                fake.kubeconfig.to_str().unwrap(),
+                kube.kubeconfig.to_str().unwrap(),
                 "--helm",
                 e.helm4.to_str().unwrap(),
             ],

@@ -1,17 +1,24 @@
-//! Preflight end to end through the library, against the FAKE API server (`kube_fake`, HTTPS
-//! with a bearer token) seeded with real-format objects shaped on kind, EKS, ACK and an old
-//! cluster. No live cluster: none can be run where these tests run.
+//! Preflight end to end through the library, against the REAL control plane of the test
+//! environment (`cluster`: kube-apiserver v1.36 with RBAC and static-token users), with nodes
+//! and CRDs shaped on EKS, ACK and kind (`tests/fixtures/kube/`) created in it.
+//!
+//! Three tests use the FAKE API server (`kube_fake`) for answers a real one cannot be made to
+//! give here: an old server version (`old_cluster_is_refused`), a plain-HTTP server
+//! (`no_token_over_plain_http`), and a kind node's kubelet `/configz` through the node proxy
+//! (`kind_fresh_cluster_passes`: the API server refuses to proxy to a loopback node address).
 
-use crate::kube_fake::{self, exec_kubeconfig, KubeFake, Opts};
+use crate::cluster::{self as real, Cluster};
+use crate::kube_fake::{self, KubeFake, Opts};
 use koord_bundle::chart::{extract_crds, ChartArchive};
 use koord_bundle::cluster::{
     self, preflight, ChartCrd, ClusterError, KubeClient, Level, PreflightInput, PreflightReport,
 };
-use std::path::Path;
+use serde_json::json;
+use std::path::{Path, PathBuf};
 
 const NS: &str = "koordinator-system";
 const TOKEN: &str = "fake-token-0123456789abcdef";
-const USER: &str = "fake-admin";
+const RELEASE: &str = "koordinator";
 
 /// A fake API server over HTTPS that wants `TOKEN`, seeded from one fixture directory.
 fn start(cluster: &str) -> KubeFake {
@@ -19,10 +26,9 @@ fn start(cluster: &str) -> KubeFake {
         seed: &[cluster],
         tls: true,
         token: Some(TOKEN),
-        tls_name: None,
+        ..Default::default()
     })
 }
-const RELEASE: &str = "koordinator";
 
 /// The 1.8.0 chart's CRDs as `load` hands them to the pre-flight: extracted from the archive in
 /// tests/fixtures/charts by the library (as `build` does), in `<group>_<plural>.yaml` order.
@@ -61,20 +67,33 @@ fn input_for<'a>(
         release: RELEASE,
         strict,
         host_network: false,
+        chart_version: "1.8.0",
+        allow_downgrade: false,
     }
 }
 
+/// The pre-flight through the kubeconfig at `kubeconfig`.
+async fn run_with(
+    kubeconfig: &Path,
+    platforms: &[String],
+    crds: &[ChartCrd],
+    strict: bool,
+) -> PreflightReport {
+    let cfg = cluster::kubeconfig::load(kubeconfig, None).expect("the kubeconfig loads");
+    let client = KubeClient::new(&cfg).expect("client");
+    preflight(&client, &input_for(platforms, crds, strict))
+        .await
+        .expect("preflight runs")
+}
+
+/// The pre-flight against the fake.
 async fn run(
     stub: &KubeFake,
     platforms: &[String],
     crds: &[ChartCrd],
     strict: bool,
 ) -> PreflightReport {
-    let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).expect("stub kubeconfig loads");
-    let client = KubeClient::new(&cfg).expect("client");
-    preflight(&client, &input_for(platforms, crds, strict))
-        .await
-        .expect("preflight runs")
+    run_with(&stub.kubeconfig, platforms, crds, strict).await
 }
 
 fn of<'a>(r: &'a PreflightReport, check: &str) -> Vec<&'a koord_bundle::cluster::Finding> {
@@ -101,6 +120,8 @@ fn chart_180_has_thirteen_switchable_crds() {
     }
 }
 
+/// On the FAKE API server: a kind node's kubelet `/configz` cannot be reached through a real
+/// API server here (it refuses to proxy to a loopback node address).
 #[tokio::test]
 async fn kind_fresh_cluster_passes() {
     let stub = start("kind");
@@ -157,10 +178,21 @@ async fn kind_fresh_cluster_passes() {
 
 #[tokio::test]
 async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
-    let stub = start("eks");
+    let kube = real::lease();
+    kube.seed_nodes("eks");
+    // Chart 1.6.0 installed by hand into koordinator-system (helm 4 applies its Namespace over
+    // the one --create-namespace made), then upgraded once: revision 2.
+    let chart = crate::common::fixtures().join("koordinator-1.6.0.tgz");
+    for verb in ["install", "upgrade"] {
+        let mut args = vec![verb, RELEASE, chart.to_str().unwrap(), "-n", NS];
+        if verb == "install" {
+            args.push("--create-namespace");
+        }
+        crate::common::assert_ok(&kube.helm(4, &args));
+    }
     let crds = chart_180_crds();
 
-    let r = run(&stub, &platforms(&["linux/amd64"]), &crds, false).await;
+    let r = run_with(&kube.kubeconfig, &platforms(&["linux/amd64"]), &crds, false).await;
     assert!(r.failed());
     let arch = of(&r, "node-arch");
     assert_eq!(arch.len(), 1);
@@ -182,15 +214,15 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
         Some("rebuild the bundle with --platform linux/amd64,linux/arm64")
     );
 
-    let r = run(
-        &stub,
+    let r = run_with(
+        &kube.kubeconfig,
         &platforms(&["linux/amd64", "linux/arm64"]),
         &crds,
         false,
     )
     .await;
     assert!(!r.failed(), "{:#?}", r.findings);
-    assert_eq!(r.server_version, "v1.28.15-eks-7f9249a");
+    assert_eq!(r.server_version, kube.cp.version);
     assert_eq!(of(&r, "server-version")[0].level, Level::Info);
     assert_eq!(r.nodes.len(), 3);
     assert!(r
@@ -198,7 +230,7 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
         .iter()
         .all(|n| n.kernel.starts_with("5.10.") && n.container_runtime == "containerd://1.7.22"));
     assert!(of(&r, "containerd")[0].message.contains("3 node(s)"));
-    // Upgrade of revision 3 (chart 1.6.0): its CRDs are this release's, 1.8.0's new ones absent.
+    // Upgrade of revision 2 (chart 1.6.0): its CRDs are this release's, 1.8.0's new ones absent.
     let rel = r.existing_release.as_ref().expect("existing release");
     assert_eq!(
         (
@@ -207,7 +239,7 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
             rel.revision,
             rel.status.as_str()
         ),
-        (RELEASE, NS, 3, "deployed")
+        (RELEASE, NS, 2, "deployed")
     );
     assert_eq!(rel.chart_version.as_deref(), Some("1.6.0"));
     // Installed into koordinator-system before: found there and upgraded there.
@@ -221,7 +253,7 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
     assert!(
         rel_f[1]
             .message
-            .contains("revision 3, chart 1.6.0 is deployed"),
+            .contains("revision 2, chart 1.6.0 is deployed in koordinator-system: this is an upgrade to chart 1.8.0"),
         "{rel_f:#?}"
     );
     assert_eq!(r.release_namespace, NS);
@@ -241,26 +273,26 @@ async fn eks_arm64_nodes_fail_then_pass_and_existing_release_is_found() {
     assert_eq!(of(&r, "namespace")[0].level, Level::Info);
 }
 
+/// ACK's nodes, the five CRDs ack-koordinator installs (no Helm labels) and its namespace, as
+/// `kubectl create namespace` leaves it.
+fn ack(kube: &Cluster) {
+    kube.seed_nodes("ack");
+    kube.seed_crds("ack");
+    kube.kubectl(&["create", "namespace", NS]);
+}
+
 #[tokio::test]
 async fn ack_unowned_crds_are_switched_off_and_namespace_needs_adoption() {
-    let stub = start("ack");
+    let kube = real::lease();
+    ack(&kube);
     let crds = chart_180_crds();
-    let r = run(
-        &stub,
+    let r = run_with(
+        &kube.kubeconfig,
         &platforms(&["linux/amd64", "linux/arm64"]),
         &crds,
         false,
     )
     .await;
-
-    assert_eq!(r.server_version, "v1.22.15-aliyun.1");
-    let v = of(&r, "server-version");
-    assert_eq!(v[0].level, Level::Warn);
-    assert!(
-        v[0].message.contains("Koordinator compatibility notes"),
-        "{}",
-        v[0].message
-    );
 
     // The five CRDs ack-koordinator installed, in chart order.
     assert_eq!(
@@ -310,14 +342,15 @@ async fn ack_unowned_crds_are_switched_off_and_namespace_needs_adoption() {
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(j["crdValuesOff"].as_array().unwrap().len(), 5);
     assert_eq!(j["findings"][0]["check"], "server-version");
-    assert_eq!(j["findings"][0]["level"], "warn");
+    assert_eq!(j["findings"][0]["level"], "info");
 }
 
 #[tokio::test]
 async fn ack_strict_fails_naming_skip_crds_with_the_five_plurals() {
-    let stub = start("ack");
+    let kube = real::lease();
+    ack(&kube);
     let crds = chart_180_crds();
-    let r = run(&stub, &platforms(&["linux/amd64"]), &crds, true).await;
+    let r = run_with(&kube.kubeconfig, &platforms(&["linux/amd64"]), &crds, true).await;
     assert!(r.failed());
     assert!(r.crd_values_off.is_empty());
     let fails: Vec<_> = of(&r, "crd-ownership")
@@ -336,6 +369,7 @@ async fn ack_strict_fails_naming_skip_crds_with_the_five_plurals() {
     );
 }
 
+/// On the FAKE API server: a real one cannot be made to report v1.16.
 #[tokio::test]
 async fn old_cluster_is_refused() {
     let stub = start("old");
@@ -365,12 +399,8 @@ async fn old_cluster_is_refused() {
 
 #[tokio::test]
 async fn wrong_token_is_401_naming_user_and_resource() {
-    let stub = start("kind");
-    let text = std::fs::read_to_string(&stub.kubeconfig)
-        .unwrap()
-        .replace(TOKEN, "expired-token-value");
-    let path = stub.dir.path().join("expired");
-    std::fs::write(&path, text).unwrap();
+    let kube = real::lease();
+    let path = kube.token_kubeconfig("expired-user", "expired-token-value");
     let cfg = cluster::kubeconfig::load(&path, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
@@ -380,24 +410,29 @@ async fn wrong_token_is_401_naming_user_and_resource() {
     assert!(matches!(e, ClusterError::Unauthorized { .. }), "{e:?}");
     let m = e.to_string();
     assert!(
-        m.contains(USER) && m.contains("/version") && m.contains(&stub.url),
+        m.contains("\"expired-user\"") && m.contains("/version") && m.contains(&kube.cp.server),
         "{m}"
     );
     assert!(!m.contains("expired-token-value"), "{m}");
 }
 
+/// A user whose RBAC lets it read nodes, namespaces, CRDs and DaemonSets, but not Secrets: the
+/// API server's own 403, naming the user and the resource.
 #[tokio::test]
 async fn forbidden_secrets_is_403_naming_user_and_resource() {
-    let stub = start("eks");
-    stub.fail(
-        "GET",
-        "^/api/v1/namespaces/default/secrets$",
-        403,
-        "Forbidden",
-        "secrets is forbidden: User \"system:serviceaccount:kube-system:koord-bundle\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\"",
-        1,
-    );
-    let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
+    let kube = real::lease();
+    kube.seed_nodes("eks");
+    kube.seed(json!([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "koord-test-limited"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list"]},
+                   {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list"]},
+                   {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "koord-test-limited"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "koord-test-limited"},
+         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "koord-test-limited"}]}
+    ]));
+    let path = kube.token_kubeconfig("limited", kube.cp.tokens["limited"].as_str().unwrap());
+    let cfg = cluster::kubeconfig::load(&path, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
     let crds = chart_180_crds();
     let platforms = platforms(&["linux/amd64", "linux/arm64"]);
@@ -406,10 +441,13 @@ async fn forbidden_secrets_is_403_naming_user_and_resource() {
     let m = e.to_string();
     assert!(matches!(e, ClusterError::Forbidden { .. }), "{e:?}");
     assert!(
-        m.contains(USER) && m.contains("/api/v1/namespaces/default/secrets"),
+        m.contains("\"limited\"") && m.contains("/api/v1/namespaces/default/secrets"),
         "{m}"
     );
-    assert!(m.contains("cannot list resource \"secrets\""), "{m}");
+    assert!(
+        m.contains("User \"koord-test-limited\" cannot list resource \"secrets\""),
+        "{m}"
+    );
 }
 
 fn runs(count: &Path) -> usize {
@@ -424,8 +462,9 @@ async fn exec_plugin_token_is_fetched_once_cached_and_fetched_again_after_a_401(
         "client.authentication.k8s.io/v1",
         "client.authentication.k8s.io/v1beta1",
     ] {
-        let fake = start("kind");
-        let (path, count, info) = exec_kubeconfig(&fake, api, TOKEN);
+        let kube = real::lease();
+        kube.seed_nodes("kubeadm");
+        let (path, count, info) = kube.exec_kubeconfig(api);
         let cfg = cluster::kubeconfig::load(&path, None).unwrap();
         let client = KubeClient::new(&cfg).unwrap();
         let crds = chart_180_crds();
@@ -435,20 +474,31 @@ async fn exec_plugin_token_is_fetched_once_cached_and_fetched_again_after_a_401(
             .await
             .expect("preflight with the plugin's token");
         assert!(!r.failed(), "{:#?}", r.findings);
-        let reqs = fake.requests();
-        assert!(reqs.len() > 10 && reqs.iter().all(|r| r["authorized"] == true));
+        let reqs = kube.requests_of("koord-bundle/");
+        assert!(reqs.len() > 10, "{:#?}", kube.request_lines());
+        assert!(
+            reqs.iter()
+                .all(|r| r["user"]["username"] == "koord-test-admin"
+                    && r["responseStatus"]["code"].as_u64().unwrap_or(0) < 400
+                    || r["responseStatus"]["code"] == 404),
+            "{:#?}",
+            kube.request_lines()
+        );
         assert_eq!(runs(&count), 1, "one run, cached for every request ({api})");
         let exec_info: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
         assert_eq!(exec_info["apiVersion"], api);
         assert_eq!(exec_info["kind"], "ExecCredential");
         assert_eq!(exec_info["spec"]["interactive"], false);
-        assert_eq!(exec_info["spec"]["cluster"]["server"], fake.url.as_str());
+        assert_eq!(
+            exec_info["spec"]["cluster"]["server"],
+            kube.cp.server.as_str()
+        );
         assert!(exec_info["spec"]["cluster"]["certificate-authority-data"].is_string());
 
         // A token the server refuses: fetched again once, then a 401 naming the user.
         let before = runs(&count);
-        let (path, count, _) = exec_kubeconfig(&fake, api, "not-the-token");
+        let (path, count, _) = kube.exec_kubeconfig_with(api, "not-the-token");
         let cfg = cluster::kubeconfig::load(&path, None).unwrap();
         let client = KubeClient::new(&cfg).unwrap();
         let e = preflight(&client, &input).await.unwrap_err();
@@ -460,8 +510,8 @@ async fn exec_plugin_token_is_fetched_once_cached_and_fetched_again_after_a_401(
 
 #[tokio::test]
 async fn exec_plugin_missing_or_broken_is_named_with_its_install_hint() {
-    let fake = start("kind");
-    let (path, _, _) = exec_kubeconfig(&fake, "client.authentication.k8s.io/v1", TOKEN);
+    let kube = real::lease();
+    let (path, _, _) = kube.exec_kubeconfig("client.authentication.k8s.io/v1");
     let text = std::fs::read_to_string(&path).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let plugin = v["users"][0]["user"]["exec"]["command"]
@@ -478,7 +528,7 @@ async fn exec_plugin_missing_or_broken_is_named_with_its_install_hint() {
         .unwrap_err()
         .to_string();
     assert!(
-        m.contains("/nonexistent/aws --cluster-name fake")
+        m.contains("/nonexistent/aws --cluster-name kb-test")
             && m.contains("not found: token-plugin.sh comes with the test"),
         "{m}"
     );
@@ -530,115 +580,82 @@ async fn unreachable_server_says_no_cluster_reachable_and_names_the_url() {
     );
 }
 
-#[tokio::test]
-async fn fake_answers_like_an_api_server() {
-    // The fake's own behaviour, so that what the tests above rely on is pinned down.
-    let stub = start("ack");
-    let cfg = cluster::kubeconfig::load(&stub.kubeconfig, None).unwrap();
-    let client = KubeClient::new(&cfg).unwrap();
-    assert!(client.get_json("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/devices.scheduling.koordinator.sh").await.unwrap().is_none());
-    let crd = client
-        .get_json(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodeslos.slo.koordinator.sh",
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(crd["kind"], "CustomResourceDefinition");
-    assert_eq!(crd["spec"]["names"]["plural"], "nodeslos");
-    let eks = start("eks");
-    let cfg = cluster::kubeconfig::load(&eks.kubeconfig, None).unwrap();
-    let client = KubeClient::new(&cfg).unwrap();
-    let all = client
-        .get_json("/api/v1/namespaces/koordinator-system/secrets")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(all["items"].as_array().unwrap().len(), 2);
-    let none = client.get_json("/api/v1/namespaces/koordinator-system/secrets?labelSelector=owner%3Dhelm%2Cname%3Dother").await.unwrap().unwrap();
-    assert_eq!(none["kind"], "SecretList");
-    assert!(none["items"].as_array().unwrap().is_empty());
-}
-
-/// The fake's kubeconfig with its cluster and user entries changed by `edit`, written next to it.
+/// The lease's admin kubeconfig with its cluster and user entries changed by `edit`, written
+/// next to it.
 fn edited_kubeconfig(
-    fake: &KubeFake,
+    kube: &Cluster,
     name: &str,
     edit: impl FnOnce(&mut serde_json::Value),
-) -> std::path::PathBuf {
+) -> PathBuf {
     let mut kc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fake.kubeconfig).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&kube.kubeconfig).unwrap()).unwrap();
     edit(&mut kc);
-    let path = fake.dir.path().join(name);
+    let path = kube.dir.path().join(name);
     std::fs::write(&path, kc.to_string()).unwrap();
     path
 }
 
-/// `tls-server-name`: the fake's certificate names `kubernetes.fake` only, not 127.0.0.1. With
-/// the name set, the client checks the certificate against it and sends it as SNI; without it,
-/// the handshake fails, naming the server.
+/// `tls-server-name`: the API server's certificate names 127.0.0.1 and `kubernetes`. With
+/// `tls-server-name: kubernetes` the handshake passes; with a name the certificate does not
+/// hold it fails, naming the server (so the name, not the address, is what was checked).
 #[tokio::test]
 async fn tls_server_name_is_sent_and_checked() {
-    let fake = kube_fake::start(Opts {
-        seed: &["kind"],
-        tls: true,
-        token: Some(TOKEN),
-        tls_name: Some("kubernetes.fake"),
-    });
+    let kube = real::lease();
+    kube.seed_nodes("kubeadm");
     let crds = chart_180_crds();
     let platforms = platforms(&["linux/amd64"]);
     let input = input_for(&platforms, &crds, false);
-    let cfg = cluster::kubeconfig::load(&fake.kubeconfig, None).unwrap();
+    let wrong = edited_kubeconfig(&kube, "wrong-name", |kc| {
+        kc["clusters"][0]["cluster"]["tls-server-name"] = "not-the-api-server.example".into();
+    });
+    let cfg = cluster::kubeconfig::load(&wrong, None).unwrap();
     let e = preflight(&KubeClient::new(&cfg).unwrap(), &input)
         .await
         .unwrap_err();
     assert!(matches!(e, ClusterError::Tls { .. }), "{e:?}");
-    assert!(e.to_string().contains(&fake.url), "{e}");
-    let named = edited_kubeconfig(&fake, "named", |kc| {
-        kc["clusters"][0]["cluster"]["tls-server-name"] = "kubernetes.fake".into();
+    assert!(e.to_string().contains(&kube.cp.server), "{e}");
+    let named = edited_kubeconfig(&kube, "named", |kc| {
+        kc["clusters"][0]["cluster"]["tls-server-name"] = "kubernetes".into();
     });
     let cfg = cluster::kubeconfig::load(&named, None).unwrap();
     let r = preflight(&KubeClient::new(&cfg).unwrap(), &input)
         .await
         .expect("the certificate is checked against tls-server-name");
     assert!(!r.failed(), "{:#?}", r.findings);
-    assert!(
-        fake.sni().iter().any(|s| s == "kubernetes.fake"),
-        "{:?}",
-        fake.sni()
-    );
 }
 
 /// `as`, `as-uid`, `as-groups`, `as-user-extra`: every request carries the `Impersonate-*`
-/// headers, as kubectl sends them.
+/// headers, as kubectl sends them: the API server acts as that user (403 for what it may not
+/// do) and its audit log records the impersonation.
 #[tokio::test]
 async fn impersonation_headers_are_sent() {
-    let fake = start("kind");
-    let path = edited_kubeconfig(&fake, "impersonating", |kc| {
+    let kube = real::lease();
+    let path = edited_kubeconfig(&kube, "impersonating", |kc| {
         let u = &mut kc["users"][0]["user"];
-        u["as"] = "jane".into();
-        u["as-uid"] = "1001".into();
+        u["as"] = "koord-test-nobody".into();
+        u["as-uid"] = "1002".into();
         u["as-groups"] = serde_json::json!(["devs", "ops"]);
         u["as-user-extra"] = serde_json::json!({"reason": ["audit"]});
     });
     let cfg = cluster::kubeconfig::load(&path, None).unwrap();
     let client = KubeClient::new(&cfg).unwrap();
-    client.get_json("/version").await.unwrap().unwrap();
-    let reqs = fake.requests();
-    let imp = &reqs.last().unwrap()["impersonate"];
+    let e = client.get_json("/api/v1/nodes").await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("User \"koord-test-nobody\" cannot list resource \"nodes\""),
+        "{e}"
+    );
+    let reqs = kube.requests_of("koord-bundle/");
+    let imp = &reqs.last().unwrap()["impersonatedUser"];
+    assert_eq!(imp["username"], "koord-test-nobody", "{imp}");
+    assert_eq!(imp["uid"], "1002", "{imp}");
     assert_eq!(
-        imp["impersonate-user"],
-        serde_json::json!(["jane"]),
+        imp["groups"],
+        serde_json::json!(["devs", "ops", "system:authenticated"]),
         "{imp}"
     );
-    assert_eq!(imp["impersonate-uid"], serde_json::json!(["1001"]), "{imp}");
     assert_eq!(
-        imp["impersonate-group"],
-        serde_json::json!(["devs", "ops"]),
-        "{imp}"
-    );
-    assert_eq!(
-        imp["impersonate-extra-reason"],
+        imp["extra"]["reason"],
         serde_json::json!(["audit"]),
         "{imp}"
     );
@@ -693,9 +710,9 @@ fn connect_proxy() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
 /// tunnel), TLS and token end to end through it.
 #[tokio::test]
 async fn proxy_url_tunnels_through_the_proxy() {
-    let fake = start("kind");
+    let kube = real::lease();
     let (proxy, seen) = connect_proxy();
-    let path = edited_kubeconfig(&fake, "proxied", |kc| {
+    let path = edited_kubeconfig(&kube, "proxied", |kc| {
         kc["clusters"][0]["cluster"]["proxy-url"] = proxy.clone().into();
     });
     let cfg = cluster::kubeconfig::load(&path, None).unwrap();
@@ -705,8 +722,8 @@ async fn proxy_url_tunnels_through_the_proxy() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(v["gitVersion"], "v1.29.2");
-    let host = fake.url.trim_start_matches("https://").to_string();
+    assert_eq!(v["gitVersion"], kube.cp.version.as_str());
+    let host = kube.cp.server.trim_start_matches("https://").to_string();
     let seen = seen.lock().unwrap().clone();
     assert!(
         seen.iter()
@@ -716,7 +733,8 @@ async fn proxy_url_tunnels_through_the_proxy() {
 }
 
 /// Credentials go over TLS only: to a plain-HTTP server the token is not sent, and the 401
-/// says why, naming the user and the server.
+/// says why, naming the user and the server. On the FAKE API server: a real one serves no
+/// plain HTTP.
 #[tokio::test]
 async fn no_token_over_plain_http() {
     let fake = kube_fake::start(Opts {

@@ -8,7 +8,7 @@
 //! recorded) and whether a file changed are known: the schemas are "not available".
 
 use super::{Change, Side};
-use crate::bundle::crd::{self, CrdSchema, Field};
+use crate::bundle::crd::{self, CrdSchema, Field, VersionSchema};
 use crate::bundle::manifest::{CrdRecord, CrdVersion};
 use crate::oci::Digest;
 use serde::Serialize;
@@ -316,11 +316,7 @@ fn changed(o: &Known<'_>, n: &Known<'_>) -> CrdChange {
                 continue;
             };
             let empty = BTreeMap::new();
-            let d = fields(
-                &vo.version.name,
-                vo.fields.as_ref().unwrap_or(&empty),
-                vn.fields.as_ref().unwrap_or(&empty),
-            );
+            let d = fields(&vo.version.name, vo.fields.as_ref().unwrap_or(&empty), vn);
             if !d.is_empty() {
                 warn_fields(&d, &mut c.warnings);
                 c.schema.push(d);
@@ -337,15 +333,21 @@ fn changed(o: &Known<'_>, n: &Known<'_>) -> CrdChange {
     c
 }
 
-/// The fields of one version's schema on both sides.
-fn fields(version: &str, o: &BTreeMap<String, Field>, n: &BTreeMap<String, Field>) -> VersionDiff {
+/// The fields of one version's schema on both sides: a field of OLD is removed when NEW
+/// prunes it ([`VersionSchema::prunes`], the rule the pre-flight of an upgrade applies to the
+/// objects in the cluster).
+fn fields(version: &str, o: &BTreeMap<String, Field>, new: &VersionSchema) -> VersionDiff {
     let mut d = VersionDiff {
         version: version.to_string(),
         ..Default::default()
     };
+    let empty = BTreeMap::new();
+    let n = new.fields.as_ref().unwrap_or(&empty);
     for (path, fo) in o {
         let Some(fnew) = n.get(path) else {
-            d.fields_removed.push(path.clone());
+            if new.prunes(path) {
+                d.fields_removed.push(path.clone());
+            }
             continue;
         };
         if fo.required && !fnew.required {
@@ -466,6 +468,7 @@ mod tests {
             ty: Some(ty.into()),
             required,
             enums: enums.map(|e| e.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
         }
     }
 
@@ -493,7 +496,16 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let d = fields("v1", &o, &n);
+        let new = VersionSchema {
+            version: crate::bundle::manifest::CrdVersion {
+                name: "v1".into(),
+                served: true,
+                storage: true,
+            },
+            fields: Some(n),
+            root_preserves: false,
+        };
+        let d = fields("v1", &o, &new);
         assert_eq!(
             d.fields_added,
             ["spec.new"],

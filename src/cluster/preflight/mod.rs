@@ -28,8 +28,9 @@
 //! another one, and a release of the same name found in another namespace (installed there
 //! before) is upgraded where it is rather than installed a second time.
 //!
-//! Tested against a stateful fake API server (`tests/kube-fake/`) and real-format fixtures
-//! (`tests/fixtures/kube/`), not against a live API server.
+//! Tested against the real control plane of the test environment, with nodes and CRDs shaped
+//! on real clusters (`tests/fixtures/kube/`), and against the read-only fake API server of
+//! `tests/kube-fake/` for what a real one cannot be made to answer (see `super`).
 //!
 //! Every list read is bounded (pages, bytes, time, repeated `continue` tokens: [`super::list`]).
 
@@ -105,6 +106,11 @@ pub struct PreflightInput<'a> {
     pub strict: bool,
     /// koord-manager is put on the host network anyway (`--host-network`).
     pub host_network: bool,
+    /// The bundle's chart version (`1.8.0`): an existing release of a newer chart makes this
+    /// a downgrade.
+    pub chart_version: &'a str,
+    /// A downgrade is allowed (`--allow-downgrade`).
+    pub allow_downgrade: bool,
 }
 
 /// One CRD of the chart.
@@ -186,6 +192,12 @@ pub struct ReleaseInfo {
     pub status: String,
     /// Chart version of that revision, when its record could be decoded.
     pub chart_version: Option<String>,
+    /// The user values of that revision (`helm get values`), when its record could be decoded.
+    #[serde(skip)]
+    pub values: Option<serde_json::Value>,
+    /// The objects that revision applied (its manifest), when its record could be decoded.
+    #[serde(skip)]
+    pub manifest: Option<String>,
 }
 
 /// Everything the checks found.
@@ -338,6 +350,8 @@ pub(crate) mod tests {
                 revision: 3,
                 status: "deployed".into(),
                 chart_version: None,
+                values: None,
+                manifest: None,
             }),
             release_namespace: "default".into(),
             create_namespace: false,
@@ -385,6 +399,8 @@ pub(crate) mod tests {
             release: "koordinator",
             strict,
             host_network: false,
+            chart_version: "1.8.0",
+            allow_downgrade: false,
         }
     }
 }

@@ -55,6 +55,8 @@ fn revision(s: &Secret) -> Option<(u32, ReleaseInfo)> {
                 .cloned()
                 .unwrap_or_else(|| "unknown".into()),
             chart_version: None,
+            values: None,
+            manifest: None,
         },
     ))
 }
@@ -71,7 +73,14 @@ pub(crate) fn latest(secrets: &[Secret], namespace: &str) -> Option<ReleaseInfo>
     if info.namespace.is_empty() {
         info.namespace = namespace.to_string();
     }
-    info.chart_version = decode(secret).as_ref().and_then(chart_version);
+    if let Some(release) = decode(secret) {
+        info.chart_version = chart_version(&release);
+        info.values = release.get("config").filter(|c| !c.is_null()).cloned();
+        info.manifest = release
+            .get("manifest")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
+    }
     Some(info)
 }
 
@@ -212,12 +221,15 @@ pub(crate) fn release_findings(
         .map(|v| format!(", chart {v}"))
         .unwrap_or_default();
     let f = match r.status.as_str() {
-        "deployed" | "superseded" => Finding::new(
-            Level::Info,
-            CHECK_RELEASE,
-            format!("Helm release {rel:?} revision {}{chart} is {} in {ns}: this is an upgrade", r.revision, r.status),
-            None,
-        ),
+        "deployed" | "superseded" => {
+            let (what, level, fix) = direction(r, input);
+            Finding::new(
+                level,
+                CHECK_RELEASE,
+                format!("Helm release {rel:?} revision {}{chart} is {} in {ns}: this is {what}", r.revision, r.status),
+                fix,
+            )
+        }
         "failed" => Finding::new(
             Level::Warn,
             CHECK_RELEASE,
@@ -260,6 +272,40 @@ pub(crate) fn release_findings(
         ),
     };
     vec![f]
+}
+
+/// What installing the bundle's chart over release `r` is: an upgrade, a reinstall of the same
+/// version, or a downgrade (refused unless `--allow-downgrade`: the older chart may not know
+/// the CRD versions and values the newer one left in the cluster).
+fn direction(r: &ReleaseInfo, input: &PreflightInput<'_>) -> (String, Level, Option<String>) {
+    let parse = |v: &str| semver::Version::parse(v.trim_start_matches('v')).ok();
+    let (Some(now), Some(new)) = (
+        r.chart_version.as_deref().and_then(parse),
+        parse(input.chart_version),
+    ) else {
+        return ("an upgrade".into(), Level::Info, None);
+    };
+    match new.cmp(&now) {
+        std::cmp::Ordering::Greater => (format!("an upgrade to chart {new}"), Level::Info, None),
+        std::cmp::Ordering::Equal => (
+            format!("a reinstall of the same chart {new} (the values and the registry may change)"),
+            Level::Info,
+            None,
+        ),
+        std::cmp::Ordering::Less if input.allow_downgrade => (
+            format!("a DOWNGRADE to chart {new} (--allow-downgrade)"),
+            Level::Warn,
+            None,
+        ),
+        std::cmp::Ordering::Less => (
+            format!("a DOWNGRADE to chart {new}: the bundle's chart is older than the one the release runs"),
+            Level::Fail,
+            Some(format!(
+                "load a bundle of chart {now} or newer; or, to go back to {new} on purpose, pass --allow-downgrade (`helm rollback {} <REVISION> -n {}` returns to an earlier revision as it was)",
+                input.release, input.namespace
+            )),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -381,8 +427,33 @@ mod tests {
             revision: 3,
             status: status.into(),
             chart_version: Some("1.6.0".into()),
+            values: None,
+            manifest: None,
         };
         assert_eq!(release_findings(None, &i)[0].level, Level::Info);
+        // The bundle's chart (1.8.0 in `input`) against the release's: up, same, down.
+        let mut newer = r("deployed");
+        newer.chart_version = Some("1.9.1".into());
+        let f = &release_findings(Some(&newer), &i)[0];
+        assert_eq!(f.level, Level::Fail, "{}", f.message);
+        assert!(
+            f.message.contains("DOWNGRADE to chart 1.8.0"),
+            "{}",
+            f.message
+        );
+        assert!(f.fix.as_deref().unwrap().contains("--allow-downgrade"));
+        let allowed = PreflightInput {
+            allow_downgrade: true,
+            ..i
+        };
+        assert_eq!(
+            release_findings(Some(&newer), &allowed)[0].level,
+            Level::Warn
+        );
+        newer.chart_version = Some("1.8.0".into());
+        assert!(release_findings(Some(&newer), &i)[0]
+            .message
+            .contains("a reinstall of the same chart 1.8.0"));
         let f = &release_findings(Some(&r("deployed")), &i)[0];
         assert_eq!(f.level, Level::Info);
         assert!(

@@ -1,0 +1,333 @@
+//! What replacing the chart's CRDs does to the cluster (helm replaces them on every upgrade: the
+//! chart keeps them in `templates/crd/`), read against the live CRDs and their objects:
+//!
+//! | check | finds |
+//! |---|---|
+//! | `crd-stored-versions` | a version in the live CRD's `status.storedVersions` that the new CRD no longer lists: the API server refuses the new CRD in the middle of `helm upgrade` (a failed release): **Fail**, naming the version, how many objects exist, and the steps that migrate them |
+//! | `crd-storage-version` | the stored version changes: existing objects stay stored in the old one until rewritten (**Warn** when there are some, else Info), with what to run before a later chart drops it |
+//! | `crd-objects` | objects that the new schema prunes fields of, that lack a newly required field, or use an `enum` value that is gone ([`crate::crd::VersionSchema::check_object`], the rule `diff` applies to the schemas): **Warn**, **Fail** under `--strict` |
+//!
+//! Objects are listed bounded ([`crate::cluster::list::Bounds::CUSTOM`]).
+
+use super::super::client::KubeClient;
+use super::super::list::{list_json, Bounds};
+use super::super::preflight::{names, Finding, Level};
+use super::super::ClusterError;
+use crate::crd::{self, CrdSchema};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Check name: a stored version the new CRD drops.
+pub const CHECK_CRD_STORED_VERSIONS: &str = "crd-stored-versions";
+/// Check name: the stored version changes.
+pub const CHECK_CRD_STORAGE_VERSION: &str = "crd-storage-version";
+/// Check name: existing objects against the new schema.
+pub const CHECK_CRD_OBJECTS: &str = "crd-objects";
+
+/// The live side of one CRD: its served and stored versions, its storage version.
+struct Live {
+    group: String,
+    plural: String,
+    served: Vec<String>,
+    storage: Option<String>,
+    stored_versions: Vec<String>,
+}
+
+fn live(v: &Value) -> Live {
+    let versions = v["spec"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let name = |x: &Value| x["name"].as_str().unwrap_or_default().to_string();
+    Live {
+        group: v["spec"]["group"].as_str().unwrap_or_default().to_string(),
+        plural: v["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        served: versions
+            .iter()
+            .filter(|x| x["served"] == true)
+            .map(name)
+            .collect(),
+        storage: versions.iter().find(|x| x["storage"] == true).map(name),
+        stored_versions: v["status"]["storedVersions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect(),
+    }
+}
+
+/// Every object of a CRD, read at `version` (all namespaces), bounded.
+async fn objects_of(
+    client: &KubeClient,
+    l: &Live,
+    version: &str,
+) -> Result<Vec<Value>, ClusterError> {
+    let path = format!("/apis/{}/{version}/{}", l.group, l.plural);
+    let mut all = Vec::new();
+    list_json(client, &path, Bounds::CUSTOM, |page| all.extend(page)).await?;
+    Ok(all)
+}
+
+fn object_name(o: &Value) -> String {
+    let name = o["metadata"]["name"].as_str().unwrap_or("?");
+    match o["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// The steps that move every object of a CRD to `to` and drop the other stored versions.
+fn migrate_steps(crd: &str, plural_group: &str, to: &str) -> String {
+    format!(
+        "with the chart now installed: (1) rewrite every object so that it is stored as {to}: `kubectl get {plural_group} -A -o json | kubectl replace -f -`; (2) drop the old versions from the stored versions: `kubectl patch crd {crd} --subresource=status --type=merge -p '{{\"status\":{{\"storedVersions\":[\"{to}\"]}}}}'`; then run this load again"
+    )
+}
+
+/// The findings for the chart's new CRDs (`new`: each CRD object of the rendered manifest).
+pub(crate) async fn crd_findings(
+    client: &KubeClient,
+    new: &[&Value],
+    strict: bool,
+) -> Result<Vec<Finding>, ClusterError> {
+    let mut out = Vec::new();
+    for n in new {
+        let name = n["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let Some(cur) = client
+            .get_json(&format!(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            ))
+            .await?
+        else {
+            continue;
+        };
+        let Some(schema) = serde_yaml_ng::to_value(n)
+            .ok()
+            .and_then(|y| crd::from_value(&name, &y).ok())
+        else {
+            continue;
+        };
+        one_crd(client, &name, &live(&cur), &schema, strict, &mut out).await?;
+    }
+    Ok(out)
+}
+
+async fn one_crd(
+    client: &KubeClient,
+    name: &str,
+    l: &Live,
+    schema: &CrdSchema,
+    strict: bool,
+    out: &mut Vec<Finding>,
+) -> Result<(), ClusterError> {
+    let plural_group = format!("{}.{}", l.plural, l.group);
+    let new_versions: BTreeSet<&str> = schema
+        .versions
+        .iter()
+        .map(|v| v.version.name.as_str())
+        .collect();
+    let new_storage = schema
+        .versions
+        .iter()
+        .find(|v| v.version.storage)
+        .map(|v| v.version.name.clone());
+    // Objects: read at the new stored version when the live CRD serves it, else at its own.
+    let read_at = new_storage
+        .clone()
+        .filter(|v| l.served.contains(v))
+        .or_else(|| l.storage.clone().filter(|v| l.served.contains(v)))
+        .or_else(|| l.served.first().cloned());
+    let objects = match &read_at {
+        Some(v) => objects_of(client, l, v).await?,
+        None => Vec::new(),
+    };
+    let count = objects.len();
+    let dropped: Vec<&String> = l
+        .stored_versions
+        .iter()
+        .filter(|v| !new_versions.contains(v.as_str()))
+        .collect();
+    for v in &dropped {
+        let to = new_storage.clone().unwrap_or_default();
+        let fix = if l.storage.as_deref() == Some(v.as_str()) {
+            format!(
+                "the live CRD still stores its objects as {v}: first install a chart version whose CRD serves both {v} and {to} with {to} as the stored version, then {}",
+                migrate_steps(name, &plural_group, &to)
+            )
+        } else {
+            migrate_steps(name, &plural_group, l.storage.as_deref().unwrap_or(&to))
+        };
+        out.push(Finding::new(
+            Level::Fail,
+            CHECK_CRD_STORED_VERSIONS,
+            format!(
+                "CRD {name}: version {v} is among its stored versions (status.storedVersions: {}), with {count} object(s) in the cluster, but the new CRD no longer has it (versions: {}): the API server refuses such a CRD, so helm would stop in the middle of the upgrade and leave a failed release",
+                l.stored_versions.join(", "),
+                new_versions.iter().copied().collect::<Vec<_>>().join(", ")
+            ),
+            Some(fix),
+        ));
+    }
+    if let (Some(old), Some(new)) = (&l.storage, &new_storage) {
+        if old != new && dropped.is_empty() {
+            let (level, what) = if count > 0 {
+                (Level::Warn, format!("its {count} existing object(s) stay stored as {old} until they are rewritten (status.storedVersions keeps {old})"))
+            } else {
+                (
+                    Level::Info,
+                    format!("it has no objects yet, so nothing stays stored as {old}"),
+                )
+            };
+            out.push(Finding::new(
+                level,
+                CHECK_CRD_STORAGE_VERSION,
+                format!("CRD {name}: the stored version changes from {old} to {new}: {what}"),
+                (count > 0).then(|| {
+                    format!(
+                        "before a later chart drops {old}, {}",
+                        migrate_steps(name, &plural_group, new)
+                    )
+                }),
+            ));
+        }
+    }
+    out.extend(object_fit(
+        name,
+        l,
+        schema,
+        read_at.as_deref(),
+        &objects,
+        strict,
+    ));
+    Ok(())
+}
+
+/// What the new schema, at the version objects are read at, does to the objects in the cluster.
+fn object_fit(
+    name: &str,
+    l: &Live,
+    schema: &CrdSchema,
+    read_at: Option<&str>,
+    objects: &[serde_json::Value],
+    strict: bool,
+) -> Option<Finding> {
+    let plural_group = format!("{}.{}", l.plural, l.group);
+    let count = objects.len();
+    let version = read_at.and_then(|v| schema.versions.iter().find(|s| s.version.name == v))?;
+    // What the new schema does to each object: (kind of problem, field) -> objects.
+    let mut by_problem: BTreeMap<(u8, String), Vec<String>> = BTreeMap::new();
+    let mut affected = BTreeSet::new();
+    for o in objects {
+        let p = version.check_object(o);
+        if p.is_empty() {
+            continue;
+        }
+        let who = object_name(o);
+        affected.insert(who.clone());
+        let generic = |path: &str| strip_indices(path);
+        for f in &p.pruned {
+            by_problem
+                .entry((0, generic(f)))
+                .or_default()
+                .push(who.clone());
+        }
+        for f in &p.missing_required {
+            by_problem
+                .entry((1, generic(f)))
+                .or_default()
+                .push(who.clone());
+        }
+        for f in &p.enum_gone {
+            by_problem
+                .entry((2, f.clone()))
+                .or_default()
+                .push(who.clone());
+        }
+    }
+    if affected.is_empty() {
+        return None;
+    }
+    let level = if strict { Level::Fail } else { Level::Warn };
+    let v = &version.version.name;
+    let mut lines = Vec::new();
+    for ((kind, field), who) in &by_problem {
+        let mut who = who.clone();
+        who.dedup();
+        let what = match kind {
+            0 => format!("lose {field} (the new schema has no such field: pruned on the next write)"),
+            1 => format!("lack {field}, which the new schema requires (their next update is refused)"),
+            _ => format!("use {field}, a value the new schema's enum no longer allows (their next update is refused)"),
+        };
+        lines.push(format!(
+            "{} {what}: {}",
+            who.len(),
+            names(who.iter().map(String::as_str))
+        ));
+    }
+    Some(Finding::new(
+        level,
+        CHECK_CRD_OBJECTS,
+        format!(
+            "CRD {name} ({} {v}): {} of {count} object(s) do not fit the new schema: {}",
+            schema.kind,
+            affected.len(),
+            lines.join("; ")
+        ),
+        Some(format!(
+            "save them first (`kubectl get {plural_group} -A -o yaml > {}-backup.yaml`) and move what they set to the fields the new version has{}",
+            l.plural,
+            if strict { "" } else { "; pass --strict to refuse such an upgrade" }
+        )),
+    ))
+}
+
+/// `spec.ports[3].name` → `spec.ports[].name`: one line for the same field of many items.
+fn strip_indices(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut skip = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                skip = true;
+                out.push('[');
+            }
+            ']' => {
+                skip = false;
+                out.push(']');
+            }
+            _ if skip => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_folded() {
+        assert_eq!(strip_indices("spec.ports[12].name"), "spec.ports[].name");
+        assert_eq!(strip_indices("a"), "a");
+    }
+
+    #[test]
+    fn live_side_of_a_crd() {
+        let l = live(
+            &serde_json::json!({"spec": {"group": "g.io", "names": {"plural": "xs"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": false}, {"name": "v1alpha2", "served": true, "storage": true}]},
+            "status": {"storedVersions": ["v1alpha1", "v1alpha2"]}}),
+        );
+        assert_eq!(l.storage.as_deref(), Some("v1alpha2"));
+        assert_eq!(l.served, ["v1alpha1", "v1alpha2"]);
+        assert_eq!(l.stored_versions, ["v1alpha1", "v1alpha2"]);
+        assert!(migrate_steps("xs.g.io", "xs.g.io", "v1alpha2").contains("--subresource=status"));
+    }
+}

@@ -1,0 +1,80 @@
+//! The second day: what installing the new release does to the cluster, found before anything is
+//! pushed or changed, from the objects helm will apply (its server-side render, post-rendered)
+//! and those the release applied before (its record).
+//!
+//! - [`changes`]: object by object, what the new release adds, changes (images, replicas,
+//!   RBAC rules, webhooks, CRD versions and schemas, other fields) and removes;
+//! - [`crds`]: stored versions the new CRDs drop (a Fail: the API server would refuse them
+//!   half-way through `helm upgrade`), stored versions that change, and existing custom
+//!   resources the new schemas prune or refuse;
+//! - [`dry_run`]: every object applied to the API server with `dryRun=All`: validation and
+//!   admission errors show here, naming the object.
+//!
+//! Like the pre-flight, it reads (and dry-runs: the API server persists nothing); helm writes.
+
+pub mod changes;
+pub mod crds;
+pub mod dry_run;
+
+pub use changes::{Action, ObjectChange};
+pub use crds::{CHECK_CRD_OBJECTS, CHECK_CRD_STORAGE_VERSION, CHECK_CRD_STORED_VERSIONS};
+pub use dry_run::{DryRun, CHECK_SERVER_DRY_RUN};
+
+use super::client::KubeClient;
+use super::preflight::{Finding, Level};
+use super::ClusterError;
+use serde::Serialize;
+use serde_json::Value;
+
+/// What the checks need.
+#[derive(Debug, Clone, Copy)]
+pub struct UpgradeInput<'a> {
+    /// Every object the new release will apply.
+    pub objects: &'a [Value],
+    /// Every object the release's current revision applied (empty for a fresh install).
+    pub previous: &'a [Value],
+    /// The release namespace (where helm puts objects without one).
+    pub release_namespace: &'a str,
+    /// `--strict`: custom resources the new schemas prune or refuse are a Fail.
+    pub strict: bool,
+}
+
+/// What the checks found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeReport {
+    /// Findings, in check order (CRDs, then the dry run).
+    pub findings: Vec<Finding>,
+    /// Object by object, what the new release changes.
+    pub changes: Vec<ObjectChange>,
+    /// What the server-side dry run checked.
+    pub dry_run: DryRun,
+}
+
+impl UpgradeReport {
+    /// True when a finding is a [`Level::Fail`].
+    pub fn failed(&self) -> bool {
+        self.findings.iter().any(|f| f.level == Level::Fail)
+    }
+}
+
+/// Run the checks against the cluster behind `client`.
+pub async fn check(
+    client: &KubeClient,
+    input: &UpgradeInput<'_>,
+) -> Result<UpgradeReport, ClusterError> {
+    let changes = changes::diff(input.previous, input.objects, input.release_namespace);
+    let new_crds: Vec<&Value> = input
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .collect();
+    let mut findings = crds::crd_findings(client, &new_crds, input.strict).await?;
+    let (dry, report) = dry_run::dry_run(client, input.objects, input.release_namespace).await?;
+    findings.extend(dry);
+    Ok(UpgradeReport {
+        findings,
+        changes,
+        dry_run: report,
+    })
+}

@@ -1,0 +1,556 @@
+//! The second day, on the REAL control plane (`cluster`): upgrades keep the site's values and
+//! name what they change, a downgrade needs its flag, CRD changes that would break the upgrade
+//! or lose objects are found before anything is pushed, the API server is asked first (a
+//! server-side dry run), and `helm uninstall` keeps the CRDs and their objects.
+
+use crate::cluster::{self, Cluster};
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+const CHART_NS: &str = "koordinator-system";
+const RELEASE: &str = "koordinator";
+
+/// The values a site installs with.
+const SITE_VALUES: &str = "manager:\n  replicas: 3\n  resources:\n    limits:\n      cpu: \"2\"\nkoordlet:\n  enableServiceMonitor: false\nfeatureGates: \"AllAlpha=false\"\n";
+
+/// `load BUNDLE` into the plain registry under `prefix` and the leased cluster, with `extra`.
+fn load(
+    h: &Home,
+    kube: &Cluster,
+    bundle: &Path,
+    prefix: &str,
+    major: u64,
+    extra: &[&str],
+) -> std::process::Output {
+    let registry = format!("{}/{prefix}", env().plain);
+    let mut args = vec![
+        "load",
+        bundle.to_str().unwrap(),
+        "--registry",
+        &registry,
+        "--plain-http",
+        "--kubeconfig",
+        kube.kubeconfig.to_str().unwrap(),
+    ];
+    let helm = cluster::helm_of(major);
+    args.extend(["--helm", helm.to_str().unwrap()]);
+    args.extend(extra);
+    h.load_cmd(bundle, &registry, &args[4..]).output().unwrap()
+}
+
+/// `helm get values RELEASE -o json` (the user values the release holds).
+fn release_values(kube: &Cluster, major: u64) -> Value {
+    let o = kube.helm(
+        major,
+        &["get", "values", RELEASE, "-n", "default", "-o", "json"],
+    );
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A home with signed bundles of 1.7.0 and 1.8.0, and the site's values file.
+fn two_versions() -> (Home, PathBuf, PathBuf, PathBuf) {
+    let h = Home::with_key();
+    let (old, _) = h.build_plain("1.7.0", &[]);
+    let (new, _) = h.build_plain("1.8.0", &[]);
+    let values = h.path().join("site-values.yaml");
+    std::fs::write(&values, SITE_VALUES).unwrap();
+    (h, old, new, values)
+}
+
+/// The site's values, as `helm get values` prints them.
+fn assert_site_values(v: &Value) {
+    assert_eq!(v["manager"]["replicas"], 3, "{v}");
+    assert_eq!(v["manager"]["resources"]["limits"]["cpu"], "2", "{v}");
+    assert_eq!(v["koordlet"]["enableServiceMonitor"], false, "{v}");
+    assert_eq!(v["featureGates"], "AllAlpha=false", "{v}");
+}
+
+fn site_values_survive_an_upgrade(major: u64) {
+    let (h, old, new, values) = two_versions();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix(&format!("keep{major}"));
+    assert_ok(&load(
+        &h,
+        &kube,
+        &old,
+        &prefix,
+        major,
+        &["--values", values.to_str().unwrap()],
+    ));
+    let before = release_values(&kube, major);
+    assert_site_values(&before);
+    // The dry run shows what the release will hold, and nothing is written.
+    kube.forget_requests();
+    let o = load(&h, &kube, &new, &prefix, major, &["--dry-run", "--json"]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_site_values(&r["helm"]["releaseValues"]);
+    assert_eq!(r["helm"]["previousValues"], before);
+    assert!(kube.writes_of("koord-bundle/").is_empty() && kube.writes_of("Helm/").is_empty());
+    // The upgrade itself, without --values: the site's values are still there, and the
+    // private registry's host is this run's.
+    let o = load(&h, &kube, &new, &prefix, major, &[]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("upgraded release koordinator"));
+    let after = release_values(&kube, major);
+    assert_site_values(&after);
+    assert_eq!(after["imageRepositoryHost"], before["imageRepositoryHost"]);
+    let d = kube
+        .get("deployment", Some(CHART_NS), "koord-manager")
+        .unwrap();
+    assert_eq!(
+        d["spec"]["replicas"], 3,
+        "the site's 3 replicas, not the chart's 2"
+    );
+    // What the upgrade did before this change (helm given only this run's values): the
+    // site's values are gone. --reset-values asks for exactly that.
+    let o = load(&h, &kube, &new, &prefix, major, &["--reset-values"]);
+    assert_ok(&o);
+    let reset = release_values(&kube, major);
+    assert!(reset.get("manager").is_none(), "{reset}");
+    assert!(reset["imageRepositoryHost"].is_string(), "{reset}");
+}
+
+fn a_downgrade_is_refused_without_its_flag(major: u64) {
+    let (h, old, new, _) = two_versions();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix(&format!("down{major}"));
+    assert_ok(&load(&h, &kube, &new, &prefix, major, &[]));
+    let prefix2 = unique_prefix(&format!("down2{major}"));
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let o = load(&h, &kube, &old, &prefix2, major, extra);
+        assert_fails(
+            &o,
+            1,
+            &[
+                "a DOWNGRADE to chart 1.7.0",
+                "--allow-downgrade",
+                "nothing was pushed",
+            ],
+        );
+    }
+    assert!(repos_under(&prefix2).is_empty());
+    let o = load(
+        &h,
+        &kube,
+        &old,
+        &prefix2,
+        major,
+        &["--allow-downgrade", "--dry-run"],
+    );
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("a DOWNGRADE to chart 1.7.0 (--allow-downgrade)"));
+}
+
+macro_rules! both_helms {
+    ($($name:ident),* $(,)?) => {
+        mod helm3 { $( #[test] fn $name() { super::$name(3) } )* }
+        mod helm4 { $( #[test] fn $name() { super::$name(4) } )* }
+    };
+}
+both_helms!(
+    site_values_survive_an_upgrade,
+    a_downgrade_is_refused_without_its_flag
+);
+
+/// The dry run of 1.7.0 → 1.8.0 lists what changes, object by object.
+#[test]
+fn the_dry_run_lists_what_an_upgrade_changes() {
+    let (h, old, new, _) = two_versions();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("changes");
+    assert_ok(&load(&h, &kube, &old, &prefix, 4, &[]));
+    kube.forget_requests();
+    let o = load(&h, &kube, &new, &prefix, 4, &["--dry-run"]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let registry = format!("{}/{prefix}", env().plain);
+    for needle in [
+        "changes  ".to_string(),
+        "~ Deployment koordinator-system/koord-manager".to_string(),
+        format!("image of manager: {registry}/koordinator-sh/koord-manager:v1.7.0@sha256:"),
+        format!(" → {registry}/koordinator-sh/koord-manager:v1.8.0@sha256:"),
+        "~ CustomResourceDefinition scheduleexplanations.scheduling.koordinator.sh".to_string(),
+        "values   the release will hold (the release's values, then this run's over them):"
+            .to_string(),
+    ] {
+        assert!(out.contains(&needle), "{needle:?} not in:\n{out}");
+    }
+    let o = load(&h, &kube, &new, &prefix, 4, &["--dry-run", "--json"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let changes = r["upgrade"]["changes"].as_array().unwrap();
+    assert!(
+        changes.iter().any(|c| c["action"] == "change"
+            && c["kind"] == "DaemonSet"
+            && c["name"] == "koordlet"),
+        "{changes:#?}"
+    );
+    assert!(kube.writes_of("koord-bundle/").is_empty() && kube.writes_of("Helm/").is_empty());
+    // The dry run asked the API server (dryRun=All) for every object.
+    let dry: Vec<Value> = kube
+        .requests_of("koord-bundle/")
+        .into_iter()
+        .filter(|r| {
+            r["verb"] == "patch"
+                && r["requestURI"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("dryRun=All")
+        })
+        .collect();
+    assert!(dry.len() > 40, "{}", dry.len());
+}
+
+/// A ScheduleExplanation of 1.7.0 that sets `spec.questionObjectReference`, which 1.8.0's
+/// schema removes: named by the pre-flight (Warn), refused under --strict before any push.
+#[test]
+fn an_object_that_loses_a_field_is_named_before_the_upgrade() {
+    let (h, old, new, _) = two_versions();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("prune");
+    assert_ok(&load(&h, &kube, &old, &prefix, 4, &[]));
+    kube.kubectl(&["create", "namespace", "team-a"]);
+    kube.seed(json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "ScheduleExplanation",
+        "metadata": {"name": "why-pending", "namespace": "team-a"},
+        "spec": {"questionObjectReference": {"kind": "Pod", "namespace": "team-a", "name": "web-0"}}}));
+    let o = load(&h, &kube, &new, &prefix, 4, &["--dry-run"]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("[crd-objects] CRD scheduleexplanations.scheduling.koordinator.sh (ScheduleExplanation v1alpha1): 1 of 1 object(s) do not fit the new schema: 1 lose spec.questionObjectReference")
+            && err.contains("team-a/why-pending"),
+        "{err}"
+    );
+    let prefix2 = unique_prefix("prune2");
+    let o = load(&h, &kube, &new, &prefix2, 4, &["--strict"]);
+    assert_fails(&o, 1, &["team-a/why-pending", "nothing was pushed"]);
+    assert!(repos_under(&prefix2).is_empty());
+    assert_eq!(
+        kube.releases("default").last().unwrap().2,
+        "1",
+        "not upgraded"
+    );
+}
+
+/// NodeResourceTopology objects stored as v1alpha1 (chart 1.6.0), and a chart built here from
+/// 1.8.0 whose NodeResourceTopology CRD no longer has v1alpha1: the pre-flight fails before any
+/// push, naming the CRD, the version, the objects and the migration; the cluster is unchanged.
+#[test]
+fn a_chart_that_drops_a_stored_version_fails_before_any_push() {
+    let h = Home::with_key();
+    let (old, _) = h.build_plain("1.6.0", &[]);
+    let chart = dropping_chart(&h);
+    let (bad, _) = {
+        let out = h.path().join("koordinator-1.8.1.tar");
+        let o = h.build("1.8.1").chart(&chart).out(&out).arg("--json").run();
+        assert_ok(&o);
+        (out, ())
+    };
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("stored");
+    assert_ok(&load(&h, &kube, &old, &prefix, 4, &[]));
+    kube.seed(
+        json!({"apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+        "metadata": {"name": "cp-1"}, "topologyPolicies": ["None"], "zones": []}),
+    );
+    let crd = "noderesourcetopologies.topology.node.k8s.io";
+    let live = kube.get("crd", None, crd).unwrap();
+    assert_eq!(live["status"]["storedVersions"], json!(["v1alpha1"]));
+    let snapshot = |k: &Cluster| -> Vec<(String, Value)> {
+        let mut v: Vec<(String, Value)> = k
+            .of_kind("crd", None)
+            .into_iter()
+            .chain(k.of_kind("secrets", Some("default")))
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    o["metadata"]["resourceVersion"].clone(),
+                )
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let before = snapshot(&kube);
+    let prefix2 = unique_prefix("stored2");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let o = load(&h, &kube, &bad, &prefix2, 4, extra);
+        assert_fails(&o, 1, &[
+            &format!("[crd-stored-versions] CRD {crd}: version v1alpha1 is among its stored versions (status.storedVersions: v1alpha1), with 1 object(s) in the cluster, but the new CRD no longer has it (versions: v1alpha2)"),
+            "first install a chart version whose CRD serves both v1alpha1 and v1alpha2",
+            "kubectl replace -f -",
+            "--subresource=status",
+            "nothing was pushed",
+        ]);
+    }
+    assert!(repos_under(&prefix2).is_empty());
+    assert_eq!(snapshot(&kube), before, "the cluster is unchanged");
+}
+
+/// chart 1.8.0 as 1.8.1, its NodeResourceTopology CRD without v1alpha1 (`helm package`).
+fn dropping_chart(h: &Home) -> PathBuf {
+    let src = h.path().join("chart-src");
+    std::fs::create_dir(&src).unwrap();
+    assert_ok(&tool(
+        "tar",
+        &[
+            "xzf",
+            fixtures().join("koordinator-1.8.0.tgz").to_str().unwrap(),
+            "-C",
+            src.to_str().unwrap(),
+        ],
+        h.path(),
+    ));
+    let dir = src.join("koordinator");
+    let crd = dir.join("templates/crd/topology.node.k8s.io_noderesourcetopologies.yaml");
+    let text = std::fs::read_to_string(&crd).unwrap();
+    let (a, b) = (
+        text.find("    - name: v1alpha1\n").expect("v1alpha1"),
+        text.find("    - name: v1alpha2\n").expect("v1alpha2"),
+    );
+    std::fs::write(&crd, format!("{}{}", &text[..a], &text[b..])).unwrap();
+    let meta = dir.join("Chart.yaml");
+    let text = std::fs::read_to_string(&meta)
+        .unwrap()
+        .replace("version: 1.8.0", "version: 1.8.1");
+    std::fs::write(&meta, text).unwrap();
+    let o = std::process::Command::new(&env().helm3)
+        .args([
+            "package",
+            dir.to_str().unwrap(),
+            "-d",
+            h.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    h.path().join("koordinator-1.8.1.tgz")
+}
+
+/// A value that makes a Deployment invalid (replicas -1): helm renders it, the API server
+/// refuses it in the dry run; exit 1 naming the object, nothing pushed, nothing written.
+#[test]
+fn a_value_that_makes_a_deployment_invalid_is_refused_by_the_api_server_first() {
+    let b = Built::new();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("invalid");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let mut args = vec!["--set", "manager.replicas=-1"];
+        args.extend(extra);
+        let o = load(&b.home, &kube, &b.bundle, &prefix, 4, &args);
+        assert_fails(&o, 1, &[
+            "[server-dry-run] the API server refuses Deployment koordinator-system/koord-manager",
+            "spec.replicas",
+            "nothing was pushed",
+        ]);
+    }
+    assert!(repos_under(&prefix).is_empty());
+    assert!(
+        kube.writes_of("koord-bundle/").is_empty() && kube.writes_of("Helm/").is_empty(),
+        "{:#?}",
+        kube.request_lines()
+    );
+    assert!(kube.releases("default").is_empty());
+}
+
+/// `helm uninstall` keeps the CRDs `load` installed, and every object of theirs; with
+/// `--no-keep-crds` (the chart as it is) it deletes them all, as it always did.
+#[test]
+fn uninstall_keeps_the_crds_and_their_objects() {
+    let b = Built::new();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("keepcrd");
+    assert_ok(&load(&b.home, &kube, &b.bundle, &prefix, 4, &[]));
+    let crd = kube
+        .get("crd", None, "nodeslos.slo.koordinator.sh")
+        .unwrap();
+    assert_eq!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let objects = json!([
+        {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "cp-1"}, "spec": {}},
+        {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota", "metadata": {"name": "team-a", "namespace": "default"}, "spec": {"max": {"cpu": "10"}}},
+    ]);
+    kube.seed(objects.clone());
+    assert_ok(&kube.helm(4, &["uninstall", RELEASE, "-n", "default"]));
+    kube.wait_namespaces_finalized();
+    assert_eq!(kube.names("crd", None).len(), 13, "the CRDs are kept");
+    assert!(kube.get("nodeslo", None, "cp-1").is_some());
+    assert!(kube
+        .get("elasticquota", Some("default"), "team-a")
+        .is_some());
+    assert!(kube.releases("default").is_empty());
+    // Installed again: the kept CRDs are the release's again.
+    assert_ok(&load(&b.home, &kube, &b.bundle, &prefix, 4, &[]));
+    assert!(kube
+        .get("elasticquota", Some("default"), "team-a")
+        .is_some());
+    // The chart as it is: uninstall takes the CRDs and their objects with it.
+    assert_ok(&load(
+        &b.home,
+        &kube,
+        &b.bundle,
+        &prefix,
+        4,
+        &["--no-keep-crds"],
+    ));
+    assert_ok(&kube.helm(4, &["uninstall", RELEASE, "-n", "default"]));
+    wait_until(
+        "the CRDs to be deleted",
+        std::time::Duration::from_secs(120),
+        || kube.names("crd", None).is_empty(),
+    );
+}
+
+/// 1.6.0 → 1.7.0 moves NodeResourceTopology's stored version from v1alpha1 to v1alpha2: said,
+/// with what to run before a later chart drops v1alpha1.
+#[test]
+fn a_stored_version_change_is_said_with_what_to_run_later() {
+    let h = Home::with_key();
+    let (old, _) = h.build_plain("1.6.0", &[]);
+    let (new, _) = h.build_plain("1.7.0", &[]);
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("storage");
+    assert_ok(&load(&h, &kube, &old, &prefix, 4, &[]));
+    kube.seed(
+        json!({"apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+        "metadata": {"name": "cp-1"}, "topologyPolicies": ["None"], "zones": []}),
+    );
+    let o = load(&h, &kube, &new, &prefix, 4, &[]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("[crd-storage-version] CRD noderesourcetopologies.topology.node.k8s.io: the stored version changes from v1alpha1 to v1alpha2: its 1 existing object(s) stay stored as v1alpha1")
+            && err.contains("before a later chart drops v1alpha1"),
+        "{err}"
+    );
+    let crd = kube
+        .get("crd", None, "noderesourcetopologies.topology.node.k8s.io")
+        .unwrap();
+    assert_eq!(
+        crd["status"]["storedVersions"],
+        json!(["v1alpha1", "v1alpha2"])
+    );
+}
+
+/// `REGISTRY/REF` → `REGISTRY/REF@DIGEST` of every image the bundle carries.
+fn pinned_refs(bundle: &Path, registry: &str) -> std::collections::BTreeMap<String, String> {
+    bundle_manifest(bundle)["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let r = format!("{registry}/{}", i["ref"].as_str().unwrap());
+            let pinned = format!("{r}@{}", i["digest"].as_str().unwrap());
+            (r, pinned)
+        })
+        .collect()
+}
+
+/// Every container `load` installs runs `REF@<the bundle's top manifest digest>`, pulled
+/// `IfNotPresent` (the chart says `Always`); the dry run shows the references. A tag pushed
+/// again with other bytes in the registry changes nothing the release names, also after its
+/// pods are restarted. An upgrade to 1.8.0 pins its own digests and keeps the site's values.
+/// `--no-pin` installs by tag, with the chart's policy. (Before: `image: …/koordlet:v1.7.0`,
+/// `imagePullPolicy: Always`: whoever can push to the registry decided what ran.)
+#[test]
+fn images_are_pinned_to_the_bundles_digests() {
+    let (h, old, new, values) = two_versions();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("pin");
+    let registry = format!("{}/{prefix}", env().plain);
+    let want = pinned_refs(&old, &registry);
+    let o = load(&h, &kube, &old, &prefix, 3, &["--dry-run"]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("each pinned to the bundle's digest"), "{out}");
+    let o = load(
+        &h,
+        &kube,
+        &old,
+        &prefix,
+        3,
+        &["--values", values.to_str().unwrap()],
+    );
+    assert_ok(&o);
+    let running = kube.containers(CHART_NS);
+    assert!(running.len() >= 4, "{running:?}");
+    for (w, c, image, policy) in &running {
+        assert!(
+            want.values().any(|p| p == image),
+            "{w} container {c} runs {image}, not a reference pinned to the bundle's digest ({want:?})"
+        );
+        assert!(
+            out.contains(&format!("  {image}\n")),
+            "the dry run did not show {image}:\n{out}"
+        );
+        assert_eq!(policy, "IfNotPresent", "{w} {c}");
+    }
+    // Another image pushed under koord-manager's tag: the registry's tag moves, the release
+    // still names the bundle's digest, also after a restart of its pods.
+    let tag = format!("{registry}/koordinator-sh/koord-manager:v1.7.0");
+    let other = format!("{registry}/koordinator-sh/koord-scheduler:v1.7.0");
+    let plain = Skopeo::plain_http();
+    let mut args = vec!["copy".to_string()];
+    args.extend(plain.flags("src-"));
+    args.extend(plain.flags("dest-"));
+    args.extend([
+        "--all".into(),
+        format!("docker://{other}"),
+        format!("docker://{tag}"),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = tool("skopeo", &args, h.path());
+    assert!(c.status.success(), "{c:?}");
+    assert_ne!(
+        format!(
+            "{tag}@{}",
+            sha256(&skopeo_raw(&format!("docker://{tag}"), &plain))
+        ),
+        want[&tag],
+        "the tag did not move"
+    );
+    kube.kubectl(&[
+        "-n", CHART_NS, "patch", "deployment", "koord-manager", "--type=merge", "-p",
+        r#"{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"now"}}}}}"#,
+    ]);
+    assert!(
+        kube.containers(CHART_NS)
+            .iter()
+            .any(|(w, _, image, _)| w == "Deployment koord-manager" && image == &want[&tag]),
+        "{:?}",
+        kube.containers(CHART_NS)
+    );
+    // The upgrade pins 1.8.0's digests, and the site's values stay.
+    let want_new = pinned_refs(&new, &registry);
+    assert_ok(&load(&h, &kube, &new, &prefix, 3, &[]));
+    for (w, c, image, policy) in kube.containers(CHART_NS) {
+        assert!(want_new.values().any(|p| p == &image), "{w} {c}: {image}");
+        assert_eq!(policy, "IfNotPresent");
+    }
+    assert_site_values(&release_values(&kube, 3));
+    // --no-pin: by tag, the chart's policy.
+    assert_ok(&load(&h, &kube, &new, &prefix, 3, &["--no-pin"]));
+    let unpinned = kube.containers(CHART_NS);
+    assert!(
+        unpinned.iter().all(|(_, _, image, _)| !image.contains('@')),
+        "{unpinned:?}"
+    );
+    assert!(
+        unpinned.iter().any(|(_, _, _, policy)| policy == "Always"),
+        "{unpinned:?}"
+    );
+}
