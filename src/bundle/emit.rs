@@ -34,6 +34,14 @@ pub enum EmitError {
     /// The blob cache.
     #[error("{0}")]
     Cache(#[from] crate::store::cache::CacheError),
+    /// A program carried for the site (`--with-tools`) could not be read or changed.
+    #[error("{path} (--with-tools): {source}")]
+    Tool {
+        /// The program's file on this machine.
+        path: PathBuf,
+        /// Why.
+        source: Box<crate::store::StoreError>,
+    },
 }
 
 /// Where and how the bundle is written.
@@ -108,9 +116,11 @@ pub fn trusted_comment(layout: &Layout) -> String {
 /// every size checked.
 pub fn tar_layout(plan: &Plan, layout: &Layout, out: &Output<'_>) -> Result<TarLayout, PackError> {
     let trusted = trusted_comment(layout);
+    let tools = layout.tool_entries();
     let (checksums, signature) = pack::checksum_and_sign(
         &layout.files,
         &layout.blobs,
+        &tools,
         out.signer.map(|sk| (sk, trusted.as_str())),
     )?;
     TarLayout::new(
@@ -118,6 +128,7 @@ pub fn tar_layout(plan: &Plan, layout: &Layout, out: &Output<'_>) -> Result<TarL
         &Entries {
             files: &layout.files,
             blobs: &layout.blobs,
+            tools: &tools,
             mtime: plan.input.created,
             checksums: &checksums,
             signature: signature.as_deref(),
@@ -229,11 +240,16 @@ pub async fn write<S: Source>(
     }
     let regions = tar.region_list();
     let kept = resume(&file, &regions).await.map_err(werr)?;
-    let resumed = regions
+    // Counted: the images' and the chart's blobs (not the tools).
+    let tool = |d: &crate::oci::Digest| layout.tools.iter().any(|t| &t.record.sha256 == d);
+    let kept_blobs: Vec<_> = regions
         .iter()
-        .filter(|(d, _, _)| kept.kept.contains(d))
+        .filter(|(d, _, _)| kept.kept.contains(d) && !tool(d))
+        .collect();
+    let resumed = kept_blobs
+        .iter()
         .fold(0u64, |a, (_, _, s)| a.saturating_add(*s));
-    let resumed_blobs = kept.kept.len() as u64;
+    let resumed_blobs = kept_blobs.len() as u64;
     let writer = BundleWriter::create(file.file(), out.path, tar, kept, out.cache, out.donors)?;
     writer.counts.resumed.fetch_add(resumed, Relaxed);
     writer.counts.resumed_blobs.store(resumed_blobs, Relaxed);
@@ -247,6 +263,7 @@ pub async fn write<S: Source>(
         })
         .collect();
     let on_site = plan.on_site();
+    let on_tool_bytes = on_bytes.clone();
     copy::transfer(
         store,
         &writer,
@@ -260,6 +277,29 @@ pub async fn write<S: Source>(
         },
     )
     .await?;
+    // The tools are neither downloaded nor image content: the counts every summary prints
+    // stay those of the images and the chart.
+    let counted = [
+        &writer.counts.received,
+        &writer.counts.from_cache,
+        &writer.counts.cached_blobs,
+        &writer.counts.resumed,
+        &writer.counts.resumed_blobs,
+    ]
+    .map(|c| c.load(Relaxed));
+    put_tools(&writer, layout, &on_tool_bytes).await?;
+    for (c, n) in [
+        &writer.counts.received,
+        &writer.counts.from_cache,
+        &writer.counts.cached_blobs,
+        &writer.counts.resumed,
+        &writer.counts.resumed_blobs,
+    ]
+    .into_iter()
+    .zip(counted)
+    {
+        c.store(n, Relaxed);
+    }
     let fetched = Fetched {
         downloaded_bytes: writer.counts.received.load(Relaxed),
         cached_bytes: writer.counts.from_cache.load(Relaxed),
@@ -281,6 +321,51 @@ pub async fn write<S: Source>(
         notes,
         refused,
     })
+}
+
+/// The programs carried for the site into their places, each read from its file and hashed
+/// as it is written (a file that changed since the plan hashed it fails the build).
+async fn put_tools(
+    writer: &BundleWriter<'_>,
+    layout: &Layout,
+    on_bytes: &OnBytes,
+) -> Result<(), EmitError> {
+    use crate::store::Sink as _;
+    for t in &layout.tools {
+        let err = |source| EmitError::Tool {
+            path: t.path.clone(),
+            source: Box::new(source),
+        };
+        let desc = crate::oci::Descriptor {
+            media_type: "application/octet-stream".into(),
+            digest: t.record.sha256.clone(),
+            size: t.record.size,
+            platform: None,
+            annotations: None,
+        };
+        let opener = crate::store::file::FileOpener::open(&t.path).map_err(|e| {
+            err(crate::store::StoreError::other(
+                t.path.display().to_string(),
+                e,
+            ))
+        })?;
+        let state = writer
+            .blob_state(super::tools::TOOLS_DIR, &desc)
+            .await
+            .map_err(err)?;
+        if state == crate::store::Have::Complete {
+            continue;
+        }
+        let from = match state {
+            crate::store::Have::Partial(n) => n,
+            _ => 0,
+        };
+        writer
+            .put_blob(super::tools::TOOLS_DIR, &desc, from, &opener, on_bytes)
+            .await
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// What an earlier, stopped run of this build left in `file`: every region of the new layout

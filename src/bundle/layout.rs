@@ -20,6 +20,24 @@ pub struct Layout {
     pub files: Vec<(String, Vec<u8>)>,
     /// Every blob the bundle carries, sorted by digest.
     pub blobs: Vec<(Digest, u64)>,
+    /// The programs carried for the site (after the blobs, read from their files).
+    pub tools: Vec<super::plan::ToolInput>,
+}
+
+impl Layout {
+    /// The carried programs as entries: (path in the bundle, sha256, size).
+    pub fn tool_entries(&self) -> Vec<(String, Digest, u64)> {
+        self.tools
+            .iter()
+            .map(|t| {
+                (
+                    t.record.file.clone(),
+                    t.record.sha256.clone(),
+                    t.record.size,
+                )
+            })
+            .collect()
+    }
 }
 
 fn json_bytes(what: &'static str, v: &impl serde::Serialize) -> Result<Vec<u8>, PlanError> {
@@ -77,6 +95,7 @@ pub fn manifest(plan: &Plan) -> BundleManifest {
         omitted_blobs: plan.omitted.clone(),
         discovery: Some(input.discovery.clone()),
         blob_sizes: plan.carried.iter().cloned().collect(),
+        tools: input.tools.iter().map(|t| t.record.clone()).collect(),
     }
 }
 
@@ -127,6 +146,7 @@ pub fn layout(plan: &Plan) -> Result<Layout, PlanError> {
         manifest,
         files,
         blobs: plan.carried.clone(),
+        tools: plan.input.tools.clone(),
     })
 }
 
@@ -192,6 +212,7 @@ spec:
                 method: "helm".into(),
                 helm_version: Some("v3.17.3".into()),
             },
+            tools: vec![],
         }
     }
 

@@ -48,6 +48,28 @@ pub struct BundleManifest {
     /// can tell the bytes a transfer carries from this manifest alone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub blob_sizes: BTreeMap<Digest, u64>,
+    /// The programs a site needs to load the bundle (`build --with-tools`): koord-bundle and
+    /// helm, as files under `tools/<os>-<arch>/`, listed in the checksum file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolRecord>,
+}
+
+/// A program the bundle carries (`build --with-tools`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRecord {
+    /// `koord-bundle` or `helm`.
+    pub name: String,
+    /// Its version (`0.1.0`, `v3.17.3`).
+    pub version: String,
+    /// The platform it runs on, as Go names it (`linux/amd64`).
+    pub platform: String,
+    /// Its path in the bundle (`tools/linux-amd64/helm`).
+    pub file: String,
+    /// Its sha256 (also in the checksum file).
+    pub sha256: Digest,
+    /// Its size in bytes.
+    pub size: u64,
 }
 
 /// How the chart's images were found.

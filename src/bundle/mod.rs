@@ -18,6 +18,7 @@ pub mod sbom;
 pub mod set;
 pub mod sign;
 pub mod source;
+pub mod tools;
 pub mod writer;
 
 pub use manifest::BundleManifest;

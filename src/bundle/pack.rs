@@ -69,6 +69,7 @@ pub struct PackStats {
 pub fn checksum_and_sign(
     files: &[(String, Vec<u8>)],
     blobs: &[(Digest, u64)],
+    tools: &[(String, Digest, u64)],
     signer: Option<(&SecretKey, &str)>,
 ) -> Result<(Vec<u8>, Option<Vec<u8>>), PackError> {
     let mut sums = Checksums::default();
@@ -77,6 +78,9 @@ pub fn checksum_and_sign(
     }
     for (d, _) in blobs {
         sums.0.insert(d.layout_path(), d.clone());
+    }
+    for (p, d, _) in tools {
+        sums.0.insert(p.clone(), d.clone());
     }
     let text = sums.render().into_bytes();
     let sig = match signer {
@@ -88,12 +92,17 @@ pub fn checksum_and_sign(
 
 /// The header of a regular file or directory entry (the path is set by whoever appends it).
 pub(crate) fn header(size: u64, mtime: u64, dir: bool) -> tar::Header {
+    header_mode(size, mtime, dir, if dir { 0o755 } else { 0o644 })
+}
+
+/// [`header`] with a mode of its own (0755 for the programs a bundle carries).
+pub(crate) fn header_mode(size: u64, mtime: u64, dir: bool, mode: u32) -> tar::Header {
     let mut h = tar::Header::new_ustar();
     h.set_size(size);
     h.set_mtime(mtime);
     h.set_uid(0);
     h.set_gid(0);
-    h.set_mode(if dir { 0o755 } else { 0o644 });
+    h.set_mode(mode);
     h.set_entry_type(if dir {
         tar::EntryType::Directory
     } else {

@@ -215,6 +215,18 @@ pub struct PlanInput {
     pub overrides: Overrides,
     /// How the images were found.
     pub discovery: DiscoveryRecord,
+    /// The programs carried for the site (`build --with-tools`), hashed when found.
+    pub tools: Vec<ToolInput>,
+}
+
+/// A program carried for the site: what the manifest says of it, and the file it is read from
+/// (hashed again as it is written: a file that changed in between fails the build).
+#[derive(Debug, Clone)]
+pub struct ToolInput {
+    /// Its record (path in the bundle, version, platform, sha256, size).
+    pub record: super::manifest::ToolRecord,
+    /// The file on this machine.
+    pub path: std::path::PathBuf,
 }
 
 /// What one set of blobs holds.

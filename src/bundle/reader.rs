@@ -592,6 +592,9 @@ pub struct VerifyReport {
     /// Where each blob's bytes sit in the bundle file (plain tar only): digest → (offset, size).
     #[serde(skip)]
     pub blob_locations: BTreeMap<Digest, (u64, u64)>,
+    /// Where each program carried for the site (`tools/…`) sits: path → (offset, size).
+    #[serde(skip)]
+    pub tool_locations: BTreeMap<String, (u64, u64)>,
     /// Small JSON blobs (manifests, configs) held in memory (handed out without a copy).
     #[serde(skip)]
     pub small_blobs: BTreeMap<Digest, bytes::Bytes>,
@@ -890,6 +893,7 @@ fn verify_tar<R: TarInput>(
             manifests: 0,
             manifest: None,
             blob_locations: BTreeMap::new(),
+            tool_locations: BTreeMap::new(),
             small_blobs: BTreeMap::new(),
             compressed,
             file: None,
@@ -937,6 +941,7 @@ fn verify_tar<R: TarInput>(
     // 3. The layout is complete.
     let Pass {
         mut report,
+        sums: pass_sums,
         small,
         manifest_bytes,
         index_bytes,
@@ -960,6 +965,7 @@ fn verify_tar<R: TarInput>(
             super::FORMAT_VERSION
         )));
     }
+    check_tools(&manifest, &pass_sums, &report).map_err(content)?;
     let index = Manifest::parse(index_bytes.as_deref().unwrap_or_default(), None)
         .map_err(|e| content(format!("index.json: {e}")))?;
     let Manifest::Index {
@@ -972,6 +978,29 @@ fn verify_tar<R: TarInput>(
     report.small_blobs = small;
     report.roots = roots;
     Ok((report, deferred))
+}
+
+/// Every program the manifest says the bundle carries is the file the checksum file lists
+/// under its path, of its size (hashed by then).
+fn check_tools(m: &BundleManifest, sums: &Checksums, report: &VerifyReport) -> Result<(), String> {
+    for t in &m.tools {
+        let said = || crate::text::printable(&t.file);
+        if sums.0.get(&t.file) != Some(&t.sha256) {
+            return Err(format!(
+                "the manifest says {} has sha256 {}, the checksum file does not",
+                said(),
+                t.sha256
+            ));
+        }
+        if report.tool_locations.get(&t.file).map(|&(_, n)| n) != Some(t.size) {
+            return Err(format!(
+                "the manifest says {} is {} bytes, the bundle's entry is not",
+                said(),
+                t.size
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn tar_err(path: &Path, e: io::Error) -> VerifyError {
@@ -1148,6 +1177,11 @@ impl Pass<'_> {
             self.report
                 .blob_locations
                 .insert(d.clone(), (position, size));
+        }
+        if name.starts_with(&format!("{}/", super::tools::TOOLS_DIR)) {
+            self.report
+                .tool_locations
+                .insert(name.clone(), (position, size));
         }
         if R::DEFER && !keep && size >= DEFER_OVER {
             // Hashed later, in parallel: its bytes are skipped here.

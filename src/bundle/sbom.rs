@@ -118,6 +118,12 @@ pub fn cyclonedx(
         components.push(c);
         deps.push(r);
     }
+    let mut bundle_deps = vec![json!(chart_ref)];
+    for t in &manifest.tools {
+        let r = format!("tool:{}@{}", t.file, t.version);
+        components.push(tool_component(t, &r));
+        bundle_deps.push(json!(r));
+    }
     let mut props = vec![
         prop("formatVersion", &manifest.format_version),
         prop("sources", manifest.sources.join(",")),
@@ -173,7 +179,7 @@ pub fn cyclonedx(
         },
         "components": components,
         "dependencies": [
-            {"ref": "bundle", "dependsOn": [chart_ref]},
+            {"ref": "bundle", "dependsOn": bundle_deps},
             {"ref": chart_ref, "dependsOn": deps},
         ],
     });
@@ -271,6 +277,19 @@ fn chart_component(m: &BundleManifest, bom_ref: &str) -> Value {
         v["externalReferences"] = json!([{"type": "distribution", "url": url}]);
     }
     v
+}
+
+/// A program the bundle carries for its site (`build --with-tools`).
+fn tool_component(t: &super::manifest::ToolRecord, bom_ref: &str) -> Value {
+    json!({
+        "type": "application",
+        "bom-ref": bom_ref,
+        "name": t.name,
+        "version": t.version,
+        "hashes": sha256(&t.sha256),
+        "properties": [prop("tool:file", &t.file), prop("tool:platform", &t.platform),
+                       prop("tool:size", t.size.to_string())],
+    })
 }
 
 /// `pkg:oci/NAME@DIGEST?repository_url=...&tag=...` (+ `arch`, `os` for a platform).

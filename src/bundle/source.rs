@@ -570,12 +570,39 @@ impl Source for BundleSource {
                 store: self.describe(),
                 what: format!("blob {}", desc.digest),
             })?;
+        self.range_stream(&format!("blob {}", desc.digest), at, size, offset)
+    }
+}
+
+impl BundleSource {
+    /// The bytes of a program the bundle carries (`tools/…`, as its manifest names it).
+    pub fn tool(&self, file: &str) -> Result<BlobStream, StoreError> {
+        let &(at, size) =
+            self.report
+                .tool_locations
+                .get(file)
+                .ok_or_else(|| StoreError::NotFound {
+                    store: self.describe(),
+                    what: crate::text::printable(file),
+                })?;
+        self.range_stream(&crate::text::printable(file), at, size, 0)
+    }
+
+    /// The bundle's bytes `at + offset .. at + size` (an entry's, from `offset` on), from its
+    /// file, parts or split set.
+    fn range_stream(
+        &self,
+        what: &str,
+        at: u64,
+        size: u64,
+        offset: u64,
+    ) -> Result<BlobStream, StoreError> {
         if let Some(set) = &self.set {
             let offset = offset.min(size);
             if at.saturating_add(size) > set.header.bundle.size {
                 return Err(self.err(SourceError::Content {
                     path: self.path.clone(),
-                    reason: format!("{} lies beyond the end of the bundle", desc.digest),
+                    reason: format!("{what} lies beyond the end of the bundle"),
                 }));
             }
             return Ok(set_stream(
@@ -588,7 +615,7 @@ impl Source for BundleSource {
         if self.parts.is_empty() {
             return Err(StoreError::NotFound {
                 store: self.describe(),
-                what: format!("blob {} (not read in place)", desc.digest),
+                what: format!("{what} (not read in place)"),
             });
         }
         let offset = offset.min(size);

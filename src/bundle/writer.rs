@@ -42,6 +42,9 @@ pub struct Entries<'a> {
     pub files: &'a [(String, Vec<u8>)],
     /// Every blob (configs, layers, manifests), by digest.
     pub blobs: &'a [(Digest, u64)],
+    /// The programs carried for the site, after the blobs: (path, sha256, size), written
+    /// like blobs (by digest, from their files) but under their own names, executable.
+    pub tools: &'a [(String, Digest, u64)],
     /// Modification time of every entry.
     pub mtime: u64,
     /// The checksum file and its signature (see `pack::checksum_and_sign`).
@@ -123,6 +126,50 @@ pub fn made_for(file: &File, found: u64, layout: &TarLayout) -> io::Result<Optio
     }
 }
 
+/// The carried programs after the blobs, from byte `at`: their folders' headers, then each
+/// program's header and region (keyed by its sha256). Returns where the next entry starts.
+fn lay_out_tools(
+    plan: &Entries<'_>,
+    mut at: u64,
+    headers: &mut Vec<(u64, tar::Header)>,
+    regions: &mut BTreeMap<Digest, (u64, u64)>,
+) -> Result<u64, String> {
+    let mut dirs = BTreeSet::new();
+    for (path, d, size) in plan.tools {
+        let too_big = || {
+            format!("with {path} of {size} bytes the bundle would pass {} bytes, the most a file can hold", size::MAX_SIZE_TEXT)
+        };
+        let mut acc = String::new();
+        let parts: Vec<&str> = path.split('/').collect();
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            acc.push_str(part);
+            acc.push('/');
+            if dirs.insert(acc.clone()) {
+                let mut h = header(0, plan.mtime, true);
+                h.set_path(&acc).map_err(|e| format!("{acc}: {e}"))?;
+                h.set_cksum();
+                headers.push((at, h));
+                at = size::checked_add(at, 512).ok_or_else(too_big)?;
+            }
+        }
+        if regions.contains_key(d) {
+            return Err(format!("{path} has the digest {d} of a blob of the bundle"));
+        }
+        let end = round_up(*size)
+            .and_then(|padded| size::checked_add(at, 512)?.checked_add(padded))
+            .filter(|&e| e <= size::MAX_SIZE - 1024)
+            .ok_or_else(too_big)?;
+        let mut h = super::pack::header_mode(*size, plan.mtime, false, 0o755);
+        // `tools/<os>-<arch>/<name>`: short, always fits the header.
+        h.set_path(path).map_err(|e| format!("{path}: {e}"))?;
+        h.set_cksum();
+        headers.push((at, h));
+        regions.insert(d.clone(), (at + 512, *size));
+        at = end;
+    }
+    Ok(at)
+}
+
 fn round_up(n: u64) -> Option<u64> {
     n.checked_next_multiple_of(512)
 }
@@ -176,6 +223,8 @@ impl TarLayout {
             at = end;
             count += 1;
         }
+        at = lay_out_tools(plan, at, &mut headers, &mut regions).map_err(refuse)?;
+        count += plan.tools.len();
         let len = at + 1024;
         let mut h = sha2::Sha256::new();
         h.update(len.to_le_bytes());
@@ -1057,6 +1106,7 @@ mod tests {
         Entries {
             files,
             blobs,
+            tools: &[],
             mtime: 0,
             checksums: b"sums",
             signature: None,

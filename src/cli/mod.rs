@@ -352,6 +352,11 @@ pub struct BuildArgs {
     /// Compress the whole bundle (layers are already compressed; plain tar is the default).
     #[arg(long, value_enum, default_value = "none")]
     pub compress: Compression,
+    /// Also carry the programs the site needs to load the bundle: this koord-bundle and the
+    /// helm that rendered the chart (both for this machine's platform), under
+    /// tools/<os>-<arch>/, listed in the signed checksum file. One file then crosses.
+    #[arg(long)]
+    pub with_tools: bool,
     /// Print the result as JSON on stdout (progress is silent).
     #[arg(long)]
     pub json: bool,

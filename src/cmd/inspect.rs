@@ -75,6 +75,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             "blobs": m.blobs,
             "base": m.base,
             "omittedBlobs": m.omitted_blobs.len(),
+            "tools": m.tools,
             "signature": signature.as_ref().map(|s| serde_json::json!({"signed": true, "keyId": s.key_id, "trustedComment": s.trusted_comment, "verified": false}))
                 .unwrap_or(serde_json::json!({"signed": false})),
         }));
@@ -109,6 +110,22 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     println!("crds     {}", m.crds.len());
     for c in &m.crds {
         println!("  {}", c.name);
+    }
+    if !m.tools.is_empty() {
+        println!(
+            "tools    {} (for a site with neither: see the README, 'One file crosses')",
+            m.tools.len()
+        );
+        for t in &m.tools {
+            println!(
+                "  {:30} {} {} for {}, {}",
+                t.file,
+                t.name,
+                t.version,
+                t.platform,
+                crate::text::human_bytes(t.size)
+            );
+        }
     }
     Ok(())
 }

@@ -110,6 +110,10 @@ struct Settings {
     login: Option<Login>,
     /// helm, when something is installed (a dry run of an install included).
     helm: Option<Helm>,
+    /// No helm here and no `--helm`: why, until the verified bundle supplies its own.
+    helm_missing: Option<helm::HelmError>,
+    /// The folder of the helm the bundle carries, while it is used.
+    _carried: Option<tempfile::TempDir>,
     /// The cluster's client and kubeconfig, when something is installed.
     kube: Option<(cluster::KubeClient, KubeTarget)>,
 }
@@ -182,13 +186,25 @@ impl Settings {
             ..Default::default()
         })?;
 
+        let (helm, helm_missing) = match find_helm(args) {
+            Ok(h) => (h, None),
+            // Not here: the bundle may carry one (`build --with-tools`), read once verified.
+            Err(e @ helm::HelmError::NotFound { .. }) if args.helm.is_none() => (None, Some(e)),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(
+                    "helm is needed to install (or pass --no-install): nothing was pushed",
+                ))
+            }
+        };
         let mut settings = Settings {
             bundle,
             target,
             key,
             reg: Arc::new(reg),
             login,
-            helm: find_helm(args)?,
+            helm,
+            helm_missing,
+            _carried: None,
             kube: None,
         };
         if let Some(h) = &settings.helm {
@@ -242,7 +258,7 @@ async fn verify(
 
 /// helm, when it will be used: for an install (a dry run of one included). With
 /// `--no-install` nothing is installed and helm is not looked for.
-fn find_helm(args: &LoadArgs) -> anyhow::Result<Option<Helm>> {
+fn find_helm(args: &LoadArgs) -> Result<Option<Helm>, helm::HelmError> {
     if args.no_install {
         return Ok(None);
     }
@@ -252,10 +268,26 @@ fn find_helm(args: &LoadArgs) -> anyhow::Result<Option<Helm>> {
         &helm::FOR_LOAD,
     )
     .map(Some)
-    .map_err(|e| {
-        anyhow::Error::new(e)
-            .context("helm is needed to install (or pass --no-install): nothing was pushed")
-    })
+}
+
+impl Settings {
+    /// No helm on this machine: the one the verified bundle carries, if it carries one for
+    /// this platform (checked like any helm), else why not.
+    async fn carried_helm(
+        &mut self,
+        args: &LoadArgs,
+        src: &BundleSource,
+        progress: &Progress,
+    ) -> anyhow::Result<()> {
+        let Some(why) = self.helm_missing.take() else {
+            return Ok(());
+        };
+        let (h, dir) = super::carried::helm(src, why, progress).await?;
+        check_helm_reaches_registry(args, self, &h)?;
+        self.helm = Some(h);
+        self._carried = Some(dir);
+        Ok(())
+    }
 }
 
 /// How helm reaches the registry that holds the chart.
@@ -753,6 +785,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let mut settings = Settings::resolve(&args, &progress).await?;
     let (src, unhashed) = verify(&settings, &progress).await?;
+    settings.carried_helm(&args, &src, &progress).await?;
     let manifest = src.manifest().clone();
     let pre = preflight(&args, settings.kube.take(), &manifest, &progress).await?;
     let helm = settings.helm.take();

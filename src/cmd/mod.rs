@@ -1,6 +1,7 @@
 //! The commands: the only place that prints, prompts or reads the environment.
 
 pub mod build;
+mod carried;
 pub mod diff;
 pub mod discover;
 pub mod inspect;

@@ -206,3 +206,43 @@ pub fn open_or_replace(path: &std::path::Path) -> std::io::Result<(std::fs::File
         Err(e) => Err(e),
     }
 }
+
+/// A file of this machine as the source of one blob (the programs `build --with-tools`
+/// carries): opened once, read from any offset by [`stream`].
+pub struct FileOpener {
+    region: Region,
+    store: String,
+}
+
+impl FileOpener {
+    /// Open `path` (a regular file only, never blocking: [`crate::bounded::open_input`]).
+    pub fn open(path: &std::path::Path) -> io::Result<FileOpener> {
+        let file = crate::bounded::open_input(path)?;
+        let len = file.metadata()?.len();
+        Ok(FileOpener {
+            region: Region {
+                file: Arc::new(file),
+                path: path.to_path_buf(),
+                offset: 0,
+                len,
+            },
+            store: format!("file {}", path.display()),
+        })
+    }
+}
+
+impl crate::store::Opener for FileOpener {
+    fn open(
+        &self,
+        offset: u64,
+    ) -> futures_util::future::BoxFuture<'_, Result<BlobStream, StoreError>> {
+        let offset = offset.min(self.region.len);
+        let region = Region {
+            offset,
+            len: self.region.len - offset,
+            ..self.region.clone()
+        };
+        let s = stream(self.store.clone(), vec![region]);
+        Box::pin(async move { Ok(s) })
+    }
+}

@@ -44,5 +44,6 @@ mod serve_proc;
 mod settings;
 mod sneakernet;
 mod token_registry;
+mod tools;
 mod untrusted_files;
 mod yaml_bounds;

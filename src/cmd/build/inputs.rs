@@ -129,6 +129,10 @@ pub(super) async fn make_plan(
         sources: settings.recorded_sources.clone(),
         overrides: overrides(args),
         discovery,
+        tools: match args.with_tools {
+            true => super::tools::collect(&settings.helm, settings.platforms.as_deref(), progress)?,
+            false => vec![],
+        },
     };
     Ok((settings, Plan::new(input)?))
 }

@@ -5,6 +5,7 @@
 
 mod inputs;
 mod settings;
+mod tools;
 
 use crate::bundle::atomic;
 use crate::bundle::emit::{self, Output, Written};
@@ -200,7 +201,7 @@ fn print_result(
             "chart": {"name": manifest.chart.name, "version": manifest.chart.version, "digest": manifest.chart.digest},
             "images": manifest.images, "crds": manifest.crds.len(), "fetch": w.fetched, "signed": pubkey.is_some(),
             "discovery": manifest.discovery, "created": manifest.created,
-            "publicKey": pubkey,
+            "publicKey": pubkey, "tools": manifest.tools,
         }));
     }
     println!(
@@ -226,8 +227,14 @@ fn print_result(
         "copied   {} (reused from {from})",
         copied_line(plan, &w.fetched),
     );
+    if let Some(t) = crate::bundle::tools::summary(manifest) {
+        println!("tools    {t}: a site with neither runs them from the bundle (README: 'One file crosses')");
+    }
+    // What to verify: the bundle, or with --split one of its parts (the bundle's own name
+    // is never written then).
+    let named = parts.first().unwrap_or(output);
     match pubkey {
-        Some(p) => println!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), output.display()),
+        Some(p) => println!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), named.display()),
         None => println!("signed   NO (--unsigned): loading needs --insecure-skip-signature"),
     }
     Ok(())

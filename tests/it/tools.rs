@@ -1,0 +1,249 @@
+//! One file crosses (`build --with-tools`): the bundle carries this koord-bundle and the helm
+//! that rendered the chart under `tools/<os>-<arch>/`, listed in the signed checksum file. A
+//! site with neither program checks them with minisign and sha256sum and loads with them,
+//! into the test registry and the real control plane (`cluster`).
+
+use crate::cluster;
+use crate::common::*;
+use std::path::{Path, PathBuf};
+
+/// This machine's platform as Go names it, and as the bundle's folder does.
+fn platform() -> (String, String) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let p = format!("{}/{arch}", std::env::consts::OS);
+    let dir = format!("tools/{}", p.replace('/', "-"));
+    (p, dir)
+}
+
+/// A `PATH` with no helm on it (the system's folders only; helm is never installed there by
+/// the test environment: asserted).
+fn path_without_helm() -> &'static str {
+    let path = "/usr/bin:/bin";
+    for d in path.split(':') {
+        assert!(
+            !Path::new(d).join("helm").exists(),
+            "{d}/helm exists: this test needs a PATH without helm"
+        );
+    }
+    path
+}
+
+/// The site's folder: only the bundle and the public key, as they crossed.
+fn site(h: &Home, bundle: &Path) -> PathBuf {
+    let site = h.path().join("site");
+    std::fs::create_dir_all(site.join("home")).unwrap();
+    std::fs::copy(bundle, site.join("koordinator-1.8.0.tar")).unwrap();
+    std::fs::copy(h.pubkey(), site.join("koord-bundle.pub")).unwrap();
+    site
+}
+
+#[test]
+fn one_file_bootstraps_a_site_with_neither_tool() {
+    let h = Home::with_key();
+    let (bundle, built) = h.build_plain("1.8.0", &["--with-tools"]);
+    let (plat, dir) = platform();
+    let tools = built["tools"]
+        .as_array()
+        .expect("build --json lists the tools");
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["koord-bundle", "helm"], "{built}");
+    assert!(
+        tools.iter().all(|t| t["platform"] == plat.as_str()),
+        "{built}"
+    );
+    // In the tar: executable files of their own folder, listed in the signed checksum file.
+    let listing = tool("tar", &["tvf", bundle.to_str().unwrap()], h.path());
+    assert_ok(&listing);
+    let listing = String::from_utf8_lossy(&listing.stdout).to_string();
+    for name in ["koord-bundle", "helm"] {
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(&format!("{dir}/{name}")))
+            .unwrap_or_else(|| panic!("no {dir}/{name} in\n{listing}"));
+        assert!(line.starts_with("-rwxr-xr-x"), "{line}");
+    }
+    let bom = h.run(&["inspect", bundle.to_str().unwrap(), "--sbom"]);
+    assert_ok(&bom);
+    let bom_file = h.path().join("bom.cdx.json");
+    std::fs::write(&bom_file, &bom.stdout).unwrap();
+    crate::bom::validate(&bom_file).expect("the BOM with the tools is valid CycloneDX 1.6");
+    let bom: serde_json::Value = serde_json::from_slice(&bom.stdout).unwrap();
+    let helm_version = tools[1]["version"].as_str().unwrap();
+    let c = bom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "helm")
+        .expect("the BOM lists the carried helm");
+    assert_eq!(c["version"], helm_version, "{c}");
+    assert_eq!(
+        c["hashes"][0]["content"].as_str().unwrap(),
+        tools[1]["sha256"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:")
+    );
+
+    // The site: the bundle and the key, no koord-bundle and no helm on PATH, an empty HOME.
+    let site = site(&h, &bundle);
+    let path = path_without_helm();
+    let at_site = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .current_dir(&site)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", site.join("home"))
+            .env("TMPDIR", h.path().join("tmp"))
+            .output()
+            .unwrap()
+    };
+    // 1. Only the checksum file, its signature and the tools out of the bundle.
+    assert_ok(&at_site(
+        "tar",
+        &[
+            "xf",
+            "koordinator-1.8.0.tar",
+            "SHA256SUMS",
+            "SHA256SUMS.minisig",
+            "tools",
+        ],
+    ));
+    // 2. Checked with standard tools before anything runs.
+    assert_ok(&at_site(
+        "minisign",
+        &["-Vm", "SHA256SUMS", "-p", "koord-bundle.pub"],
+    ));
+    let sums = at_site("sha256sum", &["-c", "--ignore-missing", "SHA256SUMS"]);
+    assert_ok(&sums);
+    let sums = String::from_utf8_lossy(&sums.stdout);
+    for name in ["koord-bundle", "helm"] {
+        assert!(sums.contains(&format!("{dir}/{name}: OK")), "{sums}");
+    }
+    // 3. The carried koord-bundle loads with the carried helm.
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let registry = format!("{}/{}", env().plain, unique_prefix("tools"));
+    let kb = format!("{dir}/koord-bundle");
+    let kubeconfig = kube.kubeconfig.to_str().unwrap().to_string();
+    let o = at_site(
+        &site.join(&kb).to_string_lossy(),
+        &[
+            "load",
+            "koordinator-1.8.0.tar",
+            "--key",
+            "koord-bundle.pub",
+            "--registry",
+            &registry,
+            "--plain-http",
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("using the one the bundle carries ({dir}/helm")),
+        "{err}"
+    );
+    let releases = kube.releases("default");
+    assert!(
+        releases
+            .iter()
+            .any(|(n, s, _)| n == "koordinator" && s == "deployed"),
+        "{releases:?}"
+    );
+    // The carried helm's folder went with the load.
+    let left: Vec<_> = std::fs::read_dir(h.path().join("tmp"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("koord-bundle-tools-")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn without_helm_or_carried_tools_load_says_what_to_do_and_pushes_nothing() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let kube = cluster::lease();
+    let prefix = unique_prefix("notools");
+    let registry = format!("{}/{prefix}", env().plain);
+    let o = h
+        .load_cmd(
+            &bundle,
+            &registry,
+            &[
+                "--plain-http",
+                "--kubeconfig",
+                kube.kubeconfig.to_str().unwrap(),
+            ],
+        )
+        .env("PATH", path_without_helm())
+        .output()
+        .unwrap();
+    assert_fails(
+        &o,
+        1,
+        &[
+            "helm not found on PATH",
+            "it carries no tools (build it with --with-tools)",
+            "nothing was pushed",
+        ],
+    );
+    let tags = tool(
+        "curl",
+        &[
+            "-s",
+            &format!(
+                "http://{}/v2/{prefix}/koordinator-sh/koordlet/tags/list",
+                env().plain
+            ),
+        ],
+        h.path(),
+    );
+    assert!(
+        String::from_utf8_lossy(&tags.stdout).contains("NAME_UNKNOWN"),
+        "{}",
+        String::from_utf8_lossy(&tags.stdout)
+    );
+}
+
+#[test]
+fn a_carried_tool_that_differs_from_its_checksum_is_refused() {
+    let h = Home::with_key();
+    let (bundle, built) = h.build_plain("1.8.0", &["--with-tools"]);
+    let (_, dir) = platform();
+    let v = built["tools"][1].clone();
+    assert_eq!(v["file"], format!("{dir}/helm"));
+    // One byte of the carried helm changed in the bundle: verify names the file.
+    let at = tool_offset(&bundle, &format!("{dir}/helm"));
+    flip_byte(&bundle, at + 1000);
+    let o = h.run(&[
+        "verify",
+        bundle.to_str().unwrap(),
+        "--key",
+        h.pubkey().to_str().unwrap(),
+    ]);
+    assert_fails(&o, 1, &[&format!("{dir}/helm")]);
+}
+
+/// Where the data of entry `name` starts in the plain tar `bundle`.
+fn tool_offset(bundle: &Path, name: &str) -> u64 {
+    let mut ar = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    for e in ar.entries().unwrap() {
+        let e = e.unwrap();
+        if e.path().unwrap().to_string_lossy() == name {
+            return e.raw_file_position();
+        }
+    }
+    panic!("{name} not in {}", bundle.display())
+}
