@@ -782,6 +782,57 @@ async fn install(
 /// against the cluster, push (nothing before all of these passed), install (nothing after a
 /// failed push), report.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
+    let signals = super::interrupt_signals()?;
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let got = signals.await;
+        let _ = tx.send(got);
+        // helm (an install under way) and the post-renderer end with the load.
+        crate::child::kill_all();
+    });
+    let interrupted = |(signal, code): (&'static str, i32)| {
+        crate::child::kill_all();
+        let kept = match Phase::now() {
+            Phase::Checking => "nothing was pushed or installed".to_string(),
+            Phase::Pushing => "what was pushed stays in the registry, digests unchanged; nothing was installed; run the same command again to push the rest (what is there is not sent again) and install".to_string(),
+            Phase::Installing => "everything was pushed; helm was stopped during the install or upgrade: run the same command again (`helm history` shows the release's state)".to_string(),
+        };
+        anyhow::Error::from(super::Interrupted { signal, kept, code })
+    };
+    tokio::select! {
+        biased;
+        Ok(got) = &mut rx => Err(interrupted(got)),
+        r = load(args) => match rx.try_recv() {
+            Ok(got) if r.is_err() => Err(interrupted(got)),
+            _ => r,
+        },
+    }
+}
+
+/// How far a load got, for what an interrupt says.
+#[derive(Clone, Copy)]
+enum Phase {
+    Checking,
+    Pushing,
+    Installing,
+}
+
+static PHASE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+impl Phase {
+    fn set(self) {
+        PHASE.store(self as u8, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn now() -> Phase {
+        match PHASE.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => Phase::Checking,
+            1 => Phase::Pushing,
+            _ => Phase::Installing,
+        }
+    }
+}
+
+async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let mut settings = Settings::resolve(&args, &progress).await?;
     let (src, unhashed) = verify(&settings, &progress).await?;
@@ -800,8 +851,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         super::registry_check::check(&args, &settings.reg, &target, &manifest, &progress).await?;
     let registry = RegistryStore::new(settings.reg.clone(), &target.host_and_prefix());
     let sink = checked.sink(&registry, &target);
+    Phase::Pushing.set();
     let (stats, rehashed) =
         hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
+    Phase::Installing.set();
     let done = install(&args, helm.as_ref(), &planned).await?;
     let (preflight, namespace) = (&pre.report, &pre.namespace);
     let chart_repo = format!("charts/{}", manifest.chart.name);

@@ -544,9 +544,17 @@ pub fn fail(e: &anyhow::Error) -> i32 {
 /// A usage error of clap's (exit [`EXIT_USAGE`]) of a command line that holds `--json`: the
 /// JSON document on stdout, clap's own message still on stderr (printed by clap).
 pub fn usage_error_json(e: &clap::Error) {
+    // clap's message runs until its first blank line: `the following required arguments were
+    // not provided:` is followed by the arguments, one per indented line. All of it, on one
+    // line (the usage and the hint after it stay on stderr).
     let rendered = e.render().to_string();
-    let first = rendered.lines().next().unwrap_or_default();
-    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let message: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim())
+        .collect();
+    let message = message.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
     println!(
         "{}",
         error_json(&crate::text::terminal_safe(message), &[], e.exit_code())

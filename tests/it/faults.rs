@@ -209,3 +209,49 @@ fn load_killed_mid_push_resumes_without_pushing_again() {
     let again: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(again["push"]["uploaded"], 0);
 }
+
+/// Ctrl-C during the push: exit 130 and a word of what was pushed and what a re-run does
+/// (it was 130 and nothing at all).
+#[test]
+fn load_interrupted_mid_push_says_what_was_pushed_and_what_to_do() {
+    let e = env();
+    let b = Built::new();
+    let prefix = unique_prefix("ctrlc");
+    let proxy = fault_proxy::start(&e.plain, Mode::StallAfter(500 * 1024));
+    let child = b
+        .home
+        .cmd(&[
+            "load",
+            b.bundle.to_str().unwrap(),
+            "--registry",
+            &format!("{}/{prefix}", proxy.addr),
+            "--plain-http",
+            "--no-install",
+            "--jobs",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the load to reach the stall",
+        std::time::Duration::from_secs(60),
+        || match proxy.counts.stalled.load(Ordering::SeqCst) {
+            0 => Err(format!("{:?}", proxy.counts)),
+            _ => Ok(()),
+        },
+    );
+    // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    assert_fails(
+        &o,
+        130,
+        &[
+            "interrupted (SIGINT)",
+            "what was pushed stays in the registry",
+            "run the same command again to push the rest",
+        ],
+    );
+}

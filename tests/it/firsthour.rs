@@ -2,6 +2,7 @@
 
 use crate::common::*;
 use serde_json::Value;
+use std::path::Path;
 use std::process::Output;
 
 /// The one JSON document a failing `--json` command prints on stdout, checked against the
@@ -646,5 +647,50 @@ fn a_file_where_the_output_directory_should_be_is_named_as_such() {
         &o,
         1,
         &["the output directory out is a file, not a directory"],
+    );
+}
+
+/// Issue 32, the first hour round 3: a `--json` usage error names the missing argument; the
+/// `found` line does not count an `--image` as the chart's; `build --split` tells the user to
+/// verify a part (the whole bundle is never written).
+#[test]
+fn first_hour_round_3_messages() {
+    let h = Home::with_key();
+    let o = h.run(&["load", "x.tar", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not provided: --registry"), "{v}");
+    let e = env();
+    let extra = format!("{}/koordinator-sh/koordlet:v1.7.0", e.plain);
+    let o = h
+        .build("1.8.0")
+        .args(&["--dry-run", "--image", &extra])
+        .run();
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let found = err
+        .lines()
+        .find(|l| l.starts_with("found"))
+        .unwrap_or_default();
+    assert!(
+        found.starts_with("found    5 images and 13 CRDs in chart koordinator 1.8.0")
+            && found.ends_with(", and 1 added with --image"),
+        "{err}"
+    );
+    let out = h.path().join("koordinator-1.8.0.tar");
+    let o = h.build("1.8.0").out(&out).args(&["--split", "512K"]).run();
+    assert_ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("signed")).unwrap();
+    let named = line
+        .split("koord-bundle verify ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap();
+    assert!(!out.exists());
+    assert!(
+        Path::new(named).exists() || h.path().join(named).exists(),
+        "{line}: {named} does not exist"
     );
 }

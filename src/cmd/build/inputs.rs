@@ -60,18 +60,25 @@ pub(super) async fn read_chart(
     let (images, discovery) =
         crate::cmd::discover::images(&settings.helm, args, &archive, &fetched.bytes, &origin)?;
     let mut wanted: Vec<Wanted> = images.iter().map(crate::cmd::discover::wanted).collect();
+    wanted.sort_by(|a, b| a.ref_name.cmp(&b.ref_name));
+    wanted.dedup_by(|a, b| a.ref_name == b.ref_name);
+    let in_chart = wanted.len();
     for e in &args.images {
         wanted.push(Wanted::manual(e)?);
     }
     wanted.sort_by(|a, b| a.ref_name.cmp(&b.ref_name));
     wanted.dedup_by(|a, b| a.ref_name == b.ref_name);
+    let manual = wanted.len() - in_chart;
     progress.say(format!(
-        "found    {} images and {} CRDs in chart {} {} (helm template, helm v{})",
-        wanted.len(),
+        "found    {in_chart} images and {} CRDs in chart {} {} (helm template, helm v{}){}",
         crds.len(),
         meta.name,
         meta.version,
-        settings.helm.version
+        settings.helm.version,
+        match manual {
+            0 => String::new(),
+            n => format!(", and {n} added with --image"),
+        }
     ));
     Ok((fetched, archive, crds, wanted, discovery))
 }

@@ -52,7 +52,8 @@ impl Registry {
     /// transport failure is retried as every request is; an answer of any status is final.
     pub async fn probe(&self, registry: &str, name: &str) -> Result<Flavor, ProbeError> {
         let url = format!("{}/api/v2.0/systeminfo", self.transport.base(registry));
-        let what = "GET /api/v2.0/systeminfo (is it Harbor?)";
+        // Named as the first contact it is: a TLS or connection failure here is no Harbor problem.
+        let what = "the first request to the registry (GET /api/v2.0/systeminfo)";
         let answer = self
             .with_retry(what, || async {
                 let sent = self
