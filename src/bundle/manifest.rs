@@ -94,6 +94,26 @@ pub struct BaseRecord {
     pub chart_version: String,
     /// Its creation time.
     pub created: String,
+    /// Its file name, when `--since` named the bundle (not a manifest written by `inspect
+    /// --manifest`): what `load` and `inspect` tell the site to load first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+impl BaseRecord {
+    /// `the 1.7.0 bundle koordinator-1.7.0.tar (created …, koord-bundle.json sha256:…)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "the {} bundle{} (created {}, koord-bundle.json {})",
+            crate::text::printable(&self.chart_version),
+            self.file
+                .as_deref()
+                .map(|f| format!(" {}", crate::text::printable(f)))
+                .unwrap_or_default(),
+            crate::text::printable(&self.created),
+            self.manifest_digest
+        )
+    }
 }
 
 /// A blob left out of an incremental bundle.

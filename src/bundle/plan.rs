@@ -162,9 +162,13 @@ impl Base {
     /// The base `--since` names: a bundle (or any part of a split set), or the small file
     /// `inspect --manifest` writes.
     pub fn read(path: &std::path::Path) -> Result<Base, BaseError> {
+        let mut file = None;
         let bytes =
             match super::reader::read_head(path) {
-                Ok(head) => head.manifest,
+                Ok(head) => {
+                    file = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                    head.manifest
+                }
                 Err(_) => crate::bounded::read_file_bounded(path, MAX_BASE_MANIFEST).map_err(
                     |source| BaseError::Read {
                         path: path.to_path_buf(),
@@ -187,6 +191,7 @@ impl Base {
                 manifest_digest: Digest::of(&bytes),
                 chart_version: m.chart.version.clone(),
                 created: m.created.clone(),
+                file,
             },
             on_site: m.blobs_on_site(),
         })

@@ -97,6 +97,13 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         None => println!("signed   NO"),
     }
     println!("blobs    {}", super::blobs_in_bundle(&m.blobs));
+    if let Some(b) = &m.base {
+        println!(
+            "base     incremental: {} blobs left out, carried by {}; load that bundle first",
+            m.omitted_blobs.len(),
+            b.describe()
+        );
+    }
     println!("images   {}", m.images.len());
     for i in &m.images {
         println!(

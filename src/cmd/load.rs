@@ -489,8 +489,31 @@ async fn hash_and_push<K: crate::store::Sink>(
     }
     let stats = push(src, sink, &graphs, args.jobs, args.dry_run, progress)
         .await
-        .context(if args.dry_run { "checking the registry" } else { "push failed: nothing was installed; re-run the same command to finish (what is there is skipped)" })?;
+        .map_err(|e| push_failed(e, src.manifest(), args.dry_run))?;
     Ok((stats, !all_there))
+}
+
+/// What a failed push says: for blobs an incremental bundle left out and the registry lacks
+/// (found before anything is pushed), which bundle to load first; else that a re-run finishes.
+fn push_failed(
+    e: anyhow::Error,
+    m: &crate::bundle::BundleManifest,
+    dry_run: bool,
+) -> anyhow::Error {
+    let missing = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref(),
+            Some(copy::WalkError::MissingOnSite { .. })
+        )
+    });
+    match (&m.base, missing) {
+        (Some(base), true) => e.context(format!(
+            "this is an incremental bundle: the registry lacks blobs it left out, because its base carried them; load its base, {}, into the same registry first, then this one; nothing was pushed",
+            base.describe()
+        )),
+        _ if dry_run => e.context("checking the registry"),
+        _ => e.context("push failed: nothing was installed; re-run the same command to finish (what is there is skipped)"),
+    }
 }
 
 /// What the helm step did.

@@ -76,9 +76,18 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     if let Some(m) = &report.manifest {
         println!("blobs      {}", super::blobs_in_bundle(&m.blobs));
     }
+    let left_out = report
+        .manifest
+        .as_ref()
+        .filter(|m| m.base.is_some())
+        .map(|m| m.omitted_blobs.len());
     println!(
-        "layout     {} manifests, every referenced blob present",
-        report.manifests
+        "layout     {} manifests, {}",
+        report.manifests,
+        match left_out {
+            Some(n) => format!("every referenced blob present but the {n} an incremental bundle leaves out (below)"),
+            None => "every referenced blob present".into(),
+        }
     );
     if let Some(m) = &report.manifest {
         println!(
@@ -95,9 +104,9 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
             .iter()
             .fold(0u64, |a, o| a.saturating_add(o.size));
         println!(
-            "expected   incremental bundle: {} blobs ({bytes} bytes) left out, which the target registry must already hold (from the {} bundle)",
+            "expected   incremental bundle: {} blobs ({bytes} bytes) left out, which the target registry must already hold: load {} first",
             m.omitted_blobs.len(),
-            m.base.as_ref().map(|b| b.chart_version.as_str()).unwrap_or("?")
+            m.base.as_ref().map(|b| b.describe()).unwrap_or_default()
         );
         for o in &m.omitted_blobs {
             println!("  {} ({} bytes)", o.digest, o.size);

@@ -227,16 +227,40 @@ fn incremental_bundle_leaves_out_what_the_site_holds_and_load_checks_it() {
         "--plain-http",
         "--no-install",
     ]);
-    assert_fails(
+    let err = assert_fails(
         &o,
         1,
         &[
             "incremental",
             "missing",
-            "load the bundle it builds on first",
+            "load its base, the 1.6.0 bundle koordinator-1.6.0.tar (created ",
+            "nothing was pushed",
         ],
     );
+    assert!(!err.contains("re-run the same command"), "{err}");
     assert!(repos_under(&prefix).is_empty());
+    // inspect and verify say what it is and what to load first.
+    let o = h.run(&["inspect", inc.to_str().unwrap()]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("base     incremental: {omitted} blobs left out, carried by the 1.6.0 bundle koordinator-1.6.0.tar")),
+        "{out}"
+    );
+    let o = h.run(&[
+        "verify",
+        inc.to_str().unwrap(),
+        "--key",
+        h.pubkey().to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!(
+            "every referenced blob present but the {omitted} an incremental bundle leaves out"
+        )),
+        "{out}"
+    );
     // Base first, then the increment: complete, digests unchanged.
     assert_ok(&h.run(&[
         "load",
