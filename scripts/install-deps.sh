@@ -10,6 +10,8 @@
 #   - The CycloneDX reference validator (cyclonedx-python-lib with its json-validation
 #     extra, from PyPI) in a virtual environment, $KB_TOOLS/cyclonedx: the tests validate
 #     every bill of materials with it (tests/it/bom.rs).
+#   - cmarkgfm (GitHub's cmark-gfm, PyPI) in $KB_TOOLS/markdown: the tests render diff --format
+#     markdown with it (tests/it/diff.rs).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -134,10 +136,32 @@ install_cdx() {
 }
 install_cdx
 
+# ---------------------------------------------------------------- Markdown renderer
+# cmarkgfm, the Python binding of GitHub's own cmark-gfm (tables, autolinks, raw HTML as GitHub
+# would pass it before its sanitiser): the tests render `diff --format markdown` with it and
+# check that nothing from a bundle becomes a tag, a link or a broken code span. Pinned.
+CMARKGFM_VERSION="2024.11.20"
+install_cmarkgfm() {
+    local venv="$KB_TOOLS/markdown"
+    local check="import importlib.metadata as m, cmarkgfm; assert m.version('cmarkgfm') == '$CMARKGFM_VERSION'"
+    if [[ -x "$venv/bin/python3" ]] && "$venv/bin/python3" -c "$check" 2>/dev/null; then
+        return 0
+    fi
+    log "installing cmarkgfm==$CMARKGFM_VERSION into $venv (PyPI)"
+    rm -rf "$venv"
+    # python3-venv is there: install_cdx made a virtual environment with it.
+    python3 -m venv "$venv" || /usr/bin/python3 -m venv "$venv" || die "cannot make a virtual environment at $venv"
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "cmarkgfm==$CMARKGFM_VERSION" \
+        || die "pip could not install cmarkgfm==$CMARKGFM_VERSION"
+    "$venv/bin/python3" -c "$check" || die "$venv lacks a working cmarkgfm $CMARKGFM_VERSION"
+}
+install_cmarkgfm
+
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
 log "kubectl: $KB_TOOLS/kubectl/kubectl -> $(tool_version "$KB_TOOLS/kubectl/kubectl")"
 log "docker-registry: $(docker-registry --version 2>&1 | head -n1)"
 log "skopeo: $(skopeo --version 2>&1 | head -n1)"
 log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"
+log "cmarkgfm: $("$KB_TOOLS/markdown/bin/python3" -c 'import importlib.metadata as m; print(m.version("cmarkgfm"))')"
 log "all dependencies present"

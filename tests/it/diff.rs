@@ -742,3 +742,88 @@ fn diff_takes_parts_manifest_files_and_keys_and_refuses_what_is_not_a_bundle() {
     let o = h.run(&["diff", old.to_str().unwrap(), bad.to_str().unwrap()]);
     assert_fails(&o, 1, &["bad.tar", "crds/", "SHA256SUMS says"]);
 }
+
+/// `diff --format markdown` is pasted into change requests: whatever a bundle's manifest
+/// holds (an image name, a chart version, a CRD name) stays text there, as GitHub renders it
+/// (cmark-gfm, raw HTML let through as it is before GitHub's sanitiser): no tag, no link, no
+/// emphasis, no cell broken by `|`, and every code span shows its text exactly.
+#[test]
+fn markdown_keeps_what_bundles_say_as_text() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let old = h.path().join("old.json");
+    assert_ok(&h.run(&[
+        "inspect",
+        bundle.to_str().unwrap(),
+        "--manifest",
+        old.to_str().unwrap(),
+    ]));
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&old).unwrap()).unwrap();
+    let evil = "<img src=x onerror=alert(1)>[click](http://evil.example) www.evil.example a``b |x| ~~s~~ **b** _i_ &amp;";
+    m["chart"]["version"] = format!("1.8.0{evil}").into();
+    m["chart"]["appVersion"] = evil.into();
+    m["created"] = evil.into();
+    let repo = m["images"][0]["repository"].as_str().unwrap().to_string();
+    m["images"][0]["ref"] = format!("{repo}{evil}`:v1`").into();
+    m["images"][0]["repository"] = format!("{repo}{evil}`").into();
+    m["crds"][0]["name"] = format!("`{evil}").into();
+    m["crds"][0]["sha256"] = format!("sha256:{}", "0".repeat(64)).into();
+    let new = h.path().join("new.json");
+    std::fs::write(&new, m.to_string()).unwrap();
+    let o = h.run(&[
+        "diff",
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "--format",
+        "markdown",
+    ]);
+    assert_ok(&o);
+    let md = h.path().join("diff.md");
+    std::fs::write(&md, &o.stdout).unwrap();
+    let tools = std::env::var_os("KB_TOOLS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools"));
+    let py = tools.join("markdown/bin/python3");
+    let r = std::process::Command::new(&py)
+        .args([
+            "-c",
+            "import sys, cmarkgfm\nfrom cmarkgfm.cmark import Options as O\nsys.stdout.write(cmarkgfm.github_flavored_markdown_to_html(open(sys.argv[1]).read(), options=O.CMARK_OPT_UNSAFE))",
+            md.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{} (scripts/install-deps.sh installs cmarkgfm): {e}", py.display()));
+    assert_ok(&r);
+    let html = String::from_utf8(r.stdout).unwrap();
+    // (Our own notes are in italics: <em>i</em> is what the bundle's `_i_` must not become.)
+    for bad in ["<img", "<a ", "<strong>", "<em>i</em>", "<del>"] {
+        assert!(!html.contains(bad), "{bad} in the rendered diff:\n{html}");
+    }
+    // As text, entity and all: `&amp;` shows as itself.
+    assert!(
+        html.contains("&lt;img src=x onerror=alert(1)&gt;[click](http://evil.example) www.evil.example a``b |x| ~~s~~ **b** _i_ &amp;amp;"),
+        "{html}"
+    );
+    let shown = evil
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    for span in [
+        format!("<code>{repo}{shown}`</code>"),
+        format!("<code>`{shown}</code>"),
+    ] {
+        assert!(html.contains(&span), "no {span} in\n{html}");
+    }
+    // Every row of a table has its table's cells: no `|` from a bundle split one.
+    for table in html.split("<table>").skip(1) {
+        let table = &table[..table.find("</table>").unwrap()];
+        let cols = table
+            .split("</thead>")
+            .next()
+            .unwrap()
+            .matches("</th>")
+            .count();
+        for row in table.split("<tr>").skip(2) {
+            assert_eq!(row.matches("</td>").count(), cols, "{row}");
+        }
+    }
+}

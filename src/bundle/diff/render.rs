@@ -297,9 +297,54 @@ fn table_crds(r: &Report, o: &mut String) {
     }
 }
 
-/// A Markdown table cell: `|` escaped, one line.
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+/// Text from the bundles as Markdown text of one table cell or line, for CommonMark and
+/// GitHub's renderer (cmark-gfm): every ASCII punctuation character that can open markup
+/// (emphasis, links, images, HTML tags, entities, code spans, strikethrough, table cells) and
+/// what GitHub's autolinks start at (`:` of `http://`, `@` of an address, the `.` of `www.`)
+/// escaped with a backslash, which CommonMark allows before any ASCII punctuation; line breaks
+/// become spaces. Versions and paths (`1.8.0`, `a/b-c`) stay as they are.
+fn text(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for (i, c) in s.char_indices() {
+        // GitHub links `http://`, `https://`, `ftp://` (from the `:`) and `www.` (from the `.`).
+        let autolink = match c {
+            ':' => s[i + 1..].starts_with("//"),
+            '.' => o
+                .get(o.len().saturating_sub(3)..)
+                .is_some_and(|t| t.eq_ignore_ascii_case("www")),
+            _ => false,
+        };
+        match c {
+            '\n' | '\r' => o.push(' '),
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '<' | '>' | '(' | ')' | '#' | '!'
+            | '|' | '~' | '&' | '@' => {
+                o.push('\\');
+                o.push(c);
+            }
+            _ if autolink => {
+                o.push('\\');
+                o.push(c);
+            }
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Text from the bundles as one inline code span: a fence of one more backtick than the longest
+/// run of backticks inside (padded with a space when the text starts or ends with a backtick
+/// or a space, as CommonMark strips one), `|` escaped for GitHub's table cells (which it
+/// unescapes before it parses the span), line breaks as spaces.
+fn code(s: &str) -> String {
+    let s = s.replace(['\n', '\r'], " ").replace('|', "\\|");
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with(['`', ' ']) || s.ends_with(['`', ' ']) {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
 }
 
 /// The report as Markdown, for an approval ticket.
@@ -309,60 +354,62 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(
         o,
         "## koord-bundle diff: {} {} → {}\n",
-        c.name, c.version.old, c.version.new
+        text(&c.name),
+        text(&c.version.old),
+        text(&c.version.new)
     );
     let _ = writeln!(o, "| | OLD | NEW |\n|---|---|---|");
     let row = |o: &mut String, k: &str, a: String, b: String| {
-        let _ = writeln!(o, "| {k} | {} | {} |", cell(&a), cell(&b));
+        let _ = writeln!(o, "| {k} | {a} | {b} |");
     };
     row(
         &mut o,
         "input",
-        format!("`{}` ({})", r.old.input, side_kind(&r.old)),
-        format!("`{}` ({})", r.new.input, side_kind(&r.new)),
+        format!("{} ({})", code(&r.old.input), side_kind(&r.old)),
+        format!("{} ({})", code(&r.new.input), side_kind(&r.new)),
     );
     row(
         &mut o,
         "chart version",
-        c.version.old.clone(),
-        c.version.new.clone(),
+        text(&c.version.old),
+        text(&c.version.new),
     );
     row(
         &mut o,
         "appVersion",
-        c.app_version.old.clone().unwrap_or_else(|| "-".into()),
-        c.app_version.new.clone().unwrap_or_else(|| "-".into()),
+        text(c.app_version.old.as_deref().unwrap_or("-")),
+        text(c.app_version.new.as_deref().unwrap_or("-")),
     );
     row(
         &mut o,
         "chart archive",
-        format!("`{}`", short(&c.digest.old)),
-        format!("`{}`", short(&c.digest.new)),
+        code(&short(&c.digest.old)),
+        code(&short(&c.digest.new)),
     );
     row(
         &mut o,
         "created",
-        r.old.created.clone(),
-        r.new.created.clone(),
+        text(&r.old.created),
+        text(&r.new.created),
     );
     row(
         &mut o,
         "signature",
-        signature(&r.old.signature),
-        signature(&r.new.signature),
+        text(&signature(&r.old.signature)),
+        text(&signature(&r.new.signature)),
     );
     row(
         &mut o,
         "bundle manifest",
-        format!("`{}`", short(&r.old.manifest_digest)),
-        format!("`{}`", short(&r.new.manifest_digest)),
+        code(&short(&r.old.manifest_digest)),
+        code(&short(&r.new.manifest_digest)),
     );
     let _ = writeln!(o, "\n### Warnings ({})\n", r.warnings.len());
     if r.warnings.is_empty() {
         let _ = writeln!(o, "None.");
     }
     for w in &r.warnings {
-        let _ = writeln!(o, "- ⚠️ {}", w);
+        let _ = writeln!(o, "- ⚠️ {}", text(&w.to_string()));
     }
     markdown_images(r, &mut o);
     let _ = writeln!(o, "\n### What must cross\n\n{}", bytes_text(r));
@@ -394,35 +441,35 @@ fn markdown_images(r: &Report, o: &mut String) {
         let (repo, tag) = a.ref_name.rsplit_once(':').unwrap_or((&a.ref_name, ""));
         let _ = writeln!(
             o,
-            "| `{}` | added | {} | `{}` | {} |",
-            cell(repo),
-            cell(tag),
-            short(&a.digest),
-            cell(&a.platforms.join(", "))
+            "| {} | added | {} | {} | {} |",
+            code(repo),
+            text(tag),
+            code(&short(&a.digest)),
+            text(&a.platforms.join(", "))
         );
     }
     for a in &i.removed {
         let (repo, tag) = a.ref_name.rsplit_once(':').unwrap_or((&a.ref_name, ""));
         let _ = writeln!(
             o,
-            "| `{}` | removed | {} | `{}` | {} |",
-            cell(repo),
-            cell(tag),
-            short(&a.digest),
-            cell(&a.platforms.join(", "))
+            "| {} | removed | {} | {} | {} |",
+            code(repo),
+            text(tag),
+            code(&short(&a.digest)),
+            text(&a.platforms.join(", "))
         );
     }
     for (what, list) in [("re-tagged", &i.retagged), ("changed digest", &i.changed)] {
         for x in list {
             let _ = writeln!(
                 o,
-                "| `{}` | {what} | {} → {} | `{}` → `{}` | {} |",
-                cell(&x.repository),
-                cell(&x.tag.old),
-                cell(&x.tag.new),
-                short(&x.digest.old),
-                short(&x.digest.new),
-                cell(&platforms_text(x))
+                "| {} | {what} | {} → {} | {} → {} | {} |",
+                code(&x.repository),
+                text(&x.tag.old),
+                text(&x.tag.new),
+                code(&short(&x.digest.old)),
+                code(&short(&x.digest.new)),
+                text(&platforms_text(x))
             );
         }
     }
@@ -439,7 +486,7 @@ fn markdown_crds(r: &Report, o: &mut String) {
         k.unchanged
     );
     if let Some(n) = &k.note {
-        let _ = writeln!(o, "_{}_\n", n);
+        let _ = writeln!(o, "_{}_\n", text(n));
     }
     if k.added.len() + k.removed.len() + k.changed.len() == 0 {
         let _ = writeln!(o, "No change.");
@@ -449,34 +496,34 @@ fn markdown_crds(r: &Report, o: &mut String) {
     for a in &k.added {
         let _ = writeln!(
             o,
-            "| `{}` ({}) | added | versions {} |",
-            cell(&a.name),
-            cell(&a.kind),
-            cell(&a.versions.join(", "))
+            "| {} ({}) | added | versions {} |",
+            code(&a.name),
+            text(&a.kind),
+            text(&a.versions.join(", "))
         );
     }
     for a in &k.removed {
         let _ = writeln!(
             o,
-            "| `{}` ({}) | removed | versions {} |",
-            cell(&a.name),
-            cell(&a.kind),
-            cell(&a.versions.join(", "))
+            "| {} ({}) | removed | versions {} |",
+            code(&a.name),
+            text(&a.kind),
+            text(&a.versions.join(", "))
         );
     }
     for ch in k.changed.iter().filter(|c| !detail_only(c)) {
-        let details: Vec<String> = crd_lines(ch).iter().map(|l| cell(l)).collect();
+        let details: Vec<String> = crd_lines(ch).iter().map(|l| text(l)).collect();
         let _ = writeln!(
             o,
-            "| `{}` ({}) | changed | {} |",
-            cell(&ch.name),
-            cell(&ch.kind),
+            "| {} ({}) | changed | {} |",
+            code(&ch.name),
+            text(&ch.kind),
             details.join("<br>")
         );
     }
     let details = detail_only_names(r);
     if !details.is_empty() {
-        let names: Vec<String> = details.iter().map(|n| format!("`{}`", cell(n))).collect();
+        let names: Vec<String> = details.iter().map(|n| code(n)).collect();
         let _ = writeln!(
             o,
             "| {} | changed | descriptions or other details only: no version or schema field changed |",
@@ -488,7 +535,7 @@ fn markdown_crds(r: &Report, o: &mut String) {
 fn markdown_values(r: &Report, o: &mut String) {
     let v = &r.values;
     if let Some(n) = &v.note {
-        let _ = writeln!(o, "\n### values.yaml defaults\n\n_{}_", n);
+        let _ = writeln!(o, "\n### values.yaml defaults\n\n_{}_", text(n));
         return;
     }
     let _ = writeln!(
@@ -504,18 +551,18 @@ fn markdown_values(r: &Report, o: &mut String) {
     }
     let _ = writeln!(o, "| path | OLD | NEW |\n|---|---|---|");
     for e in &v.added {
-        let _ = writeln!(o, "| `{}` | (none) | `{}` |", cell(&e.path), cell(&e.value));
+        let _ = writeln!(o, "| {} | (none) | {} |", code(&e.path), code(&e.value));
     }
     for e in &v.removed {
-        let _ = writeln!(o, "| `{}` | `{}` | (none) |", cell(&e.path), cell(&e.value));
+        let _ = writeln!(o, "| {} | {} | (none) |", code(&e.path), code(&e.value));
     }
     for e in &v.changed {
         let _ = writeln!(
             o,
-            "| `{}` | `{}` | `{}` |",
-            cell(&e.path),
-            cell(&e.change.old),
-            cell(&e.change.new)
+            "| {} | {} | {} |",
+            code(&e.path),
+            code(&e.change.old),
+            code(&e.change.new)
         );
     }
 }
