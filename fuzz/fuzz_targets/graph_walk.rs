@@ -291,6 +291,7 @@ fuzz_target!(|input: Input| {
     let plan = Entries {
         files: &files,
         blobs: &blobs,
+        tools: &[],
         mtime: 0,
         checksums: b"sums",
         signature: None,
