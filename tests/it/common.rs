@@ -870,3 +870,61 @@ pub fn repos_under(prefix: &str) -> Vec<String> {
         })
         .collect()
 }
+
+// --- The CycloneDX validator (bom.rs, tools.rs)
+
+/// The Python that has `cyclonedx-python-lib[json-validation]`: `KB_CDX_PYTHON`, else the
+/// virtual environment scripts/install-deps.sh makes in `$KB_TOOLS/cyclonedx` (default
+/// `<repo>/.tools`). Missing, the test fails: it never skips.
+pub fn cdx_python() -> PathBuf {
+    let p = std::env::var_os("KB_CDX_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let tools = std::env::var_os("KB_TOOLS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools"));
+            tools.join("cyclonedx/bin/python3")
+        });
+    let ok = std::process::Command::new(&p)
+        .args(["-c", "import cyclonedx.validation.json, jsonschema"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "the CycloneDX validator is missing: {} cannot import cyclonedx-python-lib with its json-validation extra. \
+         Run scripts/install-deps.sh (it makes $KB_TOOLS/cyclonedx), or set KB_CDX_PYTHON to a python3 that has \
+         `pip install 'cyclonedx-python-lib[json-validation]'`",
+        p.display()
+    );
+    p
+}
+
+/// Validate a BOM with `JsonStrictValidator(SchemaVersion.V1_6)`: `Ok(())` or its errors.
+pub fn validate(bom: &Path) -> Result<String, String> {
+    let script = r#"
+import sys
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(open(sys.argv[1]).read(), all_errors=True)
+if errors:
+    for e in errors:
+        print("invalid:", e)
+    sys.exit(1)
+print("valid: CycloneDX 1.6, JsonStrictValidator")
+"#;
+    let o = std::process::Command::new(cdx_python())
+        .args(["-c", script, bom.to_str().unwrap()])
+        .output()
+        .expect("run the validator");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    if o.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}

@@ -70,7 +70,7 @@ fn one_file_bootstraps_a_site_with_neither_tool() {
     assert_ok(&bom);
     let bom_file = h.path().join("bom.cdx.json");
     std::fs::write(&bom_file, &bom.stdout).unwrap();
-    crate::bom::validate(&bom_file).expect("the BOM with the tools is valid CycloneDX 1.6");
+    validate(&bom_file).expect("the BOM with the tools is valid CycloneDX 1.6");
     let bom: serde_json::Value = serde_json::from_slice(&bom.stdout).unwrap();
     let helm_version = tools[1]["version"].as_str().unwrap();
     let c = bom["components"]
