@@ -137,12 +137,16 @@ pub fn tar_layout(plan: &Plan, layout: &Layout, out: &Output<'_>) -> Result<TarL
 }
 
 /// Bytes the output's file system must take for a bundle of `len` bytes: the bundle, and once
-/// more for what is made of it before it goes (its parts with a split, its gzip copy).
+/// more for what is made of it before it goes (its parts with a split, its gzip copy), and
+/// the parity parts of a split (each at most a part, and about as large as the data of one
+/// data part: at most the bundle).
 pub fn room_needed(out: &Output<'_>, len: u64) -> u64 {
-    if out.split.is_some() || out.compress == Compression::Gzip {
-        len.saturating_mul(2)
-    } else {
-        len
+    match out.split {
+        Some((size, parity, _)) => len
+            .saturating_mul(2)
+            .saturating_add((parity as u64).saturating_mul(size.min(len.saturating_add(1 << 20)))),
+        None if out.compress == Compression::Gzip => len.saturating_mul(2),
+        None => len,
     }
 }
 

@@ -713,13 +713,23 @@ pub fn join(bf: &BundleFile, out: &Path) -> Result<u64, PartsError> {
     let tmp = AtomicFile::create(out).map_err(io_err(out))?;
     let mut reader = bf.reader()?;
     let mut w = crate::oci::Sha256Writer::new(io::BufWriter::with_capacity(1 << 20, tmp.file()));
-    if let Err(e) = io::copy(&mut reader, &mut w) {
-        // Name the part (and, with parity, every damaged block) rather than the read.
-        bf.check_parts()?;
-        return Err(PartsError::Io {
-            path: first.to_path_buf(),
-            source: e,
-        });
+    // Not io::copy: a failed read names the part (and, with parity, every damaged block), a
+    // failed write (a full disk) names the output.
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let got = match reader.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                bf.check_parts()?;
+                return Err(PartsError::Io {
+                    path: first.to_path_buf(),
+                    source: e,
+                });
+            }
+        };
+        w.write_all(&chunk[..got]).map_err(io_err(out))?;
     }
     let (digest, n, mut buf) = w.finish();
     buf.flush().map_err(io_err(out))?;

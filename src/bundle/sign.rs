@@ -63,26 +63,53 @@ pub fn keygen(dir: &Path, password: Option<String>) -> Result<(PathBuf, PathBuf)
         .to_box(Some("koord-bundle secret key"))
         .map_err(|e| SignError::Sign(e.to_string()))?;
     let pk_box = kp.pk.to_box().map_err(|e| SignError::Sign(e.to_string()))?;
-    write_new(&sk_path, &sk_box.to_bytes(), 0o600)?;
-    write_new(&pk_path, &pk_box.to_bytes(), 0o644)?;
+    // Both files are written in full to temporary files first, and only then linked into place
+    // without replacing anything: a full disk or an error half-way leaves no key at all (not an
+    // empty secret key that a later `keygen` then refuses to replace).
+    let sk_tmp = write_temp(dir, &sk_box.to_bytes(), 0o600)?;
+    let pk_tmp = write_temp(dir, &pk_box.to_bytes(), 0o644)?;
+    let place = |tmp: tempfile::NamedTempFile, path: &Path| {
+        tmp.persist_noclobber(path).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                SignError::Exists(path.to_path_buf())
+            } else {
+                SignError::Io {
+                    path: path.to_path_buf(),
+                    source: e.error,
+                }
+            }
+        })
+    };
+    place(sk_tmp, &sk_path)?;
+    if let Err(e) = place(pk_tmp, &pk_path) {
+        let _ = std::fs::remove_file(&sk_path);
+        return Err(e);
+    }
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
     Ok((sk_path, pk_path))
 }
 
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SignError> {
+/// `bytes` in a new temporary file of `dir` with `mode`, fsynced; removed when dropped.
+fn write_temp(dir: &Path, bytes: &[u8], mode: u32) -> Result<tempfile::NamedTempFile, SignError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
     let io = |source| SignError::Io {
-        path: path.to_path_buf(),
+        path: dir.to_path_buf(),
         source,
     };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
+    // NamedTempFile is created 0600 with O_EXCL; widened (for the public key) only once written.
+    let mut f = tempfile::Builder::new()
+        .prefix(".koord-bundle-key.")
+        .tempfile_in(dir)
         .map_err(io)?;
     f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)
+    f.as_file().sync_all().map_err(io)?;
+    f.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io)?;
+    Ok(f)
 }
 
 /// Is the secret key at `path` protected by a password? (Its KDF algorithm is scrypt, `Sc`.)

@@ -31,7 +31,12 @@ pub fn tell_repairs(progress: &Progress, bf: &BundleFile) {
     for l in &lines {
         progress.warn(l);
     }
-    let notes = bf.set.as_ref().is_some_and(|s| !s.notes.is_empty());
+    // A stray file of another set is not this set's damage: moving it away is the user's.
+    let notes = bf.set.as_ref().is_some_and(|s| {
+        s.notes
+            .iter()
+            .any(|n| !matches!(n, crate::bundle::set::Note::Stray { .. }))
+    });
     if !lines.is_empty() || notes {
         progress.warn(format!(
             "to write the damaged, missing or misplaced parts back whole: koord-bundle repair {}",

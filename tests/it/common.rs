@@ -928,3 +928,74 @@ print("valid: CycloneDX 1.6, JsonStrictValidator")
         Err(text)
     }
 }
+
+// --- Split parts (format v2) read and written back as an attacker would
+
+/// A part's pieces (split format v2): header JSON, signature, block table, data.
+pub struct FirstPart {
+    pub index: usize,
+    pub count: usize,
+    pub json: serde_json::Value,
+    pub sig: Vec<u8>,
+    pub table: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
+pub fn read_first_part(p: &Path) -> FirstPart {
+    let b = std::fs::read(p).unwrap();
+    let mut lines = b.splitn(4, |&c| c == b'\n');
+    assert_eq!(lines.next().unwrap(), b"koord-bundle-split v2");
+    let ident = std::str::from_utf8(lines.next().unwrap())
+        .unwrap()
+        .to_string();
+    let w: Vec<&str> = ident.split(' ').collect();
+    let (index, count) = (w[1].parse().unwrap(), w[3].parse().unwrap());
+    let len: usize = std::str::from_utf8(lines.next().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rest = lines.next().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&rest[..len]).unwrap();
+    let rest = &rest[len + 1..];
+    let nl = rest.iter().position(|&c| c == b'\n').unwrap();
+    let sig_len: usize = std::str::from_utf8(&rest[..nl]).unwrap().parse().unwrap();
+    let sig = rest[nl + 1..nl + 1 + sig_len].to_vec();
+    let rest = &rest[nl + 1 + sig_len + 1..];
+    let nl = rest.iter().position(|&c| c == b'\n').unwrap();
+    let table_len: usize = std::str::from_utf8(&rest[..nl]).unwrap().parse().unwrap();
+    let table = rest[nl + 1..nl + 1 + table_len].to_vec();
+    let data = b[json["dataOffset"].as_u64().unwrap() as usize..].to_vec();
+    FirstPart {
+        index,
+        count,
+        json,
+        sig,
+        table,
+        data,
+    }
+}
+
+/// Write a part back as an attacker would: its part line made consistent with the edited JSON
+/// (set id and check), the data where the JSON says.
+pub fn write_first_part(p: &Path, fp: &FirstPart) {
+    use sha2::Digest as _;
+    let json = serde_json::to_vec(&fp.json).unwrap();
+    let set = hex::encode(&sha2::Sha256::digest(&json)[..16]);
+    let rest = format!("part {} of {} set {set}", fp.index, fp.count);
+    let check = hex::encode(&sha2::Sha256::digest(rest.as_bytes())[..4]);
+    let mut out = format!(
+        "koord-bundle-split v2\n{rest} check {check}\n{}\n",
+        json.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&json);
+    out.extend_from_slice(format!("\n{}\n", fp.sig.len()).as_bytes());
+    out.extend_from_slice(&fp.sig);
+    out.extend_from_slice(format!("\n{}\n", fp.table.len()).as_bytes());
+    out.extend_from_slice(&fp.table);
+    let offset = fp.json["dataOffset"].as_u64().unwrap() as usize;
+    assert!(out.len() <= offset, "the edited header still fits its area");
+    out.resize(offset, 0);
+    out.extend_from_slice(&fp.data);
+    std::fs::write(p, out).unwrap();
+}

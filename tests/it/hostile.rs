@@ -10,75 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A part's pieces (split format v2): header JSON, signature, block table, data.
-struct FirstPart {
-    index: usize,
-    count: usize,
-    json: serde_json::Value,
-    sig: Vec<u8>,
-    table: Vec<u8>,
-    data: Vec<u8>,
-}
-
-fn read_first_part(p: &Path) -> FirstPart {
-    let b = std::fs::read(p).unwrap();
-    let mut lines = b.splitn(4, |&c| c == b'\n');
-    assert_eq!(lines.next().unwrap(), b"koord-bundle-split v2");
-    let ident = std::str::from_utf8(lines.next().unwrap())
-        .unwrap()
-        .to_string();
-    let w: Vec<&str> = ident.split(' ').collect();
-    let (index, count) = (w[1].parse().unwrap(), w[3].parse().unwrap());
-    let len: usize = std::str::from_utf8(lines.next().unwrap())
-        .unwrap()
-        .parse()
-        .unwrap();
-    let rest = lines.next().unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&rest[..len]).unwrap();
-    let rest = &rest[len + 1..];
-    let nl = rest.iter().position(|&c| c == b'\n').unwrap();
-    let sig_len: usize = std::str::from_utf8(&rest[..nl]).unwrap().parse().unwrap();
-    let sig = rest[nl + 1..nl + 1 + sig_len].to_vec();
-    let rest = &rest[nl + 1 + sig_len + 1..];
-    let nl = rest.iter().position(|&c| c == b'\n').unwrap();
-    let table_len: usize = std::str::from_utf8(&rest[..nl]).unwrap().parse().unwrap();
-    let table = rest[nl + 1..nl + 1 + table_len].to_vec();
-    let data = b[json["dataOffset"].as_u64().unwrap() as usize..].to_vec();
-    FirstPart {
-        index,
-        count,
-        json,
-        sig,
-        table,
-        data,
-    }
-}
-
-/// Write a part back as an attacker would: its part line made consistent with the edited JSON
-/// (set id and check), the data where the JSON says.
-fn write_first_part(p: &Path, fp: &FirstPart) {
-    use sha2::Digest as _;
-    let json = serde_json::to_vec(&fp.json).unwrap();
-    let set = hex::encode(&sha2::Sha256::digest(&json)[..16]);
-    let rest = format!("part {} of {} set {set}", fp.index, fp.count);
-    let check = hex::encode(&sha2::Sha256::digest(rest.as_bytes())[..4]);
-    let mut out = format!(
-        "koord-bundle-split v2\n{rest} check {check}\n{}\n",
-        json.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(&json);
-    out.extend_from_slice(format!("\n{}\n", fp.sig.len()).as_bytes());
-    out.extend_from_slice(&fp.sig);
-    out.extend_from_slice(format!("\n{}\n", fp.table.len()).as_bytes());
-    out.extend_from_slice(&fp.table);
-    let offset = fp.json["dataOffset"].as_u64().unwrap() as usize;
-    assert!(out.len() <= offset, "the edited header still fits its area");
-    out.resize(offset, 0);
-    out.extend_from_slice(&fp.data);
-    std::fs::write(p, out).unwrap();
-}
-
 /// A signed split bundle in its own directory; returns (home, the first part).
 fn split_bundle() -> (Home, PathBuf) {
     let h = Home::with_key();
@@ -105,9 +36,10 @@ fn join_never_writes_where_the_part_header_says() {
     let first_s = first.to_str().unwrap();
     let original = std::fs::read(&first).unwrap();
 
-    // 1. The header edited to name another file, its old signature kept: the signature fails.
+    // 1. The header edited (a larger part size allowed), its old signature kept: the
+    // signature fails.
     let mut fp = read_first_part(&first);
-    fp.json["bundle"]["file"] = victim.to_str().unwrap().into();
+    fp.json["partSize"] = (fp.json["partSize"].as_u64().unwrap() + 1).into();
     write_first_part(&first, &fp);
     let o = h.run(&["join", first_s]);
     assert_fails(&o, 1, &["signature"]);
@@ -120,7 +52,8 @@ fn join_never_writes_where_the_part_header_says() {
     assert_fails(&o, 1, &["not signed", "--insecure-skip-signature"]);
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 
-    // 3. Told to skip the signature: an absolute path, or one with `..`, is still refused.
+    // 3. Told to skip the signature: an absolute path, or one with `..`, as the bundle's name
+    // is a malformed header (the parts' names are made of it), refused before anything is read.
     for name in [
         victim.to_str().unwrap(),
         "../victim",
@@ -130,7 +63,7 @@ fn join_never_writes_where_the_part_header_says() {
         fp.json["bundle"]["file"] = name.into();
         write_first_part(&first, &fp);
         let o = h.run(&["join", first_s, "--insecure-skip-signature"]);
-        let err = assert_fails(&o, 1, &["not a plain file name", "-o FILE"]);
+        let err = assert_fails(&o, 1, &["not a plain file name"]);
         assert!(!err.contains('\u{1b}'), "{err}");
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "{name}");
     }
@@ -515,7 +448,30 @@ fn a_full_disk_is_exit_3_in_the_cache_in_split_and_in_join() {
             small.display()
         ),
     );
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
     check("join", o);
+    // The file that could not be written is named, not the part being read.
+    assert!(err.contains("joined.tar"), "join names its output: {err}");
+    assert!(!err.contains("part000: No space"), "{err}");
+    // keygen on a full disk: exit 3 and no key at all (an empty secret key left behind would
+    // make every later keygen refuse, "already exists").
+    let keys = small.join("keys");
+    let o = in_small_disk(
+        &h,
+        &small,
+        &format!(
+            "mkdir {k} && (dd if=/dev/zero of={d}/fill bs=4k 2>/dev/null; true) && {bin} keygen --unencrypted --output-dir {k}; rc=$?; echo; echo FILES:; ls -A {k}; exit $rc",
+            k = keys.display(),
+            d = small.display()
+        ),
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let files = out.rsplit("FILES:").next().unwrap().trim().to_string();
+    check("keygen", o);
+    assert_eq!(
+        files, "",
+        "keygen leaves no key (and no temporary file) on a full disk"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ mod harbor;
 mod helm;
 mod hostile;
 mod hostile_charts;
+mod hostile_sets;
 mod install;
 mod kube_fake;
 mod kube_hostile;

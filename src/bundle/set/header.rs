@@ -256,12 +256,27 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     {
         return Err("bad data offset".into());
     }
+    if !is_plain_file_name(&h.bundle.file) {
+        return Err(format!(
+            "the bundle's name \"{}\" is not a plain file name",
+            crate::text::printable(&h.bundle.file)
+        ));
+    }
     let mut names = std::collections::BTreeSet::new();
-    for p in &h.parts {
+    for (i, p) in h.parts.iter().enumerate() {
         if !is_plain_file_name(&p.file) || !names.insert(p.file.as_str()) {
             return Err(format!(
                 "part name \"{}\" is not a plain file name, or repeated",
                 crate::text::printable(&p.file)
+            ));
+        }
+        // The one name a part may have: a header cannot make repair write to another file.
+        if !super::is_part_file_name(&p.file, &h.bundle.file, i, k) {
+            return Err(format!(
+                "part {i} is named \"{}\", but part {i} of {} is {} (a part's name is the bundle's name and its number)",
+                crate::text::printable(&p.file),
+                crate::text::printable(&h.bundle.file),
+                crate::text::printable(&super::part_file_name(&h.bundle.file, i, k)),
             ));
         }
         if h.data_offset
@@ -382,6 +397,38 @@ mod tests {
         assert!(e.contains("do not add up"), "{e}");
     }
 
+    /// Issue 30 item 4: a part's name is the bundle's name and its number, nothing a header
+    /// says otherwise (an unsigned header naming its part `victim.txt` had repair rewrite it).
+    #[test]
+    fn a_part_is_named_by_the_bundle_and_its_number_only() {
+        let total = 10 << 20;
+        let g = Geometry::new(total, 1 << 20, 2, 64 << 10, 4096);
+        let mut h = header_of(&g, total, CODE);
+        assert_eq!(geometry_of(&h), Ok(g.clone()));
+        // Parity parts under their own names (and, from older writers, as NAME.partNNN).
+        h.parts[10].file = "b.tar.parity000".into();
+        h.parts[11].file = "b.tar.parity001".into();
+        assert_eq!(geometry_of(&h), Ok(g.clone()));
+        for (i, bad) in [
+            (1, "victim.txt"),
+            (1, "b.tar.part1"),
+            (10, "b.tar.parity002"),
+            (3, "b.tar.parity000"),
+            (0, "c.tar.part000"),
+        ] {
+            let mut h = header_of(&g, total, CODE);
+            h.parts[i].file = bad.into();
+            let e = geometry_of(&h).unwrap_err();
+            assert!(
+                e.contains("a part's name is the bundle's name"),
+                "{bad}: {e}"
+            );
+        }
+        let mut h = header_of(&g, total, CODE);
+        h.bundle.file = "../b.tar".into();
+        let e = geometry_of(&h).unwrap_err();
+        assert!(e.contains("not a plain file name"), "{e}");
+    }
     #[test]
     fn part_lines_check_themselves() {
         let l = part_line(3, 12, "00112233445566778899aabbccddeeff");

@@ -109,11 +109,9 @@ fn rebuild_wide(
         crate::store::file::read_at(t.tmp.file(), bytes, g.data_offset + b * g.block)
             .map_err(io_err(&t.dest))?;
         if super::block_digest(bytes) != set.expected(p, b) {
-            return Err(SetError::Io {
+            return Err(SetError::Rebuilt {
                 path: t.dest.clone(),
-                source: std::io::Error::other(format!(
-                    "block {b} rebuilt from parity does not match its digest: nothing was written"
-                )),
+                block: b,
             });
         }
     }
@@ -326,6 +324,24 @@ impl<'a> Pass<'a> {
         // A set-wide code is rebuilt after the pass, all at once (`rebuild_wide`).
         if !g.wide {
             self.rebuild_runs(j0, &stripes, bufs)?;
+            // What parity rebuilt is checked against the block table before it is written: a
+            // set whose parity does not code its data (an unsigned, forged header) writes
+            // nothing. (Stripes with more damage than parity are refused after the pass.)
+            for (q, blocks) in bad.iter().enumerate() {
+                for &b in blocks {
+                    if stripes[(b - j0) as usize].len() > g.n {
+                        continue;
+                    }
+                    let at = ((b - j0) * g.block) as usize;
+                    let len = g.block_len(q, b) as usize;
+                    if super::block_digest(&bufs[q][at..at + len]) != set.expected(q, b) {
+                        return Err(SetError::Rebuilt {
+                            path: set.slots[q].path.clone(),
+                            block: b,
+                        });
+                    }
+                }
+            }
         }
         for (q, t) in self.targets.iter().enumerate() {
             let Some(t) = t else { continue };

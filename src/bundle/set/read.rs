@@ -251,6 +251,12 @@ impl Set {
             *c = Some(coder);
         }
         out.truncate(g.block_len(p, j) as usize);
+        if super::block_digest(&out) != self.expected(p, j) {
+            return Err(SetError::Rebuilt {
+                path: self.slots[p].path.clone(),
+                block: j,
+            });
+        }
         Ok(out)
     }
 

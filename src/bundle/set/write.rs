@@ -30,14 +30,10 @@ pub struct SplitOptions<'a> {
     pub spread: bool,
     /// Where the parts go.
     pub out_dir: &'a Path,
-    /// The bundle's file name (parts are `NAME.partNNN`).
+    /// The bundle's file name (parts are `NAME.partNNN`, parity parts `NAME.parityNNN`).
     pub name: &'a str,
     /// Sign the header with this key.
     pub signer: Option<&'a minisign::SecretKey>,
-}
-
-fn part_name(name: &str, i: usize) -> String {
-    format!("{name}.part{i:03}")
 }
 
 fn trusted_comment(name: &str) -> String {
@@ -60,7 +56,7 @@ fn header_for(g: &Geometry, bundle: PartInfo, size: u64, name: &str, table: Dige
             .iter()
             .enumerate()
             .map(|(i, &s)| PartEntry {
-                file: part_name(name, i),
+                file: super::part_file_name(name, i, g.k),
                 size: s,
             })
             .collect(),
@@ -192,7 +188,7 @@ pub fn split(
     std::fs::create_dir_all(opts.out_dir).map_err(io_err(opts.out_dir))?;
     let mut tmps = Vec::with_capacity(g.parts());
     for i in 0..g.parts() {
-        let dest = opts.out_dir.join(part_name(opts.name, i));
+        let dest = opts.out_dir.join(super::part_file_name(opts.name, i, g.k));
         let tmp = AtomicFile::create(&dest).map_err(io_err(&dest))?;
         crate::store::file::reserve(tmp.file(), g.file_len(i)).map_err(io_err(&dest))?;
         tmps.push((tmp, dest));
@@ -262,7 +258,7 @@ pub fn split(
         tmp.commit().map_err(io_err(&dest))?;
         written.push(dest);
     }
-    remove_stale(opts.out_dir, opts.name, g.parts())?;
+    remove_stale(opts.out_dir, opts.name, g.k, g.n)?;
     Ok(written)
 }
 
@@ -481,17 +477,21 @@ fn code_group(
     })
 }
 
-/// Parts `NAME.partNNN` in `dir` numbered `keep` or more: left by an earlier split.
-fn remove_stale(dir: &Path, name: &str, keep: usize) -> Result<(), SetError> {
-    let prefix = format!("{name}.part");
+/// Parts left by an earlier split of `name` in `dir` that are not parts of the new set of `k`
+/// data and `n` parity parts: `NAME.partNNN` numbered `k` or more (data parts beyond, and
+/// parity parts named before they had names of their own), `NAME.parityNNN` numbered `n` or more.
+fn remove_stale(dir: &Path, name: &str, k: usize, n: usize) -> Result<(), SetError> {
+    let number = |n: &str, prefix: &str| {
+        n.strip_prefix(prefix)
+            .filter(|s| s.len() >= 3 && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    let (data, parity) = (format!("{name}.part"), format!("{name}.parity"));
     for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
         let e = e.map_err(io_err(dir))?;
-        let n = e.file_name().to_string_lossy().to_string();
-        let idx = n
-            .strip_prefix(&prefix)
-            .filter(|s| s.len() >= 3 && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<usize>().ok());
-        if idx.is_some_and(|i| i >= keep) {
+        let f = e.file_name().to_string_lossy().to_string();
+        if number(&f, &data).is_some_and(|i| i >= k) || number(&f, &parity).is_some_and(|j| j >= n)
+        {
             std::fs::remove_file(e.path()).map_err(io_err(&e.path()))?;
         }
     }

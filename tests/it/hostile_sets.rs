@@ -1,0 +1,316 @@
+//! Issue 30, the split-set items: a header names no file but its own parts (item 4), a forged
+//! header claiming thousands of parts costs linear time (item 6), a part of another set mixed
+//! into a folder is named, never read (item 9), repair checks what parity rebuilt (item 9),
+//! and a full disk names the file that could not be written (item 9).
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const NAME: &str = "koordinator-1.8.0.tar";
+
+/// A signed bundle split into 600 KiB parts with `extra` (`--parity 1`) in `parts/`; returns
+/// (home, bundle, first part).
+fn split_set(h: &Home, extra: &[&str]) -> (PathBuf, PathBuf) {
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let dir = h.path().join("parts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut args = vec![
+        "split",
+        bundle.to_str().unwrap(),
+        "--size",
+        "600K",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    assert_ok(&h.run(&args));
+    (bundle, dir.join(format!("{NAME}.part000")))
+}
+
+fn files_of(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn parity_parts_are_named_as_parity_and_a_header_names_no_other_file() {
+    let h = Home::with_key();
+    let (_, first) = split_set(&h, &["--parity", "1"]);
+    let dir = first.parent().unwrap().to_path_buf();
+    let names = files_of(&dir);
+    assert!(
+        names.contains(&format!("{NAME}.parity000")),
+        "the parity part says what it is: {names:?}"
+    );
+    assert!(names.iter().all(|n| n.starts_with(NAME)), "{names:?}");
+
+    // An unsigned header naming part 1 `victim.txt`, the part itself gone: repair told to
+    // skip the signature rewrote victim.txt. Refused now, before anything is read or written.
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::fs::remove_file(dir.join(format!("{NAME}.part001"))).unwrap();
+    let mut fp = read_first_part(&first);
+    fp.json["parts"][1]["file"] = "victim.txt".into();
+    fp.sig.clear();
+    write_first_part(&first, &fp);
+    let first_s = first.to_str().unwrap();
+    for cmd in ["repair", "verify", "join"] {
+        let o = h.run(&[cmd, first_s, "--insecure-skip-signature"]);
+        let err = assert_fails(
+            &o,
+            1,
+            &["a part's name is the bundle's name and its number"],
+        );
+        assert!(err.contains("victim.txt"), "{cmd}: {err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "{cmd}");
+    }
+}
+
+/// A part claiming a set of `k` data parts of one 4 KiB block each and one parity part, every
+/// other part missing; written over `first` (unsigned).
+fn forge_wide_claim(first: &Path, k: usize) {
+    let mut fp = read_first_part(first);
+    let count = k + 1;
+    let block = 4096u64;
+    let offset = 4u64 << 20;
+    let mut parts: Vec<serde_json::Value> = (0..k)
+        .map(|i| serde_json::json!({"file": format!("{NAME}.part{i:03}"), "size": block}))
+        .collect();
+    parts.push(serde_json::json!({"file": format!("{NAME}.parity000"), "size": block}));
+    let table = vec![7u8; count * 16];
+    let j = &mut fp.json;
+    j["bundle"]["size"] = (block * k as u64).into();
+    j["partSize"] = (offset + block).into();
+    j["dataOffset"] = offset.into();
+    j["blockSize"] = block.into();
+    j["dataParts"] = k.into();
+    j["parityParts"] = 1.into();
+    j["parts"] = parts.into();
+    j["blockTable"]["size"] = table.len().into();
+    j["blockTable"]["sha256"] = sha256(&table).into();
+    fp.table = table;
+    fp.count = count;
+    fp.index = 0;
+    fp.sig.clear();
+    fp.data = vec![1u8; block as usize];
+    write_first_part(first, &fp);
+}
+
+#[test]
+fn a_part_claiming_16383_parts_is_reported_in_linear_time_and_bounded_words() {
+    let h = Home::with_key();
+    let (_, first) = split_set(&h, &[]);
+    let dir = first.parent().unwrap();
+    for f in files_of(dir) {
+        if f != format!("{NAME}.part000") {
+            std::fs::remove_file(dir.join(f)).unwrap();
+        }
+    }
+    // The largest set the spec allows (16,384 parts): the damage report took over 120 s (its
+    // greedy choice of parts to copy again was quadratic); the bound only catches that.
+    forge_wide_claim(&first, 16_382);
+    let mut c = h.cmd(&[
+        "verify",
+        first.to_str().unwrap(),
+        "--insecure-skip-signature",
+    ]);
+    c.current_dir(h.path());
+    let o = output_within(
+        c,
+        Duration::from_secs(90),
+        "verify of a part claiming 16,383 parts",
+    );
+    let err = assert_fails(&o, 1, &["damage beyond repair", "more damaged parts"]);
+    assert!(
+        err.len() < 20_000,
+        "the report is bounded: {} bytes",
+        err.len()
+    );
+    let o = h.run(&[
+        "verify",
+        first.to_str().unwrap(),
+        "--insecure-skip-signature",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+/// The 16-byte block digest of the split format (blake3-128).
+fn block_digest(bytes: &[u8]) -> [u8; 16] {
+    blake3::hash(bytes).as_bytes()[..16].try_into().unwrap()
+}
+
+#[test]
+fn repair_checks_what_parity_rebuilt_before_it_writes() {
+    let h = Home::with_key();
+    let (_, first) = split_set(&h, &["--parity", "1"]);
+    let dir = first.parent().unwrap().to_path_buf();
+    let mut parts: Vec<PathBuf> = files_of(&dir).iter().map(|f| dir.join(f)).collect();
+    // Data parts then the parity part, as the header lists them.
+    parts.sort_by_key(|p| read_first_part(p).index);
+    let fp0 = read_first_part(&first);
+    let block = fp0.json["blockSize"].as_u64().unwrap() as usize;
+    let k = fp0.json["dataParts"].as_u64().unwrap() as usize;
+    let blocks =
+        |q: usize| (fp0.json["parts"][q]["size"].as_u64().unwrap() as usize).div_ceil(block);
+    // A forged, unsigned set: a byte of the parity part's first block changed, and the block
+    // table changed to match it, so the parity block reads as intact but no longer codes the
+    // data of its stripe.
+    let mut table = fp0.table.clone();
+    let at: usize = (0..k).map(blocks).sum::<usize>() * 16;
+    let mut parity = read_first_part(&parts[k]);
+    parity.data[10] ^= 0xff;
+    let end = block.min(parity.data.len());
+    table[at..at + 16].copy_from_slice(&block_digest(&parity.data[..end]));
+    for p in &parts {
+        let mut fp = read_first_part(p);
+        if fp.index == k {
+            fp.data = parity.data.clone();
+        }
+        fp.json["blockTable"]["sha256"] = sha256(&table).into();
+        fp.table = table.clone();
+        fp.sig.clear();
+        write_first_part(p, &fp);
+    }
+    // And a byte of data part 1's first block damaged: its stripe has one damaged block, which
+    // the forged parity "rebuilds" into other bytes.
+    let victim = &parts[1];
+    let mut fp1 = read_first_part(victim);
+    fp1.data[100] ^= 0x01;
+    write_first_part(victim, &fp1);
+    let before = std::fs::read(victim).unwrap();
+    let o = h.run(&[
+        "repair",
+        first.to_str().unwrap(),
+        "--insecure-skip-signature",
+    ]);
+    let err = assert_fails(
+        &o,
+        1,
+        &[
+            "rebuilt from parity, does not match its digest",
+            "nothing was written",
+        ],
+    );
+    assert!(err.contains(".part001"), "names the part: {err}");
+    assert_eq!(
+        std::fs::read(victim).unwrap(),
+        before,
+        "the part is not replaced by bytes that fail their digest"
+    );
+    // Readers refuse the same block rather than hand it on.
+    let o = h.run(&[
+        "verify",
+        first.to_str().unwrap(),
+        "--insecure-skip-signature",
+    ]);
+    assert_fails(&o, 1, &["does not match its digest"]);
+}
+
+#[test]
+fn build_split_with_parity_counts_the_parity_parts_in_its_room_check() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let len = std::fs::metadata(&bundle).unwrap().len();
+    // A file system with room for the bundle and its data parts (2 × its size) and 300 KiB
+    // more, but not for 3 parity parts of 200 KiB each: refused before anything is downloaded
+    // or written, as the room check promises, not by a full disk half-way through the split.
+    let small = h.path().join("small");
+    let size = format!("{}k", (2 * len).div_ceil(1024) + 300);
+    let line = h
+        .build("1.8.0")
+        .args(&["--split", "200K", "--parity", "3"])
+        .out(&small.join(NAME))
+        .shell_line();
+    let o = in_tmpfs(
+        &h,
+        &small,
+        &size,
+        &format!(
+            "{line}; rc=$?; echo FILES:; ls -A {}; exit $rc",
+            small.display()
+        ),
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    // More than this file system holds at all: exit 1 ("no cleaning makes room"), said
+    // before the download; it was exit 3 from a full disk in the middle of the split.
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "refused before the download\n{err}"
+    );
+    assert!(
+        err.contains("cannot be written") && err.contains("no cleaning makes room"),
+        "the room check refuses: {err}"
+    );
+    assert!(!err.contains("No space left"), "{err}");
+    let files = out.rsplit("FILES:").next().unwrap().trim();
+    assert_eq!(files, "", "nothing written to the output's file system");
+}
+
+#[test]
+fn parts_of_another_set_in_the_folder_are_named_never_read() {
+    let h = Home::with_key();
+    let (bundle, first) = split_set(&h, &["--parity", "1"]);
+    let dir = first.parent().unwrap().to_path_buf();
+    let older = files_of(&dir);
+    // The same bundle split again into larger parts elsewhere, and copied over the first set
+    // (a folder merged by hand): the larger set's parts replace the first few, the first set's
+    // last parts and its parity part stay.
+    let other = h.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    assert_ok(&h.run(&[
+        "split",
+        bundle.to_str().unwrap(),
+        "--size",
+        "1M",
+        "--output-dir",
+        other.to_str().unwrap(),
+    ]));
+    let newer = files_of(&other);
+    for f in &newer {
+        std::fs::copy(other.join(f), dir.join(f)).unwrap();
+    }
+    let strays: Vec<&String> = older.iter().filter(|f| !newer.contains(f)).collect();
+    assert!(!strays.is_empty(), "{older:?} {newer:?}");
+    let first_s = first.to_str().unwrap();
+    for args in [
+        vec!["verify", first_s],
+        vec!["repair", first_s],
+        vec!["join", first_s, "-o", "joined.tar"],
+    ] {
+        let o = h.run(&args);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: the set read is whole\n{all}"
+        );
+        for s in &strays {
+            assert!(
+                all.contains(&format!(
+                    "{s} is named as a part of this set but belongs to another split set"
+                )),
+                "{args:?} names {s}: {all}"
+            );
+        }
+        assert!(
+            !all.contains("koord-bundle repair"),
+            "{args:?}: nothing to repair: {all}"
+        );
+    }
+    // The strays are untouched.
+    for s in &strays {
+        assert!(dir.join(s).exists(), "{s}");
+    }
+}
