@@ -314,3 +314,73 @@ fn parts_of_another_set_in_the_folder_are_named_never_read() {
         assert!(dir.join(s).exists(), "{s}");
     }
 }
+
+#[test]
+fn a_split_killed_among_its_renames_leaves_the_earlier_set_whole() {
+    let h = Home::with_key();
+    // Without parity: nothing rebuilds a part the new set took.
+    let (bundle, first) = split_set(&h, &[]);
+    let dir = first.parent().unwrap().to_path_buf();
+    let earlier = files_of(&dir);
+    let last = dir.join(earlier.last().unwrap());
+    // The same bundle split again into the same folder, in smaller parts, SIGKILLed by the
+    // kernel at its second rename (strace's fault injection: the moment, exactly).
+    let bin = env!("CARGO_BIN_EXE_koord-bundle");
+    let o = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=rename,renameat,renameat2",
+            "-e",
+            "inject=rename,renameat,renameat2:signal=KILL:when=2",
+            bin,
+            "split",
+            bundle.to_str().unwrap(),
+            "--size",
+            "400K",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ])
+        .env("KOORD_BUNDLE_CONFIG_DIR", h.config())
+        .env("KOORD_BUNDLE_CACHE_DIR", h.cache())
+        .output()
+        .expect("strace");
+    assert_ne!(o.status.code(), Some(0), "killed: {o:?}");
+    // The earlier set joins whole, from a part the new set did not replace.
+    let joined = h.path().join("earlier.tar");
+    assert_ok(&h.run(&[
+        "join",
+        last.to_str().unwrap(),
+        "-o",
+        joined.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        std::fs::read(&joined).unwrap(),
+        std::fs::read(&bundle).unwrap()
+    );
+    // The split run again finishes; the new set joins; nothing of the earlier one is left.
+    let o = h.run(&[
+        "split",
+        bundle.to_str().unwrap(),
+        "--size",
+        "400K",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let now = files_of(&dir);
+    assert!(now.iter().all(|f| !f.starts_with('.')), "{now:?}");
+    let again = h.path().join("again.tar");
+    assert_ok(&h.run(&[
+        "join",
+        dir.join(format!("{NAME}.part000")).to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(&bundle).unwrap()
+    );
+}

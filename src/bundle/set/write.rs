@@ -242,8 +242,8 @@ pub fn split(
         &header_for(&g, info, opts.size, opts.name, Digest::of(&table)),
     )?;
     let sig = sign_json(bundle, &json, opts.name, opts.signer)?;
-    let mut written = Vec::with_capacity(tmps.len());
-    for (i, (tmp, dest)) in tmps.into_iter().enumerate() {
+    // Every part complete (its header written, fsynced) before any is renamed into place.
+    for (i, (tmp, dest)) in tmps.iter().enumerate() {
         let mut head = header::area(&json, &sig, &table, i, g.parts());
         if head.len() as u64 > g.data_offset {
             return Err(SetError::HeaderTooLarge {
@@ -254,12 +254,49 @@ pub fn split(
             });
         }
         head.resize(g.data_offset as usize, 0);
-        crate::store::file::write_at(tmp.file(), &head, 0).map_err(io_err(&dest))?;
+        crate::store::file::write_at(tmp.file(), &head, 0).map_err(io_err(dest))?;
+        tmp.file().sync_all().map_err(io_err(dest))?;
+    }
+    // An earlier split of the same bundle in the folder stays whole until the new set is: its
+    // parts are kept under hidden names while the new ones are renamed over them (a reader
+    // finds a part of its set under any name in the folder), and let go only at the end. A
+    // split killed among its renames left neither set joinable.
+    let kept = keep_earlier(opts.out_dir, opts.name);
+    let mut written = Vec::with_capacity(tmps.len());
+    for (tmp, dest) in tmps {
         tmp.commit().map_err(io_err(&dest))?;
         written.push(dest);
     }
     remove_stale(opts.out_dir, opts.name, g.k, g.n)?;
+    for k in kept {
+        let _ = std::fs::remove_file(k);
+    }
     Ok(written)
+}
+
+/// Hard links `.FILE.prev` to every part `FILE` of an earlier set of `name` in `dir`; the
+/// links made. Best effort: a file system without hard links (FAT32) keeps nothing.
+fn keep_earlier(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    for e in entries.flatten() {
+        let f = e.file_name().to_string_lossy().to_string();
+        let is_part = e.file_type().is_ok_and(|t| t.is_file())
+            && f.strip_prefix(name)
+                .and_then(|r| r.strip_prefix(".part").or(r.strip_prefix(".parity")))
+                .is_some_and(|n| n.len() >= 3 && n.bytes().all(|b| b.is_ascii_digit()));
+        if !is_part {
+            continue;
+        }
+        let link = dir.join(format!(".{f}.prev"));
+        let _ = std::fs::remove_file(&link);
+        if std::fs::hard_link(e.path(), &link).is_ok() {
+            kept.push(link);
+        }
+    }
+    kept
 }
 
 /// Every stripe, a group at a time: data blocks from the bundle, parity blocks coded from them,
