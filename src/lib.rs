@@ -37,6 +37,26 @@
 //! `tests/it/` that runs the binary against the real peers of the test environment.
 #![deny(missing_docs)]
 
+/// One line of a command's words on stdout, made safe for a terminal ([`text::terminal_safe`]):
+/// every string from a bundle, a header, a registry or a child process that a command prints
+/// goes through here (or through [`progress::Progress`] for stderr). `println!` itself is
+/// refused by clippy (clippy.toml) outside the few places that print JSON or a prompt.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::progress::say_line(&format!($($arg)*))
+    };
+}
+
+/// One line on stderr, made safe for a terminal: for the few messages printed outside a
+/// [`progress::Progress`] (which escapes its own).
+#[macro_export]
+macro_rules! tell {
+    ($($arg:tt)*) => {
+        $crate::progress::tell_line(&format!($($arg)*))
+    };
+}
+
 pub mod bounded;
 pub mod bundle;
 pub mod chart;

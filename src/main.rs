@@ -30,7 +30,7 @@ fn run(cli: Cli) -> i32 {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            koord_bundle::tell!("error: cannot start the async runtime: {e}");
             return cmd::EXIT_INTERNAL;
         }
     };

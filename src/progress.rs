@@ -6,6 +6,18 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::Arc;
 
+/// Print `line` on stdout, terminal-safe (see [`crate::say!`]).
+#[allow(clippy::disallowed_macros)]
+pub fn say_line(line: &str) {
+    println!("{}", terminal_safe(line));
+}
+
+/// Print `line` on stderr, terminal-safe (see [`crate::tell!`]).
+#[allow(clippy::disallowed_macros)]
+pub fn tell_line(line: &str) {
+    eprintln!("{}", terminal_safe(line));
+}
+
 /// How to show progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -67,6 +79,7 @@ impl Progress {
 
     /// Say something (not in JSON mode). Messages quote registries and bundles: they are
     /// made safe for a terminal here.
+    #[allow(clippy::disallowed_macros)] // the printer itself: the message is escaped first
     pub fn say(&self, msg: impl AsRef<str>) {
         let msg = terminal_safe(msg.as_ref());
         match self.mode {
@@ -79,6 +92,7 @@ impl Progress {
     }
 
     /// A warning: always shown on stderr, JSON mode included.
+    #[allow(clippy::disallowed_macros)] // the printer itself: the message is escaped first
     pub fn warn(&self, msg: impl AsRef<str>) {
         let msg = terminal_safe(msg.as_ref());
         match self.mode {
@@ -91,6 +105,9 @@ impl Progress {
 
     /// A byte bar of `total` bytes.
     pub fn bytes(&self, label: &str, total: u64) -> Bar {
+        // A label may name an image or a file from a bundle.
+        let label = terminal_safe(label);
+        let label = label.as_str();
         let bar = (self.mode == Mode::Tty).then(|| {
             let b = self.multi.add(ProgressBar::new(total));
             b.set_style(
@@ -137,7 +154,9 @@ impl Bar {
     }
     /// Done, with a closing word: the same line on a terminal as in plain mode (the bar's
     /// message column would cut it short).
+    #[allow(clippy::disallowed_macros)] // the printer itself: the message is escaped first
     pub fn finish(&self, msg: &str) {
+        let msg = terminal_safe(msg);
         match (&self.bar, self.mode) {
             (Some(b), _) => {
                 b.finish_and_clear();

@@ -17,6 +17,8 @@ use std::path::Path;
 const MAX_MANIFEST_FILE: usize = 64 * 1024 * 1024;
 
 /// Compare two bundles.
+// The report is printed whole, escaped (it has its own newlines).
+#[allow(clippy::disallowed_macros)]
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     super::bundle_arg(&args.old)?;
     super::bundle_arg(&args.new)?;

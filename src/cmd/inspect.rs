@@ -39,7 +39,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     if let Some(out) = &args.manifest {
         write_atomic(out, &head.manifest)?;
         if !args.json {
-            println!(
+            crate::say!(
                 "manifest written to {} (for koord-bundle build --since {})",
                 out.display(),
                 out.display()
@@ -80,33 +80,37 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
                 .unwrap_or(serde_json::json!({"signed": false})),
         }));
     }
-    println!("bundle   {}", args.bundle.display());
-    println!(
+    crate::say!("bundle   {}", args.bundle.display());
+    crate::say!(
         "format   {} (koord-bundle {}), created {}",
-        m.format_version, m.tool.version, m.created
+        m.format_version,
+        m.tool.version,
+        m.created
     );
-    println!(
+    crate::say!(
         "chart    {} {} ({})",
-        m.chart.name, m.chart.version, m.chart.digest
+        m.chart.name,
+        m.chart.version,
+        m.chart.digest
     );
     match &signature {
-        Some(s) => println!(
+        Some(s) => crate::say!(
             "signed   by key {} (not verified here: run `koord-bundle verify`)",
             s.key_id
         ),
-        None => println!("signed   NO"),
+        None => crate::say!("signed   NO"),
     }
-    println!("blobs    {}", super::blobs_in_bundle(&m.blobs));
+    crate::say!("blobs    {}", super::blobs_in_bundle(&m.blobs));
     if let Some(b) = &m.base {
-        println!(
+        crate::say!(
             "base     incremental: {} blobs left out, carried by {}; load that bundle first",
             m.omitted_blobs.len(),
             b.describe()
         );
     }
-    println!("images   {}", m.images.len());
+    crate::say!("images   {}", m.images.len());
     for i in &m.images {
-        println!(
+        crate::say!(
             "  {:44} {}  [{}]  from {}",
             i.ref_name,
             &i.digest.as_str()[..19],
@@ -114,17 +118,17 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             i.source
         );
     }
-    println!("crds     {}", m.crds.len());
+    crate::say!("crds     {}", m.crds.len());
     for c in &m.crds {
-        println!("  {}", c.name);
+        crate::say!("  {}", c.name);
     }
     if !m.tools.is_empty() {
-        println!(
+        crate::say!(
             "tools    {} (for a site with neither: see the README, 'One file crosses')",
             m.tools.len()
         );
         for t in &m.tools {
-            println!(
+            crate::say!(
                 "  {:30} {} {} for {}, {}",
                 t.file,
                 t.name,
@@ -188,7 +192,7 @@ fn write_sbom(
     }
     write_atomic(out, &bytes)?;
     if !args.json {
-        println!("bill of materials written to {}", out.display());
+        crate::say!("bill of materials written to {}", out.display());
     }
     Ok(())
 }

@@ -35,12 +35,12 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             &serde_json::json!({"secretKey": sk, "publicKey": pk, "keyId": id, "encrypted": password.is_some()}),
         )?;
     } else {
-        println!(
+        crate::say!(
             "secret key: {} (keep it on the build machine)",
             sk.display()
         );
-        println!("public key: {} (copy it to the loading site)", pk.display());
-        println!("key id:     {id}");
+        crate::say!("public key: {} (copy it to the loading site)", pk.display());
+        crate::say!("key id:     {id}");
     }
     Ok(())
 }

@@ -762,6 +762,8 @@ async fn render(
 
 /// The printed helm command (a dry run keeps its values file, so that it can be run as it is),
 /// and in a real run the install itself, after the push.
+// helm's lines are passed on as they come (escaped), with no newline added.
+#[allow(clippy::disallowed_macros)]
 async fn install(
     args: &LoadArgs,
     helm: Option<&Helm>,
@@ -904,24 +906,24 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         }));
     }
     let verb = if args.dry_run { "would push" } else { "pushed" };
-    println!(
+    crate::say!(
         "registry {}: {}; manifests {verb} {}, present {}",
         target.host_and_prefix(),
         blob_counts(&stats, args.dry_run),
         stats.manifests_pushed,
         stats.manifests_skipped
     );
-    println!(
+    crate::say!(
         "chart    oci://{}/{chart_repo} --version {}",
         target.host_and_prefix(),
         manifest.chart.version
     );
     if let Some(c) = &done.command {
-        println!("helm     {c}");
+        crate::say!("helm     {c}");
     }
     if let Some(f) = &done.kept_values {
         let dir = f.parent().unwrap_or(f);
-        println!(
+        crate::say!(
             "values   {} (kept for the command above; it holds no password: delete it when done, rm -r {})",
             f.display(),
             dir.display()
@@ -931,7 +933,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         print_rendered(r, &args, existing.is_some(), &target.host_and_prefix());
     }
     if done.installed {
-        println!(
+        crate::say!(
             "{} release {} in namespace {} (Koordinator's objects in {CHART_NAMESPACE})",
             if existing.is_some() {
                 "upgraded"
@@ -950,7 +952,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
 fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) {
     use cluster::upgrade::Action;
     let pinned = r.images.iter().filter(|i| i.contains("@sha256:")).count();
-    println!(
+    crate::say!(
         "rendered {} images, all in the bundle under {registry}{}",
         r.images.len(),
         match pinned {
@@ -961,7 +963,7 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
     );
     if args.dry_run {
         for i in &r.images {
-            println!("  {}", crate::text::printable(i));
+            crate::say!("  {}", crate::text::printable(i));
         }
     }
     if upgrade {
@@ -971,15 +973,15 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
             helm::ValuesMode::Reuse => "helm's --reuse-values",
         };
         let yaml = serde_yaml_ng::to_string(&r.release.config).unwrap_or_default();
-        println!("values   the release will hold ({how}):");
+        crate::say!("values   the release will hold ({how}):");
         for line in yaml.lines() {
-            println!("           {}", crate::text::terminal_safe(line));
+            crate::say!("           {}", crate::text::terminal_safe(line));
         }
     }
     let changes = &r.upgrade.changes;
     let count = |a: Action| changes.iter().filter(|c| c.action == a).count();
     let labels_only = changes.iter().filter(|c| c.only_metadata).count();
-    println!(
+    crate::say!(
         "changes  {} added, {} changed ({labels_only} of them only in labels or annotations), {} removed{}",
         count(Action::Add),
         count(Action::Change),
@@ -995,9 +997,9 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
             Action::Change => "~",
             Action::Remove => "-",
         };
-        println!("  {sign} {}", crate::text::terminal_safe(&c.subject()));
+        crate::say!("  {sign} {}", crate::text::terminal_safe(&c.subject()));
         for d in &c.details {
-            println!("      {}", crate::text::terminal_safe(d));
+            crate::say!("      {}", crate::text::terminal_safe(d));
         }
     }
 }

@@ -241,7 +241,7 @@ pub fn signing_key(
         match sign::load_secret_key(&path, Some(password)) {
             Ok(sk) => return Ok(Some((sk, path.with_extension("pub")))),
             Err(e) if attempt < PASSWORD_TRIES => {
-                eprintln!("{e}: try again");
+                crate::tell!("{e}: try again");
             }
             Err(e) => {
                 return Err(anyhow::Error::from(e).context(format!(
@@ -270,12 +270,14 @@ pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
             return Ok(Some(p));
         }
         if attempt < PASSWORD_TRIES {
-            eprintln!("the passwords do not match: try again");
+            crate::tell!("the passwords do not match: try again");
         }
     }
     anyhow::bail!("the passwords did not match in {PASSWORD_TRIES} tries: no key was written")
 }
 
+// A prompt of our own words on a terminal, with no newline.
+#[allow(clippy::disallowed_macros)]
 fn prompt_password(prompt: &str) -> anyhow::Result<String> {
     // Echo off through stty; the password never reaches argv or the environment of a child.
     eprint!("{prompt}");
@@ -468,6 +470,8 @@ pub fn blobs_in_bundle(blobs: &crate::bundle::manifest::BlobTotals) -> String {
 }
 
 /// Print a JSON document on stdout.
+// A JSON document, printed whole: serde_json escapes control characters, and escaping again would break it.
+#[allow(clippy::disallowed_macros)]
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -528,6 +532,8 @@ pub fn error_json(message: &str, causes: &[String], exit_code: i32) -> String {
 
 /// A command failed: the error chain on stderr (and, with `--json`, one JSON document on
 /// stdout, see [`error_json`]); returns its exit code ([`exit_code`]).
+// The report is escaped by chain_texts; the JSON by serde_json.
+#[allow(clippy::disallowed_macros)]
 pub fn fail(e: &anyhow::Error) -> i32 {
     let code = exit_code(e);
     eprint!("{}", report(e));
@@ -543,6 +549,8 @@ pub fn fail(e: &anyhow::Error) -> i32 {
 
 /// A usage error of clap's (exit [`EXIT_USAGE`]) of a command line that holds `--json`: the
 /// JSON document on stdout, clap's own message still on stderr (printed by clap).
+// A JSON document (its message escaped before it is serialised).
+#[allow(clippy::disallowed_macros)]
 pub fn usage_error_json(e: &clap::Error) {
     // clap's message runs until its first blank line: `the following required arguments were
     // not provided:` is followed by the arguments, one per indented line. All of it, on one

@@ -135,7 +135,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await?;
-    eprintln!("stopped");
+    crate::tell!("stopped");
     Ok(())
 }
 
@@ -161,7 +161,7 @@ async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
-    eprintln!(
+    crate::tell!(
         "stopping: no new connections; open transfers get {}s to finish",
         GRACE.as_secs()
     );
@@ -199,7 +199,7 @@ fn print_banner(
         }
         _ => "signature NOT CHECKED".into(),
     };
-    println!(
+    crate::say!(
         "bundle {} verified: {signature}; {} files ({}), {}",
         src.path().display(),
         report.files,
@@ -213,7 +213,7 @@ fn print_banner(
         addr.to_string()
     };
     let scheme = if tls { "https" } else { "http" };
-    println!(
+    crate::say!(
         "serving a read-only OCI registry on {scheme}://{addr}{} (Ctrl-C stops it)",
         if htpasswd.is_some() {
             ", basic auth required"
@@ -229,13 +229,13 @@ fn print_banner(
         addr.to_string()
     };
     if addr.ip().is_unspecified() {
-        println!("  (HOST below: an address of this machine that the clients reach)");
+        crate::say!("  (HOST below: an address of this machine that the clients reach)");
     }
-    println!("repositories:");
+    crate::say!("repositories:");
     let tags = index.tags();
     let width = tags.iter().map(|(r, _)| r.len()).max().unwrap_or(0);
     for (repo, tag) in &tags {
-        println!("  {repo:width$}  {tag}");
+        crate::say!("  {repo:width$}  {tag}");
     }
 
     let (skopeo_tls, helm_tls) = if tls {
@@ -254,10 +254,10 @@ fn print_banner(
     } else {
         ""
     };
-    println!("use it:");
+    crate::say!("use it:");
     if htpasswd.is_some() {
         let ca = if tls { " --ca-file CA.crt" } else { "" };
-        println!(
+        crate::say!(
             "  helm registry login {host} --username USER --password-stdin{ca}   (once, for helm)"
         );
     }
@@ -267,13 +267,13 @@ fn print_banner(
         .or_else(|| tags.iter().find(|(r, _)| !r.starts_with("charts/")));
     if let Some((repo, tag)) = image {
         let short = repo.rsplit('/').next().unwrap_or(repo);
-        println!(
+        crate::say!(
             "  skopeo copy --all{skopeo_tls}{skopeo_auth} docker://{host}/{repo}:{tag} oci:{short}:{tag}"
         );
     }
     if let Some((repo, tag)) = tags.iter().find(|(r, _)| r.starts_with("charts/")) {
-        println!("  helm pull oci://{host}/{repo} --version {tag}{helm_tls}");
-        println!(
+        crate::say!("  helm pull oci://{host}/{repo} --version {tag}{helm_tls}");
+        crate::say!(
             "  helm upgrade --install koordinator oci://{host}/{repo} --version {tag}{helm_tls} \\\n      --namespace default --set imageRepositoryHost={node_host}{}",
             if htpasswd.is_some() {
                 " --set 'imagePullSecrets[0].name=SECRET'"
@@ -281,28 +281,28 @@ fn print_banner(
                 ""
             }
         );
-        println!("    (release in default, as Koordinator's guide has it; the chart creates koordinator-system and puts its objects there; the nodes then pull every image from here)");
+        crate::say!("    (release in default, as Koordinator's guide has it; the chart creates koordinator-system and puts its objects there; the nodes then pull every image from here)");
         if addr.ip().is_loopback() {
-            println!(
+            crate::say!(
                 "    (HOST: an address of this machine that the nodes reach. This registry listens on {addr}, a loopback address that only this machine reaches (on a node, 127.0.0.1 is the node itself): for the nodes, serve on --addr 0.0.0.0:{port} or --addr <an address of this machine>:{port})",
                 port = addr.port()
             );
         }
         if htpasswd.is_some() {
-            println!("    (SECRET must exist in koordinator-system first, in a namespace helm may adopt: kubectl create namespace koordinator-system && kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default && kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={node_host} --docker-username=USER --docker-password=...)");
+            crate::say!("    (SECRET must exist in koordinator-system first, in a namespace helm may adopt: kubectl create namespace koordinator-system && kubectl label namespace koordinator-system app.kubernetes.io/managed-by=Helm && kubectl annotate namespace koordinator-system meta.helm.sh/release-name=koordinator meta.helm.sh/release-namespace=default && kubectl -n koordinator-system create secret docker-registry SECRET --docker-server={node_host} --docker-username=USER --docker-password=...)");
         }
         if tls {
-            println!("    (containerd must trust the CA: /etc/containerd/certs.d/{node_host}/hosts.toml with ca = \"CA.crt\")");
+            crate::say!("    (containerd must trust the CA: /etc/containerd/certs.d/{node_host}/hosts.toml with ca = \"CA.crt\")");
         }
     }
-    println!(
+    crate::say!(
         "  koord-bundle load {} --registry REGISTRY[/PREFIX]   (once the site has a registry of its own)",
         args.bundle.display()
     );
     if !tls {
-        println!(
+        crate::say!(
             "note: plain HTTP: container runtimes must treat {node_host} as an insecure registry (containerd: /etc/containerd/certs.d/{node_host}/hosts.toml with server = \"http://{node_host}\"); --tls-cert/--tls-key serve HTTPS"
         );
     }
-    println!("requests are logged to stderr, one line each");
+    crate::say!("requests are logged to stderr, one line each");
 }

@@ -81,13 +81,13 @@ pub fn run_split(args: SplitArgs) -> anyhow::Result<()> {
         }));
     }
     for p in &written {
-        println!(
+        crate::say!(
             "{} ({})",
             p.display(),
             crate::text::human_bytes(std::fs::metadata(p)?.len())
         );
     }
-    println!(
+    crate::say!(
         "{} {}{}{}; verify, inspect, load, serve and join take any of them{}",
         written.len(),
         crate::text::plural(written.len(), "part", "parts"),
@@ -184,7 +184,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
             "repaired": bf.set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
         }));
     }
-    println!(
+    crate::say!(
         "{} ({} bytes, {}) joined from {} {}",
         out.display(),
         n,
@@ -229,15 +229,15 @@ pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
         }));
     }
     for p in &done.damage.parts {
-        println!("damaged  {p}");
+        crate::say!("damaged  {p}");
     }
     for w in &done.written {
-        println!("written  {}", w.display());
+        crate::say!("written  {}", w.display());
     }
     if done.written.is_empty() {
-        println!("the set {} is whole: nothing to repair", s.path.display());
+        crate::say!("the set {} is whole: nothing to repair", s.path.display());
     } else {
-        println!(
+        crate::say!(
             "{} {} written back whole ({} {} rebuilt from parity): the set is whole again",
             done.written.len(),
             crate::text::plural(done.written.len(), "part", "parts"),

@@ -65,23 +65,23 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         }));
     }
     match (&report.signature, report.signature_verified) {
-        (Some(s), true) => println!("signature  OK (key {}; {})", s.key_id, s.trusted_comment),
-        _ => println!("signature  NOT CHECKED"),
+        (Some(s), true) => crate::say!("signature  OK (key {}; {})", s.key_id, s.trusted_comment),
+        _ => crate::say!("signature  NOT CHECKED"),
     }
-    println!(
+    crate::say!(
         "files      {} OK, {} in all",
         report.files,
         crate::text::human_bytes(report.bytes)
     );
     if let Some(m) = &report.manifest {
-        println!("blobs      {}", super::blobs_in_bundle(&m.blobs));
+        crate::say!("blobs      {}", super::blobs_in_bundle(&m.blobs));
     }
     let left_out = report
         .manifest
         .as_ref()
         .filter(|m| m.base.is_some())
         .map(|m| m.omitted_blobs.len());
-    println!(
+    crate::say!(
         "layout     {} manifests, {}",
         report.manifests,
         match left_out {
@@ -90,7 +90,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         }
     );
     if let Some(m) = &report.manifest {
-        println!(
+        crate::say!(
             "chart      {} {}, {} images, {} CRDs",
             m.chart.name,
             m.chart.version,
@@ -103,15 +103,15 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
             .omitted_blobs
             .iter()
             .fold(0u64, |a, o| a.saturating_add(o.size));
-        println!(
+        crate::say!(
             "expected   incremental bundle: {} blobs ({bytes} bytes) left out, which the target registry must already hold: load {} first",
             m.omitted_blobs.len(),
             m.base.as_ref().map(|b| b.describe()).unwrap_or_default()
         );
         for o in &m.omitted_blobs {
-            println!("  {} ({} bytes)", o.digest, o.size);
+            crate::say!("  {} ({} bytes)", o.digest, o.size);
         }
     }
-    println!("bundle {} verified", args.bundle.display());
+    crate::say!("bundle {} verified", args.bundle.display());
     Ok(())
 }

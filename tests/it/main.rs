@@ -1,3 +1,5 @@
+// The tests print what they saw for a failure's reader; the one-printer rule (clippy.toml) is the binary's.
+#![allow(clippy::disallowed_macros)]
 //! Integration tests: the real binary against the real peers of the test environment
 //! (CNCF distribution 2.8 over plain HTTP and over TLS with basic auth, skopeo, minisign,
 //! sha256sum, helm, kubectl, a real kube-apiserver). Start them with scripts/test.sh.
@@ -44,6 +46,7 @@ mod serve;
 mod serve_proc;
 mod settings;
 mod sneakernet;
+mod terminal;
 mod token_registry;
 mod tools;
 mod untrusted_files;

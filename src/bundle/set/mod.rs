@@ -255,6 +255,12 @@ pub enum SetError {
         /// The block.
         block: u64,
     },
+    /// A bundle whose file name its parts cannot be named after.
+    #[error("{}: its file name has a control character, a slash or a leading '-', or is too long: a split set's parts are named after the bundle, and readers refuse such names; rename the bundle first", crate::text::printable(&bundle.display().to_string()))]
+    BadName {
+        /// The bundle.
+        bundle: PathBuf,
+    },
     /// The erasure code cannot take this shape.
     #[error("{path}: {source}")]
     Parity {

@@ -183,6 +183,11 @@ pub fn split(
     opts: &SplitOptions<'_>,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<PathBuf>, SetError> {
+    if !super::is_plain_file_name(opts.name) {
+        return Err(SetError::BadName {
+            bundle: bundle.to_path_buf(),
+        });
+    }
     let total = std::fs::metadata(bundle).map_err(io_err(bundle))?.len();
     let g = layout(bundle, total, opts)?;
     std::fs::create_dir_all(opts.out_dir).map_err(io_err(opts.out_dir))?;

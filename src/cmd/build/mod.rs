@@ -204,38 +204,38 @@ fn print_result(
             "publicKey": pubkey, "tools": manifest.tools,
         }));
     }
-    println!(
+    crate::say!(
         "bundle   {} ({})",
         output.display(),
         human_bytes(w.stats.bytes)
     );
     if !parts.is_empty() {
-        println!(
+        crate::say!(
             "parts    {} {}: {} ... (verify, inspect, load and serve take any part)",
             parts.len(),
             crate::text::plural(parts.len(), "part", "parts"),
             parts[0].display()
         );
     }
-    println!("content  {}", content_line(plan));
+    crate::say!("content  {}", content_line(plan));
     let from = match (&settings.cache, &settings.index) {
         (Some(c), _) => format!("earlier bundles and the blob store {}", c.root().display()),
         (None, Some(i)) => format!("earlier bundles (indexed in {})", i.path().display()),
         (None, None) => "bundles named with --since/--reuse (--no-cache)".into(),
     };
-    println!(
+    crate::say!(
         "copied   {} (reused from {from})",
         copied_line(plan, &w.fetched),
     );
     if let Some(t) = crate::bundle::tools::summary(manifest) {
-        println!("tools    {t}: a site with neither runs them from the bundle (README: 'One file crosses')");
+        crate::say!("tools    {t}: a site with neither runs them from the bundle (README: 'One file crosses')");
     }
     // What to verify: the bundle, or with --split one of its parts (the bundle's own name
     // is never written then).
     let named = parts.first().unwrap_or(output);
     match pubkey {
-        Some(p) => println!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), named.display()),
-        None => println!("signed   NO (--unsigned): loading needs --insecure-skip-signature"),
+        Some(p) => crate::say!("signed   copy the public key {} to the loading site: koord-bundle verify {} --key koord-bundle.pub", p.display(), named.display()),
+        None => crate::say!("signed   NO (--unsigned): loading needs --insecure-skip-signature"),
     }
     Ok(())
 }
@@ -257,9 +257,9 @@ fn print_plan(
             "counts": plan.counts,
         }));
     }
-    println!("plan     {} ({})", path.display(), chart.digest);
+    crate::say!("plan     {} ({})", path.display(), chart.digest);
     for r in &manifest.images {
-        println!(
+        crate::say!(
             "  {:44} {}  from {:16} [{}] {}",
             r.ref_name,
             r.digest,
@@ -268,7 +268,7 @@ fn print_plan(
             human_bytes(r.total_size)
         );
     }
-    println!("content  {}", content_line(plan));
-    println!("         nothing was downloaded but manifests (--dry-run)");
+    crate::say!("content  {}", content_line(plan));
+    crate::say!("         nothing was downloaded but manifests (--dry-run)");
     Ok(())
 }
