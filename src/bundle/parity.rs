@@ -376,40 +376,62 @@ impl Coder {
         Ok(())
     }
 
-    /// The coefficients of `lost` in terms of `used` (`k` shards): one decode in which shard
+    /// The coefficients of `lost` in terms of `used` (`k` shards): a decode in which shard
     /// `used[u]` holds the symbol 1 at position `u` and 0 elsewhere, so position `u` of each
-    /// restored original is its factor of that shard.
+    /// restored original is its factor of that shard. Positions are independent 64 bytes at a
+    /// time (32 symbols), so the decode runs in pieces of the coder's slice width: its work
+    /// space stays within the coder's budget whatever `k` (one decode of all `k` positions at
+    /// once took `2 × (k + n)` rounded up to a power of two times `k / 16` bytes: 128 MiB for
+    /// the two coders of a set-wide code of 4,096 blocks, 16 GiB at the code's 65,536).
     fn matrix_for(&mut self, used: Vec<usize>, lost: Vec<usize>) -> Result<Matrix, ParityError> {
         let (k, n) = (self.k, self.n);
         let len = k.div_ceil(32) * 64;
+        let piece = self.width.min(len);
         let position = |u: usize| (u / 32 * 64 + u % 32, u / 32 * 64 + 32 + u % 32);
-        let mut dec = ReedSolomonDecoder::new(k, n, len).map_err(coder_err)?;
-        let mut unit = vec![0u8; len];
-        for (u, &i) in used.iter().enumerate() {
-            unit.fill(0);
-            unit[position(u).0] = 1;
-            if i < k {
-                dec.add_original_shard(i, &unit).map_err(coder_err)?;
-            } else {
-                dec.add_recovery_shard(i - k, &unit).map_err(coder_err)?;
-            }
-        }
-        let result = dec.decode().map_err(coder_err)?;
         let log = &tables::get_exp_log().log;
-        let mut coef = Vec::with_capacity(lost.len());
-        for &o in &lost {
-            let r = result
-                .restored_original(o)
-                .ok_or_else(|| ParityError::Coder(format!("original {o} not restored")))?;
-            coef.push(
-                (0..used.len())
-                    .map(|u| {
-                        let (lo, hi) = position(u);
-                        let v = u16::from(r[lo]) | u16::from(r[hi]) << 8;
-                        (v != 0).then(|| log[usize::from(v)])
-                    })
-                    .collect(),
-            );
+        let mut coef = vec![vec![None; used.len()]; lost.len()];
+        let mut unit = vec![0u8; piece];
+        let zeros = vec![0u8; piece];
+        let mut p0 = 0;
+        while p0 < len {
+            let w = piece.min(len - p0);
+            // The shards whose unit symbol falls in bytes p0..p0 + w.
+            let (u0, u1) = (p0 / 64 * 32, ((p0 + w) / 64 * 32).min(used.len()));
+            let dec = match &mut self.dec {
+                Some(d) => {
+                    d.reset(k, n, w).map_err(coder_err)?;
+                    d
+                }
+                None => self
+                    .dec
+                    .insert(ReedSolomonDecoder::new(k, n, w).map_err(coder_err)?),
+            };
+            for (u, &i) in used.iter().enumerate() {
+                let shard: &[u8] = if (u0..u1).contains(&u) {
+                    unit[..w].fill(0);
+                    unit[position(u).0 - p0] = 1;
+                    &unit[..w]
+                } else {
+                    &zeros[..w]
+                };
+                if i < k {
+                    dec.add_original_shard(i, shard).map_err(coder_err)?;
+                } else {
+                    dec.add_recovery_shard(i - k, shard).map_err(coder_err)?;
+                }
+            }
+            let result = dec.decode().map_err(coder_err)?;
+            for (o, &lo_) in lost.iter().enumerate() {
+                let r = result
+                    .restored_original(lo_)
+                    .ok_or_else(|| ParityError::Coder(format!("original {lo_} not restored")))?;
+                for (u, c) in coef[o].iter_mut().enumerate().take(u1).skip(u0) {
+                    let (lo, hi) = position(u);
+                    let v = u16::from(r[lo - p0]) | u16::from(r[hi - p0]) << 8;
+                    *c = (v != 0).then(|| log[usize::from(v)]);
+                }
+            }
+            p0 += w;
         }
         Ok(Matrix { used, lost, coef })
     }
@@ -532,10 +554,12 @@ mod tests {
 
         /// Decoding by coefficients gives the FFT decoder's bytes, for stripes of more than 32
         /// shards too (the unit symbols then sit in several 64-byte chunks) and for shards
-        /// with a partial last chunk.
+        /// with a partial last chunk, and with the coefficients worked out in pieces (a coder
+        /// of the smallest budget: 64-byte pieces, the unit symbols of 32 shards each).
         #[test]
         fn coefficients_decode_as_the_fft_decoder_does(
-            k in 1usize..80, n in 1usize..5, half in 32usize..700, seed in any::<u64>()
+            k in 1usize..80, n in 1usize..5, half in 32usize..700, seed in any::<u64>(),
+            small in any::<bool>()
         ) {
             let len = half * 2;
             let mut x = seed | 1;
@@ -554,7 +578,7 @@ mod tests {
                 .collect();
             let mut by_matrix = vec![vec![0u8; len]; all.len()];
             let mut by_fft = by_matrix.clone();
-            let mut c = Coder::new(k, n).unwrap();
+            let mut c = Coder::with_budget(k, n, if small { 1 } else { SLICE_BUDGET }).unwrap();
             let mut outs: Vec<(usize, &mut [u8])> =
                 all.iter().copied().zip(by_matrix.iter_mut().map(|b| &mut b[..])).collect();
             c.decode(&shards, &mut outs).unwrap();

@@ -449,14 +449,28 @@ impl Geometry {
         (p, offset - p as u64 * stride)
     }
 
-    /// Groups for a pass that works on one group while a thread of its own reads or writes
-    /// another: `(stripes per group, sets of group buffers)`. A group takes at most
-    /// `STRIPE_BUDGET / share` (at least one stripe); two sets, or one when a single stripe
-    /// takes more than half the budget, so the buffers stay within [`STRIPE_BUDGET`].
-    pub(crate) fn groups(&self, share: u64) -> (u64, usize) {
-        let stripe = self.parts() as u64 * self.block;
-        let per = (STRIPE_BUDGET / share / stripe).max(1);
-        (per, if 2 * stripe <= STRIPE_BUDGET { 2 } else { 1 })
+    /// Groups for a pass over parts `0..count` that works on one group while a thread of its
+    /// own reads or writes another. A group is at most `STRIPE_BUDGET / share` (at least one
+    /// block): whole stripes when a stripe fits, which a code per stripe needs (its stripes are
+    /// within the budget: [`header::geometry_of`]); for a set-wide code, whose pass codes
+    /// nothing, a stripe of many large blocks (200 blocks of 64 MiB: 12.5 GiB) is cut into
+    /// runs of parts. Two sets of group buffers, or one when a group takes more than half the
+    /// budget, so the buffers stay within [`STRIPE_BUDGET`] for every geometry a header can
+    /// describe.
+    pub(crate) fn groups(&self, count: usize, share: u64) -> Groups {
+        let cap = STRIPE_BUDGET / share;
+        let stripe = count as u64 * self.block;
+        let (per, chunk) = if stripe <= cap || !self.wide {
+            ((cap / stripe.max(1)).max(1), count)
+        } else {
+            (1, ((cap / self.block).max(1) as usize).min(count))
+        };
+        let bytes = chunk as u64 * per * self.block;
+        Groups {
+            per,
+            chunk,
+            sets: if 2 * bytes <= STRIPE_BUDGET { 2 } else { 1 },
+        }
     }
 
     /// The block size for data parts of `stride` bytes in a set of `parts` parts: see the
@@ -470,6 +484,58 @@ impl Geometry {
             b /= 2;
         }
         b
+    }
+}
+
+/// How a pass over a set is cut ([`Geometry::groups`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Groups {
+    /// Stripes per group.
+    pub per: u64,
+    /// Parts per group (all of them, unless a stripe is larger than a group).
+    pub chunk: usize,
+    /// Sets of group buffers.
+    pub sets: usize,
+}
+
+/// One group of a pass: stripes `j0..j1` of parts `q0..q1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unit {
+    pub j0: u64,
+    pub j1: u64,
+    pub q0: usize,
+    pub q1: usize,
+}
+
+impl Groups {
+    /// Bytes of one part's buffer in a group.
+    pub fn buffer(&self, g: &Geometry) -> usize {
+        (self.per * g.block) as usize
+    }
+
+    /// A set of group buffers.
+    pub fn buffers(&self, g: &Geometry) -> Vec<Vec<u8>> {
+        vec![vec![0u8; self.buffer(g)]; self.chunk]
+    }
+
+    /// The groups of a pass over parts `0..count`, a run of parts at a time (each part's
+    /// stripes in order, so it is read and written front to back).
+    pub fn units(self, g: &Geometry, count: usize) -> impl Iterator<Item = Unit> + '_ {
+        (0..count).step_by(self.chunk.max(1)).flat_map(move |q0| {
+            let q1 = (q0 + self.chunk).min(count);
+            // A code per stripe codes every stripe of the set; a run of parts has its own.
+            let stripes = if q1 - q0 == count {
+                g.stripes()
+            } else {
+                (q0..q1).map(|q| g.blocks(q)).max().unwrap_or(0)
+            };
+            (0..stripes).step_by(self.per as usize).map(move |j0| Unit {
+                j0,
+                j1: (j0 + self.per).min(stripes),
+                q0,
+                q1,
+            })
+        })
     }
 }
 
@@ -906,15 +972,37 @@ mod tests {
 
     #[test]
     fn groups_stay_within_the_stripe_budget() {
+        let gr = |per, chunk, sets| Groups { per, chunk, sets };
         // 6 parts of 4 KiB blocks: groups of an eighth of the budget, two sets.
         let g = Geometry::new(1_000_000, 300_000, 2, 4096, 8192);
-        assert_eq!(g.groups(8), ((8 << 20) / (6 * 4096), 2));
+        assert_eq!(g.groups(6, 8), gr((8 << 20) / (6 * 4096), 6, 2));
         // 64 parts of 1 MiB blocks: one stripe is the whole budget, one set of one stripe.
         let g = Geometry::new(64 << 20, 1 << 20, 0, 1 << 20, 4096);
-        assert_eq!(g.groups(4), (1, 1));
+        assert_eq!(g.groups(64, 4), gr(1, 64, 1));
         // 20 parts of 1 MiB: one stripe per group, two sets of 20 MiB.
         let g = Geometry::new(20 << 20, 1 << 20, 0, 1 << 20, 4096);
-        assert_eq!(g.groups(8), (1, 2));
+        assert_eq!(g.groups(20, 8), gr(1, 20, 2));
+        // A set-wide code of 200 blocks of 64 MiB (a stripe of 12.5 GiB): one block at a time,
+        // one set of buffers.
+        let g = Geometry::new_wide(199 << 26, 1 << 26, 1, 1 << 26, 4096);
+        let plan = g.groups(g.parts(), 8);
+        assert_eq!(plan, gr(1, 1, 1));
+        assert_eq!(plan.units(&g, g.parts()).count(), 200);
+        // 1367 parts of 3 blocks of 128 KiB (split --spread of 512 MiB into 512 KiB parts): runs
+        // of 64 parts, two sets of 8 MiB, every block of every part in exactly one group.
+        let g = Geometry::new_wide((1366 * 3) << 17, 3 << 17, 1, 1 << 17, 4096);
+        let plan = g.groups(g.parts(), 8);
+        assert_eq!(plan, gr(1, 64, 2));
+        let mut seen = vec![0u64; g.parts()];
+        for u in plan.units(&g, g.parts()) {
+            assert!(u.q1 - u.q0 <= plan.chunk && u.j1 - u.j0 <= plan.per);
+            for s in &mut seen[u.q0..u.q1] {
+                *s += u.j1 - u.j0;
+            }
+        }
+        assert!((0..g.parts()).all(|q| seen[q] == g.blocks(q)), "{seen:?}");
+        let plan = g.groups(g.parts(), 4);
+        assert!(plan.sets as u64 * plan.chunk as u64 * plan.per * g.block <= STRIPE_BUDGET);
     }
 
     #[test]

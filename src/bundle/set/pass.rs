@@ -12,7 +12,7 @@
 //! MiB), plus the coder's column slice (at most 32 MiB); the set's block table besides.
 
 use super::header;
-use super::{io_err, DamageReport, PartDamage, Set, SetError};
+use super::{io_err, DamageReport, PartDamage, Set, SetError, Unit};
 use crate::bundle::atomic::AtomicFile;
 use crate::bundle::parity::{Coder, SLICE_BUDGET};
 use std::path::PathBuf;
@@ -228,35 +228,36 @@ impl<'a> Pass<'a> {
         // from the disk while this one is checked, rebuilt and written. Small groups: the
         // buffers are touched once and stay in the caches (a quarter of the budget per set
         // measured slower here, its pages first touched at the cost of a fault each).
-        let (per, sets) = g.groups(8);
-        let groups: Vec<(u64, u64)> = (0..g.stripes())
-            .step_by(per as usize)
-            .map(|j0| (j0, (j0 + per).min(g.stripes())))
-            .collect();
+        let plan = g.groups(count, 8);
+        let per = plan.per;
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Group>(1);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
-        for _ in 0..sets {
-            let _ = empty_tx.send(vec![vec![0u8; (per * g.block) as usize]; count]);
+        for _ in 0..plan.sets {
+            let _ = empty_tx.send(plan.buffers(g));
         }
         std::thread::scope(|s| {
             let reader = s.spawn(move || {
-                for &(j0, j1) in &groups {
+                for u in plan.units(g, count) {
                     // The consumer stopped (a failure): nothing more to read.
                     let Ok(mut bufs) = empty_rx.recv() else {
                         return;
                     };
                     // Kept AHEAD groups ahead (all of them at the start).
-                    let ahead = if j0 == 0 { j1 } else { j1 + (AHEAD - 1) * per };
-                    will_need(set, ahead, j1 + AHEAD * per);
-                    let avail = read_group(set, j0, j1, &mut bufs);
-                    if full_tx.send((j0, j1, bufs, avail)).is_err() {
+                    let ahead = if u.j0 == 0 {
+                        u.j1
+                    } else {
+                        u.j1 + (AHEAD - 1) * per
+                    };
+                    will_need(set, u, ahead, u.j1 + AHEAD * per);
+                    let avail = read_group(set, u, &mut bufs);
+                    if full_tx.send((u, bufs, avail)).is_err() {
                         return;
                     }
                 }
             });
             let work = || -> Result<(), SetError> {
-                for (j0, j1, mut bufs, avail) in full_rx {
-                    self.group(j0, j1, &mut bufs, &avail)?;
+                for (u, mut bufs, avail) in full_rx {
+                    self.group(u, &mut bufs, &avail)?;
                     let _ = empty_tx.send(bufs);
                 }
                 Ok(())
@@ -292,36 +293,33 @@ impl<'a> Pass<'a> {
         Ok((report, self.targets, self.rebuilt))
     }
 
-    /// Stripes `j0..j1`: read, check, rebuild, write.
-    fn group(
-        &mut self,
-        j0: u64,
-        j1: u64,
-        bufs: &mut [Vec<u8>],
-        avail: &[u64],
-    ) -> Result<(), SetError> {
+    /// Stripes `j0..j1` of parts `q0..q1` (`bufs[i]` holds part `q0 + i`): read, check,
+    /// rebuild, write.
+    fn group(&mut self, u: Unit, bufs: &mut [Vec<u8>], avail: &[u64]) -> Result<(), SetError> {
         let set = self.set;
         let g = &set.geometry;
-        let count = g.parts();
-        let bad = check_group(set, j0, j1, bufs, avail)?;
+        let Unit { j0, j1, q0, q1 } = u;
+        let bad = check_group(set, u, bufs, avail)?;
         // Per stripe, the parts whose block is damaged.
         let mut stripes: Vec<Vec<usize>> = vec![Vec::new(); (j1 - j0) as usize];
-        for (q, blocks) in bad.iter().enumerate() {
+        for (i, blocks) in bad.iter().enumerate() {
             for &b in blocks {
-                stripes[(b - j0) as usize].push(q);
-                self.damaged[q].push(b);
+                stripes[(b - j0) as usize].push(q0 + i);
+                self.damaged[q0 + i].push(b);
             }
         }
-        (self.on_bytes)((j1 - j0) * g.block * count as u64);
+        (self.on_bytes)((j1 - j0) * g.block * (q1 - q0) as u64);
         if self.sig.is_none() {
             return Ok(());
         }
-        for (q, blocks) in bad.iter().enumerate() {
+        for (i, blocks) in bad.iter().enumerate() {
             if !blocks.is_empty() {
+                let q = q0 + i;
                 self.target(q, (j0 * g.block).min(g.sizes[q]))?;
             }
         }
-        // A set-wide code is rebuilt after the pass, all at once (`rebuild_wide`).
+        // A set-wide code is rebuilt after the pass, all at once (`rebuild_wide`). A code per
+        // stripe has every part in each group (q0 = 0).
         if !g.wide {
             self.rebuild_runs(j0, &stripes, bufs)?;
             // What parity rebuilt is checked against the block table before it is written: a
@@ -343,11 +341,11 @@ impl<'a> Pass<'a> {
                 }
             }
         }
-        for (q, t) in self.targets.iter().enumerate() {
+        for (q, t) in self.targets.iter().enumerate().take(q1).skip(q0) {
             let Some(t) = t else { continue };
             let from = (j0 * g.block).min(g.sizes[q]);
             let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
-            crate::store::file::write_at(t.tmp.file(), &bufs[q][..len], g.data_offset + from)
+            crate::store::file::write_at(t.tmp.file(), &bufs[q - q0][..len], g.data_offset + from)
                 .map_err(io_err(&t.dest))?;
             crate::store::file::start_writeback(t.tmp.file(), g.data_offset + from, len as u64);
         }
@@ -402,14 +400,14 @@ impl<'a> Pass<'a> {
 /// Groups the kernel is asked to read ahead of the one being read (4 groups of 8 MiB).
 const AHEAD: u64 = 4;
 
-/// A group of stripes read: `j0`, `j1`, the buffers, the bytes each part had.
-type Group = (u64, u64, Vec<Vec<u8>>, Vec<u64>);
+/// A group read: which, the buffers, the bytes each part had.
+type Group = (Unit, Vec<Vec<u8>>, Vec<u64>);
 
-/// Ask the kernel to read stripes `j0..j1` of every part ahead (see
+/// Ask the kernel to read stripes `j0..j1` of the parts of `u` ahead (see
 /// [`crate::store::file::will_need`]).
-fn will_need(set: &Set, j0: u64, j1: u64) {
+fn will_need(set: &Set, u: Unit, j0: u64, j1: u64) {
     let g = &set.geometry;
-    for (q, slot) in set.slots.iter().enumerate() {
+    for (q, slot) in set.slots.iter().enumerate().take(u.q1).skip(u.q0) {
         if let Some(f) = &slot.file {
             let from = (j0 * g.block).min(g.sizes[q]);
             let to = (j1 * g.block).min(g.sizes[q]);
@@ -418,12 +416,14 @@ fn will_need(set: &Set, j0: u64, j1: u64) {
     }
 }
 
-/// Read stripes `j0..j1` of every part into `bufs` (zeros where a part has no bytes) and
-/// return the bytes each part had there.
-fn read_group(set: &Set, j0: u64, j1: u64, bufs: &mut [Vec<u8>]) -> Vec<u64> {
+/// Read the group `u` into `bufs` (part `q0 + i` into `bufs[i]`; zeros where a part has no
+/// bytes) and return the bytes each part had there.
+fn read_group(set: &Set, u: Unit, bufs: &mut [Vec<u8>]) -> Vec<u64> {
     let g = &set.geometry;
-    let mut avail = vec![0u64; bufs.len()];
-    for (q, buf) in bufs.iter_mut().enumerate() {
+    let Unit { j0, j1, q0, q1 } = u;
+    let mut avail = vec![0u64; q1 - q0];
+    for (i, buf) in bufs[..q1 - q0].iter_mut().enumerate() {
+        let q = q0 + i;
         let from = (j0 * g.block).min(g.sizes[q]);
         let want = (j1 * g.block).min(g.sizes[q]) - from;
         let slot = &set.slots[q];
@@ -452,28 +452,29 @@ fn read_group(set: &Set, j0: u64, j1: u64, bufs: &mut [Vec<u8>]) -> Vec<u64> {
         // is damaged, so it is rebuilt before it is written or read as a shard, or nothing is
         // written at all.
         buf[want as usize..].fill(0);
-        avail[q] = got;
+        avail[i] = got;
     }
     avail
 }
 
-/// Per part, its damaged blocks among stripes `j0..j1` (read into `bufs`, `avail` bytes of
-/// each part there). Checked on two threads.
+/// Per part of `u` (`q0 + i` at `i`), its damaged blocks among its stripes (read into `bufs`,
+/// `avail` bytes of each part there). Checked on two threads.
 fn check_group(
     set: &Set,
-    j0: u64,
-    j1: u64,
+    u: Unit,
     bufs: &[Vec<u8>],
     avail: &[u64],
 ) -> Result<Vec<Vec<u64>>, SetError> {
     let g = &set.geometry;
-    let check_part = |q: usize| -> Vec<u64> {
-        let buf = &bufs[q];
+    let Unit { j0, j1, q0, q1 } = u;
+    let check_part = |i: usize| -> Vec<u64> {
+        let q = q0 + i;
+        let buf = &bufs[i];
         let mut bad = Vec::new();
         for b in j0..j1.min(g.blocks(q)) {
             let at = ((b - j0) * g.block) as usize;
             let len = g.block_len(q, b) as usize;
-            if (at + len) as u64 > avail[q]
+            if (at + len) as u64 > avail[i]
                 || super::block_digest(&buf[at..at + len]) != set.expected(q, b)
             {
                 bad.push(b);
@@ -481,7 +482,7 @@ fn check_group(
         }
         bad
     };
-    let count = bufs.len();
+    let count = q1 - q0;
     let (even, odd) = std::thread::scope(|s| {
         let odd = s.spawn(|| {
             (1..count)

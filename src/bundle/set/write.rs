@@ -8,7 +8,7 @@
 use super::header;
 use super::PartInfo;
 use super::{
-    io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, ALIGN, BLOCK_DIGEST, CODE,
+    io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, Unit, ALIGN, BLOCK_DIGEST, CODE,
     CODE_WIDE, DIGEST_LEN, FORMAT, MAX_PARTS,
 };
 use crate::bundle::atomic::AtomicFile;
@@ -320,7 +320,8 @@ fn write_stripes(
     // A set-wide code is coded after this pass ([`encode_wide`]): here, the data parts only.
     let (k, n) = (g.k, if g.wide { 0 } else { g.n });
     let count = k + n;
-    let (per, sets) = g.groups(4);
+    let plan = g.groups(count, 4);
+    let per = plan.per;
     let mut table = vec![0u8; g.total_blocks() as usize * DIGEST_LEN];
     let perr = |source| SetError::Parity {
         path: bundle.to_path_buf(),
@@ -333,18 +334,20 @@ fn write_stripes(
             Coder::with_budget(k, n, SLICE_BUDGET / 2).map_err(perr)?,
         ]),
     };
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, u64, Vec<Vec<u8>>)>(1);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Unit, Vec<Vec<u8>>)>(1);
     let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
-    for _ in 0..sets {
-        let _ = empty_tx.send(vec![vec![0u8; (per * g.block) as usize]; count]);
+    for _ in 0..plan.sets {
+        let _ = empty_tx.send(plan.buffers(g));
     }
     std::thread::scope(|s| {
         let writer = s.spawn(move || -> Result<(), SetError> {
-            for (j0, j1, bufs) in full_rx {
-                for (q, (tmp, dest)) in tmps.iter().enumerate().take(count) {
+            for (u, bufs) in full_rx {
+                let Unit { j0, j1, q0, q1 } = u;
+                for (q, (tmp, dest)) in tmps.iter().enumerate().take(q1).skip(q0) {
                     let from = (j0 * g.block).min(g.sizes[q]);
                     let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
-                    crate::store::file::write_at(tmp.file(), &bufs[q][..len], g.data_offset + from)
+                    let bytes = &bufs[q - q0][..len];
+                    crate::store::file::write_at(tmp.file(), bytes, g.data_offset + from)
                         .map_err(io_err(dest))?;
                     crate::store::file::start_writeback(
                         tmp.file(),
@@ -362,46 +365,46 @@ fn write_stripes(
         // writer finish (or stop).
         let work = || -> Result<(), SetError> {
             let (full_tx, empty_rx) = (full_tx, empty_rx);
-            let mut j0 = 0;
-            while j0 < g.stripes() {
-                let j1 = (j0 + per).min(g.stripes());
+            for u in plan.units(g, count) {
+                let Unit { j0, j1, q0, q1 } = u;
                 // The writer failed: its error is the one to report.
                 let Ok(mut bufs) = empty_rx.recv() else {
                     return Ok(());
                 };
                 // The next group is read from the disk while this one is coded.
-                for i in 0..k {
+                for i in q0..q1.min(k) {
                     let from = (j1 * g.block).min(g.sizes[i]);
                     let to = ((j1 + per) * g.block).min(g.sizes[i]);
                     crate::store::file::will_need(src, i as u64 * g.stride() + from, to - from);
                 }
-                for (i, buf) in bufs[..k].iter_mut().enumerate() {
+                for i in q0..q1.min(k) {
+                    let buf = &mut bufs[i - q0];
                     let from = (j0 * g.block).min(g.sizes[i]);
                     let len = ((j1 * g.block).min(g.sizes[i]) - from) as usize;
                     crate::store::file::read_at(src, &mut buf[..len], i as u64 * g.stride() + from)
                         .map_err(io_err(bundle))?;
                     buf[len..].fill(0);
                 }
-                let digests =
-                    code_group(g, j0, j1, &mut bufs, coders.as_mut()).map_err(|e| match e {
+                let digests = code_group(g, u, &mut bufs[..q1 - q0], coders.as_mut()).map_err(
+                    |e| match e {
                         Some(source) => perr(source),
                         None => SetError::Io {
                             path: bundle.to_path_buf(),
                             source: std::io::Error::other("a coding thread panicked"),
                         },
-                    })?;
+                    },
+                )?;
                 for (i, d) in digests {
                     table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN].copy_from_slice(&d);
                 }
-                if full_tx.send((j0, j1, bufs)).is_err() {
+                if full_tx.send((u, bufs)).is_err() {
                     return Ok(());
                 }
                 on_bytes(
-                    (0..k)
+                    (q0..q1.min(k))
                         .map(|i| (j1 * g.block).min(g.sizes[i]) - (j0 * g.block).min(g.sizes[i]))
                         .sum(),
                 );
-                j0 = j1;
             }
             Ok(())
         };
@@ -456,18 +459,19 @@ fn encode_wide(
 /// Block digests: (index in the block table, digest).
 type Digests = Vec<(usize, [u8; DIGEST_LEN])>;
 
-/// Code the parity blocks of stripes `j0..j1` (read into `bufs`) and digest every block of
-/// them, in two halves on two threads. `Err(None)`: a thread panicked.
+/// Code the parity blocks of the group `u` (read into `bufs`, part `q0 + i` at `i`) and digest
+/// every block of it, in two halves on two threads. `Err(None)`: a thread panicked.
 fn code_group(
     g: &Geometry,
-    j0: u64,
-    j1: u64,
+    u: Unit,
     bufs: &mut [Vec<u8>],
     coders: Option<&mut [Coder; 2]>,
 ) -> Result<Digests, Option<ParityError>> {
-    let k = g.k;
-    // The parts coded here (the data parts only, for a set-wide code).
+    let Unit { j0, j1, q0, .. } = u;
+    // The parts coded here (the data parts only, for a set-wide code; all of them, q0 = 0, for
+    // a code per stripe).
     let parts = bufs.len();
+    let k = g.k.min(q0 + parts) - q0;
     let mid = j0 + (j1 - j0).div_ceil(2);
     let cut = ((mid - j0) * g.block) as usize;
     let run = ((j1 - 1 - j0) * g.block + g.shard_len(j1 - 1)) as usize;
@@ -496,14 +500,15 @@ fn code_group(
             c.encode(&originals, outs)?;
         }
         let mut out = Vec::new();
-        for q in 0..parts {
+        for i in 0..parts {
+            let q = q0 + i;
             for blk in a..b.min(g.blocks(q)) {
                 let at = ((blk - j0) * g.block) as usize;
                 let len = g.block_len(q, blk) as usize;
-                let bytes = if q < k {
-                    &data[q][at..at + len]
+                let bytes = if i < k {
+                    &data[i][at..at + len]
                 } else {
-                    &outs[q - k][at - from..at - from + len]
+                    &outs[i - k][at - from..at - from + len]
                 };
                 out.push((g.table_index(q, blk), super::block_digest(bytes)));
             }
