@@ -420,6 +420,27 @@ pub struct VerifyArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Then check the cluster against the bundle: every container of the release's pods runs
+    /// a digest the bundle carries for its image (exit 1 naming those that do not).
+    #[arg(long)]
+    pub cluster: bool,
+    /// Release name (with --cluster).
+    #[arg(long, default_value = "koordinator", requires = "cluster")]
+    pub release: String,
+    /// Release namespace, where helm keeps its records (with --cluster).
+    #[arg(
+        long,
+        value_name = "NS",
+        default_value = "default",
+        requires = "cluster"
+    )]
+    pub namespace: String,
+    /// Kubeconfig, one file (with --cluster) [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (with --cluster) [default: the current context].
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub context: Option<String>,
 }
 
 /// `load`.

@@ -64,6 +64,7 @@ pub mod exec;
 pub mod kubeconfig;
 pub mod list;
 pub mod preflight;
+pub mod running;
 pub mod upgrade;
 
 pub use auth::{ClientIdentity, Credentials, Impersonation};

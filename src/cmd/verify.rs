@@ -2,6 +2,7 @@
 
 use crate::bundle::reader;
 use crate::cli::VerifyArgs;
+use crate::cluster;
 use crate::progress::{Mode, Progress};
 use anyhow::Context as _;
 
@@ -47,10 +48,18 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
             args.bundle.display()
         ));
     }
+    let cluster = match (&report.manifest, args.cluster) {
+        (Some(m), true) => Some(check_cluster(&args, m).await?),
+        (None, true) => anyhow::bail!(
+            "{} has no koord-bundle.json: nothing to check the cluster against",
+            args.bundle.display()
+        ),
+        _ => None,
+    };
     if args.json {
         let m = report.manifest.as_ref();
-        return super::print_json(&serde_json::json!({
-            "ok": true, "bundle": report.bundle, "files": report.files, "blobs": report.blobs,
+        super::print_json(&serde_json::json!({
+            "ok": cluster.as_ref().is_none_or(|c| c.ok()), "bundle": report.bundle, "files": report.files, "blobs": report.blobs,
             "bytes": report.bytes, "blobBytes": report.manifest.as_ref().map(|m| m.blobs.bytes),
             "manifests": report.manifests,
             "signature": {"verified": report.signature_verified, "keyId": report.signature.as_ref().map(|s| &s.key_id),
@@ -62,7 +71,9 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
             "repaired": set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
             "parityDamage": parity_damage,
             "notes": set.as_ref().map(|s| s.notes.clone()).unwrap_or_default(),
-        }));
+            "cluster": cluster,
+        }))?;
+        return cluster_verdict(cluster.as_ref(), true);
     }
     match (&report.signature, report.signature_verified) {
         (Some(s), true) => crate::say!("signature  OK (key {}; {})", s.key_id, s.trusted_comment),
@@ -113,5 +124,120 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         }
     }
     crate::say!("bundle {} verified", args.bundle.display());
-    Ok(())
+    if let Some(c) = &cluster {
+        print_cluster(c);
+    }
+    cluster_verdict(cluster.as_ref(), false)
+}
+
+/// The release's containers next to the bundle's images ([`cluster::running`]).
+async fn check_cluster(
+    args: &VerifyArgs,
+    m: &crate::bundle::manifest::BundleManifest,
+) -> anyhow::Result<cluster::running::Report> {
+    let carried: Vec<cluster::running::Carried> = m
+        .images
+        .iter()
+        .map(|i| cluster::running::Carried {
+            reference: i.ref_name.clone(),
+            digest: i.digest.to_string(),
+            platforms: i
+                .manifests
+                .iter()
+                .filter(|p| p.attestation_of.is_none())
+                .filter_map(|p| Some((p.digest.to_string(), p.platform.clone()?)))
+                .collect(),
+        })
+        .collect();
+    let files = cluster::kubeconfig::locate(
+        args.kubeconfig.as_deref(),
+        std::env::var_os(super::env::KUBECONFIG).as_deref(),
+        dirs::home_dir().as_deref(),
+    )?;
+    let kc = cluster::kubeconfig::read(&files)?.select(args.context.as_deref())?;
+    let client = cluster::KubeClient::new(&kc)?;
+    let r = cluster::running::check(&client, &args.namespace, &args.release, &carried)
+        .await
+        .context("cannot check the cluster against the bundle")?;
+    Ok(r)
+}
+
+fn print_cluster(r: &cluster::running::Report) {
+    use cluster::running::Verdict as V;
+    crate::say!(
+        "cluster    release {} in {} (revision {}, chart {}): {} workloads, {} containers",
+        r.release,
+        r.namespace,
+        r.revision,
+        r.chart_version.as_deref().unwrap_or("?"),
+        r.workloads.len(),
+        r.containers.len()
+    );
+    for c in &r.containers {
+        let running = c.running.as_deref().unwrap_or("-");
+        let line = match c.verdict {
+            V::Carried => format!(
+                "OK          {} {}: runs {running} ({} of {}){}",
+                c.pod,
+                c.container,
+                c.matched.as_deref().unwrap_or_default(),
+                c.bundle_image.as_deref().unwrap_or_default(),
+                if c.spec_pinned {
+                    ""
+                } else {
+                    "; its spec names it by tag, not by the bundle's digest (load pins it)"
+                }
+            ),
+            V::Differs => format!(
+                "DIFFERS     {} {}: runs {running}, the bundle carries {} for {} (spec {})",
+                c.pod,
+                c.container,
+                c.bundle_digest.as_deref().unwrap_or_default(),
+                c.bundle_image.as_deref().unwrap_or_default(),
+                c.spec
+            ),
+            V::NotStarted => format!(
+                "NOT STARTED {} {}: no image running yet (spec {}): check again once it runs",
+                c.pod, c.container, c.spec
+            ),
+            V::NotBundled => format!(
+                "NOT BUNDLED {} {}: {} is not an image of the bundle",
+                c.pod, c.container, c.spec
+            ),
+        };
+        crate::say!("  {line}");
+    }
+}
+
+/// Exit 0 only when every running container of the release runs a digest the bundle carries.
+fn cluster_verdict(r: Option<&cluster::running::Report>, json: bool) -> anyhow::Result<()> {
+    let Some(r) = r.filter(|r| !r.ok()) else {
+        return Ok(());
+    };
+    if json {
+        // The report was the JSON: the error goes to stderr only.
+        super::set_json_errors(false);
+    }
+    let differs: Vec<String> = r
+        .containers
+        .iter()
+        .filter(|c| c.verdict == cluster::running::Verdict::Differs)
+        .map(|c| {
+            format!(
+                "{} {} runs {} where the bundle carries {}",
+                c.pod,
+                c.container,
+                c.running.as_deref().unwrap_or_default(),
+                c.bundle_digest.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    // The first few named (a DaemonSet differs on every node): the rest are in the report.
+    let more = differs.len().saturating_sub(12);
+    anyhow::bail!(
+        "{} of the release's containers run an image the bundle does not carry: {}{}; load the bundle again (its images are pinned by digest) or find what replaced them",
+        differs.len(),
+        differs[..differs.len().min(12)].join("; "),
+        if more > 0 { format!("; and {more} more (above)") } else { String::new() }
+    )
 }

@@ -554,3 +554,143 @@ fn images_are_pinned_to_the_bundles_digests() {
         "{unpinned:?}"
     );
 }
+
+/// The pods of `namespace` (JSON), once the controller manager has made at least `n`.
+fn pods_of(kube: &Cluster, namespace: &str, n: usize) -> Vec<Value> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let out = kube.kubectl(&["-n", namespace, "get", "pods", "-o", "json"]);
+        let items = serde_json::from_str::<Value>(&out).unwrap()["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if items.len() >= n || std::time::Instant::now() > until {
+            return items;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Write pod `pod`'s status as a kubelet would: each container running, its `imageID` the one
+/// `image_id` gives for its spec image.
+fn write_status(kube: &Cluster, namespace: &str, pod: &Value, image_id: &dyn Fn(&str) -> String) {
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let statuses: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let image = c["image"].as_str().unwrap();
+            json!({"name": c["name"], "image": image, "imageID": image_id(image), "ready": true,
+                   "restartCount": 0, "state": {"running": {"startedAt": "2026-12-04T00:00:00Z"}}})
+        })
+        .collect();
+    let patch = json!({"status": {"phase": "Running", "containerStatuses": statuses}});
+    kube.kubectl(&[
+        "-n",
+        namespace,
+        "patch",
+        "pod",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+/// `verify --cluster` on the real control plane: pods whose containers have not started are
+/// named as such (exit 0: nothing runs that the bundle does not carry); with statuses written
+/// as a kubelet writes them, `imageID` the bundle's digest, every container is OK (exit 0);
+/// one pod running another digest fails the check (exit 1), naming the pod and both digests,
+/// in text and in `--json`. (Before: no command read what the cluster runs.)
+#[test]
+fn the_cluster_is_checked_against_the_bundle() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.7.0", &[]);
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("audit");
+    assert_ok(&load(&h, &kube, &bundle, &prefix, 3, &[]));
+    let deployments = kube.names("Deployment", Some(CHART_NS)).len();
+    assert!(deployments >= 3, "{deployments}");
+    let pods = pods_of(&kube, CHART_NS, deployments);
+    assert!(
+        pods.len() >= deployments,
+        "the controller manager made no pods: {pods:?}"
+    );
+    let verify = |extra: &[&str]| {
+        let mut args = vec![
+            "verify",
+            bundle.to_str().unwrap(),
+            "--cluster",
+            "--kubeconfig",
+            kube.kubeconfig.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        h.run(&args)
+    };
+    // Not started: named, and not a failure.
+    let o = verify(&[]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.contains("NOT STARTED") && !out.contains("DIFFERS"),
+        "{out}"
+    );
+    // Running the bundle's digests (the pinned reference's digest, as the node reports it).
+    let carried = |image: &str| {
+        let (name, digest) = image.split_once('@').expect("a pinned reference");
+        let repo = name.rsplit_once(':').map_or(name, |(r, _)| r);
+        format!("{repo}@{digest}")
+    };
+    for p in &pods {
+        write_status(&kube, CHART_NS, p, &carried);
+    }
+    let o = verify(&[]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.contains("OK ") && !out.contains("NOT STARTED") && !out.contains("DIFFERS"),
+        "{out}"
+    );
+    let o = verify(&["--json"]);
+    assert_ok(&o);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let containers = j["cluster"]["containers"].as_array().unwrap();
+    assert!(containers.len() >= pods.len(), "{j}");
+    assert!(
+        containers
+            .iter()
+            .all(|c| c["verdict"] == "carried" && c["specPinned"] == true),
+        "{j}"
+    );
+    // One pod runs another digest (a tag re-pushed, and the pod pulled by tag).
+    let other = format!("sha256:{}", "e".repeat(64));
+    let victim = &pods[0];
+    let victim_name = victim["metadata"]["name"].as_str().unwrap().to_string();
+    write_status(&kube, CHART_NS, victim, &|image: &str| {
+        let repo = image.split('@').next().unwrap();
+        format!("{repo}@{other}")
+    });
+    let want = carried(victim["spec"]["containers"][0]["image"].as_str().unwrap());
+    let want_digest = want.split_once('@').unwrap().1;
+    let o = verify(&[]);
+    let err = assert_fails(&o, 1, &["run an image the bundle does not carry"]);
+    assert!(
+        err.contains(&victim_name) && err.contains(&other) && err.contains(want_digest),
+        "the pod and both digests are named: {err}"
+    );
+    let o = verify(&["--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["ok"], false);
+    assert!(
+        j["cluster"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["verdict"] == "differs" && c["running"] == other.as_str()),
+        "{j}"
+    );
+}

@@ -325,6 +325,17 @@ pub(crate) fn names<'a>(it: impl IntoIterator<Item = &'a str>) -> String {
     s
 }
 
+/// The newest revision of release `release` in `namespace` (Helm's record decoded: its chart
+/// version, values and manifest), if there is one.
+pub async fn release_revision(
+    client: &KubeClient,
+    namespace: &str,
+    release: &str,
+) -> Result<Option<ReleaseInfo>, ClusterError> {
+    let here = read::release_secrets(client, Some(namespace), release).await?;
+    Ok(release::latest(&here, namespace))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
