@@ -334,6 +334,12 @@ fn image_component(img: &ImageRecord) -> Result<(Value, String), SbomError> {
         prop("image:component", &img.component),
         prop("image:mediaType", &img.media_type),
         prop("image:platforms", img.platforms.join(",")),
+        // The reference `load` installs it as, under the target registry (REGISTRY[/PREFIX]/):
+        // pinned to its index digest, so what runs is what crossed.
+        prop(
+            "image:installedAs",
+            crate::chart::post_render::pinned(&img.ref_name, img.digest.as_str()),
+        ),
     ];
     if img.upstream_digest != img.digest {
         props.push(prop("image:upstreamDigest", img.upstream_digest.as_str()));

@@ -135,6 +135,13 @@ fn the_bom_of_a_1_8_0_bundle_passes_the_cyclonedx_validator() {
             prop(&props(img), "koord-bundle:image:source"),
             Some(env().plain.as_str())
         );
+        // What load installs it as: pinned to the pushed index digest (issue 33).
+        let img_props = props(img);
+        let installed = prop(&img_props, "koord-bundle:image:installedAs").unwrap_or_default();
+        assert!(
+            installed.ends_with(&format!("/{name}:{tag}@{digest}")),
+            "{installed}"
+        );
         // Each platform manifest, as the registry's images.json (written by the test
         // environment's image generator) has it.
         let pushed = env()

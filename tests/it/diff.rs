@@ -369,6 +369,18 @@ fn pushed_platforms(repo: &str, tag: &str) -> BTreeMap<String, String> {
 
 fn check_images(pair: &str, old: &str, new: &str, d: &Value) {
     let (io, inew) = (chart_images(old), chart_images(new));
+    // The references an upgrade pins: every image of NEW at its pushed index digest.
+    let pins: BTreeSet<String> = d["pins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    let want_pins: BTreeSet<String> = inew
+        .iter()
+        .map(|(repo, tag)| format!("{repo}:{tag}@{}", crate::common::pushed_digest(repo, tag)))
+        .collect();
+    assert_eq!(pins, want_pins, "{pair}: pins");
     let refs = |v: &Value| -> BTreeSet<String> {
         v.as_array()
             .unwrap()

@@ -200,6 +200,9 @@ pub struct Report {
     pub values: values::ValueChanges,
     /// What can break existing objects or needs a look, one line each.
     pub warnings: Vec<String>,
+    /// The references `load` pins NEW's images to (`REF@<index digest>`, under the target
+    /// registry): what an upgrade to NEW runs.
+    pub pins: Vec<String>,
 }
 
 fn summary(s: &Side) -> SideSummary {
@@ -254,6 +257,11 @@ pub fn compare(old: &Side, new: &Side) -> Report {
         crds,
         values,
         warnings,
+        pins: n
+            .images
+            .iter()
+            .map(|i| crate::chart::post_render::pinned(&i.ref_name, i.digest.as_str()))
+            .collect(),
     }
 }
 

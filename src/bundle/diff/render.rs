@@ -176,6 +176,7 @@ pub fn table(r: &Report) -> String {
         c.app_version.new.as_deref().unwrap_or("-")
     );
     table_images(r, &mut o);
+    table_pins(r, &mut o);
     let _ = writeln!(o, "carry    {}", bytes_text(r));
     table_crds(r, &mut o);
     let v = &r.values;
@@ -259,6 +260,17 @@ fn table_images(r: &Report, o: &mut String) {
                 d(&p.new)
             );
         }
+    }
+}
+
+fn table_pins(r: &Report, o: &mut String) {
+    let _ = writeln!(
+        o,
+        "pins     {} images, as `load` installs NEW (under REGISTRY[/PREFIX]/, by digest):",
+        r.pins.len()
+    );
+    for p in &r.pins {
+        let _ = writeln!(o, "  {p}");
     }
 }
 
@@ -412,6 +424,7 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(o, "- ⚠️ {}", text(&w.to_string()));
     }
     markdown_images(r, &mut o);
+    markdown_pins(r, &mut o);
     let _ = writeln!(o, "\n### What must cross\n\n{}", bytes_text(r));
     markdown_crds(r, &mut o);
     markdown_values(r, &mut o);
@@ -472,6 +485,17 @@ fn markdown_images(r: &Report, o: &mut String) {
                 text(&platforms_text(x))
             );
         }
+    }
+}
+
+fn markdown_pins(r: &Report, o: &mut String) {
+    let _ = writeln!(
+        o,
+        "\n### Pinned at install: {} images (under the target registry, by digest)\n",
+        r.pins.len()
+    );
+    for p in &r.pins {
+        let _ = writeln!(o, "- {}", code(p));
     }
 }
 
