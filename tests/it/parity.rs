@@ -872,3 +872,45 @@ fn build_split_spread_writes_a_set_wide_code() {
     let o = h.run(&["split", out.to_str().unwrap(), "--size", "512K", "--spread"]);
     assert_fails(&o, 1, &["--spread needs --parity N"]);
 }
+
+/// Issue 32 item 4: one byte of part 2's copy of the header changed (its part line intact, so the
+/// set still opens from it and every byte of the bundle verifies). `repair` finds and rewrites
+/// that part; `verify` says so too, naming the part and the command, and still exits 0: the
+/// bundle is whole and every other part carries the header. Named from another part or from the
+/// damaged one, by a path or by its bare name in its folder (`x.part002` is `./x.part002` there).
+#[test]
+fn verify_names_a_part_whose_copy_of_the_header_is_damaged() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 1);
+    flip_byte(&s.parts[2], 200);
+    for from in [0, 2] {
+        let bare = s.name(from);
+        for (arg, dir) in [(s.arg(from), h.path()), (bare.as_str(), s.dir.as_path())] {
+            let o = h.cmd(&["verify", arg]).current_dir(dir).output().unwrap();
+            assert_ok(&o);
+            let err = stderr(&o);
+            let line = err
+                .lines()
+                .find(|l| l.contains(&s.name(2)) && l.contains("(part 2)"))
+                .unwrap_or_else(|| panic!("verify {arg} does not name part 2:\n{err}"));
+            assert!(line.contains("copy of the header is damaged"), "{line}");
+            assert!(
+                err.contains(&format!("koord-bundle repair {arg}")),
+                "verify {arg}:\n{err}"
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("verified"),
+                "{o:?}"
+            );
+        }
+    }
+    let o = h.run(&["verify", s.arg(0), "--json"]);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["headerDamage"][0]["part"], 2, "{v}");
+    let r = repaired_whole(h, &s, 0, 1, 0);
+    assert_eq!(r["written"][0].as_str(), Some(s.arg(2)), "{r}");
+    let o = h.run(&["verify", s.arg(0)]);
+    assert!(!stderr(&o).contains("header"), "{}", stderr(&o));
+}

@@ -50,7 +50,7 @@ mod write;
 pub use header::MAGIC;
 pub(crate) use open::has_v2_siblings;
 pub use open::{open, Note};
-pub use pass::{check, repair, Repaired};
+pub use pass::{check, repair, HeaderCopyDamage, Repaired};
 pub use read::{PartRepairs, Repair, SetReader};
 pub use write::{split, SplitOptions};
 
