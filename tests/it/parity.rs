@@ -914,3 +914,38 @@ fn verify_names_a_part_whose_copy_of_the_header_is_damaged() {
     let o = h.run(&["verify", s.arg(0)]);
     assert!(!stderr(&o).contains("header"), "{}", stderr(&o));
 }
+
+/// Issue 32 item 4: `join` said `joined from 7 parts` of a set of 6 data parts and 1 parity part
+/// whose part 3 was missing and rebuilt. It says what it read and what it rebuilt.
+#[test]
+fn join_says_how_many_parts_it_read_and_how_many_it_rebuilt() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 1);
+    assert_eq!(s.parts.len(), 7);
+    let hd = header(&s.parts[0]);
+    let join = |from: usize| {
+        let out = h.path().join("joined.tar");
+        let o = h.run(&["join", s.arg(from), "-o", out.to_str().unwrap(), "--force"]);
+        assert_ok(&o);
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&b.bundle).unwrap()
+        );
+        let said = String::from_utf8_lossy(&o.stdout).to_string();
+        said.trim_end()
+            .rsplit(" joined from ")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(join(0), "6 data parts (1 parity part not needed)");
+    std::fs::remove_file(&s.parts[3]).unwrap();
+    assert_eq!(join(0), "6 parts and 1 rebuilt from parity");
+    s.restore();
+    std::fs::remove_file(&s.parts[6]).unwrap();
+    assert_eq!(join(0), "6 data parts (1 parity part not needed)");
+    s.restore();
+    flip_byte(&s.parts[1], block_at(&hd, 2) + 10);
+    assert_eq!(join(0), "7 parts, 1 damaged block rebuilt from parity");
+}

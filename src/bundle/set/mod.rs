@@ -820,6 +820,11 @@ impl Set {
         &self.slots[p].path
     }
 
+    /// Whether part `p` was found (a part missing, or of another set in its place, was not).
+    pub fn found(&self, p: usize) -> bool {
+        self.slots.get(p).is_some_and(|s| s.file.is_some())
+    }
+
     /// The expected digest of block `b` of part `p`.
     pub(crate) fn expected(&self, p: usize, b: u64) -> &[u8] {
         let i = self.geometry.table_index(p, b) * DIGEST_LEN;
