@@ -949,3 +949,30 @@ fn join_says_how_many_parts_it_read_and_how_many_it_rebuilt() {
     flip_byte(&s.parts[1], block_at(&hd, 2) + 10);
     assert_eq!(join(0), "7 parts, 1 damaged block rebuilt from parity");
 }
+
+/// Issue 32 item 4: damage beyond a set of 1 parity part said `the 1 parity part rebuild at
+/// most …`: the verb agrees with its number, per stripe and for a set-wide code.
+#[test]
+fn damage_beyond_one_parity_part_is_worded_in_the_singular() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 1);
+    let hd = header(&s.parts[0]);
+    flip_byte(&s.parts[1], block_at(&hd, 5) + 7);
+    flip_byte(&s.parts[2], block_at(&hd, 5) + 7);
+    let o = h.run(&["verify", s.arg(0)]);
+    let err = assert_fails(&o, 1, &["damage beyond repair"]);
+    assert!(
+        err.contains("and the 1 parity part rebuilds at most 1 per stripe"),
+        "{err}"
+    );
+    let w = Parts::with(h, &b.bundle, "256K", 1, &["--spread"]);
+    std::fs::remove_file(&w.parts[1]).unwrap();
+    std::fs::remove_file(&w.parts[2]).unwrap();
+    let o = h.run(&["verify", w.arg(0)]);
+    let err = assert_fails(&o, 1, &["damage beyond repair"]);
+    assert!(
+        err.contains("the 1 parity part (a code over the whole set) rebuilds at most"),
+        "{err}"
+    );
+}
