@@ -517,11 +517,12 @@ pub struct InstallPlan {
 }
 
 /// Write the plan's generated values (0600) into a new private directory (0700) that is kept
-/// after the process ends, for a command printed to be run by hand (`load --dry-run`). Returns
+/// after the process ends, for a command printed to be run by hand (`load`, and `load
+/// --dry-run`). Returns
 /// the values file; the registry config of [`InstallPlan::command_line`] goes next to it.
 pub fn keep_values_file(plan: &InstallPlan) -> Result<PathBuf, HelmError> {
     let dir = tempfile::Builder::new()
-        .prefix("koord-bundle-dry-run-")
+        .prefix("koord-bundle-helm-")
         .tempdir()
         .map_err(|source| HelmError::Io {
             what: "cannot create a private directory in",

@@ -367,10 +367,12 @@ pub struct BuildArgs {
 pub struct InspectArgs {
     /// The bundle, or a part of a split bundle (any part; the first of an older set).
     pub bundle: PathBuf,
-    /// Write the bundle manifest alone to FILE (for a later `build --since FILE`, or `diff`).
+    /// Write the bundle manifest alone to FILE (for a later `build --since FILE`, or `diff`);
+    /// inspect then says where, and prints no table (--json still prints its document).
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
-    /// Write the bundle's bill of materials (CycloneDX 1.6 JSON) to FILE, or to standard output
+    /// Write the bundle's bill of materials (CycloneDX 1.6 JSON) to FILE (inspect then says
+    /// where, and prints no table; --json still prints its document), or to standard output
     /// without FILE (then nothing else is printed there). A bundle written before bundles
     /// carried one gets one derived from its manifest, CRD files and index manifests (marked
     /// as derived).

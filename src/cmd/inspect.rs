@@ -21,15 +21,21 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             source,
         }
     })?;
+    // A file asked for (--sbom FILE, --manifest FILE) is the output: a line saying where it
+    // went, and the table only when nothing was written (--json prints its document still).
+    let table = !files.iter().flatten().any(|o| o.as_os_str() != "-");
     if let Some(out) = &args.sbom {
         write_sbom(&args, &bf, out, &progress)?;
-        if out.as_os_str() == "-" {
+        if out.as_os_str() == "-" || (args.manifest.is_none() && !args.json) {
             return Ok(());
         }
     }
     let head = reader::read_head_of(&bf)?;
     reader::check_complete(&bf, &head)?;
-    super::sets::tell_repairs(&progress, &bf);
+    // (write_sbom said it already.)
+    if args.sbom.is_none() {
+        super::sets::tell_repairs(&progress, &bf);
+    }
     let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
         format!(
             "{}: the bundle manifest is not readable",
@@ -45,6 +51,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
                 out.display()
             );
         }
+    }
+    if !table && !args.json {
+        return Ok(());
     }
     let signature = match &head.signature {
         Some(s) => Some(sign::signature_info(s)?),

@@ -760,8 +760,11 @@ async fn render(
     }))
 }
 
-/// The printed helm command (a dry run keeps its values file, so that it can be run as it is),
-/// and in a real run the install itself, after the push.
+/// The printed helm command, and in a real run the install itself, after the push. The files
+/// the command names (the generated values, the post-renderer's configuration, helm 4's
+/// plugin, the registry config a login fills) are written to a private folder that is kept,
+/// in a real run as in a dry run, so that the command can be run again as printed: it named a
+/// temporary folder the load deleted when it ended. helm itself runs from a folder of its own.
 // helm's lines are passed on as they come (escaped), with no newline added.
 #[allow(clippy::disallowed_macros)]
 async fn install(
@@ -774,14 +777,9 @@ async fn install(
     let mut kept_values = None;
     let mut installed = false;
     if let Some(h) = helm {
-        let values_file = if args.dry_run {
-            let f = helm::keep_values_file(plan)
-                .context("writing the values file of the printed helm command")?;
-            kept_values = Some(f.clone());
-            f
-        } else {
-            planned._tmp.path().join("koord-bundle-values.yaml")
-        };
+        let values_file = helm::keep_values_file(plan)
+            .context("writing the values file of the printed helm command")?;
+        kept_values = Some(values_file.clone());
         command = Some(plan.command_line(h, &values_file, false));
         if !args.no_install && !args.dry_run {
             // helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the

@@ -172,27 +172,104 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
     super::refuse_existing(&out, args.force)?;
     let n = parts::join(&bf, &out)?;
     tell_repairs(&progress, &bf);
-    let count = bf
-        .set
-        .as_ref()
-        .map(|s| s.part_count())
-        .or(bf.header.as_ref().map(|h| h.parts.len()))
-        .unwrap_or(0);
+    let from = joined_from(&bf);
     if args.json {
         return super::print_json(&serde_json::json!({
             "bundle": out, "bytes": n, "sha256": whole.sha256,
             "repaired": bf.set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
+            "partsRead": from.read, "partsRebuilt": from.rebuilt,
         }));
     }
     crate::say!(
-        "{} ({} bytes, {}) joined from {} {}",
+        "{} ({} bytes, {}) joined from {from}",
         out.display(),
         n,
-        whole.sha256,
-        count,
-        crate::text::plural(count, "part", "parts")
+        whole.sha256
     );
     Ok(())
+}
+
+/// What a join read: the parts it took bytes from, and the data parts it rebuilt from parity
+/// because they were missing. (It said `joined from 7 parts` of 6 data parts and 1 parity part
+/// whose part 3 was missing: the count of the set, not of what was read.)
+struct JoinedFrom {
+    /// Parts read: the data parts found, and the parity parts found when anything was rebuilt.
+    read: usize,
+    /// Data parts missing, rebuilt from parity.
+    rebuilt: usize,
+    /// Blocks rebuilt of the data parts that were there (damaged).
+    damaged_blocks: u64,
+    /// Parity parts of the set not read (nothing to rebuild).
+    parity_unused: usize,
+}
+
+fn joined_from(bf: &BundleFile) -> JoinedFrom {
+    let Some(s) = &bf.set else {
+        // Format v1: data parts only, every one read.
+        let read = bf.header.as_ref().map(|h| h.parts.len()).unwrap_or(0);
+        return JoinedFrom {
+            read,
+            rebuilt: 0,
+            damaged_blocks: 0,
+            parity_unused: 0,
+        };
+    };
+    let g = &s.geometry;
+    let repairs = s.repairs();
+    let rebuilt = repairs.iter().filter(|r| r.missing && r.part < g.k).count();
+    let damaged_blocks = repairs
+        .iter()
+        .filter(|r| !r.missing)
+        .map(|r| r.blocks)
+        .sum();
+    let present = |ps: std::ops::Range<usize>| ps.filter(|&p| s.found(p)).count();
+    let data = present(0..g.k);
+    let parity = present(g.k..g.parts());
+    if repairs.is_empty() {
+        JoinedFrom {
+            read: data,
+            rebuilt: 0,
+            damaged_blocks: 0,
+            parity_unused: g.parts() - g.k,
+        }
+    } else {
+        JoinedFrom {
+            read: data + parity,
+            rebuilt,
+            damaged_blocks,
+            parity_unused: 0,
+        }
+    }
+}
+
+impl std::fmt::Display for JoinedFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::text::plural;
+        let parts = |n: usize| plural(n, "part", "parts");
+        if self.parity_unused > 0 {
+            return write!(
+                f,
+                "{} data {} ({} parity {} not needed)",
+                self.read,
+                parts(self.read),
+                self.parity_unused,
+                parts(self.parity_unused)
+            );
+        }
+        write!(f, "{} {}", self.read, parts(self.read))?;
+        if self.rebuilt > 0 {
+            write!(f, " and {} rebuilt from parity", self.rebuilt)?;
+        }
+        if self.damaged_blocks > 0 {
+            write!(
+                f,
+                ", {} damaged {} rebuilt from parity",
+                self.damaged_blocks,
+                plural(self.damaged_blocks as usize, "block", "blocks")
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// `repair`.

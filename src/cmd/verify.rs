@@ -39,8 +39,28 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
+    // A part whose own copy of the header is damaged, its part line intact: every byte of
+    // the bundle still verifies (against an intact copy) and the set opens from any other part,
+    // so this stays a warning and the exit code 0, as a block rebuilt from parity does; but
+    // `repair` writes that part back, and verify says so.
+    let header_damage = match &set {
+        Some(s) => {
+            let sig = pk.as_ref().and_then(|k| s.good_signature(k).ok().flatten());
+            s.damaged_header_copies(sig.as_deref())
+        }
+        None => Vec::new(),
+    };
     if let Some(bf) = &report.file {
         super::sets::tell_repairs(&progress, bf);
+    }
+    for d in &header_damage {
+        progress.warn(format!(
+            "{} (part {}): its copy of the header is damaged ({}); the bundle's data is whole and every other part carries the header (koord-bundle repair {} writes it back)",
+            d.path.display(),
+            d.part,
+            d.reason,
+            args.bundle.display()
+        ));
     }
     for d in &parity_damage {
         progress.warn(format!(
@@ -69,7 +89,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
             "expectedOnSite": m.map(|m| &m.omitted_blobs),
             "split": report.file.as_ref().map(|f| f.is_split()),
             "repaired": set.as_ref().map(|s| s.repairs()).unwrap_or_default(),
-            "parityDamage": parity_damage,
+            "parityDamage": parity_damage, "headerDamage": header_damage,
             "notes": set.as_ref().map(|s| s.notes.clone()).unwrap_or_default(),
             "cluster": cluster,
         }))?;

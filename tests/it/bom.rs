@@ -359,3 +359,35 @@ fn inspect_sbom_derives_one_for_a_bundle_made_without() {
     // The bundle itself is read in place, not changed.
     assert!(tar_file(&old, "bom.cdx.json").is_none());
 }
+
+/// Issue 32 item 4: `inspect --sbom FILE` also printed the whole inspect table. A file asked
+/// for is the output: one line saying where it went, nothing else on stdout (with
+/// `--manifest FILE` too: a line each); `--json` still prints its document, and `--sbom` alone
+/// the BOM.
+#[test]
+fn inspect_sbom_file_says_where_and_nothing_else() {
+    let h = Home::new();
+    let (bundle, _) = h.build_plain("1.8.0", &["--unsigned"]);
+    let b = bundle.to_str().unwrap();
+    let o = h.run(&["inspect", b, "--sbom", "bom.cdx.json"]);
+    assert_ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "bill of materials written to bom.cdx.json\n"
+    );
+    assert!(h.path().join("bom.cdx.json").is_file());
+    let o = h.run(&["inspect", b, "--sbom", "b2.json", "--manifest", "m.json"]);
+    assert_ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "bill of materials written to b2.json\nmanifest written to m.json (for koord-bundle build --since m.json)\n"
+    );
+    let o = h.run(&["inspect", b, "--sbom", "b3.json", "--json"]);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["chart"]["version"], "1.8.0");
+    assert_eq!(
+        std::fs::read(h.path().join("b3.json")).unwrap(),
+        std::fs::read(h.path().join("bom.cdx.json")).unwrap()
+    );
+}

@@ -392,13 +392,17 @@ fn build_inspect_verify_and_load_count_the_same_blobs() {
     // (what the dry run counts as to download) and the chart artifact's.
     let download = built["counts"]["download"]["blobs"].as_u64().unwrap();
     let copied = built["counts"]["copied"]["blobs"].as_u64().unwrap();
-    assert!(stdout(&dry).contains(&format!(", {download} of them to download (")));
+    assert!(stdout(&dry).contains(&format!("the images' {download} (")));
     let real = h.build("1.8.0").out(&h.path().join("again.tar")).run();
     let real = stdout(&real);
     assert_eq!(blobs_line(&real), said);
     let chart = copied - download;
     assert!(
-        real.contains(&format!("copied   {copied} configs and layers written ({download} of the images, {chart} of the chart artifact)")),
+        real.contains(&format!("{copied} configs and layers ("))
+            && real.contains(&format!(
+                "{download} of the images, {chart} of the chart artifact)"
+            ))
+            && real.contains(&format!("copied   {copied} configs and layers written (")),
         "{real}"
     );
 
@@ -692,5 +696,85 @@ fn first_hour_round_3_messages() {
     assert!(
         Path::new(named).exists() || h.path().join(named).exists(),
         "{line}: {named} does not exist"
+    );
+}
+
+/// A size as `human_bytes` prints it (`95.4 KiB`, `0 B`), in bytes.
+fn human_size(s: &str) -> f64 {
+    let (n, unit) = s.trim().split_once(' ').unwrap_or((s, "B"));
+    let n: f64 = n.parse().unwrap_or_else(|_| panic!("not a size: {s:?}"));
+    let scale = ["B", "KiB", "MiB", "GiB"]
+        .iter()
+        .position(|u| *u == unit)
+        .unwrap_or_else(|| panic!("not a unit: {s:?}"));
+    n * 1024f64.powi(scale as i32)
+}
+
+/// Issue 32 item 4: one build summary said `24 of them to download (827.0 KiB)` and then `26 …
+/// written: 95.4 KiB downloaded, 769.3 KiB reused` (most of it reused from the 1.7.0 bundle,
+/// and the chart artifact's two counted in one line only). Both lines now count the same
+/// configs and layers, their number and bytes, and the copy's bytes add up to them.
+#[test]
+fn a_build_summary_counts_the_same_configs_and_layers_in_every_line() {
+    let h = Home::with_key();
+    assert_ok(&h.build("1.7.0").run());
+    let dry = h.build("1.8.0").args(&["--dry-run", "--json"]).run();
+    assert_ok(&dry);
+    let plan: Value = serde_json::from_slice(&dry.stdout).unwrap();
+    let copied = plan["counts"]["copied"]["blobs"].as_u64().unwrap();
+    let images = plan["counts"]["download"]["blobs"].as_u64().unwrap();
+    assert!(copied > images, "{plan}");
+    let o = h.build("1.8.0").run();
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = |start: &str| {
+        out.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start:?} line:\n{out}"))
+            .to_string()
+    };
+    let (content, copy) = (line("content"), line("copied"));
+    // The same number in both, and the same bytes.
+    let planned = format!("{copied} configs and layers (");
+    let at = content
+        .find(&planned)
+        .unwrap_or_else(|| panic!("{content}\n{copy}"));
+    let planned_bytes = content[at + planned.len()..]
+        .split([';', ')', ','])
+        .next()
+        .unwrap()
+        .to_string();
+    let written = format!("copied   {copied} configs and layers written (");
+    assert!(copy.starts_with(&written), "{content}\n{copy}");
+    let written_bytes = copy[written.len()..].split(')').next().unwrap();
+    assert_eq!(planned_bytes, written_bytes, "{content}\n{copy}");
+    assert!(
+        content.contains(&format!(
+            "{images} of the images, {} of the chart artifact",
+            copied - images
+        )),
+        "{content}"
+    );
+    // A real build says what it did, not what a build with an empty cache would download.
+    assert!(!content.contains("to download"), "{content}");
+    // downloaded + reused + kept = the bytes written (each rounded to a tenth of its unit),
+    // most of them reused from the 1.7.0 bundle.
+    let figure = |w: &str| {
+        let end = copy
+            .find(&format!(" {w}"))
+            .unwrap_or_else(|| panic!("no {w:?}: {copy}"));
+        let start = copy[..end].rfind([':', ',', '(']).unwrap() + 1;
+        human_size(&copy[start..end])
+    };
+    let (downloaded, reused, kept) = (
+        figure("downloaded"),
+        figure("reused"),
+        figure("kept from an interrupted run"),
+    );
+    let total = human_size(written_bytes);
+    assert!(reused > downloaded, "{copy}");
+    assert!(
+        (downloaded + reused + kept - total).abs() <= 0.002 * total + 300.0,
+        "{downloaded} + {reused} + {kept} of {total}: {copy}"
     );
 }

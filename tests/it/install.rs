@@ -545,8 +545,73 @@ both_helms!(
     unowned_namespace,
     ack,
     pending_install,
-    upgrade_160_to_180
+    upgrade_160_to_180,
+    the_printed_helm_command_runs_again_after_the_load
 );
+
+/// Issue 32 item 4: the helm command a real `load` prints named files in a temporary folder
+/// that the load deleted when it ended (the values, the post-renderer's configuration, helm 4's
+/// plugin), so it could not be run again. They are kept now, named in the `values` line: the
+/// command runs again as printed (a new revision of the release). A second load, an upgrade,
+/// ends with `upgraded release`.
+fn the_printed_helm_command_runs_again_after_the_load(major: u64) {
+    let b = Built::new();
+    let e = env();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let registry = format!("{}/{}", e.plain, unique_prefix(&format!("again{major}")));
+    let args = load_args(&b, &b.bundle, &registry, &kube, major, &["--json"]);
+    let o = run(&b, &args);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["helm"]["installed"], true, "{r}");
+    let cmd = r["helm"]["command"].as_str().unwrap().to_string();
+    let values = PathBuf::from(
+        r["helm"]["valuesFile"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no valuesFile kept for the printed command: {r}")),
+    );
+    let dir = values.parent().unwrap().to_path_buf();
+    assert!(
+        cmd.contains(&format!("--values {}", values.display())),
+        "{cmd}"
+    );
+    // Every file of the kept folder the command names is there.
+    for w in cmd.split([' ', '=', '\'']) {
+        if w.starts_with(dir.to_str().unwrap()) {
+            assert!(Path::new(w).exists(), "{w} (named by {cmd}) is gone");
+        }
+    }
+    let again = std::process::Command::new("sh")
+        .args(["-c", &cmd])
+        .current_dir(b.home.path())
+        .env("HOME", b.home.path())
+        .output()
+        .unwrap();
+    assert_ok(&again);
+    assert_installed(&kube, &registry, "2");
+    // The plain-text form names the kept folder and says to delete it; an upgrade says so.
+    let text: Vec<String> = args.iter().filter(|a| *a != "--json").cloned().collect();
+    let o = run(&b, &text);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("{out}");
+    assert!(out.contains("values   ") && out.contains("rm -r"), "{out}");
+    assert!(
+        out.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("upgraded release koordinator in namespace default"),
+        "{out}"
+    );
+    for l in out.lines().filter(|l| l.starts_with("values   ")) {
+        if let Some(d) = l.split("rm -r ").nth(1) {
+            let _ = std::fs::remove_dir_all(d.trim_end_matches(')'));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
 #[test]
 fn dry_run_prints_the_exact_command_and_keeps_its_values_file() {

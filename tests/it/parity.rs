@@ -872,3 +872,107 @@ fn build_split_spread_writes_a_set_wide_code() {
     let o = h.run(&["split", out.to_str().unwrap(), "--size", "512K", "--spread"]);
     assert_fails(&o, 1, &["--spread needs --parity N"]);
 }
+
+/// Issue 32 item 4: one byte of part 2's copy of the header changed (its part line intact, so the
+/// set still opens from it and every byte of the bundle verifies). `repair` finds and rewrites
+/// that part; `verify` says so too, naming the part and the command, and still exits 0: the
+/// bundle is whole and every other part carries the header. Named from another part or from the
+/// damaged one, by a path or by its bare name in its folder (`x.part002` is `./x.part002` there).
+#[test]
+fn verify_names_a_part_whose_copy_of_the_header_is_damaged() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 1);
+    flip_byte(&s.parts[2], 200);
+    for from in [0, 2] {
+        let bare = s.name(from);
+        for (arg, dir) in [(s.arg(from), h.path()), (bare.as_str(), s.dir.as_path())] {
+            let o = h.cmd(&["verify", arg]).current_dir(dir).output().unwrap();
+            assert_ok(&o);
+            let err = stderr(&o);
+            let line = err
+                .lines()
+                .find(|l| l.contains(&s.name(2)) && l.contains("(part 2)"))
+                .unwrap_or_else(|| panic!("verify {arg} does not name part 2:\n{err}"));
+            assert!(line.contains("copy of the header is damaged"), "{line}");
+            assert!(
+                err.contains(&format!("koord-bundle repair {arg}")),
+                "verify {arg}:\n{err}"
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("verified"),
+                "{o:?}"
+            );
+        }
+    }
+    let o = h.run(&["verify", s.arg(0), "--json"]);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["headerDamage"][0]["part"], 2, "{v}");
+    let r = repaired_whole(h, &s, 0, 1, 0);
+    assert_eq!(r["written"][0].as_str(), Some(s.arg(2)), "{r}");
+    let o = h.run(&["verify", s.arg(0)]);
+    assert!(!stderr(&o).contains("header"), "{}", stderr(&o));
+}
+
+/// Issue 32 item 4: `join` said `joined from 7 parts` of a set of 6 data parts and 1 parity part
+/// whose part 3 was missing and rebuilt. It says what it read and what it rebuilt.
+#[test]
+fn join_says_how_many_parts_it_read_and_how_many_it_rebuilt() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 1);
+    assert_eq!(s.parts.len(), 7);
+    let hd = header(&s.parts[0]);
+    let join = |from: usize| {
+        let out = h.path().join("joined.tar");
+        let o = h.run(&["join", s.arg(from), "-o", out.to_str().unwrap(), "--force"]);
+        assert_ok(&o);
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&b.bundle).unwrap()
+        );
+        let said = String::from_utf8_lossy(&o.stdout).to_string();
+        said.trim_end()
+            .rsplit(" joined from ")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(join(0), "6 data parts (1 parity part not needed)");
+    std::fs::remove_file(&s.parts[3]).unwrap();
+    assert_eq!(join(0), "6 parts and 1 rebuilt from parity");
+    s.restore();
+    std::fs::remove_file(&s.parts[6]).unwrap();
+    assert_eq!(join(0), "6 data parts (1 parity part not needed)");
+    s.restore();
+    flip_byte(&s.parts[1], block_at(&hd, 2) + 10);
+    assert_eq!(join(0), "7 parts, 1 damaged block rebuilt from parity");
+}
+
+/// Issue 32 item 4: damage beyond a set of 1 parity part said `the 1 parity part rebuild at
+/// most …`: the verb agrees with its number, per stripe and for a set-wide code.
+#[test]
+fn damage_beyond_one_parity_part_is_worded_in_the_singular() {
+    let b = Built::new();
+    let h = &b.home;
+    let s = Parts::new(&b, "256K", 1);
+    let hd = header(&s.parts[0]);
+    flip_byte(&s.parts[1], block_at(&hd, 5) + 7);
+    flip_byte(&s.parts[2], block_at(&hd, 5) + 7);
+    let o = h.run(&["verify", s.arg(0)]);
+    let err = assert_fails(&o, 1, &["damage beyond repair"]);
+    assert!(
+        err.contains("and the 1 parity part rebuilds at most 1 per stripe"),
+        "{err}"
+    );
+    let w = Parts::with(h, &b.bundle, "256K", 1, &["--spread"]);
+    std::fs::remove_file(&w.parts[1]).unwrap();
+    std::fs::remove_file(&w.parts[2]).unwrap();
+    let o = h.run(&["verify", w.arg(0)]);
+    let err = assert_fails(&o, 1, &["damage beyond repair"]);
+    assert!(
+        err.contains("the 1 parity part (a code over the whole set) rebuilds at most"),
+        "{err}"
+    );
+}

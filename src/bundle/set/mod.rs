@@ -50,7 +50,7 @@ mod write;
 pub use header::MAGIC;
 pub(crate) use open::has_v2_siblings;
 pub use open::{open, Note};
-pub use pass::{check, repair, Repaired};
+pub use pass::{check, repair, HeaderCopyDamage, Repaired};
 pub use read::{PartRepairs, Repair, SetReader};
 pub use write::{split, SplitOptions};
 
@@ -199,7 +199,7 @@ pub enum SetError {
     #[error("{0}")]
     Beyond(Box<DamageReport>),
     /// A block that cannot be rebuilt, met while reading (the whole picture: [`check`]).
-    #[error("split set {set}: block {block} of {file} is damaged and cannot be rebuilt: its stripe has {} damaged blocks ({}) and the set {parity} parity part{}", damaged.len(), damaged.join(", "), if *parity == 1 { "" } else { "s" })]
+    #[error("split set {set}: block {block} of {file} is damaged and cannot be rebuilt: its stripe has {} damaged blocks ({}) and the set has {parity} parity part{}", damaged.len(), damaged.join(", "), if *parity == 1 { "" } else { "s" })]
     Stripe {
         /// The part named.
         set: PathBuf,
@@ -778,12 +778,13 @@ impl fmt::Display for DamageReport {
         if let Some(r) = self.spread {
             return write!(
                 f,
-                "split set {}: damage beyond repair: {}{found}; {} damaged blocks in all, and the {} parity part{} (a code over the whole set) rebuild at most {r} blocks wherever they are: {} more parity part{} would have been needed; copy again {} (then the rest can be rebuilt)",
+                "split set {}: damage beyond repair: {}{found}; {} damaged blocks in all, and the {} parity part{} (a code over the whole set) {} at most {r} blocks wherever they are: {} more parity part{} would have been needed; copy again {} (then the rest can be rebuilt)",
                 self.set.display(),
                 parts,
                 self.damaged_blocks,
                 self.parity,
                 if self.parity == 1 { "" } else { "s" },
+                if self.parity == 1 { "rebuilds" } else { "rebuild" },
                 self.more_parity_needed,
                 if self.more_parity_needed == 1 { "" } else { "s" },
                 bounded_list(self.copy_again.iter(), "parts", ", "),
@@ -800,7 +801,7 @@ impl fmt::Display for DamageReport {
         }
         write!(
             f,
-            "split set {}: damage beyond repair: {}{found}; {} stripe{} ({}) {} up to {worst} damaged blocks, and the {} parity part{} rebuild at most {} per stripe: {} more parity part{} would have been needed; copy again {} (then every stripe can be rebuilt)",
+            "split set {}: damage beyond repair: {}{found}; {} stripe{} ({}) {} up to {worst} damaged blocks, and the {} parity part{} {} at most {} per stripe: {} more parity part{} would have been needed; copy again {} (then every stripe can be rebuilt)",
             self.set.display(),
             parts,
             stripes.len(),
@@ -809,6 +810,7 @@ impl fmt::Display for DamageReport {
             if stripes.len() == 1 { "has" } else { "have" },
             self.parity,
             if self.parity == 1 { "" } else { "s" },
+            if self.parity == 1 { "rebuilds" } else { "rebuild" },
             self.parity,
             self.more_parity_needed,
             if self.more_parity_needed == 1 { "" } else { "s" },
@@ -884,6 +886,11 @@ impl Set {
     /// Where part `p` is (or would be).
     pub fn part_path(&self, p: usize) -> &Path {
         &self.slots[p].path
+    }
+
+    /// Whether part `p` was found (a part missing, or of another set in its place, was not).
+    pub fn found(&self, p: usize) -> bool {
+        self.slots.get(p).is_some_and(|s| s.file.is_some())
     }
 
     /// The expected digest of block `b` of part `p`.

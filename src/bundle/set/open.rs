@@ -131,6 +131,13 @@ fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
+/// `path` as [`files_in`] lists it and [`open`] joins the header's names to its folder
+/// (`x.part002` is listed as `./x.part002`): what a found part is compared with to know it is
+/// the one named.
+fn as_listed(path: &Path) -> PathBuf {
+    dir_of(path).join(path.file_name().unwrap_or(path.as_os_str()))
+}
+
 /// Regular files of `dir`, sorted by name (at most [`MAX_SCAN`]).
 fn files_in(dir: &Path) -> Result<Vec<PathBuf>, SetError> {
     let mut out = Vec::new();
@@ -153,8 +160,9 @@ fn find_copy(named: &Path) -> Result<(Copy, Option<String>), SetError> {
     };
     let want = header::read_ident(named).ok().flatten().map(|i| i.set);
     let mut tried = Vec::new();
+    let listed = as_listed(named);
     for p in files_in(&dir_of(named))? {
-        if p == named {
+        if p == listed {
             continue;
         }
         let Ok(Some(ident)) = header::read_ident(&p) else {
@@ -178,10 +186,11 @@ fn find_copy(named: &Path) -> Result<(Copy, Option<String>), SetError> {
 /// Whether a set can be opened from `named` whose own first line is not the v2 magic line (a
 /// part whose header is damaged): only when other v2 parts are next to it.
 pub(crate) fn has_v2_siblings(named: &Path) -> bool {
+    let listed = as_listed(named);
     files_in(&dir_of(named)).is_ok_and(|files| {
         files
             .iter()
-            .any(|p| p != named && matches!(header::read_ident(p), Ok(Some(_))))
+            .any(|p| *p != listed && matches!(header::read_ident(p), Ok(Some(_))))
     })
 }
 
@@ -190,6 +199,7 @@ pub fn open(named: &Path) -> Result<super::Set, SetError> {
     let (copy, own_damage) = find_copy(named)?;
     let id = header::set_id(&copy.json);
     let dir = dir_of(named);
+    let listed = as_listed(named);
     let g = copy.geometry.clone();
     let count = g.parts();
     let mut found: Vec<Option<PathBuf>> = vec![None; count];
@@ -227,7 +237,7 @@ pub fn open(named: &Path) -> Result<super::Set, SetError> {
                 (f, moved)
             }
             (None, Some(u)) => {
-                if own_damage.is_none() || u != named {
+                if own_damage.is_none() || u != listed {
                     let reason = header::read_copy(&u)
                         .err()
                         .unwrap_or_else(|| "its part line is damaged".into());
@@ -265,7 +275,7 @@ pub fn open(named: &Path) -> Result<super::Set, SetError> {
                 expected: g.file_len(p),
             });
         }
-        if path == named {
+        if path == listed {
             if let Some(reason) = &own_damage {
                 rewrite = true;
                 notes.push(super::Note::HeaderDamaged {

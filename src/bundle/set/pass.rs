@@ -118,6 +118,65 @@ fn rebuild_wide(
     Ok(lost.len() as u64)
 }
 
+/// A part found where the header puts it whose copy of the header is not the set's (one byte
+/// changed in it is enough): its data may be whole, but [`repair`] writes it back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeaderCopyDamage {
+    /// Its index.
+    pub part: usize,
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with its copy, as far as reading it says.
+    pub reason: String,
+}
+
+impl Set {
+    /// Whether part `q`'s header area is the one the set gives it, carrying `sig`: what
+    /// [`repair`] compares before it decides to write a part back.
+    pub(crate) fn header_area_intact(&self, q: usize, sig: &[u8]) -> bool {
+        let g = &self.geometry;
+        let Some(file) = &self.slots[q].file else {
+            return false;
+        };
+        let mut want = header::area(&self.json, sig, &self.table, q, g.parts());
+        want.resize(g.data_offset as usize, 0);
+        let mut have = vec![0u8; want.len()];
+        crate::store::file::read_at(file, &mut have, 0).is_ok() && have == want
+    }
+
+    /// The parts whose header area [`repair`] would write again though opening the set said
+    /// nothing of them (their part line is intact, so they were found and read; a part the
+    /// opening noted, missing, moved, short or with its own copy damaged, is in
+    /// [`Set::notes`] already). `signature`: the one the key verified (the set's own when none
+    /// was checked), as [`repair`] takes it.
+    pub fn damaged_header_copies(&self, signature: Option<&[u8]>) -> Vec<HeaderCopyDamage> {
+        let sig = signature
+            .map(<[u8]>::to_vec)
+            .or_else(|| self.signature.clone())
+            .unwrap_or_default();
+        (0..self.slots.len())
+            .filter(|&q| {
+                let s = &self.slots[q];
+                s.file.is_some() && !s.rewrite && !self.header_area_intact(q, &sig)
+            })
+            .map(|q| {
+                let path = self.slots[q].path.clone();
+                let reason = match header::read_copy(&path) {
+                    Err(r) => r,
+                    Ok(c) if c.json != self.json => "it is another header".into(),
+                    Ok(c) if c.sig != sig => "its signature differs from the set's".into(),
+                    Ok(_) => "its bytes differ from the set's header area".into(),
+                };
+                HeaderCopyDamage {
+                    part: q,
+                    path,
+                    reason,
+                }
+            })
+            .collect()
+    }
+}
+
 /// A part being written back.
 struct Target {
     tmp: AtomicFile,
@@ -167,15 +226,8 @@ impl<'a> Pass<'a> {
 
     /// Whether part `q`'s header area is the one it should have.
     fn header_intact(&self, q: usize) -> bool {
-        let (set, g) = (self.set, &self.set.geometry);
-        let Some(file) = &set.slots[q].file else {
-            return false;
-        };
-        let sig = self.sig.as_deref().unwrap_or_default();
-        let mut want = header::area(&set.json, sig, &set.table, q, g.parts());
-        want.resize(g.data_offset as usize, 0);
-        let mut have = vec![0u8; want.len()];
-        crate::store::file::read_at(file, &mut have, 0).is_ok() && have == want
+        self.set
+            .header_area_intact(q, self.sig.as_deref().unwrap_or_default())
     }
 
     /// Make part `q` a target: its file is written anew; its first `upto` bytes of data (blocks

@@ -141,37 +141,52 @@ async fn build(args: BuildArgs, partial: Arc<Mutex<Option<PathBuf>>>) -> anyhow:
     print_result(&args, &settings, &plan, &layout.manifest, &w)
 }
 
-/// What the copy into the bundle did, in the plan's terms: the configs and layers written (the
-/// images', which the dry run counts as to download, and the chart artifact's two, written from
-/// the chart archive), their bytes fresh (downloaded, or the chart's from memory) and from the
-/// cache.
+/// What the copy into the bundle did, counting what [`content_line`] counts: the configs and
+/// layers written (the images' and the chart artifact's two) and their bytes, split by where
+/// they came from: downloaded (or, the chart artifact's, written from the chart archive),
+/// reused from earlier bundles or the cache, kept from an interrupted run. (It said `26 …
+/// written` after a content line's `24 of them to download`: the images' alone, planned for an
+/// empty cache.)
 fn copied_line(plan: &Plan, fetched: &emit::Fetched) -> String {
     let c = &plan.counts;
-    let chart = c.copied.blobs.saturating_sub(c.download.blobs);
     format!(
-        "{} configs and layers written ({} of the images, {} of the chart artifact): {} downloaded, {} reused, {} kept from an interrupted run",
-        c.copied.blobs,
-        c.download.blobs,
-        chart,
+        "{} written ({}): {} downloaded or written from the chart archive, {} reused, {} kept from an interrupted run",
+        configs_and_layers(c.copied.blobs),
+        human_bytes(c.copied.bytes),
         human_bytes(fetched.downloaded_bytes),
         human_bytes(fetched.cached_bytes),
         human_bytes(fetched.resumed_bytes)
     )
 }
 
-/// The plan's numbers, in the words both the dry run and the real run print.
+/// `N configs and layers` (`1 config or layer`).
+fn configs_and_layers(n: usize) -> String {
+    format!(
+        "{n} {}",
+        crate::text::plural(n, "config or layer", "configs and layers")
+    )
+}
+
+/// The plan's numbers, in the words both the dry run and the real run print: the bundle's
+/// blobs, and of them the manifests and the configs and layers that the copy writes (the
+/// images' and the chart artifact's), the same number and bytes [`copied_line`] counts.
 fn content_line(plan: &Plan) -> String {
     let c = &plan.counts;
+    let chart = c.copied.blobs.saturating_sub(c.download.blobs);
     let mut s = format!(
-        "chart {} {}, {} images, {} CRDs; {} blobs in the bundle ({}), {} of them to download ({})",
+        "chart {} {}, {} images, {} CRDs; {} blobs in the bundle ({}): {} {} and {} ({}; {} of the images, {} of the chart artifact)",
         plan.input.chart.name,
         plan.input.chart.version,
         c.images,
         c.crds,
         c.carried.blobs,
         human_bytes(c.carried.bytes),
+        c.manifests,
+        crate::text::plural(c.manifests, "manifest", "manifests"),
+        configs_and_layers(c.copied.blobs),
+        human_bytes(c.copied.bytes),
         c.download.blobs,
-        human_bytes(c.download.bytes)
+        chart,
     );
     if let Some(b) = &plan.input.base {
         s.push_str(&format!(
@@ -269,6 +284,11 @@ fn print_plan(
         );
     }
     crate::say!("content  {}", content_line(plan));
-    crate::say!("         nothing was downloaded but manifests (--dry-run)");
+    // What a build with an empty cache downloads; a real run says what it took from where.
+    crate::say!(
+        "         the images' {} ({}) to download from their registries, less what earlier bundles or the blob cache hold; nothing was downloaded but manifests (--dry-run)",
+        plan.counts.download.blobs,
+        human_bytes(plan.counts.download.bytes)
+    );
     Ok(())
 }
