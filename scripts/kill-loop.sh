@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# SIGKILL `split` (over an earlier set), `repair` and `join` at random moments, and check after
+# every kill that the earlier state is still readable and that the next run finishes with the
+# bytes of an uninterrupted one. NOT part of the test command: the moments are random (the
+# tests kill at fixed points instead); run it by hand.
+#
+#   scripts/kill-loop.sh [RUNS_PER_COMMAND] [MIB]      # defaults: 50 runs, a 64 MiB bundle
+#
+# KB: the koord-bundle binary [default: target/release, else target/debug]. Prints one line per
+# command: runs, kills that landed while it ran, and failures (exit 1 when there is one).
+set -euo pipefail
+RUNS="${1:-50}"
+MIB="${2:-64}"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KB="${KB:-}"
+if [[ -z "$KB" ]]; then
+    for b in "$REPO_ROOT/target/release/koord-bundle" "$REPO_ROOT/target/debug/koord-bundle"; do
+        [[ -x "$b" ]] && KB="$b" && break
+    done
+fi
+[[ -x "$KB" ]] || { echo "no koord-bundle binary: cargo build first, or set KB" >&2; exit 2; }
+W="$(mktemp -d)"
+trap 'rm -rf "$W"' EXIT
+export KOORD_BUNDLE_CONFIG_DIR="$W/config" KOORD_BUNDLE_CACHE_DIR="$W/cache"
+"$KB" keygen --unencrypted >/dev/null 2>&1
+cd "$W"
+head -c "$((MIB << 20))" /dev/urandom >b.tar
+want="$(sha256sum <b.tar | cut -d' ' -f1)"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+# Seconds an uninterrupted run of "$@" takes (the kills land in 0..that).
+timed() { local t0; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$(date +%s.%N)"; }
+# Run "$@", SIGKILL it after a random moment within $1 seconds; "killed" if it was still running.
+kill_within() {
+    local limit="$1"; shift
+    "$@" >/dev/null 2>&1 &
+    local pid=$!
+    sleep "$(python3 -c "import random; print(random.uniform(0, $limit))")"
+    if kill -9 "$pid" 2>/dev/null; then wait "$pid" 2>/dev/null || true; echo killed; else wait "$pid" 2>/dev/null || true; echo finished; fi
+}
+joined_ok() { # $1: a part; the set joins to the bundle's bytes
+    rm -f "$W/j.tar"
+    "$KB" join "$1" -o "$W/j.tar" >/dev/null 2>&1 && [[ "$(sha256sum <"$W/j.tar" | cut -d' ' -f1)" == "$want" ]]
+}
+sums() { (cd "$1" && sha256sum b.tar.* | sort); }
+
+# --- split over an earlier set (another part size): after a kill, a part of one of the two sets
+# joins to the bundle; the next split finishes with the parts of an uninterrupted one.
+mkdir -p ref s
+"$KB" split b.tar --size 4M --parity 2 --output-dir ref >/dev/null 2>&1
+t=$(timed "$KB" split b.tar --size 4M --parity 2 --output-dir ref)
+killed=0
+for i in $(seq "$RUNS"); do
+    rm -rf s && mkdir s
+    "$KB" split b.tar --size 6M --parity 2 --output-dir s >/dev/null 2>&1
+    [[ "$(kill_within "$t" "$KB" split b.tar --size 4M --parity 2 --output-dir s)" == killed ]] && killed=$((killed + 1))
+    ok=0
+    for p in s/b.tar.part000 s/.b.tar.part000.prev; do [[ -f "$p" ]] && joined_ok "$p" && ok=1 && break; done
+    [[ $ok == 1 ]] || fail "split run $i: no set in the folder joins to the bundle"
+    "$KB" split b.tar --size 4M --parity 2 --output-dir s >/dev/null 2>&1 || fail "split run $i: the next split failed"
+    [[ "$(sums s | cut -d' ' -f1)" == "$(sums ref | cut -d' ' -f1)" ]] || fail "split run $i: the next split differs from an uninterrupted one"
+    [[ -z "$(find s -name '.*' -type f)" ]] || fail "split run $i: hidden files left: $(find s -name '.*' -type f)"
+done
+echo "split   $RUNS runs, $killed killed mid-run, $fails failures so far"
+
+# --- repair of a set with a part missing and another damaged: after a kill, the set still
+# repairs; the next repair writes the parts of the split.
+damage() {
+    rm -rf r && cp -r ref r && rm r/b.tar.part003
+    printf 'X' | dd of=r/b.tar.part005 bs=1 seek=$((1 << 20)) conv=notrunc 2>/dev/null
+}
+damage
+t=$(timed "$KB" repair r/b.tar.part000)
+killed=0
+for i in $(seq "$RUNS"); do
+    damage
+    [[ "$(kill_within "$t" "$KB" repair r/b.tar.part000)" == killed ]] && killed=$((killed + 1))
+    "$KB" repair r/b.tar.part000 >/dev/null 2>&1 || fail "repair run $i: the next repair failed"
+    [[ "$(sums r)" == "$(sums ref)" ]] || fail "repair run $i: the repaired set differs from the split"
+done
+echo "repair  $RUNS runs, $killed killed mid-run, $fails failures so far"
+
+# --- join: after a kill nothing is at the output path (or the file there before, whole); the
+# next join writes the bundle.
+t=$(timed "$KB" join ref/b.tar.part000 -o "$W/t.tar")
+killed=0
+for i in $(seq "$RUNS"); do
+    rm -f out.tar
+    [[ "$(kill_within "$t" "$KB" join ref/b.tar.part000 -o "$W/out.tar")" == killed ]] && killed=$((killed + 1))
+    if [[ -e out.tar ]] && [[ "$(sha256sum <out.tar | cut -d' ' -f1)" != "$want" ]]; then
+        fail "join run $i: a partial file at the output path"
+    fi
+    rm -f out.tar
+    "$KB" join ref/b.tar.part000 -o "$W/out.tar" >/dev/null 2>&1 || fail "join run $i: the next join failed"
+    [[ "$(sha256sum <out.tar | cut -d' ' -f1)" == "$want" ]] || fail "join run $i: the joined bundle differs"
+    [[ -z "$(find . -maxdepth 1 -name '.out.tar*')" ]] || fail "join run $i: temporary files left"
+done
+echo "join    $RUNS runs, $killed killed mid-run, $fails failures in all"
+[[ $fails == 0 ]]
