@@ -206,6 +206,37 @@ def split_header(out):
     write(os.path.join(out, "split_header", "signed-garbage"),
           marker.join([first(header, fake_minisig("x"))] + chunks[1:]))
     write(os.path.join(out, "split_header", "one-part"), first(dict(header, parts=parts[:1])))
+    # Format v2: a code per stripe and a set-wide code (--spread), each as a plausible small set
+    # (block digests that do not match: every block damaged) and as a claim no file holds (200
+    # blocks of 64 MiB in a 20 KiB part), which a reader must refuse within its memory budget.
+    def v2(k, n, block, stride, wide, offset=16384, data=b"x" * 512):
+        total = stride * k
+        psize = -(-stride // block) * block if wide else stride + stride % 2
+        names = ["b.tar.part%03d" % i for i in range(k)] + ["b.tar.parity%03d" % j for j in range(n)]
+        sizes = [stride] * k + [psize] * n
+        blocks = sum(-(-z // block) for z in sizes)
+        table = bytes(16 * blocks)
+        h = {"format": "koord-bundle-split/v2",
+             "bundle": {"file": "b.tar", "size": total, "sha256": "sha256:" + "0" * 64},
+             "partSize": offset + max(sizes), "dataOffset": offset, "blockSize": block,
+             "dataParts": k, "parityParts": n,
+             "code": "reed-solomon-gf16-leopard-set" if wide else "reed-solomon-gf16-leopard",
+             "parts": [{"file": f, "size": z} for f, z in zip(names, sizes)],
+             "blockDigest": "blake3-128",
+             "blockTable": {"size": len(table), "sha256": "sha256:" + sha(table)}}
+        j = json.dumps(h, separators=(",", ":")).encode()
+        set_id = hashlib.sha256(j).hexdigest()[:32]
+        def area(i):
+            rest = "part %d of %d set %s" % (i, k + n, set_id)
+            check = hashlib.sha256(rest.encode()).hexdigest()[:8]
+            a = b"koord-bundle-split v2\n" + ("%s check %s\n" % (rest, check)).encode()
+            a += b"%d\n" % len(j) + j + b"\n0\n\n" + b"%d\n" % len(table) + table
+            return a.ljust(offset, b"\0") + data
+        return marker.join(area(i) for i in range(min(k + n, 3)))
+    write(os.path.join(out, "split_header", "v2-stripe"), v2(3, 1, 4096, 8192, False))
+    write(os.path.join(out, "split_header", "v2-spread"), v2(3, 2, 4096, 8192, True))
+    write(os.path.join(out, "split_header", "v2-spread-huge-claim"),
+          v2(199, 1, 64 << 20, 64 << 20, True, data=b"y" * 4096))
 
 
 def helm_index(out, charts):
