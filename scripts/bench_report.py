@@ -14,6 +14,12 @@
       The scaling section (seconds per GiB and peak RSS per size, koord-bundle next to the
       peers), printed and put into FILE in place of its former "## Scaling" section.
 
+  bench_report.py peer-manifests --set JSON --registry HOST:PORT --prefix P --helm-repo URL --out-dir DIR
+      The Hauler manifest (DIR/hauler.yaml) and the Zarf package definition (DIR/zarf/zarf.yaml)
+      of the image set and the chart, from the templates in scripts/peers/.
+  bench_report.py peers-report --records TSV --meta TSV --tools TSV --bytes TSV --digests TSV --out FILE
+      The "Peers side by side" section (scripts/bench --peers), printed and put into FILE.
+
 The image set (deterministic, incompressible data, so sizes are real):
 
   <prefix>/koordinator-sh/{koord-manager,koord-scheduler,koord-descheduler,koordlet,
@@ -1155,6 +1161,174 @@ def cmd_parity_report(a) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------ #
+# peers side by side (scripts/bench --peers)
+# ------------------------------------------------------------------------------------------ #
+
+def cmd_peer_manifests(a) -> int:
+    """The peers' inputs for the bench set: a Hauler manifest (Images + Charts) and a Zarf
+    package definition (one required component with the images, pinned by tag@digest so that
+    Zarf keeps the whole index instead of one platform, and the chart)."""
+    st = json.loads(Path(a.set).read_text())
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    refs = [f"{a.registry}/{a.prefix}/{i['ref']}" for i in st["images"]]
+    pinned = [f"{a.registry}/{a.prefix}/{i['ref']}@{i['digest']}" for i in st["images"]]
+    tmpl = Path(__file__).resolve().parent / "peers"
+    h = (tmpl / "hauler.yaml.in").read_text()
+    h = h.replace("@IMAGES@", "\n".join(f"    - name: {r}" for r in refs))
+    h = h.replace("@HELM_REPO@", a.helm_repo).replace("@CHART_VERSION@", a.chart_version)
+    (out / "hauler.yaml").write_text(h)
+    z = (tmpl / "zarf.yaml.in").read_text()
+    z = z.replace("@IMAGES@", "\n".join(f"      - {r}" for r in pinned))
+    z = z.replace("@HELM_REPO@", a.helm_repo).replace("@CHART_VERSION@", a.chart_version)
+    (out / "zarf").mkdir(exist_ok=True)
+    (out / "zarf" / "zarf.yaml").write_text(z)
+    return 0
+
+
+PEER_ORDER = ["kb", "skopeo", "crane", "regctl", "regctl-j", "hauler", "zarf", "zarf-j"]
+
+
+def cmd_peers_report(a) -> int:
+    rec = read_records(Path(a.records))
+    meta = read_meta(Path(a.meta))
+    tools = {}  # name -> {version, build, load, notes}
+    for line in Path(a.tools).read_text().splitlines():
+        f = line.split("\t")
+        if len(f) >= 5:
+            tools[f[0]] = {"label": f[1], "version": f[2], "build": f[3], "load": f[4],
+                           "note": f[5] if len(f) > 5 else ""}
+    sizes = {}
+    for line in Path(a.bytes).read_text().splitlines():
+        f = line.split("\t")
+        if len(f) == 3:
+            sizes[f[0]] = (int(f[1]), f[2])
+    digests: dict[str, list[tuple[str, str, str, str]]] = {}
+    for line in Path(a.digests).read_text().splitlines():
+        f = line.split("\t")
+        if len(f) == 5:
+            digests.setdefault(f[0], []).append((f[1], f[2], f[3], f[4]))
+    failed = {}
+    if a.failed and Path(a.failed).exists():
+        for line in Path(a.failed).read_text().splitlines():
+            f = line.split("\t", 1)
+            if len(f) == 2:
+                failed[f[0]] = f[1]
+
+    def med(m, t):
+        r = rec.get((m, t))
+        return statistics.median(x["wall"] for x in r) if r else None
+
+    def peak(m, t):
+        r = rec.get((m, t))
+        return max(x["rss_kib"] for x in r) if r else None
+
+    def n(m, t):
+        return len(rec.get((m, t), []))
+
+    L = ["## Peers side by side", ""]
+    L.append(f"Written by `scripts/bench --peers --runs {meta.get('runs')}` on {meta.get('date')}: "
+             f"every tool moves the same image set ({meta.get('set')}) from the plain registry "
+             f"(`{meta.get('plain')}`, HTTP) into a fresh repository prefix of the TLS + basic-auth "
+             f"registry (`{meta.get('tls')}`), both docker-registry on loopback. Median of the runs "
+             "(each tool's build then load, the order of the tools reversed on even runs); peak "
+             "RSS is the largest process of a step, the largest of the runs. Fresh stores, caches "
+             "and target prefixes every run; the page cache is not dropped (cold-ish). "
+             "\"build\" ends with the artifact that crosses on disk; \"load\" starts from it "
+             "(unpacking included where the tool needs it).")
+    L.append("")
+    L.append("| tool | version | build | build peak RSS | load | load peak RSS | artifact | "
+             "digests at the far side | runs |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for t in PEER_ORDER:
+        if t not in tools:
+            continue
+        info = tools[t]
+        b, l = med("build", t), med("load", t)
+        bs = f"{fmt_s(b)}" if b is not None else "—"
+        ls_ = f"{fmt_s(l)}" if l is not None else "—"
+        br = fmt_mib(peak("build", t)) if b is not None else "—"
+        lr = fmt_mib(peak("load", t)) if l is not None else "—"
+        sz = f"{sizes[t][0] / MIB:.1f} MiB ({sizes[t][1]})" if t in sizes else "—"
+        d = digests.get(t, [])
+        if d:
+            same = sum(1 for x in d if x[2] == x[3])
+            dg = f"{same} of {len(d)} equal"
+            where = sorted({x[1] for x in d})
+            if where:
+                dg += f" (at {', '.join(where)})"
+        else:
+            dg = "not checked"
+        runs = f"{n('build', t)}/{n('load', t)}"
+        L.append(f"| {info['label']} | {info['version']} | {bs} | {br} | {ls_} | {lr} | {sz} | {dg} | {runs} |")
+    L.append("")
+    kb_b, kb_l = med("build", "kb"), med("load", "kb")
+    peers_b = [(med("build", t), t) for t in tools if t != "kb" and med("build", t)]
+    peers_l = [(med("load", t), t) for t in tools if t != "kb" and med("load", t)]
+    if kb_b and peers_b:
+        fb, ft = min(peers_b)
+        L.append(f"- build: the fastest peer is {tools[ft]['label']} ({fmt_s(fb)}); koord-bundle "
+                 f"{fmt_s(kb_b)}: {fb / kb_b:.2f}× (goal ≥ 1.5×: "
+                 f"{'**met**' if fb / kb_b >= 1.5 else '**missed**'}).")
+    if kb_l and peers_l:
+        fl, ft = min(peers_l)
+        L.append(f"- load: the fastest peer is {tools[ft]['label']} ({fmt_s(fl)}); koord-bundle "
+                 f"{fmt_s(kb_l)}: {fl / kb_l:.2f}× (goal ≥ 1.5×: "
+                 f"{'**met**' if fl / kb_l >= 1.5 else '**missed**'}).")
+    if "kb" in sizes:
+        others = [(v[0], k) for k, v in sizes.items() if k != "kb"]
+        if others:
+            smin, sk = min(others)
+            pct = 100 * (sizes["kb"][0] - smin) / smin
+            L.append(f"- artifact: the smallest peer artifact is {tools[sk]['label']}'s "
+                     f"({smin / MIB:.1f} MiB); the bundle is {pct:+.2f} % of it (goal ≤ +2 %: "
+                     f"{'**met**' if pct <= 2 else '**missed**'}).")
+    rss = [(max(peak("build", t) or 0, peak("load", t) or 0), t) for t in tools
+           if t != "kb" and (peak("build", t) or peak("load", t))]
+    if rss and (peak("build", "kb") or peak("load", "kb")):
+        kbr = max(peak("build", "kb") or 0, peak("load", "kb") or 0)
+        lo, lt = min(rss)
+        L.append(f"- peak RSS: koord-bundle {fmt_mib(kbr)}, the lowest peer {tools[lt]['label']} "
+                 f"{fmt_mib(lo)} (goal: no higher: {'**met**' if kbr <= lo else '**missed**'}).")
+    L.append("- the 2 GiB set: not run in this cut (`--peers` runs the bench set only).")
+    L.append("- the push floor (curl PUT of every unique blob) is not measured by `--peers`; "
+             "`scripts/bench` (default mode) measures it.")
+    L.append("")
+    L.append("What each tool ran (the `build` and `load` steps; `$P` = plain registry/bench, "
+             "`$T` = TLS registry/prefix):")
+    L.append("")
+    for t in PEER_ORDER:
+        if t in tools:
+            info = tools[t]
+            L.append(f"- **{info['label']}** {info['version']}: build `{info['build']}`; load `{info['load']}`."
+                     + (f" {info['note']}" if info["note"] else ""))
+    for t, why in failed.items():
+        L.append(f"- **{t}**: not measured: {why}")
+    L.append("")
+    mism = [(t, x) for t, d in digests.items() for x in d if x[2] != x[3]]
+    if mism:
+        L.append("Digests that differ at the far side (source → far side):")
+        L.append("")
+        for t, x in mism:
+            L.append(f"- {tools.get(t, {}).get('label', t)}: `{x[0]}` {x[2][:19]} → {x[3][:19] or 'not found'} ({x[1]})")
+        L.append("")
+    L.append("Machine:")
+    L.append("")
+    for k in ("cpu", "nproc", "mem_total", "kernel", "loadavg_before", "loadavg_during", "loadavg_after",
+              "disk", "kb_commit", "bench_seconds"):
+        if k in meta:
+            L.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    L.append("")
+    L.append(f"Reproduce: `{meta.get('command', 'scripts/bench --peers')}` (builds the peers once into "
+             "target/peers/ with scripts/peers/build.sh).")
+    L.append("")
+    section = "\n".join(L)
+    print(section)
+    _replace_section(Path(a.out), "## Peers side by side", section)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1224,8 +1398,24 @@ def main() -> int:
     pr.add_argument("--outcomes", required=True)
     pr.add_argument("--meta", required=True)
     pr.add_argument("--out", required=True)
+    pm = sub.add_parser("peer-manifests")
+    pm.add_argument("--set", required=True)
+    pm.add_argument("--registry", required=True)
+    pm.add_argument("--prefix", required=True)
+    pm.add_argument("--helm-repo", required=True)
+    pm.add_argument("--chart-version", default="1.8.0")
+    pm.add_argument("--out-dir", required=True)
+    pp = sub.add_parser("peers-report")
+    pp.add_argument("--records", required=True)
+    pp.add_argument("--meta", required=True)
+    pp.add_argument("--tools", required=True)
+    pp.add_argument("--bytes", required=True)
+    pp.add_argument("--digests", required=True)
+    pp.add_argument("--failed")
+    pp.add_argument("--out", required=True)
     a = ap.parse_args()
-    return {"gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
+    return {"peer-manifests": cmd_peer_manifests, "peers-report": cmd_peers_report,
+            "gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
             "scale-report": cmd_scale_report, "blob-urls": cmd_blob_urls,
             "blob-uploads": cmd_blob_uploads, "damage": cmd_damage, "same": cmd_same,
             "random-file": cmd_random_file, "parity-report": cmd_parity_report,
