@@ -338,7 +338,7 @@ fn image_component(img: &ImageRecord) -> Result<(Value, String), SbomError> {
         // pinned to its index digest, so what runs is what crossed.
         prop(
             "image:installedAs",
-            crate::chart::post_render::pinned(&img.ref_name, img.digest.as_str()),
+            crate::oci::pinned(&img.ref_name, img.digest.as_str()),
         ),
     ];
     if img.upstream_digest != img.digest {

@@ -53,9 +53,7 @@ impl PostRender {
 }
 
 /// `ref@digest`: how a pinned image is written.
-pub fn pinned(reference: &str, digest: &str) -> String {
-    format!("{reference}@{digest}")
-}
+pub use crate::oci::pinned;
 
 /// Apply `how` to the rendered `manifests` (helm's multi-document YAML). Errors name the
 /// template a document came from.

@@ -9,7 +9,7 @@ mod target;
 
 pub use digest::{Digest, DigestError, Sha256Writer};
 pub use manifest::{Descriptor, Manifest, ManifestError, Platform};
-pub use reference::{ImageRef, RefError};
+pub use reference::{pinned, ImageRef, RefError};
 pub use target::{split_host_port, HostPort, Target, TargetError};
 
 /// Media types this tool reads and writes.

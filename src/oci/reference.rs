@@ -129,6 +129,12 @@ impl fmt::Display for ImageRef {
     }
 }
 
+/// `ref@digest`: how an image pinned to its digest is written (the post-renderer's pins, the
+/// BOM's `installedAs`, diff's pins).
+pub fn pinned(reference: &str, digest: &str) -> String {
+    format!("{reference}@{digest}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

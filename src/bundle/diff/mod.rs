@@ -260,7 +260,7 @@ pub fn compare(old: &Side, new: &Side) -> Report {
         pins: n
             .images
             .iter()
-            .map(|i| crate::chart::post_render::pinned(&i.ref_name, i.digest.as_str()))
+            .map(|i| crate::oci::pinned(&i.ref_name, i.digest.as_str()))
             .collect(),
     }
 }
