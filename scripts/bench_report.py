@@ -1291,9 +1291,15 @@ def cmd_peers_report(a) -> int:
         lo, lt = min(rss)
         L.append(f"- peak RSS: koord-bundle {fmt_mib(kbr)}, the lowest peer {tools[lt]['label']} "
                  f"{fmt_mib(lo)} (goal: no higher: {'**met**' if kbr <= lo else '**missed**'}).")
+    ff, pf = med("serve", "files"), med("push", "alone")
+    if ff and kb_b:
+        L.append(f"- the fetch floor (every unique blob once, curl 4 at a time, into files + sync): "
+                 f"{fmt_s(ff)}; koord-bundle's build is {kb_b / ff:.2f}× it.")
+    if pf and kb_l:
+        L.append(f"- the push floor (every unique blob once, curl monolithic PUT 4 at a time): "
+                 f"{fmt_s(pf)}; koord-bundle's load is {kb_l / pf:.2f}× it (goal ≤ 1.2×: "
+                 f"{'**met**' if kb_l / pf <= 1.2 else '**missed**'}).")
     L.append("- the 2 GiB set: not run in this cut (`--peers` runs the bench set only).")
-    L.append("- the push floor (curl PUT of every unique blob) is not measured by `--peers`; "
-             "`scripts/bench` (default mode) measures it.")
     L.append("")
     L.append("What each tool ran (the `build` and `load` steps; `$P` = plain registry/bench, "
              "`$T` = TLS registry/prefix):")
