@@ -1322,7 +1322,7 @@ def cmd_peers_report(a) -> int:
     L.append("Machine:")
     L.append("")
     for k in ("cpu", "nproc", "mem_total", "kernel", "loadavg_before", "loadavg_during", "loadavg_after",
-              "disk", "kb_commit", "bench_seconds"):
+              "disk", "kb_commit", "peer_builds", "bench_seconds"):
         if k in meta:
             L.append(f"- {k.replace('_', ' ')}: {meta[k]}")
     L.append("")
