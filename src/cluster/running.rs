@@ -15,12 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use serde_json::Value;
 
-/// The workload kinds whose pods are checked, and their API group paths.
-const WORKLOADS: &[(&str, &str)] = &[
-    ("Deployment", "/apis/apps/v1"),
-    ("DaemonSet", "/apis/apps/v1"),
-    ("StatefulSet", "/apis/apps/v1"),
-];
+/// The workload kinds whose pods are checked (found by their selectors).
+const WORKLOADS: &[&str] = &["Deployment", "DaemonSet", "StatefulSet"];
 
 /// Pods of one workload at most (a DaemonSet on 5,000 nodes: 5,000).
 const POD_BOUNDS: Bounds = Bounds::DAEMONSETS;
@@ -185,7 +181,7 @@ fn workloads(
     for d in docs {
         let v: Value = serde_json::to_value(&d).map_err(|e| e.to_string())?;
         let kind = v["kind"].as_str().unwrap_or_default();
-        if !WORKLOADS.iter().any(|(k, _)| *k == kind) {
+        if !WORKLOADS.contains(&kind) {
             continue;
         }
         let name = v["metadata"]["name"]

@@ -331,18 +331,11 @@ struct KubeTarget {
     context: String,
 }
 
-/// The kubeconfig as kubectl reads it (`--kubeconfig`, else the `$KUBECONFIG` list merged,
-/// else `~/.kube/config`; `--context`, else the current context) and a client for it.
 fn kube_client(
     args: &LoadArgs,
 ) -> Result<(cluster::KubeClient, KubeTarget), cluster::ClusterError> {
-    let files = cluster::kubeconfig::locate(
-        args.kubeconfig.as_deref(),
-        std::env::var_os(super::env::KUBECONFIG).as_deref(),
-        dirs::home_dir().as_deref(),
-    )?;
-    let kc = cluster::kubeconfig::read(&files)?.select(args.context.as_deref())?;
-    let client = cluster::KubeClient::new(&kc)?;
+    let (client, files, kc) =
+        super::kube_client(args.kubeconfig.as_deref(), args.context.as_deref())?;
     Ok((
         client,
         KubeTarget {

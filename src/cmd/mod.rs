@@ -508,6 +508,30 @@ fn chain_texts(e: &anyhow::Error) -> Vec<String> {
     out
 }
 
+/// The kubeconfig as kubectl reads it (`--kubeconfig`, else the `$KUBECONFIG` list merged,
+/// else `~/.kube/config`; `--context`, else the current context) and a client for it (`load`
+/// and `verify --cluster`).
+pub(crate) fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> Result<
+    (
+        crate::cluster::KubeClient,
+        crate::cluster::Files,
+        crate::cluster::Kubeconfig,
+    ),
+    crate::cluster::ClusterError,
+> {
+    let files = crate::cluster::kubeconfig::locate(
+        kubeconfig,
+        std::env::var_os(env::KUBECONFIG).as_deref(),
+        dirs::home_dir().as_deref(),
+    )?;
+    let kc = crate::cluster::kubeconfig::read(&files)?.select(context)?;
+    let client = crate::cluster::KubeClient::new(&kc)?;
+    Ok((client, files, kc))
+}
+
 /// Set once `--json` was given: failures (errors and panics) then also print one JSON document
 /// on stdout ([`error_json`]).
 static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

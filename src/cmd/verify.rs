@@ -169,13 +169,7 @@ async fn check_cluster(
                 .collect(),
         })
         .collect();
-    let files = cluster::kubeconfig::locate(
-        args.kubeconfig.as_deref(),
-        std::env::var_os(super::env::KUBECONFIG).as_deref(),
-        dirs::home_dir().as_deref(),
-    )?;
-    let kc = cluster::kubeconfig::read(&files)?.select(args.context.as_deref())?;
-    let client = cluster::KubeClient::new(&kc)?;
+    let (client, _, _) = super::kube_client(args.kubeconfig.as_deref(), args.context.as_deref())?;
     let r = cluster::running::check(&client, &args.namespace, &args.release, &carried)
         .await
         .context("cannot check the cluster against the bundle")?;
