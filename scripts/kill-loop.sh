@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# SIGKILL `split` (over an earlier set), `repair` and `join` at random moments, and check after
-# every kill that the earlier state is still readable and that the next run finishes with the
-# bytes of an uninterrupted one. NOT part of the test command: the moments are random (the
-# tests kill at fixed points instead); run it by hand.
+# SIGKILL `build`, `split` (over an earlier set), `repair` and `join` at random moments, and
+# check after every kill that the earlier state is still readable and that the next run finishes
+# with the bytes of an uninterrupted one. NOT part of the test command: 50 random moments per
+# command take half an hour (the test command kills builds at 8 random moments, in
+# tests/it/untrusted_files.rs); run it by hand.
 #
 #   scripts/kill-loop.sh [RUNS_PER_COMMAND] [MIB]      # defaults: 50 runs, a 64 MiB bundle
 #
-# KB: the koord-bundle binary [default: target/release, else target/debug]. Prints one line per
+# KB: the koord-bundle binary [default: target/release, else target/debug]. The build loop needs
+# the test environment (scripts/test-env.sh start; KB_ENV_DIR, default target/test-env): it
+# builds 1.8.0 from its local registry, and is skipped, said, without it. Prints one line per
 # command: runs, kills that landed while it ran, and failures (exit 1 when there is one).
 set -euo pipefail
 RUNS="${1:-50}"
@@ -43,6 +46,44 @@ joined_ok() { # $1: a part; the set joins to the bundle's bytes
     "$KB" join "$1" -o "$W/j.tar" >/dev/null 2>&1 && [[ "$(sha256sum <"$W/j.tar" | cut -d' ' -f1)" == "$want" ]]
 }
 sums() { (cd "$1" && sha256sum b.tar.* | sort); }
+
+# --- build: killed at a random moment, then run again, every other time with the same inputs
+# (resumes from its .partial) and otherwise with a platform left out (the .partial, made for
+# other inputs, is discarded): each time byte for byte the uninterrupted build of those inputs,
+# nothing at the output path after a kill, no .partial after a finished build.
+ENV_SH="${KB_ENV_DIR:-$REPO_ROOT/target/test-env}/env.sh"
+if [[ -f "$ENV_SH" ]]; then
+    # shellcheck source=/dev/null
+    source "$ENV_SH"
+    bld() { "$KB" build 1.8.0 --repo "$KB_HELM_REPO" --source "$KB_PLAIN_REGISTRY" --plain-http \
+        --helm "$KB_HELM4" --no-cache "$@"; }
+    bld -o clean.tar >/dev/null 2>&1 || { echo "build failed against $KB_PLAIN_REGISTRY" >&2; exit 2; }
+    bld --platform linux/amd64 -o clean-amd64.tar >/dev/null 2>&1
+    sum_of() { sha256sum <"$1" | cut -d' ' -f1; }
+    t=$(timed bld -o t.tar)
+    killed=0 discarded=0
+    for i in $(seq "$RUNS"); do
+        rm -f bb.tar
+        [[ "$(kill_within "$t" bld -o bb.tar)" == killed ]] && killed=$((killed + 1))
+        [[ -e bb.tar ]] && [[ "$(sum_of bb.tar)" != "$(sum_of clean.tar)" ]] && fail "build run $i: a partial file at the output path"
+        rm -f bb.tar
+        if ((i % 2)); then
+            bld -o bb.tar >/dev/null 2>&1 || fail "build run $i: the resumed build failed"
+            [[ "$(sum_of bb.tar)" == "$(sum_of clean.tar)" ]] || fail "build run $i: the resumed build differs from a clean one"
+        else
+            had=0; [[ -e .bb.tar.partial ]] && had=1
+            bld --platform linux/amd64 -o bb.tar >err.txt 2>&1 || fail "build run $i: the build with other inputs failed"
+            [[ "$(sum_of bb.tar)" == "$(sum_of clean-amd64.tar)" ]] || fail "build run $i: the build with other inputs differs from a clean one"
+            if [[ $had == 1 ]]; then
+                grep -q "is not resumed from" err.txt && discarded=$((discarded + 1)) || fail "build run $i: a .partial of other inputs was not said to be discarded"
+            fi
+        fi
+        [[ ! -e .bb.tar.partial ]] || fail "build run $i: the .partial stayed"
+    done
+    echo "build   $RUNS runs, $killed killed mid-run, $discarded .partial files of other inputs discarded, $fails failures so far"
+else
+    echo "build   skipped: no test environment at $ENV_SH (scripts/test-env.sh start)"
+fi
 
 # --- split over an earlier set (another part size): after a kill, a part of one of the two sets
 # joins to the bundle; the next split finishes with the parts of an uninterrupted one.

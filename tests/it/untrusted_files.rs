@@ -185,6 +185,91 @@ fn a_partial_made_for_other_inputs_is_discarded_and_the_bundle_is_the_clean_one(
     }
 }
 
+/// The property of a resumed build, at moments drawn over the whole build (not only in a
+/// stall): measured once uninterrupted, a build is SIGKILLed at a random moment from its start
+/// to its end, eight times; after each kill nothing is at the output path, and the next run,
+/// with the same inputs every other time and with a platform left out otherwise, is byte for
+/// byte the clean build of its inputs (a `.partial` of the other inputs is said to be
+/// discarded), and leaves no `.partial`. The seed is printed; KB_KILL_SEED repeats a run.
+/// (scripts/kill-loop.sh runs the same property at 50 moments.)
+#[test]
+fn a_build_killed_at_any_moment_resumes_to_the_clean_build_of_its_inputs() {
+    let h = Home::with_key();
+    let build = |extra: &[&str]| h.build("1.8.0").arg("--no-cache").args(extra);
+    let clean = h.path().join("clean.tar");
+    let t0 = std::time::Instant::now();
+    assert_ok(&build(&[]).out(&clean).run());
+    let took = t0.elapsed();
+    let clean_amd64 = h.path().join("clean-amd64.tar");
+    assert_ok(
+        &build(&["--platform", "linux/amd64"])
+            .out(&clean_amd64)
+            .run(),
+    );
+    let seed: u64 = std::env::var("KB_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("kill moments over {took:?}: KB_KILL_SEED={seed}");
+    let mut rng = seed | 1;
+    let out = h.path().join("b.tar");
+    let (mut killed, mut discarded) = (0, 0);
+    for i in 0..8 {
+        // xorshift64
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let at = took.mul_f64((rng % 1000) as f64 / 1000.0);
+        let mut child = build(&[])
+            .out(&out)
+            .cmd()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(at);
+        let ran_on = child.try_wait().unwrap().is_none();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if ran_on {
+            killed += 1;
+            assert!(!out.exists(), "killed at {at:?}: a file at the output path");
+        } else {
+            std::fs::remove_file(&out).unwrap();
+        }
+        let had_partial = partial_of(&out).exists();
+        let (o, want, what) = if i % 2 == 0 {
+            (build(&[]).out(&out).run(), &clean, "the same inputs")
+        } else {
+            let o = build(&["--platform", "linux/amd64"]).out(&out).run();
+            (o, &clean_amd64, "a platform left out")
+        };
+        assert_ok(&o);
+        if i % 2 == 1 && had_partial {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("is not resumed from"),
+                "killed at {at:?}: {err}"
+            );
+            discarded += 1;
+        }
+        assert_clean(&h, &out, want, &format!("killed at {at:?}, then {what}"));
+        std::fs::remove_file(&out).unwrap();
+    }
+    eprintln!(
+        "{killed} of 8 runs killed mid-build, {discarded} .partial files of other inputs discarded"
+    );
+    assert!(
+        killed > 0,
+        "no kill landed while a build ran ({took:?} measured)"
+    );
+}
+
 /// A `.partial` that is a symbolic link to another file: that file keeps its bytes and mode,
 /// the link is removed (said), and the output is a regular file, the clean bundle. In the blob
 /// cache, a link at `partial/<hex>` to a 10 MB file: the file keeps its bytes, and `blobs/`
