@@ -102,13 +102,8 @@ pub fn open_input(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 /// Back to blocking reads (a regular file ignores `O_NONBLOCK`; cleared all the same, so the
 /// descriptor behaves as any other).
 pub fn clear_nonblock(file: &std::fs::File) {
-    use std::os::fd::AsRawFd as _;
-    // SAFETY: fcntl on a descriptor owned by `file`, which outlives both calls; F_GETFL and
-    // F_SETFL only read and set its status flags.
-    unsafe {
-        let fl = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
-        if fl >= 0 {
-            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
-        }
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    if let Ok(fl) = fcntl_getfl(file) {
+        let _ = fcntl_setfl(file, fl - OFlags::NONBLOCK);
     }
 }

@@ -161,9 +161,8 @@ pub fn kill_all() {
 
 fn kill_group(pgid: i32) {
     if pgid > 1 {
-        // SAFETY: kill(2) with a negative pid signals the process group; no memory is touched.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+        if let Some(pid) = rustix::process::Pid::from_raw(pgid) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
     }
 }
@@ -425,8 +424,10 @@ pub(crate) fn pid_in_file_is_gone(pid_file: &std::path::Path) -> bool {
         .trim()
         .parse()
         .expect("a pid");
-    // SAFETY: signal 0 only checks that the process exists.
-    let alive = || unsafe { libc::kill(pid, 0) == 0 };
+    let alive = || {
+        rustix::process::Pid::from_raw(pid)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+    };
     let zombie = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| {

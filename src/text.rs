@@ -65,19 +65,6 @@ fn is_invisible_format(c: char) -> bool {
     )
 }
 
-/// Bytes that may not be UTF-8, made printable as [`printable`] does (invalid sequences become
-/// `\xNN`).
-pub fn printable_bytes(b: &[u8]) -> String {
-    let mut s = String::new();
-    for chunk in b.utf8_chunks() {
-        s.push_str(chunk.valid());
-        for byte in chunk.invalid() {
-            s.push_str(&format!("\\x{byte:02x}"));
-        }
-    }
-    printable(&s)
-}
-
 /// `one` when `n` is 1, else `many`: "1 part", "3 parts".
 pub fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 {
@@ -144,13 +131,11 @@ mod tests {
     #[test]
     fn escapes_and_bounds() {
         assert_eq!(printable("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
-        assert_eq!(printable_bytes(b"ok\xff\x00"), "ok\\xff\\u{0}");
         let long = "x".repeat(1000);
         assert_eq!(printable(&long).chars().count(), MAX_QUOTED + 1);
         assert_eq!(printable("größe"), "größe");
         // Trojan Source: an override that shows text reversed, and a zero-width space.
         assert_eq!(printable("a\u{202e}b\u{200b}"), "a\\u{202e}b\\u{200b}");
-        assert_eq!(printable_bytes(b"x\xff"), "x\\xff");
     }
 
     #[test]

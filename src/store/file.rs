@@ -40,44 +40,35 @@ pub fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
 /// with `StorageFull`, not half-way through. Where the file system cannot reserve space
 /// (`EOPNOTSUPP`), the file is only extended.
 pub fn reserve(file: &File, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    let len_off = libc::off_t::try_from(len)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large"))?;
-    // SAFETY: posix_fallocate on an open file descriptor owned by `file`, which outlives the
-    // call; it only reads its integer arguments.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_off) };
-    match rc {
-        0 => Ok(()),
-        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(len),
-        e => Err(io::Error::from_raw_os_error(e)),
+    use rustix::io::Errno;
+    if i64::try_from(len).is_err() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "file too large",
+        ));
+    }
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(Errno::OPNOTSUPP | Errno::INVAL) => file.set_len(len),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Room on the file system holding `dir` (`statvfs`): (bytes free to an unprivileged user,
 /// bytes in all).
 pub fn space(dir: &std::path::Path) -> io::Result<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
-    // SAFETY: statvfs fills the zeroed struct it is given, from a NUL-terminated path that
-    // outlives the call.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let unit = st.f_frsize as u64;
+    let st = rustix::fs::statvfs(dir)?;
     Ok((
-        (st.f_bavail as u64).saturating_mul(unit),
-        (st.f_blocks as u64).saturating_mul(unit),
+        st.f_bavail.saturating_mul(st.f_frsize),
+        st.f_blocks.saturating_mul(st.f_frsize),
     ))
 }
 
 /// `offset` and `len` for `sync_file_range` and `posix_fadvise`; `None` when they do not fit,
 /// or when `len` is 0, which both calls read as "to the end of the file".
-fn hint_range(offset: u64, len: u64) -> Option<(libc::off64_t, libc::off64_t)> {
-    let off = libc::off64_t::try_from(offset).ok()?;
-    let n = libc::off64_t::try_from(len).ok()?;
+fn hint_range(offset: u64, len: u64) -> Option<(i64, i64)> {
+    let off = i64::try_from(offset).ok()?;
+    let n = i64::try_from(len).ok()?;
     (n > 0).then_some((off, n))
 }
 
@@ -90,6 +81,8 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
     let Some((off, n)) = hint_range(offset, len) else {
         return;
     };
+    // The one raw call left here: neither rustix nor the standard library wraps
+    // sync_file_range(2) (Linux only), and it is what lets split's writes overlap its coding.
     // SAFETY: sync_file_range on an open file descriptor owned by `file`, which outlives the
     // call; it only reads its integer arguments.
     let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE) };
@@ -99,13 +92,11 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
 /// (`posix_fadvise(WILLNEED)`), so the disk works on the next piece while this one is
 /// computed on. A hint: failures are ignored.
 pub fn will_need(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd as _;
-    let Some((off, n)) = hint_range(offset, len) else {
+    let Some((_, n)) = hint_range(offset, len) else {
         return;
     };
-    // SAFETY: posix_fadvise on an open file descriptor owned by `file`, which outlives the
-    // call; it only reads its integer arguments.
-    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
+    let n = std::num::NonZeroU64::new(n as u64);
+    let _ = rustix::fs::fadvise(file, offset, n, rustix::fs::Advice::WillNeed);
 }
 
 /// The regions' bytes in order, `PIECE` at a time, read on the blocking pool.

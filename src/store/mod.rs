@@ -8,6 +8,7 @@ pub mod content;
 pub mod dns;
 pub mod file;
 pub mod http;
+#[cfg(any(test, feature = "memory-store"))]
 pub mod memory;
 pub mod registry;
 pub mod retry;
@@ -18,6 +19,7 @@ pub use content::{
     BlobStream, Catalog, Failure, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source,
     Store, StoreError, StoreFailure,
 };
+#[cfg(any(test, feature = "memory-store"))]
 pub use memory::MemoryStore;
 pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};
 
