@@ -957,6 +957,20 @@ fn spawn_writes(
                     continue;
                 }
             }
+            // Never past the capacity: `extend_from_slice` would double the buffer (massif:
+            // 8 MiB of a build's 16 MB heap peak were these buffers at 2 MiB each).
+            if buf.len() + piece.len() > WRITE_PIECE && !buf.is_empty() {
+                result = flush(&mut buf, &mut at);
+                if result.is_err() {
+                    continue;
+                }
+            }
+            if piece.len() >= WRITE_PIECE {
+                result = crate::store::file::write_at(&file, &piece, at)
+                    .map_err(WriteFail::Bundle)
+                    .map(|()| at += piece.len() as u64);
+                continue;
+            }
             buf.extend_from_slice(&piece);
             if buf.len() >= WRITE_PIECE {
                 result = flush(&mut buf, &mut at);
