@@ -9,8 +9,10 @@
 #
 # KB: the koord-bundle binary [default: target/release, else target/debug]. The build loop needs
 # the test environment (scripts/test-env.sh start; KB_ENV_DIR, default target/test-env): it
-# builds 1.8.0 from its local registry, and is skipped, said, without it. Prints one line per
+# builds 1.8.0 from its local registry (KB_KILL_BUILD_IMAGE: an image more), and is skipped,
+# said, without it. Prints one line per
 # command: runs, kills that landed while it ran, and failures (exit 1 when there is one).
+# KB_KILL_LOOP: the commands to run [default: "build split repair join"].
 set -euo pipefail
 RUNS="${1:-50}"
 MIB="${2:-64}"
@@ -30,6 +32,7 @@ cd "$W"
 head -c "$((MIB << 20))" /dev/urandom >b.tar
 want="$(sha256sum <b.tar | cut -d' ' -f1)"
 fails=0
+want() { [[ " ${KB_KILL_LOOP:-build split repair join} " == *" $1 "* ]]; }
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 # Seconds an uninterrupted run of "$@" takes (the kills land in 0..that).
 timed() { local t0; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$(date +%s.%N)"; }
@@ -52,11 +55,19 @@ sums() { (cd "$1" && sha256sum b.tar.* | sort); }
 # other inputs, is discarded): each time byte for byte the uninterrupted build of those inputs,
 # nothing at the output path after a kill, no .partial after a finished build.
 ENV_SH="${KB_ENV_DIR:-$REPO_ROOT/target/test-env}/env.sh"
-if [[ -f "$ENV_SH" ]]; then
+if ! want build; then
+    :
+elif [[ -f "$ENV_SH" ]]; then
     # shellcheck source=/dev/null
     source "$ENV_SH"
-    bld() { "$KB" build 1.8.0 --repo "$KB_HELM_REPO" --source "$KB_PLAIN_REGISTRY" --plain-http \
-        --helm "$KB_HELM4" --no-cache "$@"; }
+    # An array, not a function: kill_within must SIGKILL koord-bundle itself, not a subshell
+    # that runs it (the orphan would go on holding the .partial's lock).
+    BLD=("$KB" build 1.8.0 --repo "$KB_HELM_REPO" --source "$KB_PLAIN_REGISTRY" --plain-http
+        --helm "$KB_HELM4" --no-cache)
+    # KB_KILL_BUILD_IMAGE: one more image (e.g. of scripts/bench's set), so that writing the
+    # bundle, not rendering the chart, takes most of a build and most kills land in it.
+    [[ -z "${KB_KILL_BUILD_IMAGE:-}" ]] || BLD+=(--image "$KB_KILL_BUILD_IMAGE")
+    bld() { "${BLD[@]}" "$@"; }
     bld -o clean.tar >/dev/null 2>&1 || { echo "build failed against $KB_PLAIN_REGISTRY" >&2; exit 2; }
     bld --platform linux/amd64 -o clean-amd64.tar >/dev/null 2>&1
     sum_of() { sha256sum <"$1" | cut -d' ' -f1; }
@@ -64,16 +75,17 @@ if [[ -f "$ENV_SH" ]]; then
     killed=0 discarded=0
     for i in $(seq "$RUNS"); do
         rm -f bb.tar
-        [[ "$(kill_within "$t" bld -o bb.tar)" == killed ]] && killed=$((killed + 1))
-        [[ -e bb.tar ]] && [[ "$(sum_of bb.tar)" != "$(sum_of clean.tar)" ]] && fail "build run $i: a partial file at the output path"
+        [[ "$(kill_within "$t" "${BLD[@]}" -o bb.tar)" == killed ]] && killed=$((killed + 1))
+        if [[ -e bb.tar ]] && [[ "$(sum_of bb.tar)" != "$(sum_of clean.tar)" ]]; then fail "build run $i: a partial file at the output path"; fi
         rm -f bb.tar
         if ((i % 2)); then
-            bld -o bb.tar >/dev/null 2>&1 || fail "build run $i: the resumed build failed"
-            [[ "$(sum_of bb.tar)" == "$(sum_of clean.tar)" ]] || fail "build run $i: the resumed build differs from a clean one"
+            bld -o bb.tar >err.txt 2>&1 || fail "build run $i: the resumed build failed: $(tail -n 5 err.txt)"
+            [[ -e bb.tar && "$(sum_of bb.tar)" == "$(sum_of clean.tar)" ]] || fail "build run $i: the resumed build differs from a clean one"
         else
-            had=0; [[ -e .bb.tar.partial ]] && had=1
-            bld --platform linux/amd64 -o bb.tar >err.txt 2>&1 || fail "build run $i: the build with other inputs failed"
-            [[ "$(sum_of bb.tar)" == "$(sum_of clean-amd64.tar)" ]] || fail "build run $i: the build with other inputs differs from a clean one"
+            # (an empty .partial, made but killed before its first byte, holds nothing to say)
+            had=0; [[ -s .bb.tar.partial ]] && had=1
+            bld --platform linux/amd64 -o bb.tar >err.txt 2>&1 || fail "build run $i: the build with other inputs failed: $(tail -n 5 err.txt)"
+            [[ -e bb.tar && "$(sum_of bb.tar)" == "$(sum_of clean-amd64.tar)" ]] || fail "build run $i: the build with other inputs differs from a clean one"
             if [[ $had == 1 ]]; then
                 grep -q "is not resumed from" err.txt && discarded=$((discarded + 1)) || fail "build run $i: a .partial of other inputs was not said to be discarded"
             fi
@@ -89,6 +101,7 @@ fi
 # joins to the bundle; the next split finishes with the parts of an uninterrupted one.
 mkdir -p ref s
 "$KB" split b.tar --size 4M --parity 2 --output-dir ref >/dev/null 2>&1
+if want split; then
 t=$(timed "$KB" split b.tar --size 4M --parity 2 --output-dir ref)
 killed=0
 for i in $(seq "$RUNS"); do
@@ -103,6 +116,7 @@ for i in $(seq "$RUNS"); do
     [[ -z "$(find s -name '.*' -type f)" ]] || fail "split run $i: hidden files left: $(find s -name '.*' -type f)"
 done
 echo "split   $RUNS runs, $killed killed mid-run, $fails failures so far"
+fi
 
 # --- repair of a set with a part missing and another damaged: after a kill, the set still
 # repairs; the next repair writes the parts of the split.
@@ -110,6 +124,7 @@ damage() {
     rm -rf r && cp -r ref r && rm r/b.tar.part003
     printf 'X' | dd of=r/b.tar.part005 bs=1 seek=$((1 << 20)) conv=notrunc 2>/dev/null
 }
+if want repair; then
 damage
 t=$(timed "$KB" repair r/b.tar.part000)
 killed=0
@@ -120,9 +135,11 @@ for i in $(seq "$RUNS"); do
     [[ "$(sums r)" == "$(sums ref)" ]] || fail "repair run $i: the repaired set differs from the split"
 done
 echo "repair  $RUNS runs, $killed killed mid-run, $fails failures so far"
+fi
 
 # --- join: after a kill nothing is at the output path (or the file there before, whole); the
 # next join writes the bundle.
+if want join; then
 t=$(timed "$KB" join ref/b.tar.part000 -o "$W/t.tar")
 killed=0
 for i in $(seq "$RUNS"); do
@@ -136,5 +153,7 @@ for i in $(seq "$RUNS"); do
     [[ "$(sha256sum <out.tar | cut -d' ' -f1)" == "$want" ]] || fail "join run $i: the joined bundle differs"
     [[ -z "$(find . -maxdepth 1 -name '.out.tar*')" ]] || fail "join run $i: temporary files left"
 done
-echo "join    $RUNS runs, $killed killed mid-run, $fails failures in all"
+echo "join    $RUNS runs, $killed killed mid-run, $fails failures so far"
+fi
+echo "$fails failures in all"
 [[ $fails == 0 ]]
