@@ -16,8 +16,8 @@
 
 use super::is_plain_file_name;
 use super::{
-    Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, CODE_WIDE, DIGEST_LEN, FORMAT,
-    MAX_BLOCK, MAX_JSON, MAX_PARTS, MAX_TABLE, MAX_WIDE_BLOCK, MIN_BLOCK, STRIPE_BUDGET,
+    Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, CODE_SPREAD, DIGEST_LEN, FORMAT,
+    MAX_BLOCK, MAX_JSON, MAX_PARTS, MAX_SPREAD_BLOCK, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
 };
 use crate::bundle::sign;
 use crate::oci::Digest;
@@ -227,8 +227,9 @@ pub fn read_copy(path: &Path) -> Result<Copy, String> {
 /// loop without bound).
 pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     let (k, n, b) = (h.data_parts, h.parity_parts, h.block_size);
-    let wide = h.code == CODE_WIDE;
-    if h.format != FORMAT || !(h.code == CODE || wide && n > 0) || h.block_digest != BLOCK_DIGEST {
+    let spread = h.code == CODE_SPREAD;
+    if h.format != FORMAT || !(h.code == CODE || spread && n > 0) || h.block_digest != BLOCK_DIGEST
+    {
         return Err(format!(
             "unknown format, code or block digest ({}, {}, {})",
             crate::text::printable(&h.format),
@@ -239,14 +240,14 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     if k == 0 || h.parts.len() != k.saturating_add(n) || h.parts.len() > MAX_PARTS {
         return Err("bad part counts".into());
     }
-    let max_block = if wide { MAX_WIDE_BLOCK } else { MAX_BLOCK };
+    let max_block = if spread { MAX_SPREAD_BLOCK } else { MAX_BLOCK };
     if !b.is_power_of_two() || !(MIN_BLOCK..=max_block).contains(&b) {
         return Err(format!(
             "block size {b} is not a power of two in 4 KiB..{} MiB",
             max_block >> 20
         ));
     }
-    if !wide
+    if !spread
         && ((h.parts.len() as u64) * b > STRIPE_BUDGET
             || (n > 0 && super::super::parity::Coder::new(k, n).is_err()))
     {
@@ -287,8 +288,8 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
         }
     }
     let stride = h.parts[0].size;
-    let g = if wide {
-        Geometry::new_wide(h.bundle.size, stride, n, b, h.data_offset)
+    let g = if spread {
+        Geometry::new_spread(h.bundle.size, stride, n, b, h.data_offset)
     } else {
         Geometry::new(h.bundle.size, stride, n, b, h.data_offset)
     };
@@ -296,7 +297,7 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     if g.sizes != sizes || g.k != k {
         return Err("the part sizes do not add up to the bundle".into());
     }
-    if wide && super::super::parity::Coder::new(g.originals(), g.recovery()).is_err() {
+    if spread && super::super::parity::Coder::new(g.originals(), g.recovery()).is_err() {
         return Err("the set-wide code has more blocks than the code can take".into());
     }
     let table = g.total_blocks().checked_mul(DIGEST_LEN as u64);
@@ -376,22 +377,25 @@ mod tests {
     #[test]
     fn a_set_wide_header_is_checked_before_anything_is_sized_from_it() {
         let total = 10 << 20;
-        let g = Geometry::new_wide(total, 1 << 20, 2, 64 << 10, 4096);
-        assert_eq!(geometry_of(&header_of(&g, total, CODE_WIDE)), Ok(g.clone()));
+        let g = Geometry::new_spread(total, 1 << 20, 2, 64 << 10, 4096);
+        assert_eq!(
+            geometry_of(&header_of(&g, total, CODE_SPREAD)),
+            Ok(g.clone())
+        );
         // A set-wide code without parity parts.
-        let g0 = Geometry::new_wide(total, 1 << 20, 0, 64 << 10, 4096);
-        let e = geometry_of(&header_of(&g0, total, CODE_WIDE)).unwrap_err();
+        let g0 = Geometry::new_spread(total, 1 << 20, 0, 64 << 10, 4096);
+        let e = geometry_of(&header_of(&g0, total, CODE_SPREAD)).unwrap_err();
         assert!(e.contains("unknown format, code"), "{e}");
         // Blocks beyond 64 MiB.
-        let big = Geometry::new_wide(1 << 30, 512 << 20, 1, 128 << 20, 4096);
-        let e = geometry_of(&header_of(&big, 1 << 30, CODE_WIDE)).unwrap_err();
+        let big = Geometry::new_spread(1 << 30, 512 << 20, 1, 128 << 20, 4096);
+        let e = geometry_of(&header_of(&big, 1 << 30, CODE_SPREAD)).unwrap_err();
         assert!(e.contains("not a power of two in 4 KiB..64 MiB"), "{e}");
         // More blocks than the code takes (65 536 data blocks and 4096 parity blocks).
-        let many = Geometry::new_wide(256 << 20, 16 << 20, 1, 4096, 4096);
-        let e = geometry_of(&header_of(&many, 256 << 20, CODE_WIDE)).unwrap_err();
+        let many = Geometry::new_spread(256 << 20, 16 << 20, 1, 4096, 4096);
+        let e = geometry_of(&header_of(&many, 256 << 20, CODE_SPREAD)).unwrap_err();
         assert!(e.contains("more blocks than the code can take"), "{e}");
         // Parity parts that do not hold whole blocks.
-        let mut h = header_of(&g, total, CODE_WIDE);
+        let mut h = header_of(&g, total, CODE_SPREAD);
         h.parts[11].size -= 2;
         let e = geometry_of(&h).unwrap_err();
         assert!(e.contains("do not add up"), "{e}");

@@ -12,7 +12,7 @@
 //! - **Stripes**: block `j` of every data part and of every parity part form stripe `j`; with
 //!   `n` parity parts any `n` damaged or missing blocks of a stripe are rebuilt. A data part
 //!   shorter than the first one counts as zeros beyond its end (never damaged, never stored).
-//! - **Or one code over the whole set** (`split --spread`, [`wide`]): any `n` parts' worth of
+//! - **Or one code over the whole set** (`split --spread`, [`spread`]): any `n` parts' worth of
 //!   damaged blocks are rebuilt wherever they are, as par2 does, at the price of speed (a
 //!   rebuild reads the whole set, and a reader rebuilds every damaged block on the first one it
 //!   meets).
@@ -44,7 +44,7 @@ pub(crate) mod header;
 mod open;
 mod pass;
 mod read;
-pub(crate) mod wide;
+pub(crate) mod spread;
 mod write;
 
 pub use header::MAGIC;
@@ -68,11 +68,11 @@ pub const FORMAT: &str = "koord-bundle-split/v2";
 /// The name of the erasure code in the header: per stripe (block `j` of every part).
 pub const CODE: &str = "reed-solomon-gf16-leopard";
 /// The name of the set-wide erasure code (`split --spread`): every block of the set is one
-/// shard of a single code ([`wide`]).
-pub const CODE_WIDE: &str = "reed-solomon-gf16-leopard-set";
+/// shard of a single code ([`spread`]).
+pub const CODE_SPREAD: &str = "reed-solomon-gf16-leopard-set";
 /// Largest block of a set-wide code (the code takes at most 65536 blocks, data and parity:
 /// with 20 % parity, about 3 TiB of bundle).
-pub const MAX_WIDE_BLOCK: u64 = 64 << 20;
+pub const MAX_SPREAD_BLOCK: u64 = 64 << 20;
 /// The block digest: the first 16 bytes of the block's BLAKE3 hash.
 pub const BLOCK_DIGEST: &str = "blake3-128";
 /// Bytes of a block digest.
@@ -301,9 +301,9 @@ pub struct Geometry {
     pub sizes: Vec<u64>,
     /// Where each part's digests start in the block table (in blocks), and the total.
     starts: Vec<u64>,
-    /// The parity parts hold a set-wide code ([`CODE_WIDE`]): every block of the set is a
+    /// The parity parts hold a set-wide code ([`CODE_SPREAD`]): every block of the set is a
     /// shard (its index is its place in the block table), each parity part is whole blocks.
-    pub wide: bool,
+    pub spread: bool,
 }
 
 impl Geometry {
@@ -319,13 +319,13 @@ impl Geometry {
 
     /// [`Geometry::new`] for a set-wide code: every parity part holds as many whole blocks as
     /// the first data part has blocks (so `n` parity parts rebuild `n` lost data parts).
-    pub fn new_wide(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
+    pub fn new_spread(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
         let mut sizes = Geometry::data_sizes(total, stride);
         let k = sizes.len();
         let whole = sizes[0].div_ceil(block) * block;
         sizes.extend(std::iter::repeat_n(whole, n));
         Geometry {
-            wide: true,
+            spread: true,
             ..Geometry::from_sizes(sizes, k, n, block, data_offset)
         }
     }
@@ -362,15 +362,15 @@ impl Geometry {
     /// many blocks as par2 makes by default: damage is found and rebuilt at least as finely), at
     /// least 4 KiB, doubled while the code would have more shards than it can take
     /// (reed-solomon-simd 3: the power of two at or above the parity blocks, plus the data
-    /// blocks, at most 65536). `None` when even [`MAX_WIDE_BLOCK`] is too small, or a block
+    /// blocks, at most 65536). `None` when even [`MAX_SPREAD_BLOCK`] is too small, or a block
     /// would be larger than a part.
-    pub fn wide_block_for(total: u64, stride: u64, n: usize) -> Option<u64> {
+    pub fn spread_block_for(total: u64, stride: u64, n: usize) -> Option<u64> {
         let mut b = total.div_ceil(4096).next_power_of_two().max(MIN_BLOCK);
         loop {
-            if b > MAX_WIDE_BLOCK || b > stride.max(MIN_BLOCK) {
+            if b > MAX_SPREAD_BLOCK || b > stride.max(MIN_BLOCK) {
                 return None;
             }
-            let g = Geometry::new_wide(total, stride, n, b, 0);
+            let g = Geometry::new_spread(total, stride, n, b, 0);
             if super::parity::Coder::new(g.originals(), g.recovery()).is_ok() {
                 return Some(b);
             }
@@ -393,7 +393,7 @@ impl Geometry {
             n,
             sizes,
             starts,
-            wide: false,
+            spread: false,
         }
     }
 
@@ -460,7 +460,7 @@ impl Geometry {
     pub(crate) fn groups(&self, count: usize, share: u64) -> Groups {
         let cap = STRIPE_BUDGET / share;
         let stripe = count as u64 * self.block;
-        let (per, chunk) = if stripe <= cap || !self.wide {
+        let (per, chunk) = if stripe <= cap || !self.spread {
             ((cap / stripe.max(1)).max(1), count)
         } else {
             (1, ((cap / self.block).max(1) as usize).min(count))
@@ -596,7 +596,7 @@ impl DamageReport {
         use std::collections::BTreeMap;
         self.damaged_blocks = self.parts.iter().map(|p| p.blocks.len() as u64).sum();
         if let Some(r) = self.spread {
-            self.conclude_wide(r);
+            self.conclude_spread(r);
             return;
         }
         let mut per_stripe: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -674,7 +674,7 @@ impl DamageReport {
     /// [`DamageReport::conclude`] for a set-wide code of `r` recovery blocks: the parity parts
     /// missing are the excess in parity parts' worth of blocks; copied again, the most damaged
     /// parts first, until what is left is within `r`.
-    fn conclude_wide(&mut self, r: u64) {
+    fn conclude_spread(&mut self, r: u64) {
         let over = self.damaged_blocks.saturating_sub(r);
         let per = if self.parity == 0 {
             1
@@ -855,8 +855,8 @@ pub struct Set {
     /// coefficients of its erasure pattern: a lost part is the same pattern in every stripe).
     pub(crate) coder: Mutex<Option<super::parity::Coder>>,
     /// A set-wide code: the damaged data blocks, rebuilt all at once on the first damaged
-    /// block read ([`wide::Spill`]).
-    pub(crate) spill: Mutex<Option<Arc<wide::Spill>>>,
+    /// block read ([`spread::Spill`]).
+    pub(crate) spill: Mutex<Option<Arc<spread::Spill>>>,
 }
 
 /// Told of every block rebuilt while reading.
@@ -991,13 +991,13 @@ mod tests {
         assert_eq!(g.groups(20, 8), gr(1, 20, 2));
         // A set-wide code of 200 blocks of 64 MiB (a stripe of 12.5 GiB): one block at a time,
         // one set of buffers.
-        let g = Geometry::new_wide(199 << 26, 1 << 26, 1, 1 << 26, 4096);
+        let g = Geometry::new_spread(199 << 26, 1 << 26, 1, 1 << 26, 4096);
         let plan = g.groups(g.parts(), 8);
         assert_eq!(plan, gr(1, 1, 1));
         assert_eq!(plan.units(&g, g.parts()).count(), 200);
         // 1367 parts of 3 blocks of 128 KiB (split --spread of 512 MiB into 512 KiB parts): runs
         // of 64 parts, two sets of 8 MiB, every block of every part in exactly one group.
-        let g = Geometry::new_wide((1366 * 3) << 17, 3 << 17, 1, 1 << 17, 4096);
+        let g = Geometry::new_spread((1366 * 3) << 17, 3 << 17, 1, 1 << 17, 4096);
         let plan = g.groups(g.parts(), 8);
         assert_eq!(plan, gr(1, 64, 2));
         let mut seen = vec![0u64; g.parts()];

@@ -52,8 +52,8 @@ pub fn repair(
         return Err(SetError::Beyond(Box::new(damage)));
     }
     let g = &set.geometry;
-    if g.wide && damage.damaged_blocks > 0 {
-        rebuilt = rebuild_wide(set, &damage, &targets)?;
+    if g.spread && damage.damaged_blocks > 0 {
+        rebuilt = rebuild_spread(set, &damage, &targets)?;
     }
     let mut written = Vec::new();
     for (q, t) in targets.into_iter().enumerate() {
@@ -75,7 +75,7 @@ pub fn repair(
 
 /// A set-wide code: every damaged block rebuilt at once into the parts being written back, then
 /// read back and checked against its digest. Returns the blocks rebuilt.
-fn rebuild_wide(
+fn rebuild_spread(
     set: &Set,
     damage: &DamageReport,
     targets: &[Option<Target>],
@@ -99,8 +99,8 @@ fn rebuild_wide(
         )
         .map_err(io_err(&t.dest))
     };
-    let read = super::wide::read_from_parts(set);
-    super::wide::rebuild(&set.path, g, &lost, true, &read, &write)?;
+    let read = super::spread::read_from_parts(set);
+    super::spread::rebuild(&set.path, g, &lost, true, &read, &write)?;
     let mut buf = vec![0u8; g.block as usize];
     for &i in &lost {
         let (p, b) = g.shard_block(i);
@@ -325,7 +325,7 @@ impl<'a> Pass<'a> {
         let mut report = DamageReport {
             set: set.path.clone(),
             parity: g.n,
-            spread: g.wide.then_some(g.recovery() as u64),
+            spread: g.spread.then_some(g.recovery() as u64),
             notes: set.notes.iter().map(|n| n.to_string()).collect(),
             ..Default::default()
         };
@@ -370,9 +370,9 @@ impl<'a> Pass<'a> {
                 self.target(q, (j0 * g.block).min(g.sizes[q]))?;
             }
         }
-        // A set-wide code is rebuilt after the pass, all at once (`rebuild_wide`). A code per
+        // A set-wide code is rebuilt after the pass, all at once (`rebuild_spread`). A code per
         // stripe has every part in each group (q0 = 0).
-        if !g.wide {
+        if !g.spread {
             self.rebuild_runs(j0, &stripes, bufs)?;
             // What parity rebuilt is checked against the block table before it is written: a
             // set whose parity does not code its data (an unsigned, forged header) writes

@@ -155,8 +155,8 @@ impl Set {
         if let Some(bytes) = self.intact(p, b) {
             return Ok(bytes);
         }
-        let bytes = if self.geometry.wide {
-            self.rebuild_wide(p, b)?
+        let bytes = if self.geometry.spread {
+            self.rebuild_spread(p, b)?
         } else {
             self.rebuild(p, b)?
         };
@@ -166,8 +166,8 @@ impl Set {
 
     /// Block `b` of data part `p` of a set-wide code: on the first damaged block read, the
     /// whole set is checked and every damaged data block rebuilt into a spill file
-    /// ([`super::wide::Spill`]); read from there, checked against its digest.
-    fn rebuild_wide(&self, p: usize, b: u64) -> Result<Vec<u8>, SetError> {
+    /// ([`super::spread::Spill`]); read from there, checked against its digest.
+    fn rebuild_spread(&self, p: usize, b: u64) -> Result<Vec<u8>, SetError> {
         let spill = {
             let mut kept = match self.spill.lock() {
                 Ok(s) => s,
@@ -176,7 +176,7 @@ impl Set {
             match &*kept {
                 Some(s) => s.clone(),
                 None => kept
-                    .insert(Arc::new(super::wide::Spill::build(self)?))
+                    .insert(Arc::new(super::spread::Spill::build(self)?))
                     .clone(),
             }
         };

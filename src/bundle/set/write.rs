@@ -9,7 +9,7 @@ use super::header;
 use super::PartInfo;
 use super::{
     io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, Unit, ALIGN, BLOCK_DIGEST, CODE,
-    CODE_WIDE, DIGEST_LEN, FORMAT, MAX_PARTS,
+    CODE_SPREAD, DIGEST_LEN, FORMAT, MAX_PARTS,
 };
 use crate::bundle::atomic::AtomicFile;
 use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
@@ -25,7 +25,7 @@ pub struct SplitOptions<'a> {
     pub size: u64,
     /// Parity parts.
     pub parity: usize,
-    /// The parity parts hold a code over the whole set ([`super::wide`]) rather than one per
+    /// The parity parts hold a code over the whole set ([`super::spread`]) rather than one per
     /// stripe.
     pub spread: bool,
     /// Where the parts go.
@@ -50,7 +50,7 @@ fn header_for(g: &Geometry, bundle: PartInfo, size: u64, name: &str, table: Dige
         block_size: g.block,
         data_parts: g.k,
         parity_parts: g.n,
-        code: if g.wide { CODE_WIDE } else { CODE }.into(),
+        code: if g.spread { CODE_SPREAD } else { CODE }.into(),
         parts: g
             .sizes
             .iter()
@@ -109,11 +109,11 @@ fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry
             return Err(too_small);
         }
         let mut stride = (size - h) / 2 * 2;
-        let mut wide_block = None;
+        let mut spread_block = None;
         if opts.spread && opts.parity > 0 {
             // Whole blocks in every data part but the last, so a parity part of as many whole
             // blocks fits in a part too.
-            let b = Geometry::wide_block_for(total, stride, opts.parity).ok_or_else(|| {
+            let b = Geometry::spread_block_for(total, stride, opts.parity).ok_or_else(|| {
                 SetError::TooManyParts {
                     bundle: bundle.to_path_buf(),
                     parts: total.div_ceil(stride) as usize + opts.parity,
@@ -122,7 +122,7 @@ fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry
                 }
             })?;
             stride = stride / b * b;
-            wide_block = Some(b);
+            spread_block = Some(b);
         }
         let k = total.div_ceil(stride).max(1);
         let parts = k.saturating_add(opts.parity as u64);
@@ -134,14 +134,14 @@ fn layout(bundle: &Path, total: u64, opts: &SplitOptions<'_>) -> Result<Geometry
                 what: format!("a set has at most {MAX_PARTS} parts"),
             });
         }
-        if opts.parity > 0 && wide_block.is_none() {
+        if opts.parity > 0 && spread_block.is_none() {
             Coder::new(k as usize, opts.parity).map_err(|source| SetError::Parity {
                 path: bundle.to_path_buf(),
                 source,
             })?;
         }
-        let g = match wide_block {
-            Some(b) => Geometry::new_wide(total, stride, opts.parity, b, h),
+        let g = match spread_block {
+            Some(b) => Geometry::new_spread(total, stride, opts.parity, b, h),
             None => {
                 let block = Geometry::block_for(stride.min(total), parts as usize);
                 Geometry::new(total, stride, opts.parity, block, h)
@@ -222,8 +222,8 @@ pub fn split(
     };
     let table = write_stripes(bundle, &src, &g, &tmps, on_bytes)
         .and_then(|mut table| {
-            if g.wide {
-                encode_wide(bundle, &src, &g, &tmps, &mut table)?;
+            if g.spread {
+                encode_spread(bundle, &src, &g, &tmps, &mut table)?;
             }
             Ok(table)
         })
@@ -317,8 +317,8 @@ fn write_stripes(
     tmps: &[(AtomicFile, PathBuf)],
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<u8>, SetError> {
-    // A set-wide code is coded after this pass ([`encode_wide`]): here, the data parts only.
-    let (k, n) = (g.k, if g.wide { 0 } else { g.n });
+    // A set-wide code is coded after this pass ([`encode_spread`]): here, the data parts only.
+    let (k, n) = (g.k, if g.spread { 0 } else { g.n });
     let count = k + n;
     let plan = g.groups(count, 4);
     let per = plan.per;
@@ -418,12 +418,12 @@ fn write_stripes(
     Ok(table)
 }
 
-/// The parity parts of a set-wide code ([`super::wide`]): coded from the bundle's blocks
+/// The parity parts of a set-wide code ([`super::spread`]): coded from the bundle's blocks
 /// (the data parts are written by then), written into the parity parts' files, then read back
 /// and digested into `table`. Read back because each block is written a column slice at a time
 /// by two threads in no fixed order, so no hasher sees its bytes in order; the parity parts
 /// are then still in the page cache (2 GiB set: about 410 MiB read back, in a split of about 5 s).
-fn encode_wide(
+fn encode_spread(
     bundle: &Path,
     src: &std::fs::File,
     g: &Geometry,
@@ -433,7 +433,7 @@ fn encode_wide(
     let read = |i: usize, at: u64, buf: &mut [u8]| -> std::io::Result<()> {
         let (p, b) = g.shard_block(i);
         let start = p as u64 * g.stride() + b * g.block;
-        super::wide::read_padded(src, start, g.block_len(p, b), at, buf)
+        super::spread::read_padded(src, start, g.block_len(p, b), at, buf)
     };
     let write = |i: usize, at: u64, bytes: &[u8]| -> Result<(), SetError> {
         let (p, b) = g.shard_block(i);
@@ -441,7 +441,7 @@ fn encode_wide(
         crate::store::file::write_at(tmp.file(), bytes, g.data_offset + b * g.block + at)
             .map_err(io_err(dest))
     };
-    super::wide::encode(bundle, g, &read, &write)?;
+    super::spread::encode(bundle, g, &read, &write)?;
     let mut buf = vec![0u8; g.block as usize];
     for (p, (tmp, dest)) in tmps.iter().enumerate().skip(g.k) {
         for b in 0..g.blocks(p) {

@@ -1,4 +1,4 @@
-//! The set-wide code of `split --spread` ([`super::CODE_WIDE`]): every block of the set is one
+//! The set-wide code of `split --spread` ([`super::CODE_SPREAD`]): every block of the set is one
 //! shard of a single Reed–Solomon code, its index its place in the block table — the data
 //! parts' blocks the `K` originals (a block shorter than `B` padded with zeros), the parity
 //! parts' blocks the `R` recovery shards. Any `R` damaged or missing blocks are rebuilt,
@@ -341,7 +341,7 @@ mod tests {
             picks in proptest::collection::vec(any::<u64>(), 64),
         ) {
             let block = 4096;
-            let g = Geometry::new_wide(total, stride_blocks * block, n, block, 0);
+            let g = Geometry::new_spread(total, stride_blocks * block, n, block, 0);
             let mut shards = shards_of(&g, seed);
             encode_in_memory(&g, &mut shards);
             let all = g.originals() + g.recovery();
@@ -372,9 +372,9 @@ mod tests {
     }
 
     #[test]
-    fn a_wide_geometry_numbers_its_shards_in_table_order() {
+    fn a_spread_geometry_numbers_its_shards_in_table_order() {
         // 3 data parts of 3 blocks (the last of 1.5 blocks), 2 parity parts of 3 whole blocks.
-        let g = Geometry::new_wide(2 * 12288 + 6144, 12288, 2, 4096, 4096);
+        let g = Geometry::new_spread(2 * 12288 + 6144, 12288, 2, 4096, 4096);
         assert_eq!(g.k, 3);
         assert_eq!(g.sizes, vec![12288, 12288, 6144, 12288, 12288]);
         assert_eq!(g.originals(), 8);
@@ -388,18 +388,21 @@ mod tests {
             assert_eq!(g.table_index(p, b), i);
         }
         // An odd first part: the parity parts still hold whole blocks.
-        let g = Geometry::new_wide(5000, 5000, 1, 4096, 4096);
+        let g = Geometry::new_spread(5000, 5000, 1, 4096, 4096);
         assert_eq!(g.sizes, vec![5000, 8192]);
         // Block sizes: about 4096 data blocks, more when the code needs it, none past a part.
         assert_eq!(
-            Geometry::wide_block_for(470 << 20, 47 << 20, 2),
+            Geometry::spread_block_for(470 << 20, 47 << 20, 2),
             Some(128 << 10)
         );
-        assert_eq!(Geometry::wide_block_for(1 << 20, 256 << 10, 2), Some(4096));
         assert_eq!(
-            Geometry::wide_block_for(100 << 30, 25 << 30, 1),
+            Geometry::spread_block_for(1 << 20, 256 << 10, 2),
+            Some(4096)
+        );
+        assert_eq!(
+            Geometry::spread_block_for(100 << 30, 25 << 30, 1),
             Some(32 << 20)
         );
-        assert_eq!(Geometry::wide_block_for(100 << 40, 25 << 40, 1), None);
+        assert_eq!(Geometry::spread_block_for(100 << 40, 25 << 40, 1), None);
     }
 }
