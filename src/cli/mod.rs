@@ -173,6 +173,20 @@ pub struct SplitArgs {
     pub json: bool,
 }
 
+/// How a command that reads a bundle or a split set trusts it: `join`, `repair`, `serve`,
+/// `verify` and `load` take the same two options, declared once.
+#[derive(Debug, Clone, Args)]
+pub struct SignatureArgs {
+    /// Public key that signed the bundle (and a split set's header) [default: koord-bundle.pub
+    /// in the user's config directory].
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// Do not check the signature (an unsigned bundle or set, or no key at hand): every byte
+    /// is still checked against the bundle's own checksums, and the command says so.
+    #[arg(long)]
+    pub insecure_skip_signature: bool,
+}
+
 /// `join`.
 #[derive(Debug, Args)]
 pub struct JoinArgs {
@@ -182,14 +196,9 @@ pub struct JoinArgs {
     /// Output file [default: the original bundle name, in the current directory].
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Public key that signed the parts' header [default: koord-bundle.pub in the user's config
-    /// directory].
-    #[arg(long, value_name = "PUB")]
-    pub key: Option<PathBuf>,
-    /// Join without checking the header's signature (an unsigned header, or no key at hand);
-    /// the joined bundle's own signature is still checked by `verify` and `load`.
-    #[arg(long)]
-    pub insecure_skip_signature: bool,
+    /// `--key` and `--insecure-skip-signature`.
+    #[command(flatten)]
+    pub signature: SignatureArgs,
     /// Replace the output file when it exists (otherwise join refuses to).
     #[arg(long)]
     pub force: bool,
@@ -203,13 +212,9 @@ pub struct JoinArgs {
 pub struct RepairArgs {
     /// A part of the set: any part that survived.
     pub part: PathBuf,
-    /// Public key that signed the parts' header [default: koord-bundle.pub in the user's config
-    /// directory].
-    #[arg(long, value_name = "PUB")]
-    pub key: Option<PathBuf>,
-    /// Repair without checking the header's signature (an unsigned header, or no key at hand).
-    #[arg(long)]
-    pub insecure_skip_signature: bool,
+    /// `--key` and `--insecure-skip-signature`.
+    #[command(flatten)]
+    pub signature: SignatureArgs,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -232,12 +237,9 @@ pub struct ServeArgs {
     /// htpasswd file (bcrypt entries, as `htpasswd -B` writes) for basic auth.
     #[arg(long, value_name = "F")]
     pub htpasswd: Option<PathBuf>,
-    /// Public key [default: koord-bundle.pub in the user's config directory].
-    #[arg(long, value_name = "PUB")]
-    pub key: Option<PathBuf>,
-    /// Serve an unsigned or wrongly signed bundle (its integrity is still checked).
-    #[arg(long)]
-    pub insecure_skip_signature: bool,
+    /// `--key` and `--insecure-skip-signature`.
+    #[command(flatten)]
+    pub signature: SignatureArgs,
     /// Most connections open at once; one client address may hold at most 64 of them (or half,
     /// when that is fewer). When full, the connection idle longest is closed for a newcomer.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u16).range(2..))]
@@ -413,12 +415,9 @@ pub struct VerifyArgs {
     /// set): every block of every part is checked against the signed header, and damaged or
     /// missing ones are rebuilt from parity when the set has parity parts.
     pub bundle: PathBuf,
-    /// Public key [default: koord-bundle.pub in the user's config directory].
-    #[arg(long, value_name = "PUB")]
-    pub key: Option<PathBuf>,
-    /// Check everything but the signature (for unsigned bundles).
-    #[arg(long)]
-    pub insecure_skip_signature: bool,
+    /// `--key` and `--insecure-skip-signature`.
+    #[command(flatten)]
+    pub signature: SignatureArgs,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -454,12 +453,9 @@ pub struct LoadArgs {
     /// Target registry: HOST[:PORT][/PREFIX].
     #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]
     pub registry: String,
-    /// Public key [default: koord-bundle.pub in the user's config directory].
-    #[arg(long, value_name = "PUB")]
-    pub key: Option<PathBuf>,
-    /// Accept an unsigned or wrongly signed bundle (integrity is still checked).
-    #[arg(long)]
-    pub insecure_skip_signature: bool,
+    /// `--key` and `--insecure-skip-signature`.
+    #[command(flatten)]
+    pub signature: SignatureArgs,
     /// Registry user (with --password-stdin).
     #[arg(long, value_name = "U", requires = "password_stdin")]
     pub username: Option<String>,

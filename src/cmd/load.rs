@@ -135,12 +135,7 @@ impl Settings {
         }
         super::check_not_truncated(&bundle)
             .context("the bundle did not verify: nothing was pushed")?;
-        let key = if args.insecure_skip_signature {
-            progress.warn("--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)");
-            None
-        } else {
-            Some(super::public_key(args.key.as_deref())?)
-        };
+        let key = super::trusted_key(&args.signature, progress)?;
         let mut credentials = super::registry_credentials()?;
         if let Some(user) = &args.username {
             let mut pw = String::new();
@@ -228,10 +223,7 @@ async fn verify(
     progress: &Progress,
 ) -> anyhow::Result<(BundleSource, Unhashed)> {
     let bundle = &settings.bundle;
-    let total = std::fs::metadata(bundle)
-        .with_context(|| format!("cannot read {}", bundle.display()))?
-        .len();
-    let bar = progress.bytes("verifying", total);
+    let bar = progress.bytes("verifying", super::bundle_size(bundle)?);
     let policy = match &settings.key {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,

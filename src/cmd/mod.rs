@@ -186,6 +186,22 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// The key a bundle is checked with, from the options every reading command shares: `None`
+/// with `--insecure-skip-signature`, said once in the same words by every command.
+pub fn trusted_key(
+    sig: &crate::cli::SignatureArgs,
+    progress: &crate::progress::Progress,
+) -> anyhow::Result<Option<minisign::PublicKey>> {
+    if sig.insecure_skip_signature {
+        progress.warn(
+            "--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)",
+        );
+        Ok(None)
+    } else {
+        public_key(sig.key.as_deref()).map(Some)
+    }
+}
+
 /// Find the public key: `--key`, else the one in the config directory.
 pub fn public_key(key: Option<&std::path::Path>) -> anyhow::Result<minisign::PublicKey> {
     let path = match key {
@@ -422,6 +438,18 @@ pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
         Ok(head) => Ok(reader::check_complete(&bf, &head)?),
         Err(e @ reader::VerifyError::NotATar(_)) => Err(e.into()),
         Err(_) => Ok(()),
+    }
+}
+
+/// The bytes reading the bundle at `path` goes through, what a progress bar of that reading is
+/// sized by: for any part of a split set the joined bundle's (issue 31: verify and load sized
+/// the bar by the part given, and it sat at its end after that part), else the file's.
+pub fn bundle_size(path: &std::path::Path) -> anyhow::Result<u64> {
+    match crate::bundle::parts::BundleFile::open(path) {
+        Ok(bf) => Ok(bf.size),
+        Err(_) => Ok(std::fs::metadata(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .len()),
     }
 }
 
@@ -867,6 +895,34 @@ fn io_code(e: &std::io::Error) -> i32 {
 mod tests {
     use super::*;
     use crate::store::{RegistryError, StoreError};
+
+    /// The progress of reading a split set counts the joined bundle's bytes: a bar sized by
+    /// the part given (its file's length) sat at its end after the first part.
+    #[test]
+    fn a_split_set_is_sized_as_the_bundle_it_joins_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar");
+        let bytes: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        std::fs::write(&bundle, &bytes).unwrap();
+        assert_eq!(bundle_size(&bundle).unwrap(), 3_000_000);
+        let out = dir.path().join("parts");
+        let opts = crate::bundle::set::SplitOptions {
+            size: 1 << 20,
+            parity: 1,
+            spread: false,
+            out_dir: &out,
+            name: "b.tar",
+            signer: None,
+        };
+        let parts = crate::bundle::set::split(&bundle, &opts, &|_| {}).unwrap();
+        assert!(parts.len() > 3, "{parts:?}");
+        for p in &parts[..2] {
+            assert!(std::fs::metadata(p).unwrap().len() <= 1 << 20);
+            assert_eq!(bundle_size(p).unwrap(), 3_000_000, "{}", p.display());
+        }
+    }
 
     fn transport() -> RegistryError {
         RegistryError::Transport {

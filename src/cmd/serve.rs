@@ -46,14 +46,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     super::bundle_arg(&args.bundle)?;
     super::check_not_truncated(&args.bundle)
         .context("the bundle did not verify: nothing is served")?;
-    let pk = if args.insecure_skip_signature {
-        progress.warn(
-            "--insecure-skip-signature: the bundle's signature is NOT checked (its integrity still is)",
-        );
-        None
-    } else {
-        Some(super::public_key(args.key.as_deref())?)
-    };
+    let pk = super::trusted_key(&args.signature, &progress)?;
     // Everything that fails fast comes before the (long) verification.
     let htpasswd = args.htpasswd.as_deref().map(Htpasswd::load).transpose()?;
     let tls = match (&args.tls_cert, &args.tls_key) {

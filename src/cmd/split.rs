@@ -155,8 +155,8 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
     })?;
     trust_header(
         &bf,
-        args.key.as_deref(),
-        args.insecure_skip_signature,
+        args.signature.key.as_deref(),
+        args.signature.insecure_skip_signature,
         &progress,
     )?;
     let out = match &args.output {
@@ -288,8 +288,8 @@ pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
     };
     let sig = trust_header(
         &bf,
-        args.key.as_deref(),
-        args.insecure_skip_signature,
+        args.signature.key.as_deref(),
+        args.signature.insecure_skip_signature,
         &progress,
     )?;
     for n in set_notes(&bf) {

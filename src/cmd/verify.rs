@@ -11,16 +11,8 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     super::bundle_arg(&args.bundle)?;
     super::check_not_truncated(&args.bundle)?;
-    let pk = if args.insecure_skip_signature {
-        progress.warn("--insecure-skip-signature: the signature is NOT checked; only integrity is");
-        None
-    } else {
-        Some(super::public_key(args.key.as_deref())?)
-    };
-    let total = std::fs::metadata(&args.bundle)
-        .with_context(|| format!("cannot read {}", args.bundle.display()))?
-        .len();
-    let bar = progress.bytes("verifying", total);
+    let pk = super::trusted_key(&args.signature, &progress)?;
+    let bar = progress.bytes("verifying", super::bundle_size(&args.bundle)?);
     let policy = match &pk {
         Some(k) => reader::SignaturePolicy::Require(k),
         None => reader::SignaturePolicy::Skip,
