@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Helper of scripts/bench (Python standard library only).
 
-  bench_report.py gen-set --registry HOST:PORT --prefix P --work DIR --stamp FILE
+  bench_report.py gen-set --registry HOST:PORT --prefix P --work DIR --stamp FILE [--big-mib N]
       Make sure the benchmark's synthetic image set is in the (plain HTTP) registry; build and
-      push it only when it is not already there. Prints a JSON summary on stdout.
+      push it only when it is not already there. Prints a JSON summary on stdout. --big-mib
+      makes <prefix>/big:v<N> one layer of N MiB instead of 256 (1834: the 2 GiB set).
   bench_report.py report --records TSV --meta TSV --set JSON --out FILE
       Medians, ratios and targets as markdown: printed and written to FILE.
   bench_report.py gen-scale --registry HOST:PORT --prefix P --work DIR --layers N [--layer-mib M]
@@ -17,8 +18,9 @@
   bench_report.py peer-manifests --set JSON --registry HOST:PORT --prefix P --helm-repo URL --out-dir DIR
       The Hauler manifest (DIR/hauler.yaml) and the Zarf package definition (DIR/zarf/zarf.yaml)
       of the image set and the chart, from the templates in scripts/peers/.
-  bench_report.py peers-report --records TSV --meta TSV --tools TSV --bytes TSV --digests TSV --out FILE
-      The "Peers side by side" section (scripts/bench --peers), printed and put into FILE.
+  bench_report.py peers-report --records TSV --meta TSV --tools TSV --bytes TSV --digests TSV --out FILE [--title T]
+      The "Peers side by side" section (scripts/bench --peers), printed and put into FILE
+      (--title: its heading, for the 2 GiB set's section).
 
 The image set (deterministic, incompressible data, so sizes are real):
 
@@ -331,6 +333,8 @@ def cmd_blob_uploads(a) -> int:
 
 
 def cmd_gen_set(a) -> int:
+    if a.big_mib != 256:
+        SPEC["big"] = {"repository": "big", "tag": f"v{a.big_mib}", "kib": a.big_mib * 1024}
     stamp = Path(a.stamp)
     want = spec_hash()
     if stamp.exists():
@@ -557,7 +561,7 @@ def _replace_section(out: Path, heading: str, section: str) -> None:
     former section of that heading, or at the end; the other sections stay. Written whole or
     not at all (a temporary file renamed into place)."""
     text = out.read_text() if out.exists() else "# koord-bundle benchmark\n\n"
-    marker = "\n" + heading
+    marker = "\n" + heading + "\n"  # the whole line: "## X" is not "## X, 2 GiB"
     if marker in text:
         head, _, rest = text.partition(marker)
         nxt = rest.find("\n## ")
@@ -1227,14 +1231,14 @@ def cmd_peers_report(a) -> int:
     def n(m, t):
         return len(rec.get((m, t), []))
 
-    L = ["## Peers side by side", ""]
+    L = [a.title, ""]
     L.append(f"Written by `scripts/bench --peers --runs {meta.get('runs')}` on {meta.get('date')}: "
              f"every tool moves the same image set ({meta.get('set')}) from the plain registry "
              f"(`{meta.get('plain')}`, HTTP) into a fresh repository prefix of the TLS + basic-auth "
              f"registry (`{meta.get('tls')}`), both docker-registry on loopback. Median of the runs "
              "(each tool's build then load, the order of the tools reversed on even runs); peak "
              "RSS is the largest process of a step, the largest of the runs. Fresh stores, caches "
-             "and target prefixes every run; the page cache is not dropped (cold-ish). "
+             f"and target prefixes every run; {meta.get('cold', 'the page cache is not dropped (cold-ish)')}. "
              "\"build\" ends with the artifact that crosses on disk; \"load\" starts from it "
              "(unpacking included where the tool needs it).")
     L.append("")
@@ -1291,6 +1295,16 @@ def cmd_peers_report(a) -> int:
         lo, lt = min(rss)
         L.append(f"- peak RSS: koord-bundle {fmt_mib(kbr)}, the lowest peer {tools[lt]['label']} "
                  f"{fmt_mib(lo)} (goal: no higher: {'**met**' if kbr <= lo else '**missed**'}).")
+    if meta.get("kb_own_rss"):
+        ob, oh, ol = (int(x) for x in meta["kb_own_rss"].split())
+        lo_b = min((peak("build", t), t) for t in tools if t != "kb" and peak("build", t))
+        lo_l = min((peak("load", t), t) for t in tools if t != "kb" and peak("load", t))
+        L.append(f"- peak RSS split (one untimed build and load; `/usr/bin/time` reports the largest "
+                 f"process of a tree): koord-bundle's own process {fmt_mib(ob)} in build and "
+                 f"{fmt_mib(ol)} in load (VmHWM polled every 10 ms); build's `helm template` child, "
+                 f"which finds the chart's images (the peers are given a list), {fmt_mib(oh)}. "
+                 f"The lowest peers: build {tools[lo_b[1]]['label']} {fmt_mib(lo_b[0])}, load "
+                 f"{tools[lo_l[1]]['label']} {fmt_mib(lo_l[0])}.")
     ff, pf = med("serve", "files"), med("push", "alone")
     if ff and kb_b:
         L.append(f"- the fetch floor (every unique blob once, curl 4 at a time, into files + sync): "
@@ -1299,7 +1313,8 @@ def cmd_peers_report(a) -> int:
         L.append(f"- the push floor (every unique blob once, curl monolithic PUT 4 at a time): "
                  f"{fmt_s(pf)}; koord-bundle's load is {kb_l / pf:.2f}× it (goal ≤ 1.2×: "
                  f"{'**met**' if kb_l / pf <= 1.2 else '**missed**'}).")
-    L.append("- the 2 GiB set: not run in this cut (`--peers` runs the bench set only).")
+    if a.title == "## Peers side by side":
+        L.append("- the 2 GiB set: its own section, \"Peers side by side, 2 GiB\" (`--big 1834`).")
     L.append("")
     L.append("What each tool ran (the `build` and `load` steps; `$P` = plain registry/bench, "
              "`$T` = TLS registry/prefix):")
@@ -1331,7 +1346,7 @@ def cmd_peers_report(a) -> int:
     L.append("")
     section = "\n".join(L)
     print(section)
-    _replace_section(Path(a.out), "## Peers side by side", section)
+    _replace_section(Path(a.out), a.title, section)
     return 0
 
 
@@ -1344,6 +1359,7 @@ def main() -> int:
     g.add_argument("--work", required=True)
     g.add_argument("--stamp", required=True)
     g.add_argument("--jobs", type=int, default=2)
+    g.add_argument("--big-mib", type=int, default=256)
     r = sub.add_parser("report")
     r.add_argument("--records", required=True)
     r.add_argument("--meta", required=True)
@@ -1419,6 +1435,7 @@ def main() -> int:
     pp.add_argument("--digests", required=True)
     pp.add_argument("--failed")
     pp.add_argument("--out", required=True)
+    pp.add_argument("--title", default="## Peers side by side")
     a = ap.parse_args()
     return {"peer-manifests": cmd_peer_manifests, "peers-report": cmd_peers_report,
             "gen-set": cmd_gen_set, "report": cmd_report, "gen-scale": cmd_gen_scale,
