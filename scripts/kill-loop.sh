@@ -10,9 +10,9 @@
 # KB: the koord-bundle binary [default: target/release, else target/debug]. The build loop needs
 # the test environment (scripts/test-env.sh start; KB_ENV_DIR, default target/test-env): it
 # builds 1.8.0 from its local registry (KB_KILL_BUILD_IMAGE: an image more), and is skipped,
-# said, without it. Prints one line per
-# command: runs, kills that landed while it ran, and failures (exit 1 when there is one).
-# KB_KILL_LOOP: the commands to run [default: "build split repair join"].
+# said, without it. KB_KILL_LOOP: the commands to run [default: "build split repair join"].
+# Prints one line per command: runs, kills that landed while it ran, and failures (exit 1 when
+# there is one).
 set -euo pipefail
 RUNS="${1:-50}"
 MIB="${2:-64}"
