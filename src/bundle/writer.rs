@@ -966,9 +966,9 @@ fn spawn_writes(
                 }
             }
             if piece.len() >= WRITE_PIECE {
-                result = crate::store::file::write_at(&file, &piece, at)
-                    .map_err(WriteFail::Bundle)
-                    .map(|()| at += piece.len() as u64);
+                // Already a whole write: straight through, not copied into the buffer.
+                result = crate::store::file::write_at(&file, &piece, at).map_err(WriteFail::Bundle);
+                at += piece.len() as u64;
                 continue;
             }
             buf.extend_from_slice(&piece);

@@ -443,7 +443,8 @@ pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
 
 /// The bytes reading the bundle at `path` goes through, what a progress bar of that reading is
 /// sized by: for any part of a split set the joined bundle's (issue 31: verify and load sized
-/// the bar by the part given, and it sat at its end after that part), else the file's.
+/// the bar by the part given, and it sat at its end after that part; serve had this already),
+/// else the file's.
 pub fn bundle_size(path: &std::path::Path) -> anyhow::Result<u64> {
     match crate::bundle::parts::BundleFile::open(path) {
         Ok(bf) => Ok(bf.size),

@@ -2,7 +2,6 @@
 //! a split bundle), with no extraction. The bundle is verified completely first; nothing is
 //! served before. Requests are logged to stderr, one line each; Ctrl-C or SIGTERM stops it.
 
-use crate::bundle::parts::BundleFile;
 use crate::bundle::reader;
 use crate::bundle::source::BundleSource;
 use crate::bundle::BundleManifest;
@@ -57,10 +56,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = Listener::bind(&args.addr).await?;
     let addr = listener.local_addr().context("the listening address")?;
 
-    let total = BundleFile::open(&args.bundle)
-        .map(|b| b.size)
-        .or_else(|_| std::fs::metadata(&args.bundle).map(|m| m.len()))
-        .with_context(|| format!("cannot read {}", args.bundle.display()))?;
+    let total = super::bundle_size(&args.bundle)?;
     // An incremental bundle leaves out layers the site holds: say so before verifying it.
     if let Ok(head) = reader::read_head(&args.bundle) {
         if let Ok(m) = serde_json::from_slice::<BundleManifest>(&head.manifest) {
