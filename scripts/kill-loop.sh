@@ -30,7 +30,8 @@ export KOORD_BUNDLE_CONFIG_DIR="$W/config" KOORD_BUNDLE_CACHE_DIR="$W/cache"
 "$KB" keygen --unencrypted >/dev/null 2>&1
 cd "$W"
 head -c "$((MIB << 20))" /dev/urandom >b.tar
-want="$(sha256sum <b.tar | cut -d' ' -f1)"
+sum_of() { sha256sum <"$1" | cut -d' ' -f1; }
+want="$(sum_of b.tar)"
 fails=0
 want() { [[ " ${KB_KILL_LOOP:-build split repair join} " == *" $1 "* ]]; }
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
@@ -46,7 +47,7 @@ kill_within() {
 }
 joined_ok() { # $1: a part; the set joins to the bundle's bytes
     rm -f "$W/j.tar"
-    "$KB" join "$1" -o "$W/j.tar" >/dev/null 2>&1 && [[ "$(sha256sum <"$W/j.tar" | cut -d' ' -f1)" == "$want" ]]
+    "$KB" join "$1" -o "$W/j.tar" >/dev/null 2>&1 && [[ "$(sum_of "$W/j.tar")" == "$want" ]]
 }
 sums() { (cd "$1" && sha256sum b.tar.* | sort); }
 
@@ -70,22 +71,22 @@ elif [[ -f "$ENV_SH" ]]; then
     bld() { "${BLD[@]}" "$@"; }
     bld -o clean.tar >/dev/null 2>&1 || { echo "build failed against $KB_PLAIN_REGISTRY" >&2; exit 2; }
     bld --platform linux/amd64 -o clean-amd64.tar >/dev/null 2>&1
-    sum_of() { sha256sum <"$1" | cut -d' ' -f1; }
+    clean_sum="$(sum_of clean.tar)" amd64_sum="$(sum_of clean-amd64.tar)"
     t=$(timed bld -o t.tar)
     killed=0 discarded=0
     for i in $(seq "$RUNS"); do
         rm -f bb.tar
         [[ "$(kill_within "$t" "${BLD[@]}" -o bb.tar)" == killed ]] && killed=$((killed + 1))
-        if [[ -e bb.tar ]] && [[ "$(sum_of bb.tar)" != "$(sum_of clean.tar)" ]]; then fail "build run $i: a partial file at the output path"; fi
+        if [[ -e bb.tar ]] && [[ "$(sum_of bb.tar)" != "$clean_sum" ]]; then fail "build run $i: a partial file at the output path"; fi
         rm -f bb.tar
         if ((i % 2)); then
             bld -o bb.tar >err.txt 2>&1 || fail "build run $i: the resumed build failed: $(tail -n 5 err.txt)"
-            [[ -e bb.tar && "$(sum_of bb.tar)" == "$(sum_of clean.tar)" ]] || fail "build run $i: the resumed build differs from a clean one"
+            [[ -e bb.tar && "$(sum_of bb.tar)" == "$clean_sum" ]] || fail "build run $i: the resumed build differs from a clean one"
         else
             # (an empty .partial, made but killed before its first byte, holds nothing to say)
             had=0; [[ -s .bb.tar.partial ]] && had=1
             bld --platform linux/amd64 -o bb.tar >err.txt 2>&1 || fail "build run $i: the build with other inputs failed: $(tail -n 5 err.txt)"
-            [[ -e bb.tar && "$(sum_of bb.tar)" == "$(sum_of clean-amd64.tar)" ]] || fail "build run $i: the build with other inputs differs from a clean one"
+            [[ -e bb.tar && "$(sum_of bb.tar)" == "$amd64_sum" ]] || fail "build run $i: the build with other inputs differs from a clean one"
             if [[ $had == 1 ]]; then
                 grep -q "is not resumed from" err.txt && discarded=$((discarded + 1)) || fail "build run $i: a .partial of other inputs was not said to be discarded"
             fi
@@ -145,12 +146,12 @@ killed=0
 for i in $(seq "$RUNS"); do
     rm -f out.tar
     [[ "$(kill_within "$t" "$KB" join ref/b.tar.part000 -o "$W/out.tar")" == killed ]] && killed=$((killed + 1))
-    if [[ -e out.tar ]] && [[ "$(sha256sum <out.tar | cut -d' ' -f1)" != "$want" ]]; then
+    if [[ -e out.tar ]] && [[ "$(sum_of out.tar)" != "$want" ]]; then
         fail "join run $i: a partial file at the output path"
     fi
     rm -f out.tar
     "$KB" join ref/b.tar.part000 -o "$W/out.tar" >/dev/null 2>&1 || fail "join run $i: the next join failed"
-    [[ "$(sha256sum <out.tar | cut -d' ' -f1)" == "$want" ]] || fail "join run $i: the joined bundle differs"
+    [[ "$(sum_of out.tar)" == "$want" ]] || fail "join run $i: the joined bundle differs"
     [[ -z "$(find . -maxdepth 1 -name '.out.tar*')" ]] || fail "join run $i: temporary files left"
 done
 echo "join    $RUNS runs, $killed killed mid-run, $fails failures so far"

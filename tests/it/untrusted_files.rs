@@ -44,6 +44,35 @@ fn assert_clean(h: &Home, out: &Path, clean: &Path, what: &str) {
     assert!(!partial_of(out).exists(), "{what}: the .partial stayed");
 }
 
+/// Random moments to kill a command at, from a seed printed (as `what: KB_KILL_SEED=N`) so that
+/// `KB_KILL_SEED=N` repeats a run; xorshift64.
+struct KillMoments(u64);
+
+impl KillMoments {
+    fn new(what: &str) -> KillMoments {
+        let seed: u64 = std::env::var("KB_KILL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        eprintln!("{what}: KB_KILL_SEED={seed}");
+        KillMoments(seed | 1)
+    }
+
+    /// A moment from 0 to `span`, in thousandths of it.
+    fn within(&mut self, span: Duration) -> Duration {
+        let r = &mut self.0;
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        span.mul_f64((*r % 1000) as f64 / 1000.0)
+    }
+}
+
 /// A deterministic stream of bytes that are never zero (a resume reads zeros as "not written").
 fn junk(n: usize, seed: u32) -> Vec<u8> {
     (0..n as u32)
@@ -106,24 +135,8 @@ fn a_partial_made_for_other_inputs_is_discarded_and_the_bundle_is_the_clean_one(
             .run(),
     );
     *slow.mode.lock().unwrap() = BlobMode::StallAfter(1_000_000);
-    let seed: u64 = std::env::var("KB_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("kill moments: KB_KILL_SEED={seed}");
-    let mut rng = seed | 1;
-    let mut moment = || {
-        // xorshift64
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        Duration::from_millis(rng % 400)
-    };
+    let mut moments = KillMoments::new("kill moments");
+    let mut moment = || moments.within(Duration::from_millis(400));
     let gets = std::sync::atomic::Ordering::SeqCst;
     let mut kill = |out: &Path| {
         let at = moment();
@@ -206,25 +219,11 @@ fn a_build_killed_at_any_moment_resumes_to_the_clean_build_of_its_inputs() {
             .out(&clean_amd64)
             .run(),
     );
-    let seed: u64 = std::env::var("KB_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("kill moments over {took:?}: KB_KILL_SEED={seed}");
-    let mut rng = seed | 1;
+    let mut moments = KillMoments::new(&format!("kill moments over {took:?}"));
     let out = h.path().join("b.tar");
     let (mut killed, mut discarded) = (0, 0);
     for i in 0..8 {
-        // xorshift64
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let at = took.mul_f64((rng % 1000) as f64 / 1000.0);
+        let at = moments.within(took);
         let mut child = build(&[])
             .out(&out)
             .cmd()
