@@ -558,13 +558,21 @@ fn images_are_pinned_to_the_bundles_digests() {
 /// The pods of `namespace` (JSON), once the controller manager has made at least `n`.
 fn pods_of(kube: &Cluster, namespace: &str, n: usize) -> Vec<Value> {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    // At least `n`, and the same count for 3 s: the controller manager makes a workload's
+    // replicas one after another, and a pod made after the statuses are written is "not
+    // started" (seen once: a second replica listed after the first was).
+    let (mut last, mut since) = (usize::MAX, std::time::Instant::now());
     loop {
         let out = kube.kubectl(&["-n", namespace, "get", "pods", "-o", "json"]);
         let items = serde_json::from_str::<Value>(&out).unwrap()["items"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        if items.len() >= n || std::time::Instant::now() > until {
+        if items.len() != last {
+            (last, since) = (items.len(), std::time::Instant::now());
+        }
+        let settled = since.elapsed() >= std::time::Duration::from_secs(3);
+        if items.len() >= n && settled || std::time::Instant::now() > until {
             return items;
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
