@@ -19,6 +19,8 @@
 #   KB_ETCD_PORT     etcd client port (default 15010; the peer port is the next one)
 #   KB_KUBE_PORT     kube-apiserver's secure port (default 15012)
 #   KB_KCM_PORT      kube-controller-manager's secure port (default 15013)
+#   KB_KUBE_DIR      this control plane's state (default $KB_ENV_DIR/kube): scripts/test-env.sh
+#                    runs a pool of them, each with a directory and ports of its own
 #
 # Writes $KB_ENV_DIR/kube/admin.kubeconfig (system:masters, client certificate) and
 # $KB_ENV_DIR/kube/env.json (what scripts/test-env.sh merges into the tests' env.json).
@@ -35,9 +37,10 @@ SRC="$REPO_ROOT/tests/control-plane"
 
 mkdir -p "$KB_ENV_DIR" "$KB_TOOLS"
 KB_ENV_DIR="$(cd "$KB_ENV_DIR" && pwd)"
+[[ -z "${KB_KUBE_DIR:-}" ]] || { mkdir -p "$KB_KUBE_DIR" && KB_KUBE_DIR="$(cd "$KB_KUBE_DIR" && pwd)"; }
 KB_TOOLS="$(cd "$KB_TOOLS" && pwd)"
 BIN="$KB_TOOLS/control-plane"
-DIR="$KB_ENV_DIR/kube"
+DIR="${KB_KUBE_DIR:-$KB_ENV_DIR/kube}"
 PKI="$DIR/pki"
 RUN="$DIR/run"
 LOGS="$DIR/logs"

@@ -12,10 +12,21 @@
 #     every bill of materials with it (tests/it/bom.rs).
 #   - cmarkgfm (GitHub's cmark-gfm, PyPI) in $KB_TOOLS/markdown: the tests render diff --format
 #     markdown with it (tests/it/diff.rs).
+#   - cargo-nextest (crates.io, pinned) in $KB_TOOLS/nextest-VERSION: the test runner of
+#     scripts/test.sh (a process per test; test groups for the tests that lease a control plane).
+#
+#   scripts/install-deps.sh                # install what is missing
+#   scripts/install-deps.sh --nextest-dir  # print the directory of the pinned cargo-nextest only
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KB_TOOLS="${KB_TOOLS:-$REPO_ROOT/.tools}"
+NEXTEST_VERSION="0.9.151"
+NEXTEST_ROOT="$KB_TOOLS/nextest-$NEXTEST_VERSION"
+if [[ "${1:-}" == --nextest-dir ]]; then
+    echo "$NEXTEST_ROOT/bin"
+    exit 0
+fi
 
 log() { printf '[install-deps] %s\n' "$*" >&2; }
 die() { printf '[install-deps] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -161,6 +172,32 @@ install_cmarkgfm() {
 }
 install_cmarkgfm
 
+# ---------------------------------------------------------------- cargo-nextest
+# Built from crates.io once per machine (KB_TOOLS lives outside the clone, see scripts/test.sh),
+# without its self-update feature; its own temporary target directory, not the project's.
+install_nextest() {
+    local bin="$NEXTEST_ROOT/bin/cargo-nextest"
+    if [[ -x "$bin" ]] && "$bin" nextest --version 2>/dev/null | grep -q "^cargo-nextest $NEXTEST_VERSION\b"; then
+        return 0
+    fi
+    command -v cargo >/dev/null 2>&1 || die "cargo is needed to build cargo-nextest (https://rustup.rs)"
+    log "building cargo-nextest $NEXTEST_VERSION from crates.io into $NEXTEST_ROOT (once per machine: about 5 minutes on 2 cores)"
+    local tmp
+    tmp="$(mktemp -d)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'; trap - RETURN" RETURN
+    env -u CARGO_TARGET_DIR cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked \
+        --no-default-features --features default-no-update \
+        --root "$tmp/root" --target-dir "$tmp/target" --quiet \
+        || die "cargo install cargo-nextest $NEXTEST_VERSION failed (is crates.io reachable?)"
+    rm -rf "$NEXTEST_ROOT"
+    mkdir -p "$NEXTEST_ROOT"
+    mv "$tmp/root/bin" "$NEXTEST_ROOT/bin"
+    "$bin" nextest --version | grep -q "^cargo-nextest $NEXTEST_VERSION\b" \
+        || die "$bin is not cargo-nextest $NEXTEST_VERSION"
+}
+install_nextest
+
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
 log "kubectl: $KB_TOOLS/kubectl/kubectl -> $(tool_version "$KB_TOOLS/kubectl/kubectl")"
@@ -168,4 +205,5 @@ log "docker-registry: $(docker-registry --version 2>&1 | head -n1)"
 log "skopeo: $(skopeo --version 2>&1 | head -n1)"
 log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"
 log "cmarkgfm: $("$KB_TOOLS/markdown/bin/python3" -c 'import importlib.metadata as m; print(m.version("cmarkgfm"))')"
+log "cargo-nextest: $("$NEXTEST_ROOT/bin/cargo-nextest" nextest --version | head -n1)"
 log "all dependencies present"

@@ -4,11 +4,15 @@
 //!
 //! The Koordinator chart holds cluster-wide objects with fixed names (13 CRDs, its
 //! ClusterRoles, webhook configurations and PriorityClasses), so two installs of it cannot
-//! share one cluster: a test **leases** the cluster ([`lease`]) and has it to itself until the
-//! lease is dropped (an exclusive `flock` on the environment's lock file, which serialises the
-//! tests of every runner and process). A lease starts from a clean cluster: whatever an earlier
-//! test left (releases, namespaces, CRDs, nodes, the chart's cluster-wide objects, anything a
-//! test seeded) is deleted first, and the namespace controller has finished.
+//! share one cluster: a test **leases** a cluster ([`lease`]) and has it to itself until the
+//! lease is dropped (an exclusive `flock` on that control plane's lock file, which serialises
+//! the tests of every runner and process). The environment runs a pool of control planes
+//! (`KB_CONTROL_PLANES`, env.json's `kube_pool`), so that as many leased tests run side by side:
+//! under nextest, a test of the group `cluster` (.config/nextest.toml) takes the control plane
+//! of its group slot; elsewhere (cargo test) the first free one. A lease starts from a clean
+//! cluster: whatever an earlier test left (releases, namespaces, CRDs, nodes, the chart's
+//! cluster-wide objects, anything a test seeded) is deleted first, and the namespace controller
+//! has finished.
 //!
 //! What the API server saw comes from its audit log ([`Cluster::requests`]: user, user agent,
 //! verb, object, answer code; no bodies), what it holds from `kubectl` (the environment's
@@ -48,12 +52,32 @@ pub struct ControlPlane {
     pub kubectl: PathBuf,
 }
 
-/// The control plane of the environment.
+/// The first control plane of the environment (a test that only needs its address and CA;
+/// a test that sends it requests takes a [`lease`]).
 pub fn control_plane() -> ControlPlane {
-    let v = env_json();
+    pool().swap_remove(0)
+}
+
+/// Every control plane of the environment (env.json's `kube_pool`).
+pub fn pool() -> Vec<ControlPlane> {
+    let pool = env_json()["kube_pool"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !pool.is_empty(),
+        "env.json names no control plane: the environment was started without one \
+         (scripts/test.sh --quick, or KB_NO_CLUSTER=1), or before control-plane pools \
+         (scripts/test-env.sh restart)"
+    );
+    pool.iter().map(control_plane_of).collect()
+}
+
+/// The control plane of one entry of `kube_pool`.
+fn control_plane_of(v: &Value) -> ControlPlane {
     let s = |k: &str| {
         v[k].as_str()
-            .unwrap_or_else(|| panic!("env.json lacks {k}: restart the test environment (scripts/test-env.sh restart)"))
+            .unwrap_or_else(|| panic!("env.json's kube_pool entry lacks {k}: restart the test environment (scripts/test-env.sh restart)"))
             .to_string()
     };
     ControlPlane {
@@ -65,7 +89,10 @@ pub fn control_plane() -> ControlPlane {
         lock: s("kube_lock").into(),
         audit_log: s("kube_audit_log").into(),
         tokens: v["kube_tokens"].clone(),
-        kubectl: s("kubectl").into(),
+        kubectl: env_json()["kubectl"]
+            .as_str()
+            .expect("env.json names kubectl")
+            .into(),
     }
 }
 
@@ -83,17 +110,55 @@ pub struct Cluster {
     audit_from: std::cell::Cell<u64>,
 }
 
-/// Lease the cluster: wait for the tests before this one to end, then start from a clean
-/// cluster (see the module doc). The cluster has no nodes: see [`Cluster::seed_nodes`].
+/// Lease a cluster: wait until a control plane is free, then start from a clean cluster (see
+/// the module doc). The cluster has no nodes: see [`Cluster::seed_nodes`].
+///
+/// Under nextest the test must be in the test group `cluster` (.config/nextest.toml): a
+/// leasing test outside it would hold a test slot while it waits, and run beside more leased
+/// tests than there are control planes. It fails saying so.
 pub fn lease() -> Cluster {
-    let cp = control_plane();
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&cp.lock)
-        .expect("open the cluster lock");
-    lock.lock().expect("lock the cluster");
+    let mut pool = pool();
+    let open = |cp: &ControlPlane| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&cp.lock)
+            .expect("open the cluster lock")
+    };
+    let (cp, lock) = if std::env::var_os("NEXTEST").is_some() {
+        let group = std::env::var("NEXTEST_TEST_GROUP").unwrap_or_default();
+        assert_eq!(
+            group, "cluster",
+            "this test leases a cluster: put it in the test group `cluster` of .config/nextest.toml"
+        );
+        let slot: usize = std::env::var("NEXTEST_TEST_GROUP_SLOT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .expect("nextest names the test's group slot (NEXTEST_TEST_GROUP_SLOT)");
+        assert!(
+            slot < pool.len(),
+            "group slot {slot} but {} control planes: the group `cluster` of .config/nextest.toml \
+             allows more tests at once than KB_CONTROL_PLANES starts",
+            pool.len()
+        );
+        let cp = pool.swap_remove(slot);
+        let lock = open(&cp);
+        lock.lock().expect("lock the cluster");
+        (cp, lock)
+    } else {
+        // The first free one; all busy: try again shortly.
+        let (i, lock) = 'found: loop {
+            for (i, cp) in pool.iter().enumerate() {
+                let lock = open(cp);
+                if lock.try_lock().is_ok() {
+                    break 'found (i, lock);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        (pool.swap_remove(i), lock)
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
