@@ -421,8 +421,10 @@ pub struct VerifyArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
-    /// Then check the cluster against the bundle: every container of the release's pods runs
-    /// a digest the bundle carries for its image (exit 1 naming those that do not).
+    /// Then check the cluster against the bundle: every container (init, regular, ephemeral)
+    /// of the release's pods runs a digest the bundle carries for its image (exit 1 naming
+    /// those that do not; exit 4, "could not tell", when nothing failed but a container has not
+    /// started).
     #[arg(long)]
     pub cluster: bool,
     /// Release name (with --cluster).

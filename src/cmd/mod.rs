@@ -133,6 +133,10 @@ pub const EXIT_USAGE: i32 = 2;
 /// unreachable after the retries, a full disk, I/O errors on koord-bundle's own files, a bug.
 /// A retry later, or an operator, may help.
 pub const EXIT_INTERNAL: i32 = 3;
+/// Exit code of a check that could not tell (nothing failed, but not everything could be
+/// checked): `verify --cluster` with a container not started yet, or pods it cannot select.
+/// Not a success: run the check again once the cluster has settled.
+pub const EXIT_COULD_NOT_TELL: i32 = 4;
 /// Exit code of a `build` stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it.
 pub const EXIT_SIGINT: i32 = 130;
 /// Exit code of a `build` stopped by SIGTERM: 128 + 15, as shells report it.
@@ -622,7 +626,7 @@ pub fn usage_error_json(e: &clap::Error) {
     );
 }
 
-/// The exit code of an error chain: the contract of [`EXIT_USER`], [`EXIT_INTERNAL`] (usage
+/// The exit code of an error chain: the contract of [`EXIT_USER`], [`EXIT_INTERNAL`], [`EXIT_COULD_NOT_TELL`] (usage
 /// errors, [`EXIT_USAGE`], are clap's). This is the one place where error types meet exit
 /// codes: the chain is walked from the outermost error in, and the first error that is
 /// decisive decides ([`classify`]); a chain with none is the input's fault (`bail!` in the
@@ -653,6 +657,13 @@ fn is_disk_full(e: &std::io::Error) -> bool {
 fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(e) = c.downcast_ref::<Interrupted>() {
         return Some(e.code);
+    }
+    if let Some(e) = c.downcast_ref::<crate::cluster::running::NotVerified>() {
+        return Some(if e.could_not_tell {
+            EXIT_COULD_NOT_TELL
+        } else {
+            EXIT_USER
+        });
     }
     use crate::bundle::pack::PackError;
     use crate::bundle::parts::PartsError;

@@ -171,19 +171,33 @@ async fn check_cluster(
 fn print_cluster(r: &cluster::running::Report) {
     use cluster::running::Verdict as V;
     crate::say!(
-        "cluster    release {} in {} (revision {}, chart {}): {} workloads, {} containers",
+        "cluster    release {} in {} (revision {}, {}, chart {}): {} workloads, {} containers",
         r.release,
         r.namespace,
         r.revision,
+        r.status,
         r.chart_version.as_deref().unwrap_or("?"),
         r.workloads.len(),
-        r.containers.len()
+        r.counts.total()
     );
+    for p in &r.problems {
+        crate::say!(
+            "  {} {}: {}",
+            if p.failure {
+                "FAILED     "
+            } else {
+                "CANNOT TELL"
+            },
+            p.subject,
+            p.message
+        );
+    }
     for c in &r.containers {
         let running = c.running.as_deref().unwrap_or("-");
+        let expected = c.expected.as_deref().unwrap_or("an image of the bundle");
         let line = match c.verdict {
             V::Carried => format!(
-                "OK          {} {}: runs {running} ({} of {}){}",
+                "OK          {} {}: expected {expected}, found {running} ({} of {}){}",
                 c.pod,
                 c.container,
                 c.matched.as_deref().unwrap_or_default(),
@@ -195,28 +209,36 @@ fn print_cluster(r: &cluster::running::Report) {
                 }
             ),
             V::Differs => format!(
-                "DIFFERS     {} {}: runs {running}, the bundle carries {} for {} (spec {})",
-                c.pod,
-                c.container,
-                c.bundle_digest.as_deref().unwrap_or_default(),
-                c.bundle_image.as_deref().unwrap_or_default(),
-                c.spec
+                "DIFFERS     {} {}: expected {expected}, found {running} (spec {})",
+                c.pod, c.container, c.spec
             ),
             V::NotStarted => format!(
-                "NOT STARTED {} {}: no image running yet (spec {}): check again once it runs",
+                "NOT STARTED {} {}: expected {expected}, found no image running yet (spec {}): check again once it runs",
                 c.pod, c.container, c.spec
             ),
             V::NotBundled => format!(
-                "NOT BUNDLED {} {}: {} is not an image of the bundle",
-                c.pod, c.container, c.spec
+                "NOT BUNDLED {} {}: expected {expected}, found {} (running {running}), which is not an image of the bundle",
+                c.pod,
+                c.container,
+                c.spec
             ),
         };
         crate::say!("  {line}");
     }
+    if r.omitted > 0 {
+        crate::say!(
+            "  ... and {} more containers, counted in the verdict but not shown",
+            r.omitted
+        );
+    }
+    crate::say!("verdict    {}", r.verdict.line);
 }
 
-/// Exit 0 only when every running container of the release runs a digest the bundle carries.
+/// Exit 0 only when every container of the release runs a digest the bundle carries; 1 when
+/// one does not (or a workload is missing, or there is none); 4 when nothing failed but not
+/// everything could be told (a container not started).
 fn cluster_verdict(r: Option<&cluster::running::Report>, json: bool) -> anyhow::Result<()> {
+    use cluster::running::{NotVerified, Outcome, Verdict as V};
     let Some(r) = r.filter(|r| !r.ok()) else {
         return Ok(());
     };
@@ -224,26 +246,57 @@ fn cluster_verdict(r: Option<&cluster::running::Report>, json: bool) -> anyhow::
         // The report was the JSON: the error goes to stderr only.
         super::set_json_errors(false);
     }
-    let differs: Vec<String> = r
+    let wrong: Vec<String> = r
         .containers
         .iter()
-        .filter(|c| c.verdict == cluster::running::Verdict::Differs)
+        .filter(|c| matches!(c.verdict, V::Differs | V::NotBundled))
         .map(|c| {
             format!(
-                "{} {} runs {} where the bundle carries {}",
+                "{} {}: expected {}, found {} (running {})",
                 c.pod,
                 c.container,
-                c.running.as_deref().unwrap_or_default(),
-                c.bundle_digest.as_deref().unwrap_or_default()
+                c.expected.as_deref().unwrap_or("an image of the bundle"),
+                c.spec,
+                c.running.as_deref().unwrap_or("nothing yet")
             )
         })
+        .chain(
+            r.problems
+                .iter()
+                .filter(|p| p.failure)
+                .map(|p| format!("{}: {}", p.subject, p.message)),
+        )
         .collect();
     // The first few named (a DaemonSet differs on every node): the rest are in the report.
-    let more = differs.len().saturating_sub(12);
-    anyhow::bail!(
-        "{} of the release's containers run an image the bundle does not carry: {}{}; load the bundle again (its images are pinned by digest) or find what replaced them",
-        differs.len(),
-        differs[..differs.len().min(12)].join("; "),
-        if more > 0 { format!("; and {more} more (above)") } else { String::new() }
-    )
+    let more = wrong.len().saturating_sub(12);
+    let named = if wrong.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ": {}{}",
+            wrong[..wrong.len().min(12)].join("; "),
+            if more > 0 {
+                format!("; and {more} more (above)")
+            } else {
+                String::new()
+            }
+        )
+    };
+    let could_not_tell = r.verdict.outcome == Outcome::CouldNotTell;
+    let message = if could_not_tell {
+        format!(
+            "the cluster could not be verified against the bundle: {}; check again once every container runs (exit code 4: could not tell)",
+            r.verdict.line
+        )
+    } else {
+        format!(
+            "the release does not run what the bundle carries: {}{named}; load the bundle again (its images are pinned by digest), delete the pods that run another image, or find what replaced them",
+            r.verdict.line
+        )
+    };
+    Err(NotVerified {
+        message,
+        could_not_tell,
+    }
+    .into())
 }

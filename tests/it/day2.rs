@@ -608,10 +608,12 @@ fn write_status(kube: &Cluster, namespace: &str, pod: &Value, image_id: &dyn Fn(
 }
 
 /// `verify --cluster` on the real control plane: pods whose containers have not started are
-/// named as such (exit 0: nothing runs that the bundle does not carry); with statuses written
-/// as a kubelet writes them, `imageID` the bundle's digest, every container is OK (exit 0);
-/// one pod running another digest fails the check (exit 1), naming the pod and both digests,
-/// in text and in `--json`. (Before: no command read what the cluster runs.)
+/// named as such, and the check could not tell (exit 4; before issue 42: exit 0); with
+/// statuses written as a kubelet writes them, `imageID` the bundle's digest, every container is
+/// OK (exit 0) and the verdict line says so; one pod running another digest fails the check
+/// (exit 1), naming the pod and both digests, in text and in `--json`. `kubectl set image` of
+/// koord-manager's container to another repository is NOT BUNDLED and fails (exit 1; before
+/// issue 42: exit 0), naming the image expected and the one found.
 #[test]
 fn the_cluster_is_checked_against_the_bundle() {
     let h = Home::with_key();
@@ -638,9 +640,9 @@ fn the_cluster_is_checked_against_the_bundle() {
         args.extend_from_slice(extra);
         h.run(&args)
     };
-    // Not started: named, and not a failure.
+    // Not started: named, and "could not tell" (exit 4).
     let o = verify(&[]);
-    assert_ok(&o);
+    assert_fails(&o, 4, &["NOT STARTED): COULD NOT TELL"]);
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
         out.contains("NOT STARTED") && !out.contains("DIFFERS"),
@@ -660,6 +662,11 @@ fn the_cluster_is_checked_against_the_bundle() {
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
         out.contains("OK ") && !out.contains("NOT STARTED") && !out.contains("DIFFERS"),
+        "{out}"
+    );
+    let verdict = out.lines().last().unwrap_or_default().to_string();
+    assert!(
+        verdict.starts_with("verdict    ") && verdict.ends_with("containers verified: VERIFIED"),
         "{out}"
     );
     let o = verify(&["--json"]);
@@ -684,7 +691,14 @@ fn the_cluster_is_checked_against_the_bundle() {
     let want = carried(victim["spec"]["containers"][0]["image"].as_str().unwrap());
     let want_digest = want.split_once('@').unwrap().1;
     let o = verify(&[]);
-    let err = assert_fails(&o, 1, &["run an image the bundle does not carry"]);
+    let err = assert_fails(
+        &o,
+        1,
+        &[
+            "the release does not run what the bundle carries",
+            "1 DIFFERS",
+        ],
+    );
     assert!(
         err.contains(&victim_name) && err.contains(&other) && err.contains(want_digest),
         "the pod and both digests are named: {err}"
@@ -699,6 +713,64 @@ fn the_cluster_is_checked_against_the_bundle() {
             .unwrap()
             .iter()
             .any(|c| c["verdict"] == "differs" && c["running"] == other.as_str()),
+        "{j}"
+    );
+    assert_eq!(j["cluster"]["verdict"]["outcome"], "failed", "{j}");
+    // Back to the bundle's digest; then koord-manager's container swapped for an image of
+    // another repository, as `kubectl set image` does: the new ReplicaSet's pod is NOT BUNDLED
+    // (also before it starts, and after), named with the image the release renders for it.
+    write_status(&kube, CHART_NS, victim, &carried);
+    assert_ok(&verify(&[]));
+    kube.kubectl(&[
+        "-n",
+        CHART_NS,
+        "set",
+        "image",
+        "deploy/koord-manager",
+        "manager=evil.example/x:1",
+    ]);
+    let evil_pod = || {
+        pods_of(&kube, CHART_NS, pods.len() + 1)
+            .into_iter()
+            .find(|p| p["spec"]["containers"][0]["image"] == "evil.example/x:1")
+            .expect("the controller manager made a pod of the new template")
+    };
+    let evil = evil_pod();
+    let o = verify(&[]);
+    eprintln!(
+        "verify --cluster after `kubectl set image` (exit {:?}):\n{}{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = assert_fails(&o, 1, &["NOT BUNDLED): FAILED", "evil.example/x:1"]);
+    assert!(
+        err.contains(evil["metadata"]["name"].as_str().unwrap()),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.contains(": expected koordinator-sh/koord-manager:v1.7.0@sha256:")
+            && out.contains(", found evil.example/x:1 (running -)"),
+        "{out}"
+    );
+    write_status(&kube, CHART_NS, &evil, &|_| {
+        format!("evil.example/x@sha256:{}", "d".repeat(64))
+    });
+    let o = verify(&["--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["ok"], false);
+    assert!(
+        j["cluster"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["verdict"] == "not-bundled"
+                && c["spec"] == "evil.example/x:1"
+                && c["expected"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("koordinator-sh/koord-manager:v1.7.0@sha256:"))),
         "{j}"
     );
 }

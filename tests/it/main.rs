@@ -50,4 +50,5 @@ mod terminal;
 mod token_registry;
 mod tools;
 mod untrusted_files;
+mod verify_cluster;
 mod yaml_bounds;
