@@ -541,8 +541,9 @@ pub struct LoadArgs {
     /// chart's defaults unused for every key set before.
     #[arg(long)]
     pub reuse_values: bool,
-    /// Install a chart older than the one the release runs (a downgrade). Without it such a
-    /// load is refused before anything is pushed.
+    /// Install a chart older than the newest one the release ever deployed (a downgrade), or
+    /// one whose direction cannot be told (a version that is not SemVer, a record that cannot
+    /// be read). Without it such a load is refused before anything is pushed.
     #[arg(long)]
     pub allow_downgrade: bool,
     /// Leave the chart's CRDs to helm as the chart renders them: `helm uninstall` then

@@ -71,7 +71,8 @@ pub use auth::{ClientIdentity, Credentials, Impersonation};
 pub use client::KubeClient;
 pub use kubeconfig::{Files, Kubeconfig, Merged, Origin};
 pub use preflight::{
-    preflight, ChartCrd, Finding, Level, NodeInfo, PreflightInput, PreflightReport, ReleaseInfo,
+    preflight, ChartCrd, DeployedRevision, Finding, Level, NodeInfo, PreflightInput,
+    PreflightReport, ReleaseInfo,
 };
 
 use std::path::PathBuf;

@@ -706,8 +706,10 @@ pub async fn check(
     let manifest = info.manifest.as_deref().ok_or_else(|| ClusterError::Api {
         url: records.clone(),
         message: format!(
-            "the record of release {release} revision {} (sh.helm.release.v1.{release}.v{}) cannot be decoded, so the release's workloads are unknown and nothing can be verified: look at it with `helm get manifest {release} -n {namespace}`",
-            info.revision, info.revision
+            "the record of release {release} revision {} (sh.helm.release.v1.{release}.v{}) cannot be decoded ({}), so the release's workloads are unknown and nothing can be verified: look at it with `helm get manifest {release} -n {namespace}`",
+            info.revision,
+            info.revision,
+            info.unreadable.as_deref().unwrap_or("it holds no manifest")
         ),
         transient: false,
     })?;

@@ -27,6 +27,7 @@ mod fault_proxy;
 mod faults;
 mod firsthour;
 mod fuzz_regressions;
+mod guards;
 mod harbor;
 mod helm;
 mod hostile;

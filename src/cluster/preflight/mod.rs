@@ -198,6 +198,28 @@ pub struct ReleaseInfo {
     /// The objects that revision applied (its manifest), when its record could be decoded.
     #[serde(skip)]
     pub manifest: Option<String>,
+    /// Why the record of that revision could not be decoded, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
+    /// The newest revision that was ever deployed (`deployed`, `superseded` or `uninstalled`),
+    /// whatever the newest revision's status: what the downgrade guard compares with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_deployed: Option<DeployedRevision>,
+}
+
+/// The newest revision of a release that was ever deployed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployedRevision {
+    /// Revision number.
+    pub revision: u32,
+    /// Its Helm status now (`deployed`, `superseded`, `uninstalled`).
+    pub status: String,
+    /// Its chart version, when its record could be decoded.
+    pub chart_version: Option<String>,
+    /// Why its record could not be decoded, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 /// Everything the checks found.
@@ -363,6 +385,8 @@ pub(crate) mod tests {
                 chart_version: None,
                 values: None,
                 manifest: None,
+                unreadable: None,
+                last_deployed: None,
             }),
             release_namespace: "default".into(),
             create_namespace: false,
