@@ -5,8 +5,9 @@
 #
 #   scripts/test.sh [--quick] [extra args for cargo nextest run]
 #
-#   --quick         the gate for a change inside one part: fmt, clippy, the unit tests and every
-#                   integration test that needs no cluster (registries only, no control plane).
+#   --quick         the gate for a change inside one part: fmt, clippy, the unit tests and the
+#                   integration tests that need no cluster (registries only, no control plane),
+#                   but for the ten slowest (the test group slow of .config/nextest.toml).
 #                   The full command (no flag) is the one CI runs.
 #   KB_CACHE_DIR    caches kept outside the clone, so that a fresh clone on the same machine
 #                   (CI's) starts warm (default ${XDG_CACHE_HOME:-~/.cache}/koord-bundle-dev):
@@ -168,8 +169,9 @@ rc=0
 # lease a control plane are a test group as large as the environment's pool of control planes
 # (.config/nextest.toml), so no test slot waits on a cluster lock while other tests could run.
 args=(--profile default)
-# --quick: no test that leases a control plane, nor the one that only needs its address.
-((quick)) && args=(--profile quick -E 'not group(cluster) & not test(=kube_hostile::an_exec_plugin_that_prints_forever)')
+# --quick: no test that leases a control plane, nor the one that only needs its address, nor
+# the slow ones (the group slow of .config/nextest.toml).
+((quick)) && args=(--profile quick -E 'not group(cluster) & not group(slow) & not test(=kube_hostile::an_exec_plugin_that_prints_forever)')
 stage "run the tests (nextest ${args[*]})"
 log "running: cargo nextest run ${args[*]} --no-fail-fast $*"
 TMPDIR="$KB_TEST_TMPDIR" cargo nextest run --cargo-quiet "${args[@]}" \
