@@ -40,12 +40,36 @@ pub fn terminal_safe(s: &str) -> String {
 }
 
 fn push_escaped(out: &mut String, c: char) {
-    if c.is_control() || c == '\u{7f}' || is_invisible_format(c) || c == char::REPLACEMENT_CHARACTER
-    {
+    if is_unsafe(c) {
         out.extend(c.escape_default());
     } else {
         out.push(c);
     }
+}
+
+/// What must not reach a terminal raw: control characters (C0, DEL, C1), the invisible format
+/// characters, the replacement character of undecodable bytes.
+fn is_unsafe(c: char) -> bool {
+    c.is_control() || c == '\u{7f}' || is_invisible_format(c) || c == char::REPLACEMENT_CHARACTER
+}
+
+/// A JSON document made safe for a terminal without changing what it means: serde_json escapes
+/// C0 controls in strings but writes C1 controls, bidi overrides and zero-width characters raw;
+/// here each is written as a JSON `\uXXXX` escape, which a JSON reader decodes back to the same
+/// character. (Outside its strings a document holds only ASCII: its whitespace is kept.)
+pub fn json_terminal_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if matches!(c, '\n' | '\r' | '\t') || !is_unsafe(c) {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    out
 }
 
 /// Unicode format characters that can make a terminal show text other than the bytes hold:
@@ -136,6 +160,25 @@ mod tests {
         assert_eq!(printable("größe"), "größe");
         // Trojan Source: an override that shows text reversed, and a zero-width space.
         assert_eq!(printable("a\u{202e}b\u{200b}"), "a\\u{202e}b\\u{200b}");
+    }
+
+    #[test]
+    fn json_keeps_its_meaning_and_loses_its_raw_controls() {
+        let v = serde_json::json!({"bundle": "a\u{202e}b\u{9b}31m\u{1b}[2J\u{7f}\u{200b}größe\u{fffd}", "n": [1, 2]});
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        let safe = json_terminal_safe(&pretty);
+        assert!(
+            safe.chars()
+                .all(|c| matches!(c, '\n' | '\r' | '\t') || !is_unsafe(c)),
+            "{safe:?}"
+        );
+        assert!(
+            safe.contains(r#""a\u202eb\u009b31m\u001b[2J\u007f\u200bgröße\ufffd""#),
+            "{safe}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back, v);
+        assert_eq!(safe.lines().count(), pretty.lines().count());
     }
 
     #[test]

@@ -193,6 +193,8 @@ fn write_sbom(
     super::sets::tell_repairs(progress, bf);
     if out.as_os_str() == "-" {
         use std::io::Write as _;
+        // The file asked for (`-o -`), byte for byte: a document for a pipe, not words.
+        #[allow(clippy::disallowed_methods)]
         let mut so = std::io::stdout().lock();
         so.write_all(&bytes)
             .and_then(|()| so.flush())

@@ -56,6 +56,9 @@ pub const ISSUES: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/issues");
 /// destructor can turn it into an abort, and a panic on another thread cannot be lost in a
 /// `JoinError`. (A write to a closed standard output or error is reported as such, not as a
 /// bug.) Set once, first thing in `main`.
+// Raw writes, not println!/eprintln! (which panic on a failed write, and a panic in the hook
+// aborts): the message is escaped as it is built, the JSON document by serde_json.
+#[allow(clippy::disallowed_methods)]
 pub fn install_panic_hook() {
     use std::io::Write as _;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -502,11 +505,16 @@ pub fn blobs_in_bundle(blobs: &crate::bundle::manifest::BlobTotals) -> String {
     )
 }
 
-/// Print a JSON document on stdout.
-// A JSON document, printed whole: serde_json escapes control characters, and escaping again would break it.
+/// Print a JSON document on stdout, terminal-safe: serde_json escapes C0 controls only, so C1
+/// controls and bidi overrides of a bundle's names and comments are written as `\uXXXX`
+/// escapes ([`crate::text::json_terminal_safe`]), which every JSON reader decodes the same.
+// A JSON document, printed whole: terminal_safe's escapes would break it, json_terminal_safe's do not.
 #[allow(clippy::disallowed_macros)]
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    println!(
+        "{}",
+        crate::text::json_terminal_safe(&serde_json::to_string_pretty(v)?)
+    );
     Ok(())
 }
 

@@ -46,6 +46,8 @@ pub fn run(args: PostRenderArgs) -> anyhow::Result<()> {
     );
     let text = String::from_utf8(input).context("the rendered manifests are not UTF-8")?;
     let out = post_render(&text, &how)?;
+    // helm's input, not words for a terminal: the manifests as they are, on the pipe helm reads.
+    #[allow(clippy::disallowed_methods)]
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(out.as_bytes())

@@ -9,7 +9,6 @@ use crate::cli::ServeArgs;
 use crate::progress::{Mode, Progress};
 use crate::serve::{self, Event, Htpasswd, Index, Listener, Options};
 use anyhow::Context as _;
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,23 +91,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     print_banner(&args, &src, &index, addr, tls.is_some(), htpasswd.as_ref());
 
-    let events: serve::EventSink = Arc::new(|e: Event| {
-        let mut err = std::io::stderr().lock();
-        let _ = match e {
-            Event::Request(r) => writeln!(
-                err,
-                "{} {} {} {} {}B {}ms{}",
-                r.remote,
-                r.method,
-                r.path,
-                r.status,
-                r.bytes,
-                r.elapsed.as_millis(),
-                if r.complete { "" } else { " (incomplete)" }
-            ),
-            Event::Warning(w) => writeln!(err, "warning: {w}"),
-            Event::Connection { remote, error } => writeln!(err, "{remote} connection: {error}"),
-        };
+    // The request log goes through the printer like every other line: a request's path is the
+    // client's (httparse and http take UTF-8 in it, bidi overrides and C1 controls included),
+    // and reaches the operator's terminal escaped.
+    let log = progress.clone();
+    let events: serve::EventSink = Arc::new(move |e: Event| match e {
+        Event::Request(r) => log.say(format!(
+            "{} {} {} {} {}B {}ms{}",
+            r.remote,
+            r.method,
+            r.path,
+            r.status,
+            r.bytes,
+            r.elapsed.as_millis(),
+            if r.complete { "" } else { " (incomplete)" }
+        )),
+        Event::Warning(w) => log.warn(w),
+        Event::Connection { remote, error } => log.say(format!("{remote} connection: {error}")),
     });
     serve::serve(
         listener,

@@ -112,16 +112,19 @@ pub fn try_start(home: &Home, args: &[&str]) -> Result<Server, Refused> {
         let out = child.stdout.take().unwrap();
         let buf = stdout.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
+            for line in BufReader::new(out).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line).into_owned();
                 buf.lock().unwrap().push_str(&format!("{line}\n"));
                 let _ = tx.send(line);
             }
         });
-        // Drained continuously: the request log must never fill the pipe.
+        // Drained continuously: the request log must never fill the pipe. Bytes that are not
+        // UTF-8 are kept as U+FFFD (a test can look for it) rather than end the reading.
         let err = child.stderr.take().unwrap();
         let buf = stderr.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
+            for line in BufReader::new(err).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line);
                 buf.lock().unwrap().push_str(&format!("{line}\n"));
             }
         })
