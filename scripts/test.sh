@@ -42,27 +42,31 @@ log() { printf '[test] %s\n' "$*" >&2; }
 
 # ------------------------------------------------------------------ stage times
 STAGES=()
-stage_t0=""
+stage_t0=0
 stage_name=""
+# Microseconds since the epoch (bash 5's EPOCHREALTIME without its point: no bc needed).
+now_us() { echo "${EPOCHREALTIME/./}"; }
+# secs_since <microseconds>: seconds since then, to a tenth.
+secs_since() { local d=$(($(now_us) - $1)); printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000)); }
 stage() {
     stage_done
     stage_name="$1"
-    stage_t0="$EPOCHREALTIME"
+    stage_t0="$(now_us)"
     log "== $1"
 }
 stage_done() {
     if [[ -n "$stage_name" ]]; then
-        STAGES+=("$(printf '%-44s %7.1f s' "$stage_name" "$(bc <<<"$EPOCHREALTIME - $stage_t0")")")
+        STAGES+=("$(printf '%-44s %7s s' "$stage_name" "$(secs_since "$stage_t0")")")
         stage_name=""
     fi
 }
-run_t0="$EPOCHREALTIME"
+run_t0="$(now_us)"
 print_stages() {
     stage_done
     ((${#STAGES[@]})) || return 0
     log "stage times:"
     printf '[test]   %s\n' "${STAGES[@]}" >&2
-    log "$(printf '%-44s %7.1f s' total "$(bc <<<"$EPOCHREALTIME - $run_t0")")"
+    log "$(printf '%-44s %7s s' total "$(secs_since "$run_t0")")"
 }
 
 # ------------------------------------------------------------------ caches

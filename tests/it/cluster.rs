@@ -707,3 +707,85 @@ impl Cluster {
         ]);
     }
 }
+
+impl Cluster {
+    /// Write pod `pod`'s status (the pod as `kubectl get -o json` gives it) as its kubelet
+    /// would: phase Running, every regular and ephemeral container running and ready, every
+    /// init container terminated (Completed), each container's `imageID` what `image_id` gives
+    /// for its spec image. No kubelet runs here: the tests that judge what pods run write this.
+    pub fn write_pod_status(&self, pod: &Value, image_id: &dyn Fn(&str) -> String) {
+        let namespace = pod["metadata"]["namespace"].as_str().unwrap();
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let statuses = |field: &str, state: &Value| -> Vec<Value> {
+            pod["spec"][field]
+                .as_array()
+                .map(|cs| {
+                    cs.iter()
+                        .map(|c| {
+                            let image = c["image"].as_str().unwrap();
+                            json!({"name": c["name"], "image": image, "imageID": image_id(image),
+                                "ready": state.get("running").is_some(), "restartCount": 0,
+                                "state": state})
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let running = json!({"running": {"startedAt": "2026-12-04T00:00:00Z"}});
+        let done = json!({"terminated": {"exitCode": 0, "reason": "Completed",
+            "startedAt": "2026-12-04T00:00:00Z", "finishedAt": "2026-12-04T00:00:01Z"}});
+        let mut status = json!({"phase": "Running",
+            "containerStatuses": statuses("containers", &running)});
+        for (field, key, state) in [
+            ("initContainers", "initContainerStatuses", &done),
+            (
+                "ephemeralContainers",
+                "ephemeralContainerStatuses",
+                &running,
+            ),
+        ] {
+            let s = statuses(field, state);
+            if !s.is_empty() {
+                status[key] = s.into();
+            }
+        }
+        self.kubectl(&[
+            "-n",
+            namespace,
+            "patch",
+            "pod",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &json!({ "status": status }).to_string(),
+        ]);
+    }
+}
+
+/// A Helm release record (a Secret of type `helm.sh/release.v1`, as helm's Secret driver
+/// writes it) of release `name`, `revision` and `status` in `namespace`, whose `data.release`
+/// holds `helm_text`: helm's own text of the release ([`helm_text`], or anything a test forges).
+pub fn helm_record(
+    name: &str,
+    namespace: &str,
+    revision: u32,
+    status: &str,
+    helm_text: &str,
+) -> Value {
+    use base64::Engine as _;
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+        "metadata": {"name": format!("sh.helm.release.v1.{name}.v{revision}"), "namespace": namespace,
+            "labels": {"owner": "helm", "name": name, "status": status, "version": revision.to_string()}},
+        "data": {"release": base64::engine::general_purpose::STANDARD.encode(helm_text)}})
+}
+
+/// Helm's text of a release JSON: gzipped, then base64 (helm 3 and 4 store it so; the
+/// Secret's `data` base64-encodes it once more).
+pub fn helm_text(release_json: &str) -> String {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(release_json.as_bytes()).unwrap();
+    base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap())
+}

@@ -579,34 +579,6 @@ fn pods_of(kube: &Cluster, namespace: &str, n: usize) -> Vec<Value> {
     }
 }
 
-/// Write pod `pod`'s status as a kubelet would: each container running, its `imageID` the one
-/// `image_id` gives for its spec image.
-fn write_status(kube: &Cluster, namespace: &str, pod: &Value, image_id: &dyn Fn(&str) -> String) {
-    let name = pod["metadata"]["name"].as_str().unwrap();
-    let statuses: Vec<Value> = pod["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            let image = c["image"].as_str().unwrap();
-            json!({"name": c["name"], "image": image, "imageID": image_id(image), "ready": true,
-                   "restartCount": 0, "state": {"running": {"startedAt": "2026-12-04T00:00:00Z"}}})
-        })
-        .collect();
-    let patch = json!({"status": {"phase": "Running", "containerStatuses": statuses}});
-    kube.kubectl(&[
-        "-n",
-        namespace,
-        "patch",
-        "pod",
-        name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ]);
-}
-
 /// `verify --cluster` on the real control plane: pods whose containers have not started are
 /// named as such, and the check could not tell (exit 4; before issue 42: exit 0); with
 /// statuses written as a kubelet writes them, `imageID` the bundle's digest, every container is
@@ -655,7 +627,7 @@ fn the_cluster_is_checked_against_the_bundle() {
         format!("{repo}@{digest}")
     };
     for p in &pods {
-        write_status(&kube, CHART_NS, p, &carried);
+        kube.write_pod_status(p, &carried);
     }
     let o = verify(&[]);
     assert_ok(&o);
@@ -684,7 +656,7 @@ fn the_cluster_is_checked_against_the_bundle() {
     let other = format!("sha256:{}", "e".repeat(64));
     let victim = &pods[0];
     let victim_name = victim["metadata"]["name"].as_str().unwrap().to_string();
-    write_status(&kube, CHART_NS, victim, &|image: &str| {
+    kube.write_pod_status(victim, &|image: &str| {
         let repo = image.split('@').next().unwrap();
         format!("{repo}@{other}")
     });
@@ -719,7 +691,7 @@ fn the_cluster_is_checked_against_the_bundle() {
     // Back to the bundle's digest; then koord-manager's container swapped for an image of
     // another repository, as `kubectl set image` does: the new ReplicaSet's pod is NOT BUNDLED
     // (also before it starts, and after), named with the image the release renders for it.
-    write_status(&kube, CHART_NS, victim, &carried);
+    kube.write_pod_status(victim, &carried);
     assert_ok(&verify(&[]));
     kube.kubectl(&[
         "-n",
@@ -754,7 +726,7 @@ fn the_cluster_is_checked_against_the_bundle() {
             && out.contains(", found evil.example/x:1 (running -)"),
         "{out}"
     );
-    write_status(&kube, CHART_NS, &evil, &|_| {
+    kube.write_pod_status(&evil, &|_| {
         format!("evil.example/x@sha256:{}", "d".repeat(64))
     });
     let o = verify(&["--json"]);

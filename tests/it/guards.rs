@@ -8,20 +8,22 @@
 
 use crate::cluster::{self, Cluster};
 use crate::common::*;
-use base64::Engine as _;
 use serde_json::{json, Value};
-use std::io::Write as _;
 use std::path::Path;
 
 /// A revision's record: release `name`, `revision`, `status`, its release JSON `body` (text).
 fn record(name: &str, revision: u32, status: &str, body: &str) -> Value {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(body.as_bytes()).unwrap();
-    let helm_text = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
-    json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
-        "metadata": {"name": format!("sh.helm.release.v1.{name}.v{revision}"), "namespace": "default",
-            "labels": {"owner": "helm", "name": name, "status": status, "version": revision.to_string()}},
-        "data": {"release": base64::engine::general_purpose::STANDARD.encode(helm_text)}})
+    cluster::helm_record(name, "default", revision, status, &cluster::helm_text(body))
+}
+
+/// The record of a revision of chart `version` ([`record`] of [`release`]).
+fn revision(name: &str, number: u32, status: &str, version: &str) -> Value {
+    record(
+        name,
+        number,
+        status,
+        &release(name, number, status, version),
+    )
 }
 
 /// The release JSON of a revision of chart `version`.
@@ -78,30 +80,10 @@ fn the_downgrade_guard_fails_closed() {
         )
     };
     kube.seed(json!([
-        record(
-            "failed-up",
-            1,
-            "superseded",
-            &release("failed-up", 1, "superseded", "1.8.0")
-        ),
-        record(
-            "failed-up",
-            2,
-            "failed",
-            &release("failed-up", 2, "failed", "1.8.0")
-        ),
-        record(
-            "not-semver",
-            1,
-            "deployed",
-            &release("not-semver", 1, "deployed", "1.10")
-        ),
-        record(
-            "build-meta",
-            1,
-            "deployed",
-            &release("build-meta", 1, "deployed", "1.7.0+build.9")
-        ),
+        revision("failed-up", 1, "superseded", "1.8.0"),
+        revision("failed-up", 2, "failed", "1.8.0"),
+        revision("not-semver", 1, "deployed", "1.10"),
+        revision("build-meta", 1, "deployed", "1.7.0+build.9"),
         record("big", 1, "deployed", &big),
     ]));
     drop(big);

@@ -9,9 +9,7 @@
 
 use crate::cluster::{self, Cluster};
 use crate::common::*;
-use base64::Engine as _;
 use serde_json::{json, Value};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -48,21 +46,12 @@ fn record(release: &str, revision: u32, manifest: &str) -> Value {
         "info": {"status": "deployed"},
         "chart": {"metadata": {"name": "koordinator", "version": "1.7.0"}},
         "config": {}, "manifest": manifest});
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(rel.to_string().as_bytes()).unwrap();
-    raw_record(
-        release,
-        revision,
-        base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap()),
-    )
+    raw_record(release, revision, &cluster::helm_text(&rel.to_string()))
 }
 
 /// A release Secret whose `release` (helm's own base64 text) is `helm_text`.
-fn raw_record(release: &str, revision: u32, helm_text: String) -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
-        "metadata": {"name": format!("sh.helm.release.v1.{release}.v{revision}"), "namespace": NS,
-            "labels": {"owner": "helm", "name": release, "status": "deployed", "version": revision.to_string()}},
-        "data": {"release": base64::engine::general_purpose::STANDARD.encode(helm_text)}})
+fn raw_record(release: &str, revision: u32, helm_text: &str) -> Value {
+    cluster::helm_record(release, NS, revision, "deployed", helm_text)
 }
 
 /// The objects, as YAML documents of a release manifest (JSON is YAML).
@@ -143,50 +132,6 @@ fn pods(kube: &Cluster, n: usize) -> Vec<Value> {
     }
 }
 
-/// Write pod `pod`'s status as a kubelet would: every container (init, regular, ephemeral)
-/// running or terminated, its `imageID` the one `id` gives for its spec image.
-fn write_status(kube: &Cluster, pod: &Value, id: &dyn Fn(&str) -> String) {
-    let name = pod["metadata"]["name"].as_str().unwrap();
-    let statuses = |field: &str, state: Value| -> Vec<Value> {
-        pod["spec"][field]
-            .as_array()
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| {
-                        let image = c["image"].as_str().unwrap();
-                        json!({"name": c["name"], "image": image, "imageID": id(image),
-                           "ready": state.get("running").is_some(), "restartCount": 0, "state": state})
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let running = json!({"running": {"startedAt": "2026-12-04T00:00:00Z"}});
-    let done = json!({"terminated": {"exitCode": 0, "reason": "Completed",
-        "startedAt": "2026-12-04T00:00:00Z", "finishedAt": "2026-12-04T00:00:01Z"}});
-    let mut status = json!({"phase": "Running",
-        "containerStatuses": statuses("containers", running.clone())});
-    let init = statuses("initContainers", done);
-    if !init.is_empty() {
-        status["initContainerStatuses"] = init.into();
-    }
-    let eph = statuses("ephemeralContainers", running);
-    if !eph.is_empty() {
-        status["ephemeralContainerStatuses"] = eph.into();
-    }
-    kube.kubectl(&[
-        "-n",
-        NS,
-        "patch",
-        "pod",
-        name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &json!({ "status": status }).to_string(),
-    ]);
-}
-
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -250,7 +195,7 @@ fn every_workload_kind_and_container_kind_is_judged() {
         .map(|p| p["metadata"]["name"].as_str().unwrap())
         .collect();
     for p in all.iter().filter(|p| p["metadata"]["name"] != "bystander") {
-        write_status(&kube, p, &node_id);
+        kube.write_pod_status(p, &node_id);
     }
     let o = verify(&h, &kube, &bundle, "kinds", &[]);
     assert_ok(&o);
@@ -277,7 +222,7 @@ fn every_workload_kind_and_container_kind_is_judged() {
         .find(|p| p["metadata"]["name"].as_str().unwrap().starts_with("job-"))
         .unwrap();
     let other = format!("sha256:{}", "e".repeat(64));
-    write_status(&kube, job_pod, &|image: &str| {
+    kube.write_pod_status(job_pod, &|image: &str| {
         format!("{}@{other}", node_id(image).split('@').next().unwrap())
     });
     let o = verify(&h, &kube, &bundle, "kinds", &[]);
@@ -290,7 +235,7 @@ fn every_workload_kind_and_container_kind_is_judged() {
         err.contains(job_pod["metadata"]["name"].as_str().unwrap()),
         "{err}"
     );
-    write_status(&kube, job_pod, &node_id);
+    kube.write_pod_status(job_pod, &node_id);
     assert_ok(&verify(&h, &kube, &bundle, "kinds", &[]));
     // An ephemeral debug container in the bare pod, of an image the bundle does not carry.
     kube.kubectl(&[
@@ -305,7 +250,7 @@ fn every_workload_kind_and_container_kind_is_judged() {
     ]);
     let bare = kube.get("pod", Some(NS), "bare").unwrap();
     // Its node runs busybox; the pod's own container still runs the bundle's digest.
-    write_status(&kube, &bare, &|i: &str| {
+    kube.write_pod_status(&bare, &|i: &str| {
         if i.contains('@') {
             node_id(i)
         } else {
@@ -353,7 +298,7 @@ fn a_release_with_nothing_verified_is_never_a_success() {
             "template": {"metadata": {"labels": {"app": "waiting"}},
                 "spec": {"containers": [container("main", &images[0].1)]}}}});
     kube.seed(json!([
-        raw_record("garbled", 1, "H4sI-not-a-release".into()),
+        raw_record("garbled", 1, "H4sI-not-a-release"),
         record("nothing", 1, &manifest(&[config])),
         record("waiting", 1, &manifest(std::slice::from_ref(&waiting))),
         waiting,
