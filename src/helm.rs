@@ -516,26 +516,51 @@ pub struct InstallPlan {
     pub timeout: Option<String>,
 }
 
-/// Write the plan's generated values (0600) into a new private directory (0700) that is kept
-/// after the process ends, for a command printed to be run by hand (`load`, and `load
-/// --dry-run`). Returns
-/// the values file; the registry config of [`InstallPlan::command_line`] goes next to it.
-pub fn keep_values_file(plan: &InstallPlan) -> Result<PathBuf, HelmError> {
-    let dir = tempfile::Builder::new()
-        .prefix("koord-bundle-helm-")
-        .tempdir()
-        .map_err(|source| HelmError::Io {
-            what: "cannot create a private directory in",
-            path: std::env::temp_dir(),
-            source,
-        })?
-        .keep();
-    write_values_file(plan, &dir)
+/// Write the files the printed command of `helm` names (the generated values, 0600; the
+/// release's values when this helm needs them as a file; the post-renderer's configuration and
+/// helm 4's plugin) into `dir`, a folder the caller chose to keep (0700, its own), so that the
+/// command runs as printed after the process ends. The files of an earlier run in `dir` (these
+/// names only, nothing else in it) are replaced. Returns the values file; the registry config
+/// a login fills goes next to it.
+pub fn keep_command_files(
+    plan: &InstallPlan,
+    helm: &Helm,
+    dir: &Path,
+) -> Result<PathBuf, HelmError> {
+    for name in [
+        VALUES_NAME,
+        PREVIOUS_VALUES_NAME,
+        POST_RENDER_NAME,
+        REGISTRY_CONFIG_NAME,
+    ] {
+        remove_if_there(&dir.join(name))?;
+    }
+    let plugin = dir.join(PLUGINS_NAME).join(POST_RENDER_PLUGIN);
+    remove_if_there(&plugin.join("plugin.yaml"))?;
+    write_values_file(plan, Some(&helm.version), dir)
+}
+
+/// Remove a file of ours if it is there (a file, or a symbolic link: never what it points to).
+fn remove_if_there(path: &Path) -> Result<(), HelmError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(HelmError::Io {
+            what: "cannot replace the earlier file",
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Write the plan's generated values (0600) into `dir`, with the release's values and the
 /// post-renderer's files when the plan has them; returns the values file.
-fn write_values_file(plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmError> {
+/// The release's values are written only for a helm that reads them as a file (before 3.14, no
+/// `--reset-then-reuse-values`): they may hold a site's secrets.
+fn write_values_file(
+    plan: &InstallPlan,
+    v: Option<&Version>,
+    dir: &Path,
+) -> Result<PathBuf, HelmError> {
     let values_file = dir.join(VALUES_NAME);
     let yaml = serde_yaml_ng::to_string(&plan.generated_values)
         .map_err(|source| HelmError::Values { source })?;
@@ -544,7 +569,7 @@ fn write_values_file(plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmErro
         path: values_file.clone(),
         source,
     })?;
-    if let Some(prev) = &plan.previous_values {
+    if let Some(prev) = plan.previous_values_file(v) {
         let file = sibling(&values_file, PREVIOUS_VALUES_NAME);
         let yaml = serde_yaml_ng::to_string(prev).map_err(|source| HelmError::Values { source })?;
         write_private(&file, yaml.as_bytes()).map_err(|source| HelmError::Io {
@@ -671,6 +696,39 @@ impl InstallPlan {
             let _ = write!(out, "HELM_PLUGINS={} ", shell_quote(&dir.to_string_lossy()));
         }
         let _ = write!(out, "{bin} {}", join_quoted(&args));
+        out
+    }
+
+    /// The command that undoes an interrupted `helm upgrade --install` of this plan, as the
+    /// printed command would run it (same helm, kubeconfig and context): `helm rollback RELEASE
+    /// REVISION` to the revision that was deployed before, or `helm uninstall RELEASE` when
+    /// there was none (an install interrupted leaves `pending-install`, which only an
+    /// uninstall clears).
+    pub fn recovery_line(&self, helm: &Helm, deployed_before: Option<u32>) -> String {
+        let mut a: Vec<String> = match deployed_before {
+            Some(rev) => vec!["rollback".into(), self.release.clone(), rev.to_string()],
+            None => vec!["uninstall".into(), self.release.clone()],
+        };
+        a.push("--namespace".into());
+        a.push(self.namespace.clone());
+        if let Some(k) = &self.kubeconfig {
+            a.push("--kubeconfig".into());
+            a.push(k.to_string_lossy().into_owned());
+        }
+        if let Some(c) = &self.context {
+            a.push("--kube-context".into());
+            a.push(c.clone());
+        }
+        let mut out = String::new();
+        if let Some(list) = &self.kubeconfig_env {
+            let _ = write!(out, "KUBECONFIG={} ", shell_quote(&list.to_string_lossy()));
+        }
+        let _ = write!(
+            out,
+            "{} {}",
+            shell_quote(&helm.path.to_string_lossy()),
+            join_quoted(&a)
+        );
         out
     }
 
@@ -1676,7 +1734,7 @@ impl Helm {
 
     /// Write the generated values (0600) into `dir` and log in if the plan has credentials.
     fn prepare(&self, plan: &InstallPlan, dir: &Path) -> Result<PathBuf, HelmError> {
-        let values_file = write_values_file(plan, dir)?;
+        let values_file = write_values_file(plan, Some(&self.version), dir)?;
         if let Some(reg) = plan.oci_registry() {
             self.login_if_needed(reg, &registry_config_path(&values_file))?;
         }

@@ -133,11 +133,20 @@ pub fn secret_key_is_encrypted(path: &Path) -> Result<bool, SignError> {
     Ok(&raw[2..4] == b"Sc")
 }
 
+/// A minisign key file is a few hundred bytes; a bound far above that keeps a wrong path (a
+/// device, a huge file) from being read whole.
+const MAX_KEY_FILE: usize = 64 * 1024;
+
+/// A key file, opened as every input file is (a regular file only: a FIFO or a device is
+/// refused at once instead of blocking) and read to a bound.
 fn read_key(path: &Path) -> Result<String, SignError> {
-    std::fs::read_to_string(path).map_err(|e| SignError::Key {
+    let bad = |reason: String| SignError::Key {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    let bytes =
+        crate::bounded::read_file_bounded(path, MAX_KEY_FILE).map_err(|e| bad(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|_| bad("not a minisign key (not UTF-8 text)".into()))
 }
 
 /// Load a secret key (decrypting it with `password` when it is encrypted).

@@ -112,8 +112,10 @@ pub fn locate(
     kubeconfig_env: Option<&OsStr>,
     home: Option<&Path>,
 ) -> Result<Files, ClusterError> {
+    // What exists is taken (and then read as every input file is: a FIFO, a device or a
+    // directory is refused there, by name), not skipped as if missing.
     if let Some(p) = explicit {
-        if p.is_file() {
+        if p.exists() {
             return Ok(Files::one(p));
         }
         return Err(ClusterError::NoKubeconfig {
@@ -124,7 +126,7 @@ pub fn locate(
         let paths: Vec<PathBuf> = std::env::split_paths(env)
             .filter(|p| !p.as_os_str().is_empty())
             .collect();
-        if paths.iter().any(|p| p.is_file()) {
+        if paths.iter().any(|p| p.exists()) {
             return Ok(Files {
                 paths,
                 origin: Origin::Env,
@@ -139,7 +141,7 @@ pub fn locate(
     let tried = match home {
         Some(h) => {
             let p = h.join(".kube").join("config");
-            if p.is_file() {
+            if p.exists() {
                 return Ok(Files {
                     paths: vec![p],
                     origin: Origin::Default,

@@ -126,6 +126,9 @@ impl Settings {
         };
         super::bundle_arg(&bundle)?;
         let target = Target::parse(&args.registry)?;
+        // The values files helm will read, opened as build opens its inputs (a FIFO or a device
+        // is refused here, not handed to helm to block on) and checked as bounded YAML.
+        super::check_helm_inputs(&args.values, &args.set)?;
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
         let head = crate::bundle::parts::BundleFile::open(&bundle)
             .and_then(|bf| bf.read_range(0, 2))
@@ -433,7 +436,11 @@ async fn preflight(
     })?;
     print_findings(&report, progress);
     if report.failed() {
-        bail!("the pre-flight found problems the install would hit (above): nothing was pushed");
+        return Err(super::ChecksFailed::new(
+            "the pre-flight found problems the install would hit (above): nothing was pushed",
+            &report.findings,
+        )
+        .into());
     }
     Ok(Preflight {
         namespace: report.release_namespace.clone(),
@@ -505,6 +512,8 @@ fn push_failed(
 struct Installed {
     command: Option<String>,
     kept_values: Option<PathBuf>,
+    /// The folder of the printed command's files.
+    kept_dir: Option<PathBuf>,
     installed: bool,
 }
 
@@ -734,9 +743,11 @@ async fn render(
     })?;
     print_findings_of(&upgrade.findings, progress);
     if upgrade.failed() {
-        bail!(
-            "the new release would fail or lose objects in the cluster (above): nothing was pushed"
-        );
+        return Err(super::ChecksFailed::new(
+            "the new release would fail or lose objects in the cluster (above): nothing was pushed",
+            &upgrade.findings,
+        )
+        .into());
     }
     Ok(Some(Rendered {
         release,
@@ -747,43 +758,149 @@ async fn render(
 
 /// The printed helm command, and in a real run the install itself, after the push. The files
 /// the command names (the generated values, the post-renderer's configuration, helm 4's
-/// plugin, the registry config a login fills) are written to a private folder that is kept,
-/// in a real run as in a dry run, so that the command can be run again as printed: it named a
-/// temporary folder the load deleted when it ended. helm itself runs from a folder of its own.
+/// plugin, the registry config a login fills; the bundle's helm when it is the one used) are
+/// written to a folder of their own next to the bundle ([`command_dir`]), kept so that the
+/// command runs as printed after the load; the output names it. helm itself runs from a
+/// private temporary folder that goes when the load ends.
 // helm's lines are passed on as they come (escaped), with no newline added.
 #[allow(clippy::disallowed_macros)]
 async fn install(
     args: &LoadArgs,
+    settings: &Settings,
     helm: Option<&Helm>,
     planned: &Planned,
+    deployed_before: Option<u32>,
+    progress: &Progress,
 ) -> anyhow::Result<Installed> {
     let plan = &planned.plan;
-    let mut command = None;
-    let mut kept_values = None;
-    let mut installed = false;
-    if let Some(h) = helm {
-        let values_file = helm::keep_values_file(plan)
-            .context("writing the values file of the printed helm command")?;
-        kept_values = Some(values_file.clone());
-        command = Some(plan.command_line(h, &values_file, false));
-        if !args.no_install && !args.dry_run {
-            // helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the
-            // cluster and the chart: no control character of theirs reaches the terminal raw.
-            let sink: crate::child::LineSink = std::sync::Arc::new(|_, line: &[u8]| {
-                eprint!(
-                    "{}",
-                    crate::text::terminal_safe(&String::from_utf8_lossy(line))
-                )
-            });
-            tokio::task::block_in_place(|| h.upgrade_install(plan, false, Some(sink))).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
-            installed = true;
+    let mut out = Installed {
+        command: None,
+        kept_values: None,
+        kept_dir: None,
+        installed: false,
+    };
+    let Some(h) = helm else { return Ok(out) };
+    // The helm the printed commands name: the bundle's, copied next to the kept files (the
+    // copy this load runs goes when it ends), else the one found here.
+    let mut shown = h.clone();
+    match command_dir(&settings.bundle, &args.release) {
+        Ok(dir) => {
+            if settings._carried.is_some() {
+                shown.path = keep_helm(&h.path, &dir)?;
+            }
+            let values_file = helm::keep_command_files(plan, &shown, &dir)
+                .context("writing the files of the printed helm command")?;
+            out.command = Some(plan.command_line(&shown, &values_file, false));
+            out.kept_values = Some(values_file);
+            out.kept_dir = Some(dir);
+        }
+        Err(why) => progress.warn(format!(
+            "the helm command is not printed: its files cannot be kept ({why})"
+        )),
+    }
+    if !args.no_install && !args.dry_run {
+        let undo = plan.recovery_line(&shown, deployed_before);
+        *RECOVERY.lock().unwrap_or_else(|e| e.into_inner()) = Some(match deployed_before {
+            Some(rev) => format!("roll the release back to revision {rev}, the one deployed before: {undo}; then run the same load again"),
+            None => format!("the release was being installed: remove what helm left with {undo}; then run the same load again"),
+        });
+        // helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the
+        // cluster and the chart: no control character of theirs reaches the terminal raw.
+        let sink: crate::child::LineSink = std::sync::Arc::new(|_, line: &[u8]| {
+            eprint!(
+                "{}",
+                crate::text::terminal_safe(&String::from_utf8_lossy(line))
+            )
+        });
+        tokio::task::block_in_place(|| h.upgrade_install(plan, false, Some(sink))).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
+        out.installed = true;
+    }
+    Ok(out)
+}
+
+/// What undoes an interrupted helm step (set just before helm runs), for the interrupt's
+/// message.
+static RECOVERY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The folder the printed helm command's files are kept in: `koord-bundle-helm-RELEASE` next
+/// to the bundle, else in the current directory (a bundle on read-only media), created 0700.
+/// An existing folder is used only when it is a real directory of this user that nobody else
+/// can read (never through a symbolic link).
+fn command_dir(bundle: &Path, release: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let name = format!(
+        "koord-bundle-helm-{}",
+        release
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            })
+            .collect::<String>()
+    );
+    let beside = bundle
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut why = Vec::new();
+    for base in [beside, Path::new(".")] {
+        let dir = base.join(&name);
+        let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        // Absolute: the printed command runs from any directory.
+        let dir = match std::path::absolute(&dir) {
+            Ok(d) => d,
+            Err(e) => {
+                why.push(format!("{}: {e}", dir.display()));
+                continue;
+            }
+        };
+        match made {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                match std::fs::symlink_metadata(&dir) {
+                    Ok(m)
+                        if m.is_dir()
+                            && m.uid() == rustix::process::geteuid().as_raw()
+                            && m.permissions().mode() & 0o077 == 0 =>
+                    {
+                        return Ok(dir)
+                    }
+                    Ok(_) => why.push(format!(
+                        "{} is there and is not a private folder of this user (0700)",
+                        dir.display()
+                    )),
+                    Err(e) => why.push(format!("{}: {e}", dir.display())),
+                }
+            }
+            Err(e) => why.push(format!("{}: {e}", dir.display())),
         }
     }
-    Ok(Installed {
-        command,
-        kept_values,
-        installed,
-    })
+    Err(why.join("; "))
+}
+
+/// Copy the bundle's helm (checked when it was copied out) into `dir`, 0700, for the printed
+/// commands; returns its path.
+fn keep_helm(from: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let to = dir.join("helm");
+    match std::fs::remove_file(&to) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("replacing {}", to.display()))
+        }
+        _ => {}
+    }
+    let mut src =
+        crate::bounded::open_input(from).with_context(|| format!("reading {}", from.display()))?;
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(&to)
+        .with_context(|| format!("creating {}", to.display()))?;
+    std::io::copy(&mut src, &mut dst).with_context(|| format!("writing {}", to.display()))?;
+    dst.sync_all()?;
+    Ok(to)
 }
 
 /// Run the load: settings, verify, helm and the pre-flight, the release rendered and checked
@@ -803,7 +920,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         let kept = match Phase::now() {
             Phase::Checking => "nothing was pushed or installed".to_string(),
             Phase::Pushing => "what was pushed stays in the registry, digests unchanged; nothing was installed; run the same command again to push the rest (what is there is not sent again) and install".to_string(),
-            Phase::Installing => "everything was pushed; helm was stopped during the install or upgrade: run the same command again (`helm history` shows the release's state)".to_string(),
+            Phase::Installing => match RECOVERY.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                Some(undo) => format!("everything was pushed; helm was stopped during the install or upgrade, which leaves the release pending: {undo}"),
+                None => "everything was pushed; nothing was installed: run the same command again".to_string(),
+            },
         };
         anyhow::Error::from(super::Interrupted { signal, kept, code })
     };
@@ -863,7 +983,23 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let (stats, rehashed) =
         hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
     Phase::Installing.set();
-    let done = install(&args, helm.as_ref(), &planned).await?;
+    let deployed_before = pre
+        .report
+        .as_ref()
+        .and_then(|r| r.existing_release.as_ref())
+        .and_then(|r| match r.status.as_str() {
+            "deployed" => Some(r.revision),
+            _ => r.last_deployed.as_ref().map(|d| d.revision),
+        });
+    let done = install(
+        &args,
+        &settings,
+        helm.as_ref(),
+        &planned,
+        deployed_before,
+        &progress,
+    )
+    .await?;
     let (preflight, namespace) = (&pre.report, &pre.namespace);
     let chart_repo = format!("charts/{}", manifest.chart.name);
     let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
@@ -904,10 +1040,9 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     if let Some(c) = &done.command {
         crate::say!("helm     {c}");
     }
-    if let Some(f) = &done.kept_values {
-        let dir = f.parent().unwrap_or(f);
+    if let (Some(f), Some(dir)) = (&done.kept_values, &done.kept_dir) {
         crate::say!(
-            "values   {} (kept for the command above; it holds no password: delete it when done, rm -r {})",
+            "values   {} (kept next to the bundle for the command above, mode 0600, in a 0700 folder; no password in it, but the site's values are: delete it when done, rm -r {})",
             f.display(),
             dir.display()
         );

@@ -582,6 +582,38 @@ pub fn set_json_errors(on: bool) {
     JSON_ERRORS.store(on, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Checks that found problems (the pre-flight, the checks of the new release): the error says
+/// so in a line, and `--json` carries every finding in its error document (`findings`: each
+/// with its check, level, message and fix), as the stderr lines above the error do.
+#[derive(Debug)]
+pub struct ChecksFailed {
+    /// The error's line.
+    pub message: String,
+    /// Every finding of the checks (not only the failing ones), as JSON.
+    pub findings: Vec<serde_json::Value>,
+}
+
+impl ChecksFailed {
+    /// The error `message` for `findings`.
+    pub fn new<T: serde::Serialize>(message: impl Into<String>, findings: &[T]) -> ChecksFailed {
+        ChecksFailed {
+            message: message.into(),
+            findings: findings
+                .iter()
+                .filter_map(|f| serde_json::to_value(f).ok())
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for ChecksFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ChecksFailed {}
+
 /// The JSON document of a failure, the same for every command:
 /// `{"error": {"message": "...", "causes": ["...", ...], "exitCode": N}}`.
 pub fn error_json(message: &str, causes: &[String], exit_code: i32) -> String {
@@ -607,7 +639,16 @@ pub fn fail(e: &anyhow::Error) -> i32 {
         let (message, causes) = texts
             .split_first()
             .map_or(("", &[][..]), |(m, c)| (m.as_str(), c));
-        println!("{}", error_json(message, causes, code));
+        let mut doc = error_json(message, causes, code);
+        // A failed check carries what it found, so that automation reads the findings, not
+        // only "see above".
+        if let Some(failed) = e.chain().find_map(|c| c.downcast_ref::<ChecksFailed>()) {
+            if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&doc) {
+                v["error"]["findings"] = serde_json::Value::Array(failed.findings.clone());
+                doc = serde_json::to_string_pretty(&v).unwrap_or(doc);
+            }
+        }
+        println!("{doc}");
     }
     code
 }

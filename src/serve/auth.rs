@@ -21,13 +21,24 @@ impl std::fmt::Debug for Htpasswd {
     }
 }
 
+/// An htpasswd file of a few thousand users is well under a MiB.
+const MAX_HTPASSWD_FILE: usize = 16 * 1024 * 1024;
+
 impl Htpasswd {
     /// Read an htpasswd file. Only bcrypt entries (`$2y$`, `$2a$`, `$2b$`) are accepted; any
     /// other kind (MD5 `$apr1$`, `{SHA}`, crypt, plain) is an error naming the line.
     pub fn load(path: &Path) -> Result<Htpasswd, ServeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ServeError::Io {
+        // Opened as every input file is (a FIFO is refused, not waited on), read to a bound.
+        let bytes =
+            crate::bounded::read_file_bounded(path, MAX_HTPASSWD_FILE).map_err(|source| {
+                ServeError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| ServeError::Htpasswd {
             path: path.to_path_buf(),
-            source,
+            reason: "not UTF-8 text".into(),
         })?;
         Self::parse(&text).map_err(|reason| ServeError::Htpasswd {
             path: path.to_path_buf(),

@@ -375,12 +375,17 @@ fn said(stdout: &[u8], stderr: &[u8]) -> String {
     String::new()
 }
 
+/// A registry auth file (`config.json`, `auth.json`) holds a few logins; 16 MiB is far above any.
+const MAX_AUTH_FILE: usize = 16 * 1024 * 1024;
+
 fn read_file(path: &Path) -> Result<AuthFile, AuthError> {
     let err = |reason: String| AuthError::File {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    // Opened as every input file is (a FIFO is refused, not waited on), read to a bound.
+    let bytes =
+        crate::bounded::read_file_bounded(path, MAX_AUTH_FILE).map_err(|e| err(e.to_string()))?;
     // Never quote the content: the parser's message has a position, not the text.
     let doc: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| err(format!("not JSON ({e})")))?;

@@ -25,6 +25,9 @@ pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, 
 
 pub(crate) use crate::text::error_chain;
 
+/// A CA bundle: the system's whole bundle is about 200 KiB.
+const MAX_CA_FILE: usize = 16 * 1024 * 1024;
+
 /// The certificates of the `--ca-file` PEM files, to trust besides the system roots (registries
 /// and Helm repositories alike). A file that cannot be read, or holds no PEM certificate, is an
 /// error naming it.
@@ -33,8 +36,9 @@ pub(crate) fn read_ca_files(
 ) -> Result<Vec<reqwest::Certificate>, String> {
     let mut certs = Vec::new();
     for f in files {
-        let data =
-            std::fs::read(f).map_err(|e| format!("cannot read CA file {}: {e}", f.display()))?;
+        // Opened as every input file is: a FIFO or a device is refused, not waited on.
+        let data = crate::bounded::read_file_bounded(f, MAX_CA_FILE)
+            .map_err(|e| format!("cannot read CA file {}: {e}", f.display()))?;
         if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
             return Err(format!("CA file {} holds no PEM certificate", f.display()));
         }

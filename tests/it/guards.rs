@@ -97,6 +97,34 @@ fn the_downgrade_guard_fails_closed() {
             "--allow-downgrade",
         ],
     );
+    // --json: the error document carries every finding of the pre-flight (before: the
+    // message "... (above)" and no finding: CI could not read why).
+    let o = dry_run(&h, &kube, &bundle, "failed-up", &["--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = doc["error"]["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no findings in the error document: {doc}"));
+    let down = findings
+        .iter()
+        .find(|f| {
+            f["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a DOWNGRADE to chart 1.7.0"))
+        })
+        .unwrap_or_else(|| panic!("no DOWNGRADE finding: {doc}"));
+    assert_eq!(down["level"], "fail", "{down}");
+    assert!(
+        down["check"].as_str().is_some_and(|c| !c.is_empty()),
+        "{down}"
+    );
+    assert!(
+        down["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("--allow-downgrade")),
+        "{down}"
+    );
+    assert!(findings.len() > 1, "only the failing finding: {doc}");
     let o = dry_run(&h, &kube, &bundle, "not-semver", &[]);
     assert_fails(
         &o,

@@ -605,11 +605,30 @@ fn the_printed_helm_command_runs_again_after_the_load(major: u64) {
             .starts_with("upgraded release koordinator in namespace default"),
         "{out}"
     );
-    for l in out.lines().filter(|l| l.starts_with("values   ")) {
-        if let Some(d) = l.split("rm -r ").nth(1) {
-            let _ = std::fs::remove_dir_all(d.trim_end_matches(')'));
-        }
-    }
+    // The upgrade kept its files next to the bundle, in the same private folder; the
+    // release's values (which may hold a site's secrets) are not written for a helm that takes
+    // --reset-then-reuse-values (3.14+, both helms here).
+    assert_eq!(
+        dir,
+        b.bundle
+            .parent()
+            .unwrap()
+            .join("koord-bundle-helm-koordinator")
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        std::fs::metadata(&values).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        !dir.join("release-values.yaml").exists(),
+        "the release's values were written for a helm that never reads them"
+    );
+    assert!(out.contains(&format!("rm -r {}", dir.display())), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1059,4 +1078,97 @@ fn dry_runs_are_truthful_about_helm_and_the_preflight() {
         );
     }
     assert!(repos_under(&prefix).is_empty());
+}
+
+/// Ctrl-C while helm installs or upgrades: the message names what undoes it, with the helm the
+/// load used, its kubeconfig and the revision. An interrupted first install names `helm
+/// uninstall`; an interrupted upgrade names `helm rollback RELEASE 1`, the revision deployed
+/// before, and that command runs as printed. (Before: "run the same command again", which then
+/// failed asking for a rollback, without its revision or its helm.)
+#[test]
+fn an_interrupted_helm_step_names_what_undoes_it() {
+    let b = Built::new();
+    let e = env();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let registry = format!("{}/{}", e.plain, unique_prefix("undo"));
+    // helm, but the real install or upgrade (not its dry runs, not `version`) waits forever,
+    // after leaving a mark: the load is interrupted while "helm runs".
+    let real = cluster::helm_of(3);
+    let mark = b.home.path().join("helm-started");
+    let slow = b.home.path().join("slow-helm");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in\n  *' upgrade '*' --dry-run'*) ;;\n  *' upgrade '*) : > '{}'; exec sleep 600;;\nesac\nexec '{}' \"$@\"\n",
+            mark.display(),
+            real.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let interrupted = |what: &str| -> String {
+        let _ = std::fs::remove_file(&mark);
+        let mut args = load_args(&b, &b.bundle, &registry, &kube, 3, &[]);
+        let at = args.iter().position(|a| a == "--helm").unwrap();
+        args[at + 1] = slow.to_string_lossy().into_owned();
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = b
+            .home
+            .cmd(&a)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(what, std::time::Duration::from_secs(240), || {
+            if mark.exists() {
+                Ok(())
+            } else {
+                Err("helm's real run has not started".into())
+            }
+        });
+        // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(130), "{what}: {err}");
+        assert!(err.contains("interrupted (SIGINT)"), "{what}: {err}");
+        err.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let kubeconfig = kube.kubeconfig.display().to_string();
+    // 1. The first install, interrupted: uninstall.
+    let err = interrupted("the interrupted install");
+    let undo = format!(
+        "{} uninstall koordinator --namespace default --kubeconfig {kubeconfig}",
+        slow.display()
+    );
+    assert!(err.contains(&undo), "{undo}\nnot in: {err}");
+    // 2. Installed for real (revision 1); the upgrade, interrupted: roll back to 1.
+    let o = run(&b, &load_args(&b, &b.bundle, &registry, &kube, 3, &[]));
+    assert_ok(&o);
+    let err = interrupted("the interrupted upgrade");
+    let undo = format!(
+        "{} rollback koordinator 1 --namespace default --kubeconfig {kubeconfig}",
+        slow.display()
+    );
+    assert!(
+        err.contains(&format!(
+            "roll the release back to revision 1, the one deployed before: {undo}"
+        )),
+        "{undo}\nnot in: {err}"
+    );
+    // The command runs as printed (the slow helm passes a rollback to the real one).
+    let again = std::process::Command::new("sh")
+        .args(["-c", &undo])
+        .output()
+        .unwrap();
+    assert_ok(&again);
+    let releases = kube.releases("default");
+    assert!(
+        releases
+            .iter()
+            .any(|(n, s, r)| n == "koordinator" && s == "deployed" && r == "2"),
+        "the rollback made no revision 2: {releases:?}"
+    );
 }

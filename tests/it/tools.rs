@@ -165,9 +165,51 @@ fn one_file_bootstraps_a_site_with_neither_tool() {
             e.file_name()
                 .to_string_lossy()
                 .starts_with("koord-bundle-tools-")
+                || e.file_name()
+                    .to_string_lossy()
+                    .starts_with("koord-bundle-helm-")
         })
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // 4. The printed helm command runs as printed after the load: it names the bundle's helm
+    // copied next to the bundle (not the folder that went), with the kept files, private.
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let cmd = out
+        .lines()
+        .find_map(|l| l.strip_prefix("helm     "))
+        .unwrap_or_else(|| panic!("no helm command printed: {out}"))
+        .to_string();
+    let kept = site.join("koord-bundle-helm-koordinator");
+    assert!(
+        cmd.contains(&format!("{}/helm ", kept.display())),
+        "the command does not name the kept helm: {cmd}"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&kept), 0o700, "{}", kept.display());
+    assert_eq!(mode(&kept.join("helm")), 0o700);
+    assert_eq!(mode(&kept.join("koord-bundle-values.yaml")), 0o600);
+    assert!(
+        out.contains(&format!("rm -r {}", kept.display())),
+        "the output does not say to delete the kept folder: {out}"
+    );
+    let again = std::process::Command::new("sh")
+        .args(["-c", &cmd])
+        .current_dir(&site)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", site.join("home"))
+        .env("TMPDIR", h.path().join("tmp"))
+        .output()
+        .unwrap();
+    assert_ok(&again);
+    let releases = kube.releases("default");
+    assert!(
+        releases
+            .iter()
+            .any(|(n, s, r)| n == "koordinator" && s == "deployed" && r == "2"),
+        "the printed command made no second revision: {releases:?}"
+    );
 }
 
 #[test]

@@ -483,3 +483,57 @@ fn a_registry_that_says_yes_to_everything_is_found_out() {
         "no manifest was read back by digest: {seen:?}"
     );
 }
+
+/// Every input file `load` takes is opened as build opens its inputs: a FIFO as `--values`,
+/// `--key`, `--ca-file`, `--kubeconfig` or `$KUBECONFIG` ends the load at once (exit 1
+/// or 2) naming it as not a regular file, before anything is verified or pushed. (Before:
+/// `--values` was handed to helm, which blocked on it; `--key` and `--ca-file` blocked in
+/// `read`.)
+#[test]
+fn a_fifo_as_any_input_of_load_is_refused_at_once() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let fifo = h.path().join("fifo");
+    mkfifo(&fifo);
+    let f = fifo.to_str().unwrap();
+    let b = bundle.to_str().unwrap();
+    let key = h.pubkey();
+    let k = key.to_str().unwrap();
+    // Nothing listens there: a load that got as far as the registry would fail otherwise.
+    let reg = "127.0.0.1:9/koord";
+    let base = ["load", b, "--registry", reg, "--plain-http"];
+    // (what, arguments after the base, an environment variable)
+    type Case<'a> = (&'a str, Vec<&'a str>, Option<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        ("--values", vec!["--key", k, "--values", f], None),
+        ("--key", vec!["--key", f, "--no-install"], None),
+        (
+            "--ca-file",
+            vec!["--key", k, "--no-install", "--ca-file", f],
+            None,
+        ),
+        ("--kubeconfig", vec!["--key", k, "--kubeconfig", f], None),
+        ("KUBECONFIG", vec!["--key", k], Some(("KUBECONFIG", f))),
+    ];
+    for (what, extra, env) in cases {
+        let mut c = h.cmd(&base);
+        c.args(&extra);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let o = output_within(c, Duration::from_secs(60), what);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(
+            matches!(o.status.code(), Some(1) | Some(2)),
+            "{what}: {o:?}"
+        );
+        assert!(
+            err.contains("a FIFO (named pipe), not a regular file"),
+            "{what}: {err}"
+        );
+        assert!(
+            !err.lines().any(|l| l.starts_with("verified ")),
+            "{what}: verified before refusing: {err}"
+        );
+    }
+}
