@@ -34,6 +34,29 @@ fn run(cli: Cli) -> i32 {
             return cmd::EXIT_INTERNAL;
         }
     };
+    // SIGINT and SIGTERM end every command, also one started with them ignored (a background
+    // job of a script inherits SIGINT ignored) and one waiting on a thread: its children are
+    // ended with it, and it exits 130 or 143. build and load listen themselves (they say what
+    // they kept); serve ends gracefully on SIGTERM.
+    let listened = match &cli.command {
+        Command::Build(_) | Command::Load(_) | Command::Serve(_) => None,
+        _ => {
+            let _inside = runtime.enter();
+            cmd::interrupt_signals().ok()
+        }
+    };
+    if let Some(signals) = listened {
+        runtime.spawn(async move {
+            let (signal, code) = signals.await;
+            koord_bundle::child::kill_all();
+            let e = anyhow::Error::from(cmd::Interrupted {
+                signal,
+                kept: "stopped where it was: run the command again".into(),
+                code,
+            });
+            std::process::exit(cmd::fail(&e));
+        });
+    }
     let result = runtime.block_on(async {
         cmd::test_panic().await;
         match cli.command {

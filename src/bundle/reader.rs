@@ -226,8 +226,13 @@ impl Read for ReadAhead {
                     self.done = true;
                     return Err(e);
                 }
+                // The reading thread ended without saying the stream ended: an error, never
+                // an end of the stream (the bytes after it would be taken as missing).
                 Err(_) => {
                     self.done = true;
+                    return Err(io::Error::other(
+                        "the reading thread stopped before the end of the stream",
+                    ));
                 }
             }
         }

@@ -949,7 +949,10 @@ fn spawn_writes(
         };
         while let Some((piece, _permit)) = rx.blocking_recv() {
             if result.is_err() {
-                continue; // Drain: the receiving side learns of the error at the end.
+                // Stop at the first failure: the channel ends with this thread, so the
+                // receiving side stops too (its send fails) rather than download the rest of
+                // the blob for nothing, and learns of the error at the end.
+                break;
             }
             if let Some(t) = &mut tee {
                 if let Err(e) = t.write(&piece) {

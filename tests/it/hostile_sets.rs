@@ -442,3 +442,227 @@ fn a_split_killed_among_its_renames_leaves_the_earlier_set_whole() {
         std::fs::read(&bundle).unwrap()
     );
 }
+
+/// `len` bytes (no bundle: `split` takes any file, named as the bundle) split with its parity
+/// part into `size` parts in `parts/`, signed with `h`'s key; the folder.
+fn split_bytes(h: &Home, len: usize, size: &str) -> PathBuf {
+    let big = h.path().join(NAME);
+    let mut bytes = vec![0u8; len];
+    blake3::Hasher::new()
+        .update(b"koord-bundle test data")
+        .finalize_xof()
+        .fill(&mut bytes);
+    std::fs::write(&big, &bytes).unwrap();
+    let dir = h.path().join("parts");
+    std::fs::create_dir_all(&dir).unwrap();
+    assert_ok(&h.run(&[
+        "split",
+        big.to_str().unwrap(),
+        "--size",
+        size,
+        "--parity",
+        "1",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]));
+    dir
+}
+
+/// A set of 40 MB of data in 10 MB parts with one parity part (several groups of stripes: the
+/// pass reads the next group while one is checked), its header signed by `h`'s key but its
+/// parity not the code of its data: a byte of the parity part's first block changed, the block
+/// table and the signature made again to match (a mis-made set, signed). One byte of data part
+/// 1's first block damaged. Returns the parts, data parts first.
+fn signed_set_whose_parity_does_not_code_its_data(h: &Home) -> Vec<PathBuf> {
+    let dir = split_bytes(h, 40_000_000, "10M");
+    let mut parts: Vec<PathBuf> = files_of(&dir).iter().map(|f| dir.join(f)).collect();
+    parts.sort_by_key(|p| read_first_part(p).index);
+    let fp0 = read_first_part(&parts[0]);
+    let block = fp0.json["blockSize"].as_u64().unwrap() as usize;
+    let k = fp0.json["dataParts"].as_u64().unwrap() as usize;
+    assert_eq!(parts.len(), k + 1);
+    let blocks =
+        |q: usize| (fp0.json["parts"][q]["size"].as_u64().unwrap() as usize).div_ceil(block);
+    let mut table = fp0.table.clone();
+    let at: usize = (0..k).map(blocks).sum::<usize>() * 16;
+    let mut parity = read_first_part(&parts[k]);
+    parity.data[10] ^= 0xff;
+    table[at..at + 16].copy_from_slice(&block_digest(&parity.data[..block]));
+    let mut json = fp0.json.clone();
+    json["blockTable"]["sha256"] = sha256(&table).into();
+    // The forged header signed with the home's key by minisign itself.
+    let signing = h.path().join("signing");
+    std::fs::create_dir_all(&signing).unwrap();
+    std::fs::write(signing.join("h.json"), serde_json::to_vec(&json).unwrap()).unwrap();
+    let key = h.config().join("koord-bundle.key");
+    assert_ok(&tool(
+        "minisign",
+        &["-S", "-s", key.to_str().unwrap(), "-m", "h.json"],
+        &signing,
+    ));
+    let sig = std::fs::read(signing.join("h.json.minisig")).unwrap();
+    for p in &parts {
+        let mut fp = read_first_part(p);
+        if fp.index == k {
+            fp.data = parity.data.clone();
+        }
+        if fp.index == 1 {
+            fp.data[100] ^= 0x01;
+        }
+        fp.json = json.clone();
+        fp.table = table.clone();
+        fp.sig = sig.clone();
+        write_first_part(p, &fp);
+    }
+    parts
+}
+
+#[test]
+fn repair_of_a_signed_set_whose_parity_does_not_code_its_data_ends_refused() {
+    let h = Home::with_key();
+    let parts = signed_set_whose_parity_does_not_code_its_data(&h);
+    let before: Vec<Vec<u8>> = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let first = parts[0].to_str().unwrap();
+    // join reads the same set and refuses it.
+    let o = output_within(
+        h.cmd(&["join", first, "-o", "joined.tar"]),
+        Duration::from_secs(60),
+        "join to end",
+    );
+    assert_fails(&o, 1, &["does not match its digest"]);
+    // repair stopped with the reading thread still waiting for a buffer: it hung, 0 % CPU.
+    let o = output_within(
+        h.cmd(&["repair", first]),
+        Duration::from_secs(60),
+        "repair to end (it hung when the check failed while the next group was being read)",
+    );
+    let err = assert_fails(
+        &o,
+        1,
+        &[
+            "rebuilt from parity, does not match its digest",
+            "nothing was written",
+        ],
+    );
+    assert!(err.contains(".part001"), "names the part: {err}");
+    for (p, b) in parts.iter().zip(&before) {
+        assert!(&std::fs::read(p).unwrap() == b, "{} unchanged", p.display());
+    }
+}
+
+/// A set of `k` sparse data parts of `size` bytes each and one sparse parity part, in blocks of
+/// 1 MiB, unsigned, next to `first`'s name: a long check (every block read and hashed), no
+/// disk used.
+fn sparse_set(first: &Path, k: usize, size: u64) -> Vec<PathBuf> {
+    let mut fp = read_first_part(first);
+    let block = 1u64 << 20;
+    let count = k + 1;
+    let offset = 4u64 << 20;
+    let mut parts: Vec<serde_json::Value> = (0..k)
+        .map(|i| serde_json::json!({"file": format!("{NAME}.part{i:03}"), "size": size}))
+        .collect();
+    parts.push(serde_json::json!({"file": format!("{NAME}.parity000"), "size": size}));
+    let table = vec![7u8; count * (size / block) as usize * 16];
+    let j = &mut fp.json;
+    j["bundle"]["size"] = (size * k as u64).into();
+    j["partSize"] = (offset + size).into();
+    j["dataOffset"] = offset.into();
+    j["blockSize"] = block.into();
+    j["dataParts"] = k.into();
+    j["parityParts"] = 1.into();
+    j["parts"] = parts.into();
+    j["blockTable"]["size"] = table.len().into();
+    j["blockTable"]["sha256"] = sha256(&table).into();
+    fp.table = table;
+    fp.count = count;
+    fp.sig.clear();
+    fp.data = Vec::new();
+    let dir = first.parent().unwrap();
+    for f in files_of(dir) {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    (0..count)
+        .map(|i| {
+            let name = if i < k {
+                format!("{NAME}.part{i:03}")
+            } else {
+                format!("{NAME}.parity000")
+            };
+            let p = dir.join(name);
+            fp.index = i;
+            write_first_part(&p, &fp);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(offset + size)
+                .unwrap();
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn sigint_ends_a_repair_started_with_sigint_ignored() {
+    let h = Home::with_key();
+    let first = split_bytes(&h, 100_000, "64K").join(format!("{NAME}.part000"));
+    // 4 data parts and a parity part of 8 GiB each (sparse): minutes of reading and hashing.
+    let parts = sparse_set(&first, 4, 8 << 30);
+    // Started as a script's background job is: SIGINT ignored, inherited (it then ran on,
+    // deaf to SIGINT).
+    let mut cmd = h.cmd(&[
+        "repair",
+        parts[0].to_str().unwrap(),
+        "--insecure-skip-signature",
+    ]);
+    let program = cmd.get_program().to_owned();
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c")
+        .arg("trap '' INT; exec \"$0\" \"$@\"")
+        .arg(program)
+        .args(cmd.get_args())
+        .current_dir(h.path());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    cmd = sh;
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    /// Killed when the test fails.
+    struct Running(std::process::Child);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Running(cmd.spawn().unwrap());
+    let pid = child.0.id();
+    // Once it reads the parts (past its own start, its header reads and the parity part's
+    // header copy): 256 MiB read.
+    wait_until("repair to read the set", Duration::from_secs(60), || {
+        std::fs::read_to_string(format!("/proc/{pid}/io"))
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("rchar: ").map(|n| n.trim().parse::<u64>()))
+            })
+            .is_some_and(|n| n.is_ok_and(|n| n > 256 << 20))
+    });
+    assert!(child.0.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let ended = wait_for("repair to end on SIGINT", Duration::from_secs(20), || {
+        child
+            .0
+            .try_wait()
+            .unwrap()
+            .ok_or("still running".to_string())
+    });
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(ended.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted (SIGINT)"), "{err}");
+}

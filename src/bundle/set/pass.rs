@@ -288,6 +288,11 @@ impl<'a> Pass<'a> {
             let _ = empty_tx.send(plan.buffers(g));
         }
         std::thread::scope(|s| {
+            // Owned here, so that it ends with this closure, on a failure and on an unwinding
+            // alike: the reader then finds no buffer coming back and stops. (Left in `run`, it
+            // kept a reader waiting for a buffer forever, and the join below waiting for it: a
+            // check that failed while the next group was being read hung at 0 % CPU.)
+            let empty_tx = empty_tx;
             let reader = s.spawn(move || {
                 for u in plan.units(g, count) {
                     // The consumer stopped (a failure): nothing more to read.
@@ -315,6 +320,7 @@ impl<'a> Pass<'a> {
                 Ok(())
             };
             let worked = work();
+            drop(empty_tx);
             reader.join().map_err(|_| SetError::Io {
                 path: set.path.clone(),
                 source: std::io::Error::other("the reading thread panicked"),
