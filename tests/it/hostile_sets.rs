@@ -443,10 +443,10 @@ fn a_split_killed_among_its_renames_leaves_the_earlier_set_whole() {
     );
 }
 
-/// `len` bytes (no bundle: `split` takes any file, named as the bundle) split with its parity
-/// part into `size` parts in `parts/`, signed with `h`'s key; the folder.
-fn split_bytes(h: &Home, len: usize, size: &str) -> PathBuf {
-    let big = h.path().join(NAME);
+/// `len` bytes (no bundle: `split` takes any file) named `name`, split with one parity part
+/// into `size` parts in `parts/`, signed with `h`'s key; the folder.
+fn split_bytes(h: &Home, name: &str, len: usize, size: &str) -> PathBuf {
+    let big = h.path().join(name);
     let mut bytes = vec![0u8; len];
     blake3::Hasher::new()
         .update(b"koord-bundle test data")
@@ -474,7 +474,7 @@ fn split_bytes(h: &Home, len: usize, size: &str) -> PathBuf {
 /// table and the signature made again to match (a mis-made set, signed). One byte of data part
 /// 1's first block damaged. Returns the parts, data parts first.
 fn signed_set_whose_parity_does_not_code_its_data(h: &Home) -> Vec<PathBuf> {
-    let dir = split_bytes(h, 40_000_000, "10M");
+    let dir = split_bytes(h, NAME, 40_000_000, "10M");
     let mut parts: Vec<PathBuf> = files_of(&dir).iter().map(|f| dir.join(f)).collect();
     parts.sort_by_key(|p| read_first_part(p).index);
     let fp0 = read_first_part(&parts[0]);
@@ -550,9 +550,9 @@ fn repair_of_a_signed_set_whose_parity_does_not_code_its_data_ends_refused() {
     }
 }
 
-/// A set of `k` sparse data parts of `size` bytes each and one sparse parity part, in blocks of
-/// 1 MiB, unsigned, next to `first`'s name: a long check (every block read and hashed), no
-/// disk used.
+/// A whole set of `k` sparse data parts of `size` bytes each and one sparse parity part (zeros
+/// code zeros), in blocks of 1 MiB, unsigned, next to `first`'s name: a long check (every block
+/// read and hashed) that uses no disk and writes nothing.
 fn sparse_set(first: &Path, k: usize, size: u64) -> Vec<PathBuf> {
     let mut fp = read_first_part(first);
     let block = 1u64 << 20;
@@ -562,7 +562,9 @@ fn sparse_set(first: &Path, k: usize, size: u64) -> Vec<PathBuf> {
         .map(|i| serde_json::json!({"file": format!("{NAME}.part{i:03}"), "size": size}))
         .collect();
     parts.push(serde_json::json!({"file": format!("{NAME}.parity000"), "size": size}));
-    let table = vec![7u8; count * (size / block) as usize * 16];
+    // Every block zeros, as read from the sparse files: a whole set, nothing written.
+    let zeros = block_digest(&vec![0u8; block as usize]);
+    let table = zeros.repeat(count * (size / block) as usize);
     let j = &mut fp.json;
     j["bundle"]["size"] = (size * k as u64).into();
     j["partSize"] = (offset + size).into();
@@ -605,7 +607,7 @@ fn sparse_set(first: &Path, k: usize, size: u64) -> Vec<PathBuf> {
 #[test]
 fn sigint_ends_a_repair_started_with_sigint_ignored() {
     let h = Home::with_key();
-    let first = split_bytes(&h, 100_000, "64K").join(format!("{NAME}.part000"));
+    let first = split_bytes(&h, NAME, 100_000, "64K").join(format!("{NAME}.part000"));
     // 4 data parts and a parity part of 8 GiB each (sparse): minutes of reading and hashing.
     let parts = sparse_set(&first, 4, 8 << 30);
     // Started as a script's background job is: SIGINT ignored, inherited (it then ran on,
@@ -644,6 +646,11 @@ fn sigint_ends_a_repair_started_with_sigint_ignored() {
     // Once it reads the parts (past its own start, its header reads and the parity part's
     // header copy): 256 MiB read.
     wait_until("repair to read the set", Duration::from_secs(60), || {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err);
+            panic!("repair ended before it was interrupted ({status}): {err}");
+        }
         std::fs::read_to_string(format!("/proc/{pid}/io"))
             .ok()
             .and_then(|io| {
@@ -665,4 +672,63 @@ fn sigint_ends_a_repair_started_with_sigint_ignored() {
     std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(ended.code(), Some(130), "{err}");
     assert!(err.contains("interrupted (SIGINT)"), "{err}");
+}
+
+#[test]
+fn a_damaged_part_next_to_another_set_is_never_read_as_that_set() {
+    let h = Home::with_key();
+    // A part of one set, alone, next to the parts of another bundle's set.
+    let dir = split_bytes(&h, NAME, 300_000, "100K");
+    split_bytes(&h, "other.tar", 300_000, "100K");
+    for f in files_of(&dir) {
+        if f.starts_with(NAME) && f != format!("{NAME}.part001") {
+            std::fs::remove_file(dir.join(f)).unwrap();
+        }
+    }
+    let part = dir.join(format!("{NAME}.part001"));
+    let intact = std::fs::read(&part).unwrap();
+    // The set id, from its part line (`part 1 of 5 set ID check C`).
+    let line = String::from_utf8_lossy(intact.split(|&c| c == b'\n').nth(1).unwrap()).to_string();
+    let id = line.split(' ').nth(5).unwrap().to_string();
+    let run = |damaged: &[u8], needles: &[&str]| {
+        std::fs::write(&part, damaged).unwrap();
+        let p = part.to_str().unwrap();
+        for args in [
+            vec!["verify", p],
+            vec!["repair", p],
+            vec!["join", p, "-o", "joined.tar"],
+        ] {
+            let o = h.run(&args);
+            let err = assert_fails(&o, 1, needles);
+            assert!(
+                err.contains("other.tar.part000 (set ") && err.contains("of other.tar)"),
+                "{args:?} names the other set's parts: {err}"
+            );
+            assert!(!h.path().join("joined.tar").exists(), "{args:?}");
+            assert!(!h.path().join("other.tar.joined").exists(), "{args:?}");
+        }
+        assert_eq!(std::fs::read(&part).unwrap(), damaged, "nothing written");
+    };
+    // Its part line and header damaged: repair said the other set was whole ("nothing to
+    // repair") and join wrote the other bundle, without a word about the part named.
+    let mut damaged = intact.clone();
+    damaged[..300].fill(b'x');
+    run(
+        &damaged,
+        &[
+            "no other part of a set that names it as its part next to it has an intact one",
+            "of other split sets, never read as its set",
+        ],
+    );
+    // Its part line intact, its header damaged: the set its part line names is said.
+    let mut damaged = intact.clone();
+    let at = damaged.iter().position(|&c| c == b'{').unwrap() + 20;
+    damaged[at] ^= 0x20;
+    run(
+        &damaged,
+        &[
+            &format!("no other part of its set ({id}, as its part line says)"),
+            "of other split sets, never read as its set",
+        ],
+    );
 }

@@ -177,15 +177,15 @@ pub enum SetError {
         /// The error.
         source: std::io::Error,
     },
-    /// A header copy is malformed (and no other part has an intact one).
-    #[error("{path}: not a valid split header ({reason}), and no other part of the set next to it has an intact one{}", tried_list(tried))]
+    /// A header copy is malformed (and no other part of its set has an intact one).
+    #[error("{path}: not a valid split header ({reason}), and no other part of {} next to it has an intact one{}{}", seen.want.as_deref().map(|w| format!("its set ({w}, as its part line says)")).unwrap_or_else(|| "a set that names it as its part".into()), tried_list(&seen.tried), others_list(&seen.others))]
     Header {
         /// The part named.
         path: PathBuf,
         /// Why its own copy is refused.
         reason: String,
-        /// Other files tried.
-        tried: Vec<PathBuf>,
+        /// What was seen next to it.
+        seen: Box<Seen>,
     },
     /// The header's signature does not verify (in any part's copy).
     #[error("{path}: split header signature: {source}")]
@@ -269,6 +269,50 @@ pub enum SetError {
         /// Why.
         source: ParityError,
     },
+}
+
+/// What was seen next to a part whose header is damaged, looking for another copy.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// Files of its set tried (their copies damaged too).
+    pub tried: Vec<PathBuf>,
+    /// The set its part line names, when that line is intact.
+    pub want: Option<String>,
+    /// Parts of other sets (never read as its set).
+    pub others: Vec<OtherSet>,
+}
+
+/// A part of another split set, seen next to a part whose header is damaged.
+#[derive(Debug, Clone)]
+pub struct OtherSet {
+    /// The file.
+    pub path: PathBuf,
+    /// Its set id.
+    pub set: String,
+    /// Its set's bundle, when its header was read.
+    pub bundle: Option<String>,
+}
+
+fn others_list(others: &[OtherSet]) -> String {
+    if others.is_empty() {
+        return String::new();
+    }
+    let named = others.iter().map(|o| {
+        format!(
+            "{} (set {}{})",
+            o.path.display(),
+            o.set,
+            o.bundle
+                .as_deref()
+                .map(|b| format!(", of {}", crate::text::printable(b)))
+                .unwrap_or_default()
+        )
+    });
+    format!(
+        "; next to it {} of other split sets, never read as its set: {}; copy the part again, or name a part of the set you mean",
+        if others.len() == 1 { "is a part" } else { "are parts" },
+        bounded_list(named, "parts", ", ")
+    )
 }
 
 fn tried_list(tried: &[PathBuf]) -> String {

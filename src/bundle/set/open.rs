@@ -5,7 +5,7 @@
 //! part of another set in its place is named.
 
 use super::header::{self, Copy, Ident};
-use super::{io_err, SetError, Slot};
+use super::{io_err, OtherSet, SetError, Slot};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -151,15 +151,23 @@ fn files_in(dir: &Path) -> Result<Vec<PathBuf>, SetError> {
     Ok(out)
 }
 
-/// An intact header copy for the part `named`: its own, else another part's next to it (of the
-/// same set when the part line of `named` says which).
+/// An intact header copy for the part `named`: its own, else another part's next to it: of
+/// the same set when the part line of `named` says which; when that line is damaged too, of a
+/// set whose header names `named` as one of its parts (of the length `named` has, first). A
+/// part of another set is never taken for the set of `named` (it was: a damaged part lying
+/// next to another set had `repair` report that other set whole, and `join` write its bundle):
+/// the error names the parts of other sets seen.
 fn find_copy(named: &Path) -> Result<(Copy, Option<String>), SetError> {
     let reason = match header::read_copy(named) {
         Ok(c) => return Ok((c, None)),
         Err(r) => r,
     };
     let want = header::read_ident(named).ok().flatten().map(|i| i.set);
+    let file_name = named.file_name().and_then(|f| f.to_str());
+    let len = std::fs::metadata(named).map(|m| m.len()).ok();
     let mut tried = Vec::new();
+    let mut others = Vec::new();
+    let mut by_name = None;
     let listed = as_listed(named);
     for p in files_in(&dir_of(named))? {
         if p == listed {
@@ -169,18 +177,57 @@ fn find_copy(named: &Path) -> Result<(Copy, Option<String>), SetError> {
             continue;
         };
         if want.as_ref().is_some_and(|w| *w != ident.set) {
+            others.push(other_set(p, ident.set, others.len()));
             continue;
         }
-        match header::read_copy(&p) {
-            Ok(c) => return Ok((c, Some(reason))),
-            Err(_) => tried.push(p),
+        let c = match header::read_copy(&p) {
+            Ok(c) => c,
+            Err(_) => {
+                tried.push(p);
+                continue;
+            }
+        };
+        if want.is_some() {
+            return Ok((c, Some(reason)));
         }
+        match c
+            .header
+            .parts
+            .iter()
+            .position(|e| Some(e.file.as_str()) == file_name)
+        {
+            Some(i) if len == Some(c.geometry.file_len(i)) => return Ok((c, Some(reason))),
+            Some(_) => {
+                by_name.get_or_insert(c);
+            }
+            None => others.push(OtherSet {
+                path: p,
+                set: ident.set,
+                bundle: Some(c.header.bundle.file),
+            }),
+        }
+    }
+    if let Some(c) = by_name {
+        return Ok((c, Some(reason)));
     }
     Err(SetError::Header {
         path: named.to_path_buf(),
         reason,
-        tried,
+        seen: Box::new(super::Seen {
+            tried,
+            want,
+            others,
+        }),
     })
+}
+
+/// A part of another set seen next to a part whose header is damaged: its set and bundle (the
+/// bundle read for the first few only).
+fn other_set(path: PathBuf, set: String, seen: usize) -> OtherSet {
+    let bundle = (seen < super::MAX_LISTED)
+        .then(|| header::read_copy(&path).ok().map(|c| c.header.bundle.file))
+        .flatten();
+    OtherSet { path, set, bundle }
 }
 
 /// Whether a set can be opened from `named` whose own first line is not the v2 magic line (a
