@@ -24,6 +24,11 @@ pub struct AtomicFile {
     dest: PathBuf,
 }
 
+/// 0644 on the open file itself (fchmod), not on whatever its path names by now.
+fn world_readable(file: &File) -> io::Result<()> {
+    rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode(0o644)).map_err(io::Error::from)
+}
+
 fn dir_of(dest: &Path) -> PathBuf {
     match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -74,15 +79,11 @@ impl AtomicFile {
         self.tmp.path()
     }
 
-    /// fsync, make it world-readable (0644), rename it over the destination, fsync the
-    /// directory.
+    /// fsync, make it world-readable (0644, on the descriptor: never a path that may have
+    /// been replaced meanwhile), rename it over the destination, fsync the directory.
     pub fn commit(self) -> io::Result<()> {
         self.tmp.as_file().sync_all()?;
-        #[cfg(unix)]
-        std::fs::set_permissions(
-            self.tmp.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )?;
+        world_readable(self.tmp.as_file())?;
         let dir = dir_of(&self.dest);
         self.tmp.persist(&self.dest).map_err(|e| e.error)?;
         if let Ok(d) = File::open(&dir) {
@@ -220,15 +221,11 @@ impl PartialFile {
         self.found
     }
 
-    /// fsync, make it world-readable (0644), rename it over the destination, fsync the
-    /// directory.
+    /// fsync, make it world-readable (0644, on the descriptor), rename it over the
+    /// destination, fsync the directory.
     pub fn commit(self) -> io::Result<()> {
         self.file.sync_all()?;
-        #[cfg(unix)]
-        std::fs::set_permissions(
-            &self.path,
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )?;
+        world_readable(&self.file)?;
         std::fs::rename(&self.path, &self.dest)?;
         if let Ok(d) = File::open(dir_of(&self.dest)) {
             let _ = d.sync_all();

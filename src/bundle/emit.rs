@@ -405,7 +405,7 @@ fn commit(
         }
         (None, Compression::Gzip) => {
             let gz = AtomicFile::create(out.path).map_err(werr)?;
-            let bytes = tokio::task::block_in_place(|| pack::gzip(file.path(), &gz, out.path))?;
+            let bytes = tokio::task::block_in_place(|| pack::gzip(file.file(), &gz, out.path))?;
             gz.commit().map_err(werr)?;
             file.remove().map_err(werr)?;
             Ok((PackStats { bytes, ..written }, vec![]))
@@ -429,8 +429,9 @@ fn commit(
                 name: &name,
                 signer: out.signer,
             };
-            let parts =
-                tokio::task::block_in_place(|| super::set::split(file.path(), &opts, &|_| {}))?;
+            let parts = tokio::task::block_in_place(|| {
+                super::set::split_open(file.file(), file.path(), &opts, &|_| {})
+            })?;
             file.remove().map_err(werr)?;
             Ok((written, parts))
         }

@@ -114,13 +114,13 @@ pub(crate) fn header_mode(size: u64, mtime: u64, dir: bool, mode: u32) -> tar::H
 }
 
 /// Compress the plain bundle `plain` into `out` (whole-file gzip): returns the compressed size.
-pub fn gzip(plain: &Path, out: &AtomicFile, dest: &Path) -> Result<u64, PackError> {
+pub fn gzip(plain: &std::fs::File, out: &AtomicFile, dest: &Path) -> Result<u64, PackError> {
     let werr = |source: io::Error| PackError::Write {
         path: dest.to_path_buf(),
         source,
     };
     let mut src =
-        io::BufReader::with_capacity(1 << 20, crate::bounded::open_input(plain).map_err(werr)?);
+        io::BufReader::with_capacity(1 << 20, crate::store::file::Positioned::new(plain, 0));
     let file = out.file().try_clone().map_err(werr)?;
     let mut gz = flate2::write::GzEncoder::new(
         BufWriter::with_capacity(1 << 20, file),

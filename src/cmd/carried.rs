@@ -62,8 +62,9 @@ pub async fn helm(
         );
     }
     out.sync_all()?;
+    // On the descriptor, never by path after the open.
+    out.set_permissions(std::fs::Permissions::from_mode(0o700))?;
     drop(out);
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
     let found = Helm::find(Some(&path), None, &helm::FOR_LOAD)
         .context("the bundle's helm does not run here: nothing was pushed")?;
     progress.say(format!(

@@ -790,6 +790,10 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(e) = c.downcast_ref::<PackError>() {
         return match e {
             // The output and the cache are ours: a failure there is the machine's.
+            // A `.partial` hard-linked to another file is the user's to remove.
+            PackError::Write { source, .. } if crate::store::file::HardLinked::is(source) => {
+                Some(EXIT_USER)
+            }
             PackError::Write { .. } | PackError::CorruptCache { .. } => Some(EXIT_INTERNAL),
             // Sizes no file or disk holds: what the registries declared.
             PackError::Plan { .. } => Some(EXIT_USER),

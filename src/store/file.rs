@@ -24,6 +24,28 @@ pub struct Region {
     pub len: u64,
 }
 
+/// Reads `file` from `pos` on with positional reads: the descriptor already open, its own
+/// offset untouched (no reopening by path).
+pub struct Positioned<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl<'a> Positioned<'a> {
+    /// From `pos` on.
+    pub fn new(file: &'a File, pos: u64) -> Self {
+        Positioned { file, pos }
+    }
+}
+
+impl io::Read for Positioned<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// Read `buf.len()` bytes at `offset` (positional: the file's cursor is not used).
 pub fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     use std::os::unix::fs::FileExt as _;
@@ -132,7 +154,8 @@ pub fn stream(store: String, regions: Vec<Region>) -> BlobStream {
 /// Open `path` to write in place, never through a link and never a special file: `Ok(None)`
 /// when nothing is there; an error of kind `InvalidInput` naming what is there when it is a
 /// symbolic link, FIFO, device or directory (the caller removes it and creates a file of its
-/// own: [`create_new`]).
+/// own: [`create_new`]); an error of kind `PermissionDenied` saying what to do when it is a
+/// regular file with other hard links (never written through, never removed).
 pub fn open_own(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let opened = std::fs::OpenOptions::new()
@@ -160,15 +183,53 @@ pub fn open_own(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>
             };
         }
     };
-    let t = file.metadata()?.file_type();
+    let meta = file.metadata()?;
+    let t = meta.file_type();
     if !t.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("it is {}", crate::bounded::kind_of(t)),
         ));
     }
+    refuse_hard_link(path, &meta)?;
     crate::bounded::clear_nonblock(&file);
     Ok(Some(file))
+}
+
+/// A regular file with other hard links shares its bytes with another name: writing it in place
+/// would change that other file too (a hard-linked `.partial` had the bundle written into the
+/// file it was linked to). Refused, not removed: the user says what it is.
+fn refuse_hard_link(path: &std::path::Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let links = meta.nlink();
+    if links > 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            HardLinked {
+                path: path.to_path_buf(),
+                others: links - 1,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// A file to be written in place that has other hard links (inside an `io::Error` of kind
+/// `PermissionDenied`): the user's to remove.
+#[derive(Debug, thiserror::Error)]
+#[error("{} has {others} other hard link{} (another file shares its bytes, and writing it would change that file too): remove it (rm {}), then run again", path.display(), if *others == 1 { "" } else { "s" }, path.display())]
+pub struct HardLinked {
+    /// The file.
+    pub path: PathBuf,
+    /// Its other links.
+    pub others: u64,
+}
+
+impl HardLinked {
+    /// Whether `e` is this refusal.
+    pub fn is(e: &std::io::Error) -> bool {
+        e.get_ref().is_some_and(|i| i.is::<HardLinked>())
+    }
 }
 
 /// Create `path` as a new file (`O_EXCL`: never one that is there, a link included; and

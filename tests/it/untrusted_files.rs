@@ -537,3 +537,47 @@ fn a_fifo_as_any_input_of_load_is_refused_at_once() {
         );
     }
 }
+
+/// A `.partial` that is a hard link to another file (they share their bytes): refused, naming
+/// it and what to do, and the other file keeps its bytes and mode; nothing is written. (Before:
+/// the bundle was written into it, so into the other file.) An output that is a hard link is
+/// replaced by the new bundle (a rename): the other file keeps its bytes.
+#[test]
+fn no_write_goes_through_a_hard_link() {
+    let h = Home::with_key();
+    let victim = h.path().join("victim.txt");
+    let precious = junk(1_000_000, 5);
+    std::fs::write(&victim, &precious).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = h.path().join("b.tar");
+    let partial = partial_of(&out);
+    std::fs::hard_link(&victim, &partial).unwrap();
+    for extra in [&[][..], &["--split", "300K", "--parity", "1"][..]] {
+        let o = h
+            .build("1.8.0")
+            .arg("--no-cache")
+            .args(extra)
+            .out(&out)
+            .run();
+        let err = assert_fails(&o, 1, &["has 1 other hard link", "rm "]);
+        assert!(err.contains(&partial.display().to_string()), "{err}");
+        assert!(
+            bytes(&victim) == precious,
+            "{extra:?}: written through the link"
+        );
+        assert_eq!(
+            std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(!out.exists(), "{extra:?}");
+    }
+    // Removed as said: the build runs.
+    std::fs::remove_file(&partial).unwrap();
+    std::fs::hard_link(&victim, &out).unwrap();
+    assert_ok(&h.build("1.8.0").arg("--no-cache").out(&out).run());
+    assert!(
+        bytes(&victim) == precious,
+        "the output's other link was written"
+    );
+    assert!(bytes(&out) != precious);
+}

@@ -52,7 +52,7 @@ pub(crate) use open::has_v2_siblings;
 pub use open::{open, Note};
 pub use pass::{check, repair, HeaderCopyDamage, Repaired};
 pub use read::{PartRepairs, Repair, SetReader};
-pub use write::{split, SplitOptions};
+pub use write::{split, split_open, SplitOptions};
 
 use super::parity::ParityError;
 use super::sign::SignError;

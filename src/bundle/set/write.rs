@@ -183,12 +183,25 @@ pub fn split(
     opts: &SplitOptions<'_>,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<PathBuf>, SetError> {
+    let src = crate::bounded::open_input(bundle).map_err(io_err(bundle))?;
+    split_open(&src, bundle, opts, on_bytes)
+}
+
+/// [`split`] of the bundle open as `src` (at `bundle`, named in messages): read through this
+/// descriptor only, never opened again by its path (`build --split` splits its own temporary
+/// file, which it holds open).
+pub fn split_open(
+    src: &std::fs::File,
+    bundle: &Path,
+    opts: &SplitOptions<'_>,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<PathBuf>, SetError> {
     if !super::is_plain_file_name(opts.name) {
         return Err(SetError::BadName {
             bundle: bundle.to_path_buf(),
         });
     }
-    let total = std::fs::metadata(bundle).map_err(io_err(bundle))?.len();
+    let total = src.metadata().map_err(io_err(bundle))?.len();
     let g = layout(bundle, total, opts)?;
     std::fs::create_dir_all(opts.out_dir).map_err(io_err(opts.out_dir))?;
     let mut tmps = Vec::with_capacity(g.parts());
@@ -198,13 +211,14 @@ pub fn split(
         crate::store::file::reserve(tmp.file(), g.file_len(i)).map_err(io_err(&dest))?;
         tmps.push((tmp, dest));
     }
-    let src = crate::bounded::open_input(bundle).map_err(io_err(bundle))?;
-    // The whole bundle's sha256, in order, on a thread of its own (told to stop on a failure).
+    // The whole bundle's sha256, in order, on a thread of its own (told to stop on a failure),
+    // through the same open file (positional reads).
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let whole = {
-        let mut f = crate::bounded::open_input(bundle).map_err(io_err(bundle))?;
+        let f = src.try_clone().map_err(io_err(bundle))?;
         let stop = stop.clone();
         std::thread::spawn(move || -> std::io::Result<Digest> {
+            let mut f = crate::store::file::Positioned::new(&f, 0);
             let mut h = sha2::Sha256::new();
             let mut buf = vec![0u8; 1 << 20];
             loop {
@@ -220,10 +234,10 @@ pub fn split(
             }
         })
     };
-    let table = write_stripes(bundle, &src, &g, &tmps, on_bytes)
+    let table = write_stripes(bundle, src, &g, &tmps, on_bytes)
         .and_then(|mut table| {
             if g.spread {
-                encode_spread(bundle, &src, &g, &tmps, &mut table)?;
+                encode_spread(bundle, src, &g, &tmps, &mut table)?;
             }
             Ok(table)
         })
