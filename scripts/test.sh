@@ -132,8 +132,10 @@ else
 fi
 env_pid=$!
 
-stage "cargo clippy --all-targets"
-cargo clippy --all-targets -- -D warnings || { log "ERROR: clippy found warnings"; exit 1; }
+# --workspace: every crate of the workspace (crates/*), not only the root one; without it a
+# test moved into a crate would silently stop being built and run.
+stage "cargo clippy --workspace --all-targets"
+cargo clippy --workspace --all-targets -- -D warnings || { log "ERROR: clippy found warnings"; exit 1; }
 # The fuzz targets (fuzz/, a workspace of its own) are run by scripts/fuzz.sh, not here; but they
 # must keep compiling against the library they fuzz (a changed signature broke one unnoticed once).
 # Plain `cargo check` needs no sanitizer or nightly flags; it shares the target directory, so the
@@ -145,7 +147,7 @@ if ((!quick)); then
 fi
 
 stage "build the tests"
-cargo nextest run --no-run --cargo-quiet
+cargo nextest run --workspace --no-run --cargo-quiet
 
 stage "test environment (started in the background)"
 if ! wait "$env_pid"; then
@@ -177,8 +179,8 @@ args=(--profile default)
 # the slow ones (the group slow of .config/nextest.toml).
 ((quick)) && args=(--profile quick -E 'not group(cluster) & not group(slow) & not test(=kube_hostile::an_exec_plugin_that_prints_forever)')
 stage "run the tests (nextest ${args[*]})"
-log "running: cargo nextest run ${args[*]} --no-fail-fast $*"
-TMPDIR="$KB_TEST_TMPDIR" cargo nextest run --cargo-quiet "${args[@]}" \
+log "running: cargo nextest run --workspace ${args[*]} --no-fail-fast $*"
+TMPDIR="$KB_TEST_TMPDIR" cargo nextest run --workspace --cargo-quiet "${args[@]}" \
     --test-threads "${KB_TEST_THREADS:-4}" --no-fail-fast "$@" || rc=$?
 log "test runner exited with $rc"
 if [[ -n "$(ls -A "$KB_TEST_TMPDIR")" ]]; then

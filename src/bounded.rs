@@ -1,36 +1,6 @@
-//! Bounded reads of what comes from outside: an HTTP body stops at its cap while it is read
-//! (announced length or chunked), a file or stream at its own. Registries, Helm repositories,
-//! the cluster's API server and local input files all read through here; and input files are
-//! opened in one way, [`open_input`]: regular files only, an open that never waits.
-
-use bytes::Bytes;
-
-/// A body read that stopped.
-pub(crate) enum BodyError {
-    /// More than the cap.
-    TooLarge(usize),
-    /// The transfer broke.
-    Read(reqwest::Error),
-}
-
-/// Read a body, stopping at `cap` bytes while reading (chunked or not): an endless body costs
-/// `cap` bytes of memory, no more.
-pub(crate) async fn read_capped(
-    mut resp: reqwest::Response,
-    cap: usize,
-) -> Result<Bytes, BodyError> {
-    if resp.content_length().is_some_and(|l| l > cap as u64) {
-        return Err(BodyError::TooLarge(cap));
-    }
-    let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = resp.chunk().await.map_err(BodyError::Read)? {
-        if buf.len() + chunk.len() > cap {
-            return Err(BodyError::TooLarge(cap));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
-}
+//! Bounded reads of what comes from outside: a file or stream stops at its cap while it is read
+//! (an HTTP body's cap is `store::registry::body`'s). Local input files are opened in one
+//! way, [`open_input`]: regular files only, an open that never waits.
 
 /// Read at most `max` bytes from `r`; more is an error ("larger than the MAX bytes allowed for
 /// it"), found without reading the rest.

@@ -16,7 +16,8 @@ pub mod reader;
 pub mod reuse;
 pub mod sbom;
 pub mod set;
-pub mod sign;
+/// The signature (minisign): at the crate's root since it uses nothing of the bundle's.
+pub use crate::sign;
 pub mod source;
 pub mod tools;
 pub mod writer;

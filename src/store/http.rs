@@ -138,10 +138,10 @@ impl HttpFetcher {
                         after,
                     });
                 }
-                match crate::bounded::read_capped(resp, max).await {
+                match crate::store::registry::body::read_capped(resp, max).await {
                     Ok(body) => Ok(body.to_vec()),
-                    Err(crate::bounded::BodyError::Read(e)) => Err(transport(&e)),
-                    Err(crate::bounded::BodyError::TooLarge(_)) => Err(Fail {
+                    Err(crate::store::registry::body::BodyError::Read(e)) => Err(transport(&e)),
+                    Err(crate::store::registry::body::BodyError::TooLarge(_)) => Err(Fail {
                         retry: false,
                         transient: false,
                         message: format!("larger than the {max} bytes allowed for it"),

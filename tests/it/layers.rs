@@ -2,12 +2,13 @@
 //! its own: a module may use only modules of a lower layer.
 //!
 //! ```text
-//! 0  oci, text, yaml, child    pure types, text helpers, the one bounded YAML entry, the one child-process runner
-//! 1  store, crd         sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml
-//! 2  copy               the one graph walk over stores
-//! 3  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
-//! 4  cli, progress      flags and the printer, for the commands only
-//! 5  cmd                the commands: the only place that prints or reads the environment
+//! 0  oci, text, yaml, child, bounded, secret    pure types, text helpers, the one bounded YAML entry, the one child-process runner, bounded reads, secrets
+//! 1  sign, fsio         signatures (minisign), file primitives: over bounded reads
+//! 2  store, crd         sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml
+//! 3  copy               the one graph walk over stores
+//! 4  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
+//! 5  cli, progress      flags and the printer, for the commands only
+//! 6  cmd                the commands: the only place that prints or reads the environment
 //! ```
 
 use std::path::Path;
@@ -19,18 +20,20 @@ const LAYERS: &[(&str, u8)] = &[
     ("child", 0),
     ("bounded", 0),
     ("secret", 0),
-    ("store", 1),
-    ("crd", 1),
-    ("copy", 2),
-    ("bundle", 3),
-    ("chart", 3),
-    ("cluster", 3),
-    ("helm", 3),
-    ("serve", 3),
-    ("sources", 3),
-    ("cli", 4),
-    ("progress", 4),
-    ("cmd", 5),
+    ("sign", 1),
+    ("fsio", 1),
+    ("store", 2),
+    ("crd", 2),
+    ("copy", 3),
+    ("bundle", 4),
+    ("chart", 4),
+    ("cluster", 4),
+    ("helm", 4),
+    ("serve", 4),
+    ("sources", 4),
+    ("cli", 5),
+    ("progress", 5),
+    ("cmd", 6),
 ];
 
 /// The macros `lib.rs` exports, and the module each expands into.
@@ -42,15 +45,12 @@ fn layer(module: &str) -> Option<u8> {
 
 /// `(file's module, used module, line)` for every use of `crate::X` against the direction.
 fn violations(files: &[(String, String)]) -> Vec<String> {
-    let re = regex::Regex::new(r"crate::([a-z_]+)").unwrap();
+    // `koord_base::X` (the workspace's base crate, re-exported at the old paths) is a module
+    // of the same layers as `crate::X`.
+    let re = regex::Regex::new(r"(?:crate|koord_base)::([a-z_]+)").unwrap();
     let mut bad = Vec::new();
     for (path, text) in files {
-        let module = path
-            .trim_start_matches("src/")
-            .split(['/', '.'])
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let module = module_of(path);
         if module == "lib" || module == "main" {
             continue;
         }
@@ -76,6 +76,20 @@ fn violations(files: &[(String, String)]) -> Vec<String> {
         }
     }
     bad
+}
+
+/// The top module of a source file: `src/store/x.rs` → `store`; a crate of the workspace
+/// holds modules of the same layers, `crates/koord-base/src/oci/x.rs` → `oci`.
+fn module_of(path: &str) -> String {
+    let inside = match path.strip_prefix("crates/") {
+        Some(rest) => rest.split_once("/src/").map_or(rest, |(_, p)| p),
+        None => path.trim_start_matches("src/"),
+    };
+    inside
+        .split(['/', '.'])
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `text` with its comment lines blanked (line numbers kept).
@@ -180,6 +194,23 @@ fn used_modules(re: &regex::Regex, code: &str) -> Vec<(usize, String)> {
     out
 }
 
+/// The sources of the root crate (src/) and of every crate of the workspace (crates/NAME/src):
+/// a module moved into a crate stays under the same rules.
+fn all_sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    if let Ok(crates) = std::fs::read_dir(root.join("crates")) {
+        for c in crates {
+            let src = c.unwrap().path().join("src");
+            if src.is_dir() {
+                sources(&src, &mut files);
+            }
+        }
+    }
+    files
+}
+
 fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
@@ -198,11 +229,7 @@ fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
 
 #[test]
 fn modules_depend_only_on_lower_layers() {
-    let mut files = Vec::new();
-    sources(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    let files = all_sources();
     assert!(files.len() > 30, "read the sources");
     let bad = violations(&files);
     assert!(bad.is_empty(), "against the layers:\n{}", bad.join("\n"));
@@ -233,16 +260,33 @@ fn the_check_finds_a_use_against_the_direction() {
             "fn f() { crate::tell!(\"x\"); }".to_string(),
         ),
     ];
+    let mut files = files;
+    files.push((
+        "crates/koord-base/src/oci/u.rs".to_string(),
+        "use crate::store::Sink;\n".to_string(),
+    ));
+    files.push((
+        "src/text.rs".to_string(),
+        "use koord_base::cluster::x;\n".to_string(),
+    ));
     let bad = violations(&files);
-    assert_eq!(bad.len(), 4, "{bad:?}");
+    assert_eq!(bad.len(), 6, "{bad:?}");
     assert!(
-        bad[3].contains("store (layer 1) uses progress (layer 4)"),
+        bad[4].contains("crates/koord-base/src/oci/u.rs:1: oci (layer 0) uses store (layer 2)"),
+        "a file of a workspace crate: {bad:?}"
+    );
+    assert!(
+        bad[5].contains("text (layer 0) uses cluster (layer 4)"),
+        "a path through koord_base: {bad:?}"
+    );
+    assert!(
+        bad[3].contains("store (layer 2) uses progress (layer 5)"),
         "a root macro counts as the module it expands into: {bad:?}"
     );
-    assert!(bad[0].contains("store (layer 1) uses copy (layer 2)"));
-    assert!(bad[1].contains("bundle (layer 3) uses chart (layer 3)"));
+    assert!(bad[0].contains("store (layer 2) uses copy (layer 3)"));
+    assert!(bad[1].contains("bundle (layer 4) uses chart (layer 4)"));
     assert!(
-        bad[2].contains("src/oci/z.rs:3: oci (layer 0) uses store (layer 1)"),
+        bad[2].contains("src/oci/z.rs:3: oci (layer 0) uses store (layer 2)"),
         "a grouped import: {bad:?}"
     );
 }
@@ -290,9 +334,14 @@ fn the_check_finds_a_scenario_file_using_another() {
 // No cycle between the submodules of a layer's module, no function too long to read
 
 /// The module a source file is (`src/bundle/reader.rs` → `["bundle", "reader"]`,
-/// `src/bundle/set/mod.rs` → `["bundle", "set"]`), `None` for `lib.rs` and `main.rs`.
+/// `src/bundle/set/mod.rs` → `["bundle", "set"]`; `crates/NAME/src/oci/mod.rs` → `["oci"]`),
+/// `None` for `lib.rs` and `main.rs`.
 fn module_path(path: &str) -> Option<Vec<String>> {
-    let rel = path.trim_start_matches("src/").trim_end_matches(".rs");
+    let inside = match path.strip_prefix("crates/") {
+        Some(rest) => rest.split_once("/src/").map_or(rest, |(_, p)| p),
+        None => path.trim_start_matches("src/"),
+    };
+    let rel = inside.trim_end_matches(".rs");
     let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
     if parts.last().is_some_and(|l| l == "mod") {
         parts.pop();
@@ -398,11 +447,7 @@ fn find_cycle(edges: &std::collections::BTreeSet<(String, String)>) -> Option<Ve
 
 #[test]
 fn no_import_cycle_between_modules() {
-    let mut files = Vec::new();
-    sources(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    let files = all_sources();
     let edges = module_edges(&files);
     assert!(edges.len() > 100, "found the imports: {}", edges.len());
     if let Some(cycle) = find_cycle(&edges) {
@@ -467,11 +512,7 @@ fn function_lengths(files: &[(String, String)]) -> Vec<(usize, String)> {
 
 #[test]
 fn no_function_longer_than_the_limit() {
-    let mut files = Vec::new();
-    sources(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    let files = all_sources();
     let lengths = function_lengths(&files);
     assert!(
         lengths.len() > 500,

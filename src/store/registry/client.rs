@@ -8,8 +8,8 @@ use super::auth::{
     merge_scopes, parse_challenges, parse_retry_after, scopes_text, CachedToken, Challenge, Scope,
     TokenAnswer, TokenCache,
 };
+use super::body::read_capped;
 use super::RegistryError;
-use crate::bounded::{read_capped, BodyError};
 use crate::store::auth::{Credential, Credentials, Lookup};
 use crate::store::error_chain as chain;
 use base64::Engine as _;
@@ -549,25 +549,6 @@ pub(crate) fn host_of<'a>(url: &Url, fallback: &'a str) -> std::borrow::Cow<'a, 
 /// 408, 429 and 5xx are worth another try.
 pub(crate) fn is_transient_status(s: StatusCode) -> bool {
     matches!(s.as_u16(), 408 | 429) || s.is_server_error()
-}
-
-impl BodyError {
-    pub fn into_error(self, registry: &str, what: &str) -> RegistryError {
-        match self {
-            BodyError::TooLarge(cap) => RegistryError::Status {
-                registry: registry.to_string(),
-                what: what.to_string(),
-                message: format!("the answer is larger than {cap} bytes: refused"),
-            },
-            BodyError::Read(e) => RegistryError::transport(
-                registry,
-                what,
-                format!("the answer broke off: {}", chain(&e)),
-                String::new(),
-                true,
-            ),
-        }
-    }
 }
 
 /// The error for a status that is not what the caller wanted: 404 is "not found", 408/429/5xx

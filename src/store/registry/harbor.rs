@@ -15,9 +15,9 @@
 //!    answers for users, `GET /api/v2.0/users/current/permissions`).
 
 use super::auth::Scope;
+use super::body::read_capped;
 use super::client::{classify_send_error, status_error};
 use super::{Registry, RegistryError};
-use crate::bounded::read_capped;
 use crate::store::auth::{Credential, Found};
 use base64::Engine as _;
 use reqwest::{Method, StatusCode};

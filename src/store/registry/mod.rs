@@ -21,6 +21,7 @@
 //! projects and push rights, checked before a push).
 
 mod auth;
+pub(crate) mod body;
 mod client;
 pub(crate) use auth::parse_retry_after;
 pub(crate) use client::{classify_send_error, host_of, is_transient_status};
@@ -110,9 +111,9 @@ pub mod fuzzing {
 
 use super::auth::{AuthError, Credentials};
 use super::retry::RetryPolicy;
-use crate::bounded::{read_capped, BodyError};
 use crate::oci::{media, Digest, ImageRef};
 use auth::Scope;
+use body::{read_capped, BodyError};
 use client::{retry_wait, status_error, Req, Transport};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};

@@ -3,9 +3,9 @@
 //! means "not Harbor" and costs nothing more. The same request tells a host name that does not
 //! resolve (a typo: exit 1) from a registry that is down (exit 3), before anything is pushed.
 
+use super::body::read_capped;
 use super::client::classify_send_error;
 use super::{Registry, RegistryError};
-use crate::bounded::read_capped;
 use crate::store::dns;
 use crate::store::error_chain;
 use std::time::Duration;
