@@ -590,8 +590,18 @@ pub struct RenderedRelease {
     pub config: serde_json::Value,
     /// Every object it would apply (post-rendered), as helm stores it.
     pub manifest: String,
+    /// Its hooks (post-rendered too), each a document after a `# Source:` line of its
+    /// template; "" when it has none.
+    pub hooks: String,
     /// The revision it would be.
     pub revision: u64,
+}
+
+impl RenderedRelease {
+    /// Every document helm rendered: the objects, then the hooks.
+    pub fn all_manifests(&self) -> String {
+        format!("{}\n{}", self.manifest, self.hooks)
+    }
 }
 
 /// What a successful helm command printed (password scrubbed).
@@ -1588,6 +1598,18 @@ impl Helm {
                 c => c.clone(),
             },
             manifest,
+            hooks: v["hooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|h| {
+                    format!(
+                        "---\n# Source: {}\n{}\n",
+                        h["path"].as_str().unwrap_or_default(),
+                        h["manifest"].as_str().unwrap_or_default()
+                    )
+                })
+                .collect(),
             revision: v["version"].as_u64().unwrap_or(0),
         })
     }

@@ -528,8 +528,9 @@ pub struct LoadArgs {
     /// Kubeconfig context [default: the current context]; helm gets the context used.
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
-    /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership)
-    /// and on custom resources that an upgrade of their CRD would prune or refuse.
+    /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership),
+    /// on custom resources that an upgrade of their CRD would prune or refuse, and on images
+    /// of the bundle the chart names outside a container's image field (not pinned).
     #[arg(long)]
     pub strict: bool,
     /// On upgrade, start from the new chart's defaults and this run's values only: the

@@ -591,6 +591,60 @@ fn pins(settings: &Settings, src: &BundleSource) -> std::collections::BTreeMap<S
         .collect()
 }
 
+/// Every image of the bundle, by the repositories that name it (its chart path, which matches
+/// it under the target registry too, and where it came from), for the scan of the rendering.
+fn carried(src: &BundleSource) -> Vec<crate::chart::rendered::Carried> {
+    src.manifest()
+        .images
+        .iter()
+        .map(|i| {
+            let mut repositories = vec![i.repository.clone()];
+            for r in [&i.original, &i.source_ref] {
+                if let Ok(p) = crate::oci::ImageRef::parse(r) {
+                    repositories.push(format!("{}/{}", p.registry, p.repository));
+                    repositories.push(p.repository);
+                }
+            }
+            repositories.sort();
+            repositories.dedup();
+            crate::chart::rendered::Carried {
+                name: i.ref_name.clone(),
+                repositories,
+            }
+        })
+        .collect()
+}
+
+/// A Warn for each image of the bundle named outside a container's image field (a Fail under
+/// `--strict`): the post-renderer pins only container images, so that one runs by tag.
+fn mention_findings(
+    mentions: &[crate::chart::rendered::ImageMention],
+    strict: bool,
+) -> Vec<cluster::Finding> {
+    mentions
+        .iter()
+        .map(|m| {
+            cluster::Finding::new(
+                if strict {
+                    cluster::Level::Fail
+                } else {
+                    cluster::Level::Warn
+                },
+                "image-outside-containers",
+                format!(
+                    "{}: it is not pinned to the bundle's digest, and whatever uses it pulls the tag as the registry holds it then",
+                    m
+                ),
+                Some(if strict {
+                    "name the image in a container's image field, or change the values that put it there".to_string()
+                } else {
+                    "check that it names the image under the registry loaded into; pass --strict to refuse such a rendering".to_string()
+                }),
+            )
+        })
+        .collect()
+}
+
 /// Plan the install: values, chart, the release's values carried over, the post-renderer.
 async fn plan(
     args: &LoadArgs,
@@ -702,7 +756,11 @@ async fn render(
     let release = tokio::task::block_in_place(|| helm.render_release(&plan)).context(
         "helm could not render the release (a dry run against the cluster): nothing was pushed",
     )?;
-    let images = crate::chart::rendered_images(&release.manifest);
+    // Every rendered document read strictly (hooks too): its container images, and the
+    // images of the bundle it names anywhere else (not pinned, not checked below).
+    let scan = crate::chart::rendered::scan(&release.all_manifests(), &carried(src))
+        .context("the release helm rendered: nothing was pushed")?;
+    let images = scan.images;
     // As the chart renders them, and as pinned to the bundle's digest (the post-renderer).
     let bundled: Vec<String> = pins(settings, src)
         .into_iter()
@@ -715,6 +773,11 @@ async fn render(
             target.host_and_prefix(),
             foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
         );
+    }
+    let mentions = mention_findings(&scan.mentions, args.strict);
+    print_findings_of(&mentions, progress);
+    if args.strict && !mentions.is_empty() {
+        bail!("--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed");
     }
     let objects = crate::chart::post_render::objects(&release.manifest)
         .context("the release helm rendered")?;
@@ -742,6 +805,8 @@ async fn render(
             .context("the checks of the new release could not read the cluster: nothing was pushed")
     })?;
     print_findings_of(&upgrade.findings, progress);
+    let mut upgrade = upgrade;
+    upgrade.findings.extend(mentions);
     if upgrade.failed() {
         return Err(super::ChecksFailed::new(
             "the new release would fail or lose objects in the cluster (above): nothing was pushed",

@@ -297,6 +297,19 @@ fn a_chart_that_drops_a_stored_version_fails_before_any_push() {
 
 /// chart 1.8.0 as 1.8.1, its NodeResourceTopology CRD without v1alpha1 (`helm package`).
 fn dropping_chart(h: &Home) -> PathBuf {
+    repackaged(h, |dir| {
+        let crd = dir.join("templates/crd/topology.node.k8s.io_noderesourcetopologies.yaml");
+        let text = std::fs::read_to_string(&crd).unwrap();
+        let (a, b) = (
+            text.find("    - name: v1alpha1\n").expect("v1alpha1"),
+            text.find("    - name: v1alpha2\n").expect("v1alpha2"),
+        );
+        std::fs::write(&crd, format!("{}{}", &text[..a], &text[b..])).unwrap();
+    })
+}
+
+/// chart 1.8.0 as 1.8.1 (`helm package`), changed by `edit` (given the chart's folder).
+fn repackaged(h: &Home, edit: impl FnOnce(&Path)) -> PathBuf {
     let src = h.path().join("chart-src");
     std::fs::create_dir(&src).unwrap();
     assert_ok(&tool(
@@ -310,13 +323,7 @@ fn dropping_chart(h: &Home) -> PathBuf {
         h.path(),
     ));
     let dir = src.join("koordinator");
-    let crd = dir.join("templates/crd/topology.node.k8s.io_noderesourcetopologies.yaml");
-    let text = std::fs::read_to_string(&crd).unwrap();
-    let (a, b) = (
-        text.find("    - name: v1alpha1\n").expect("v1alpha1"),
-        text.find("    - name: v1alpha2\n").expect("v1alpha2"),
-    );
-    std::fs::write(&crd, format!("{}{}", &text[..a], &text[b..])).unwrap();
+    edit(&dir);
     let meta = dir.join("Chart.yaml");
     let text = std::fs::read_to_string(&meta)
         .unwrap()
@@ -333,6 +340,69 @@ fn dropping_chart(h: &Home) -> PathBuf {
         .unwrap();
     assert_ok(&o);
     h.path().join("koordinator-1.8.1.tgz")
+}
+
+/// Issue 42: an image of the bundle named outside a container's `image` field (a ConfigMap,
+/// a container's env, a hook) is not pinned by the post-renderer nor seen by the check of the
+/// rendered images. load names each (object, path) as a warning, and `--strict` refuses the
+/// rendering before any push.
+#[test]
+fn images_named_outside_container_image_fields_are_reported_and_refused_under_strict() {
+    let h = Home::with_key();
+    let chart = repackaged(&h, |dir| {
+        std::fs::write(
+            dir.join("templates/site-extra.yaml"),
+            r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: site-sidecars
+  namespace: {{ .Values.installation.namespace }}
+data:
+  config: |
+    sidecar: {{ .Values.imageRepositoryHost }}/{{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag }}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: site-hook
+  namespace: {{ .Values.installation.namespace }}
+  annotations:
+    "helm.sh/hook": pre-install,pre-upgrade
+data:
+  image: "{{ .Values.imageRepositoryHost }}/{{ .Values.koordlet.image.repository }}@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+"#,
+        )
+        .unwrap();
+    });
+    let bundle = h.path().join("koordinator-1.8.1.tar");
+    assert_ok(&h.build("1.8.1").chart(&chart).out(&bundle).run());
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("mention");
+    let registry = format!("{}/{prefix}", env().plain);
+    let o = load(&h, &kube, &bundle, &prefix, 4, &["--dry-run"]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        format!("warning: pre-flight Warn [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config: \"{registry}/koordinator-sh/koord-manager:v1.8.0\" names the bundle's image koordinator-sh/koord-manager:v1.8.0 outside a container's image field"),
+        format!("ConfigMap koordinator-system/site-hook data.image: \"{registry}/koordinator-sh/koordlet@sha256:0000000000000000000000000000000000000000000000000000000000000000\" names the bundle's image koordinator-sh/koordlet:v1.8.0"),
+        "pass --strict to refuse".to_string(),
+    ] {
+        assert!(err.contains(&want), "{want}\nnot in:\n{err}");
+    }
+    for extra in [&["--dry-run", "--strict"][..], &["--strict"][..]] {
+        let o = load(&h, &kube, &bundle, &prefix, 4, extra);
+        assert_fails(
+            &o,
+            1,
+            &[
+                "pre-flight Fail [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config",
+                "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
+            ],
+        );
+    }
+    assert!(repos_under(&prefix).is_empty());
+    assert!(kube.releases("default").is_empty());
 }
 
 /// A value that makes a Deployment invalid (replicas -1): helm renders it, the API server

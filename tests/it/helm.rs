@@ -304,7 +304,7 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 
 /// What the tool's values must do to the rendered chart.
 fn check_rendered(manifests: &str) {
-    let images = rendered_images(manifests);
+    let images = rendered_images(manifests).expect("rendered images");
     assert_eq!(images, expected_images(), "rendered images");
     assert!(images
         .iter()
@@ -521,7 +521,10 @@ fn template_images(major: u64) {
     plan.user_values = vec![user];
     plan.user_sets = vec!["manager.replicas=3".into()];
     let manifests = h.template(&plan).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(rendered_images(&manifests), expected_images());
+    assert_eq!(
+        rendered_images(&manifests).expect("images"),
+        expected_images()
+    );
     check_rendered(&manifests);
     let docs = documents(&manifests);
     assert_eq!(
@@ -548,7 +551,10 @@ fn template_tls_and_no_password_in_args(major: u64) {
         Some(tls.access(&env().password)),
     );
     let manifests = h.template(&plan).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(rendered_images(&manifests), expected_images());
+    assert_eq!(
+        rendered_images(&manifests).expect("images"),
+        expected_images()
+    );
     let pw = &env().password;
     let values = Path::new("/tmp/koord-bundle-helm-x/values.yaml");
     for dry in [false, true] {
