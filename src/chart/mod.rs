@@ -11,6 +11,7 @@
 //! * [`crds`]: extract the CustomResourceDefinitions the chart ships (wrapped in templates).
 //! * [`post_render`]: what helm's post-renderer (`koord-bundle post-render`) changes in the
 //!   rendered manifests before helm applies them.
+//! * `merge`: YAML 1.1 merge keys (`<<`) of rendered documents resolved as helm reads them.
 //!
 //! Rendering is helm's: no template is evaluated here (only the `{{ if }}` wrapper of a CRD
 //! template is recognised, and cut out).
@@ -20,6 +21,7 @@ pub mod crds;
 pub mod discover;
 pub mod fetch;
 pub mod index;
+mod merge;
 pub mod post_render;
 pub mod rendered;
 mod template;

@@ -18,8 +18,10 @@
 //!   value for a digest, and every workload kind is reached the same way.
 //!
 //! A document that is changed is written back as JSON (a subset of YAML: no YAML 1.1 pitfall
-//! of `on`, `no` or `0755` in what helm reads back), after its `# Source:` comment; every other
-//! document is passed on byte for byte.
+//! of `on`, `no` or `0755` in what helm reads back), after its `# Source:` comment, its YAML
+//! merge keys (`<<`) resolved as helm resolves them (`super::merge`: JSON has no merge key, and
+//! a `<<` written back as a key would be a literal one); every other document is passed on byte
+//! for byte.
 
 use super::rendered::split_documents;
 use super::ChartError;
@@ -82,6 +84,12 @@ pub fn post_render(manifests: &str, how: &PostRender) -> Result<String, ChartErr
                 file: what.clone(),
                 reason: e.reason(),
             }
+        })?;
+        // As helm reads it: a container image that comes from a merge is pinned too, and a
+        // document written back keeps the meaning its merge keys gave it.
+        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
+            file: what.clone(),
+            reason,
         })?;
         if !change(&mut v, how) {
             out.push_str(doc);
@@ -195,12 +203,15 @@ pub fn objects(manifests: &str) -> Result<Vec<serde_json::Value>, ChartError> {
         } else {
             format!("rendered {source}")
         };
-        let v = crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS).map_err(
-            |e| ChartError::InvalidYaml {
+        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS)
+            .map_err(|e| ChartError::InvalidYaml {
                 file: what.clone(),
                 reason: e.reason(),
-            },
-        )?;
+            })?;
+        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
+            file: what.clone(),
+            reason,
+        })?;
         if v.is_null() {
             continue;
         }
@@ -300,6 +311,45 @@ mod tests {
             objects(&post_render(M, &PostRender::default()).unwrap()).unwrap(),
             objects(M).unwrap()
         );
+    }
+
+    /// Issue 42: a document written back keeps the meaning its YAML 1.1 merge keys gave it in
+    /// helm (go-yaml v2: a key before `<<` is overwritten, one after it wins), a container
+    /// image that comes from a merge is pinned, and a document with nothing to change passes
+    /// byte for byte, merge keys and all.
+    #[test]
+    fn merge_keys_keep_their_meaning() {
+        let d = "---\n# Source: k/templates/d.yaml\nkind: Deployment\nmetadata:\n  name: d\n  labels: &labels\n    app: d\n    tier: base\nspec:\n  template:\n    metadata:\n      labels:\n        tier: overwritten\n        <<: *labels\n        extra: x\n    spec:\n      containers:\n      - &c\n        name: a\n        image: r/a:1\n        env:\n        - {name: A, value: '1'}\n      - <<: *c\n        name: b\n        env:\n        - <<: {name: B, value: from-merge}\n          value: '2'\n";
+        let cm = "---\n# Source: k/templates/cm.yaml\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  <<: {a: '1'}\n  b: 'on'\n";
+        let how = PostRender {
+            pin: [("r/a:1".to_string(), "sha256:aa".to_string())].into(),
+            keep_pull_policy: true,
+            ..Default::default()
+        };
+        let out = post_render(&format!("{d}{cm}"), &how).unwrap();
+        let (dep, rest) = out.split_at(out.len().saturating_sub(cm.len()));
+        assert!(
+            !dep.contains("<<"),
+            "written back with a literal merge key: {dep}"
+        );
+        // Nothing to pin: byte for byte, `<<` left for helm to read.
+        assert_eq!(rest, cm);
+        let o = objects(&out).unwrap();
+        assert_eq!(
+            o[0],
+            serde_json::json!({"kind": "Deployment",
+            "metadata": {"name": "d", "labels": {"app": "d", "tier": "base"}},
+            "spec": {"template": {
+                "metadata": {"labels": {"app": "d", "tier": "base", "extra": "x"}},
+                "spec": {"containers": [
+                    {"name": "a", "image": "r/a:1@sha256:aa", "env": [{"name": "A", "value": "1"}]},
+                    {"name": "b", "image": "r/a:1@sha256:aa", "env": [{"name": "B", "value": "2"}]},
+                ]}}}})
+        );
+        assert_eq!(post_render(d, &PostRender::default()).unwrap(), d);
+        assert_eq!(o[1]["data"], serde_json::json!({"a": "1", "b": "on"}));
+        // Twice is once.
+        assert_eq!(post_render(&out, &how).unwrap(), out);
     }
 
     #[test]

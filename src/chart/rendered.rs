@@ -117,11 +117,15 @@ pub fn images_in_manifests(manifests: &str) -> Result<Vec<RenderedImage>, ChartE
         } else {
             format!("rendered {source}")
         };
-        let v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
+        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
             ChartError::InvalidYaml {
                 file: what.clone(),
                 reason: e.reason(),
             }
+        })?;
+        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
+            file: what.clone(),
+            reason,
         })?;
         collect(&v, source, &mut out).map_err(|reason| ChartError::InvalidYaml {
             file: what.clone(),
@@ -211,11 +215,15 @@ pub fn scan(manifests: &str, carried: &[Carried]) -> Result<Scan, ChartError> {
         } else {
             format!("rendered document {} ({source})", i + 1)
         };
-        let v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
+        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
             ChartError::InvalidYaml {
                 file: what.clone(),
                 reason: e.reason(),
             }
+        })?;
+        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
+            file: what.clone(),
+            reason,
         })?;
         let object = object_name(&v).unwrap_or_else(|| what.clone());
         let mut found = Vec::new();
@@ -452,6 +460,16 @@ mod tests {
         ] {
             assert!(e.contains(want), "{want:?} in {e}");
         }
+    }
+
+    #[test]
+    fn a_container_image_from_a_merge_key_is_seen() {
+        // helm resolves `<<` (go-yaml v2): the image is the container's, checked as such.
+        let m = "kind: Pod\nmetadata: {name: p}\nx: &c {image: 'r/m:1'}\nspec:\n  containers: [{<<: *c, name: m}]\n";
+        assert_eq!(rendered_images(m).expect("images"), ["r/m:1"]);
+        let e =
+            rendered_images("kind: Pod\nspec: {containers: [{<<: 3}]}\n").expect_err("bad merge");
+        assert!(e.to_string().contains("rendered document 1"), "{e}");
     }
 
     fn carried() -> Vec<Carried> {

@@ -653,3 +653,139 @@ fn old_fake_helm_is_too_old() {
     );
     assert!(err.to_string().contains("3.5"), "{err}");
 }
+
+/// The objects Go's YAML reader (kubectl's, the library helm uses too) makes of `manifests`:
+/// `kubectl label --local -f FILE -o json nothing-` reads every document and prints it as JSON,
+/// changing nothing and asking no API server.
+fn as_go_reads_it(dir: &Path, name: &str, manifests: &str) -> Vec<serde_json::Value> {
+    let file = dir.join(name);
+    std::fs::write(&file, manifests).unwrap();
+    let kubectl = crate::common::env_json()["kubectl"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = Command::new(kubectl)
+        .args(["label", "--local", "-o", "json", "nothing-", "-f"])
+        .arg(&file)
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    serde_json::Deserializer::from_slice(&o.stdout)
+        .into_iter::<serde_json::Value>()
+        .map(|v| v.unwrap())
+        .collect()
+}
+
+/// Issue 42: YAML 1.1 merge keys (`<<`) through the real post-renderer. A document it rewrites
+/// (an image to pin) means what the chart's rendering meant to helm (go-yaml v2, here through
+/// kubectl: a key before `<<` is overwritten, one after it wins; a container image that comes
+/// from a merge is pinned too); a document with nothing to pin passes byte for byte.
+#[test]
+fn merge_keys_keep_their_meaning_through_the_post_renderer() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("mk");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: mk\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/d.yaml"),
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: d
+  labels: &labels
+    app: d
+    tier: base
+spec:
+  selector:
+    matchLabels: {app: d}
+  template:
+    metadata:
+      labels:
+        tier: overwritten
+        <<: *labels
+        extra: x
+    spec:
+      containers:
+      - &c
+        name: a
+        image: {{ .Values.host }}/koordinator-sh/koord-manager:v1.8.0
+        imagePullPolicy: Always
+        env:
+        - {name: A, value: "1"}
+      - <<: *c
+        name: b
+        env:
+        - <<: [{name: B, value: first}, {value: second, extra: e}]
+          value: "2"
+"#,
+    )
+    .unwrap();
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  labels: {<<: {a: m}, a: explicit}\ndata:\n  before: x\n  <<: {before: merged, on: 'on'}\n";
+    std::fs::write(chart.join("templates/cm.yaml"), cm).unwrap();
+    let host = "127.0.0.1:5000/site";
+    let o = Command::new(&env().helm3)
+        .args(["template", "r"])
+        .arg(&chart)
+        .args(["--set", &format!("host={host}")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let rendered = String::from_utf8(o.stdout).unwrap();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let image = format!("{host}/koordinator-sh/koord-manager:v1.8.0");
+    let config = dir.path().join("post-render.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"keepCrds": true, "pin": {&image: &digest}}).to_string(),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_koord-bundle"))
+        .args(["post-render", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rendered.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let out = String::from_utf8(o.stdout).unwrap();
+    // What helm would send without the post-renderer, the images pinned: what it sends with it.
+    let mut want = as_go_reads_it(dir.path(), "rendered.yaml", &rendered);
+    for obj in &mut want {
+        if let Some(cs) = obj.pointer_mut("/spec/template/spec/containers") {
+            for c in cs.as_array_mut().unwrap() {
+                c["image"] = format!("{image}@{digest}").into();
+                c["imagePullPolicy"] = "IfNotPresent".into();
+            }
+        }
+    }
+    let got = as_go_reads_it(dir.path(), "post-rendered.yaml", &out);
+    assert_eq!(got, want, "post-rendered:\n{out}");
+    let d = got.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"],
+        serde_json::json!({"app": "d", "tier": "base", "extra": "x"})
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][1]["env"],
+        serde_json::json!([{"name": "B", "value": "2", "extra": "e"}])
+    );
+    // The ConfigMap had nothing to pin: as helm rendered it, byte for byte.
+    assert!(
+        out.contains(&format!("# Source: mk/templates/cm.yaml\n{cm}")),
+        "{out}"
+    );
+    assert!(!out.replace(cm, "").contains("<<"), "{out}");
+}
