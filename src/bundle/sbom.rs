@@ -334,12 +334,9 @@ fn image_component(img: &ImageRecord) -> Result<(Value, String), SbomError> {
         prop("image:component", &img.component),
         prop("image:mediaType", &img.media_type),
         prop("image:platforms", img.platforms.join(",")),
-        // The reference `load` installs it as, under the target registry (REGISTRY[/PREFIX]/):
-        // pinned to its index digest, so what runs is what crossed.
-        prop(
-            "image:installedAs",
-            crate::oci::pinned(&img.ref_name, img.digest.as_str()),
-        ),
+        // No `installedAs`: how a site installs the image (the registry, pinned or not: `load
+        // --no-pin`, a helm too old for the post-renderer) is not known when the bundle is
+        // built; `load --json` says what load did (`images`).
     ];
     if img.upstream_digest != img.digest {
         props.push(prop("image:upstreamDigest", img.upstream_digest.as_str()));

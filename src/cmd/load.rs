@@ -1079,6 +1079,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
             "push": stats,
             "harbor": checked.json(),
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
+            "images": images_json(&manifest, &target, args.dry_run, rendered.as_ref(), done.installed),
             "preflight": preflight,
             "upgrade": rendered.as_ref().map(|r| &r.upgrade),
             "helm": {"command": done.command, "renderedImages": rendered.as_ref().map(|r| &r.images),
@@ -1128,6 +1129,47 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Per image of the bundle, what this load did with it (`--json`'s `images`; the bundle's BOM
+/// cannot know it): `pushedAs` the reference and digest the registry holds it under (absent in a
+/// dry run), `renderedAs` how the rendered release names it (absent when nothing was rendered:
+/// no cluster), `pinned` whether every such name is its digest (false under `--no-pin`, with a
+/// helm that skips the post-renderer, or when the release does not use it), `installedAs` the
+/// name the installed release runs it by (absent unless helm installed it).
+fn images_json(
+    manifest: &BundleManifest,
+    target: &Target,
+    dry_run: bool,
+    rendered: Option<&Rendered>,
+    installed: bool,
+) -> serde_json::Value {
+    let registry = target.host_and_prefix();
+    let images = manifest.images.iter().map(|i| {
+        let tagged = format!("{registry}/{}", i.ref_name);
+        let pinned = crate::oci::pinned(&tagged, i.digest.as_str());
+        let names: Option<Vec<&String>> = rendered.map(|r| {
+            r.images
+                .iter()
+                .filter(|x| **x == tagged || **x == pinned)
+                .collect()
+        });
+        let all_pinned = names
+            .as_ref()
+            .is_some_and(|n| !n.is_empty() && n.iter().all(|x| **x == pinned));
+        let mut v = json!({"ref": i.ref_name, "digest": i.digest, "pinned": all_pinned});
+        if !dry_run {
+            v["pushedAs"] = pinned.clone().into();
+        }
+        if let Some(n) = &names {
+            v["renderedAs"] = json!(n);
+            if installed && !n.is_empty() {
+                v["installedAs"] = if all_pinned { pinned } else { tagged }.into();
+            }
+        }
+        v
+    });
+    serde_json::Value::Array(images.collect())
 }
 
 /// What the render before the push found: the images, the values the release will hold, and

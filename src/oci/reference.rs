@@ -129,8 +129,8 @@ impl fmt::Display for ImageRef {
     }
 }
 
-/// `ref@digest`: how an image pinned to its digest is written (the post-renderer's pins, the
-/// BOM's `installedAs`, diff's pins).
+/// `ref@digest`: how an image pinned to its digest is written (the post-renderer's pins,
+/// `load --json`'s `images`, diff's pins).
 pub fn pinned(reference: &str, digest: &str) -> String {
     format!("{reference}@{digest}")
 }

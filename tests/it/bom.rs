@@ -127,21 +127,17 @@ fn the_bom_of_a_1_8_0_bundle_passes_the_cyclonedx_validator() {
         );
         assert!(purl.contains(&format!("tag={tag}")), "{purl}");
         assert!(
-            purl.contains("repository_url=127.0.0.1:15000%2F")
-                || purl.contains("repository_url=127.0.0.1:15000/"),
+            purl.contains(&format!("repository_url={}%2F", env().plain))
+                || purl.contains(&format!("repository_url={}/", env().plain)),
             "{purl}"
         );
         assert_eq!(
             prop(&props(img), "koord-bundle:image:source"),
             Some(env().plain.as_str())
         );
-        // What load installs it as: pinned to the pushed index digest (issue 33).
-        let img_props = props(img);
-        let installed = prop(&img_props, "koord-bundle:image:installedAs").unwrap_or_default();
-        assert!(
-            installed.ends_with(&format!("/{name}:{tag}@{digest}")),
-            "{installed}"
-        );
+        // Nothing of a site: how load installs it is not known at build time (issue 42:
+        // `installedAs` was a prediction, wrong under --no-pin); load --json says it.
+        assert_eq!(prop(&props(img), "koord-bundle:image:installedAs"), None);
         // Each platform manifest, as the registry's images.json (written by the test
         // environment's image generator) has it.
         let pushed = env()

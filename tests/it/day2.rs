@@ -529,6 +529,80 @@ fn pinned_refs(bundle: &Path, registry: &str) -> std::collections::BTreeMap<Stri
         .collect()
 }
 
+/// Issue 42: what load did to each image is in `load --json` (`images`), not predicted in the
+/// bundle's BOM: the dry run renders every image pinned and pushes nothing; a real run with
+/// `--no-pin` pushes each (`pushedAs` its digest) and installs it by tag, `pinned: false`, as the
+/// cluster's workloads show. (The BOM said `installedAs: REF@DIGEST` whatever load did.)
+#[test]
+fn load_json_says_per_image_what_load_did() {
+    let b = Built::new();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("json");
+    let registry = format!("{}/{prefix}", env().plain);
+    let want = pinned_refs(&b.bundle, &registry);
+    let images = |o: &std::process::Output| -> Vec<Value> {
+        assert_ok(o);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let images = v["images"].as_array().unwrap().clone();
+        assert_eq!(images.len(), want.len(), "{v}");
+        images
+    };
+    let tag_of = |i: &Value| format!("{registry}/{}", i["ref"].as_str().unwrap());
+    let dry = images(&load(
+        &b.home,
+        &kube,
+        &b.bundle,
+        &prefix,
+        4,
+        &["--dry-run", "--json"],
+    ));
+    let mut rendered = 0;
+    for i in &dry {
+        let tag = tag_of(i);
+        assert_eq!(i.get("pushedAs"), None, "{i}");
+        assert_eq!(i.get("installedAs"), None, "{i}");
+        let names = i["renderedAs"].as_array().unwrap();
+        if names.is_empty() {
+            assert_eq!(i["pinned"], false, "{i}");
+            continue;
+        }
+        rendered += 1;
+        assert_eq!(names, &vec![json!(want[&tag])], "{i}");
+        assert_eq!(i["pinned"], true, "{i}");
+    }
+    assert!(rendered >= 4, "{dry:?}");
+    let done = images(&load(
+        &b.home,
+        &kube,
+        &b.bundle,
+        &prefix,
+        4,
+        &["--no-pin", "--json"],
+    ));
+    let running: Vec<String> = kube
+        .containers(CHART_NS)
+        .into_iter()
+        .map(|(_, _, image, _)| image)
+        .collect();
+    let mut installed = 0;
+    for i in &done {
+        let tag = tag_of(i);
+        assert_eq!(i["pushedAs"], json!(want[&tag]), "{i}");
+        assert_eq!(i["pinned"], false, "{i}");
+        let names = i["renderedAs"].as_array().unwrap();
+        if names.is_empty() {
+            assert_eq!(i.get("installedAs"), None, "{i}");
+            continue;
+        }
+        installed += 1;
+        assert_eq!(names, &vec![json!(tag)], "{i}");
+        assert_eq!(i["installedAs"], json!(tag), "{i}");
+        assert!(running.contains(&tag), "{tag} not among {running:?}");
+    }
+    assert!(installed >= 4, "{done:?}");
+}
+
 /// Every container `load` installs runs `REF@<the bundle's top manifest digest>`, pulled
 /// `IfNotPresent` (the chart says `Always`); the dry run shows the references. A tag pushed
 /// again with other bytes in the registry changes nothing the release names, also after its
