@@ -777,7 +777,11 @@ async fn render(
     let mentions = mention_findings(&scan.mentions, args.strict);
     print_findings_of(&mentions, progress);
     if args.strict && !mentions.is_empty() {
-        bail!("--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed");
+        return Err(super::ChecksFailed::new(
+            "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
+            &mentions,
+        )
+        .into());
     }
     let objects = crate::chart::post_render::objects(&release.manifest)
         .context("the release helm rendered")?;
