@@ -408,6 +408,13 @@ pub fn read_head_of(bf: &BundleFile) -> Result<Head, VerifyError> {
         let entry = entry.map_err(terr)?;
         let name = entry.path().map_err(terr)?.to_string_lossy().to_string();
         let size = entry.size();
+        if let Some(reason) = header_fault(&name, entry.header()) {
+            return Err(VerifyError::Entry {
+                path: path.to_path_buf(),
+                entry: name,
+                reason,
+            });
+        }
         match name.as_str() {
             CHECKSUMS_FILE if checksums.is_none() => {
                 checksums = Some(read_small(path, &name, entry, size)?)
@@ -498,6 +505,58 @@ impl WholeHead {
     }
 }
 
+/// What is wrong with the header of the entry `name`, as the format has it (bundle-spec §1):
+/// mode 0644 for files (0755 for the programs under `tools/`), 0755 for directories, uid and
+/// gid 0. `None` when it holds. The bytes of an entry are signed, its header is not: a header
+/// rewritten to mode 6777 or uid 1000 passed, and `tar xf … tools` as root then made setuid,
+/// world-writable copies of koord-bundle and helm.
+pub(crate) fn header_fault(name: &str, h: &tar::Header) -> Option<String> {
+    let dir = h.entry_type() == tar::EntryType::Directory;
+    let want = if dir || name.starts_with("tools/") {
+        0o755
+    } else {
+        0o644
+    };
+    let mode = match h.mode() {
+        Ok(m) => m,
+        Err(_) => return Some("its mode field is not a number".into()),
+    };
+    if mode != want {
+        let mut what = Vec::new();
+        for (bit, word) in [
+            (0o4000, "setuid"),
+            (0o2000, "setgid"),
+            (0o1000, "sticky"),
+            (0o002, "world-writable"),
+            (0o020, "group-writable"),
+        ] {
+            if mode & bit != 0 {
+                what.push(word);
+            }
+        }
+        let what = if what.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", what.join(", "))
+        };
+        return Some(format!(
+            "mode {mode:04o}{what}: the format gives this entry mode {want:04o}; the bundle was changed after it was written (do not extract it)"
+        ));
+    }
+    for (field, value) in [("uid", h.uid()), ("gid", h.gid())] {
+        match value {
+            Ok(0) => {}
+            Ok(v) => {
+                return Some(format!(
+                    "{field} {v}: the format gives every entry {field} 0; the bundle was changed after it was written (do not extract it)"
+                ))
+            }
+            Err(_) => return Some(format!("its {field} field is not a number")),
+        }
+    }
+    None
+}
+
 /// Read a bundle's head: every entry before `blobs/`, within [`MAX_HEAD_BYTES`] and
 /// [`MAX_HEAD_FILES`]; unsafe entries and entries other than files and directories are
 /// refused, as [`verify`] refuses them. Nothing is checked against `SHA256SUMS` here: see
@@ -521,6 +580,9 @@ pub fn read_whole_head(bf: &BundleFile) -> Result<WholeHead, VerifyError> {
         let entry = entry.map_err(terr)?;
         let name = String::from_utf8_lossy(&entry.path_bytes()).to_string();
         let size = entry.size();
+        if let Some(fault) = header_fault(&name, entry.header()) {
+            return Err(entry_err(&name, fault));
+        }
         if i == 0 {
             if name != CHECKSUMS_FILE || entry.header().entry_type() != tar::EntryType::Regular {
                 return Err(VerifyError::NoChecksums(path.to_path_buf()));
@@ -1040,6 +1102,13 @@ fn signed_head<'a, R: Read>(
     {
         return Err(VerifyError::NoChecksums(path.to_path_buf()));
     }
+    if let Some(reason) = header_fault(CHECKSUMS_FILE, first.header()) {
+        return Err(VerifyError::Entry {
+            path: path.to_path_buf(),
+            entry: CHECKSUMS_FILE.into(),
+            reason,
+        });
+    }
     let size = first.size();
     let sums_bytes = read_small(path, CHECKSUMS_FILE, first, size)?;
     let Some(e) = entries.next() else {
@@ -1057,6 +1126,13 @@ fn signed_head<'a, R: Read>(
             return Err(VerifyError::Unsigned(path.to_path_buf()));
         }
         return Ok((sums_bytes, None, Some(e)));
+    }
+    if let Some(reason) = header_fault(SIGNATURE_FILE, e.header()) {
+        return Err(VerifyError::Entry {
+            path: path.to_path_buf(),
+            entry: SIGNATURE_FILE.into(),
+            reason,
+        });
     }
     let size = e.size();
     let sig = read_small(path, SIGNATURE_FILE, e, size)?;
@@ -1132,6 +1208,9 @@ impl Pass<'_> {
             return Err(
                 self.entry_err(&raw_name, "unsafe path (absolute, `..` or empty component)")
             );
+        }
+        if let Some(fault) = header_fault(&name, e.header()) {
+            return Err(self.entry_err(&name, &fault));
         }
         match e.header().entry_type() {
             tar::EntryType::Directory => {

@@ -48,7 +48,12 @@ fn tar_of(entries: &[(&[u8], u8, &[u8])]) -> Vec<u8> {
         h.as_old_mut().name[..name.len()].copy_from_slice(name);
         h.set_entry_type(tar::EntryType::new(*kind));
         h.set_size(data.len() as u64);
-        h.set_mode(0o644);
+        // The header fields the format gives (bundle-spec §1), so that each test reaches what
+        // it is about.
+        let dir = *kind == b'5' || name.starts_with(b"tools/");
+        h.set_mode(if dir { 0o755 } else { 0o644 });
+        h.set_uid(0);
+        h.set_gid(0);
         h.set_cksum();
         b.append(&h, *data).expect("append to memory");
     }

@@ -108,6 +108,8 @@ fn one_file_bootstraps_a_site_with_neither_tool() {
         &[
             "xf",
             "koordinator-1.8.0.tar",
+            "--no-same-owner",
+            "--no-same-permissions",
             "SHA256SUMS",
             "SHA256SUMS.minisig",
             "tools",
@@ -288,4 +290,70 @@ fn tool_offset(bundle: &Path, name: &str) -> u64 {
         }
     }
     panic!("{name} not in {}", bundle.display())
+}
+
+/// Rewrite the tar header of entry `name` in the plain tar `bundle` with `edit` (its checksum
+/// made again: a header as any tar writes it).
+fn rewrite_header(bundle: &Path, name: &str, edit: impl Fn(&mut tar::Header)) {
+    use std::os::unix::fs::FileExt as _;
+    let at = tool_offset(bundle, name) - 512;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(bundle)
+        .unwrap();
+    let mut h = tar::Header::new_old();
+    f.read_exact_at(h.as_mut_bytes(), at).unwrap();
+    assert_eq!(h.path().unwrap().to_string_lossy(), name);
+    edit(&mut h);
+    h.set_cksum();
+    f.write_all_at(h.as_bytes(), at).unwrap();
+}
+
+/// The tar headers are held to the format (mode 0755 for the tools, 0644 for files, uid/gid
+/// 0): the carried helm rewritten to mode 6777 (setuid, setgid, world-writable), or
+/// a file to uid 1000, is refused by `verify --key`, naming the entry and the field (before:
+/// exit 0, and the README's `tar xf … tools` as root made a setuid, world-writable helm).
+#[test]
+fn a_tar_header_other_than_the_format_gives_is_refused() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &["--with-tools"]);
+    let (_, dir) = platform();
+    let helm = format!("{dir}/helm");
+    let key = h.pubkey();
+    let verify = |b: &Path| {
+        h.run(&[
+            "verify",
+            b.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ])
+    };
+    assert_ok(&verify(&bundle));
+    let setuid = h.path().join("setuid.tar");
+    std::fs::copy(&bundle, &setuid).unwrap();
+    rewrite_header(&setuid, &helm, |h| h.set_mode(0o6777));
+    let err = assert_fails(
+        &verify(&setuid),
+        1,
+        &[
+            &helm,
+            "mode 6777 (setuid, setgid, world-writable, group-writable)",
+            "0755",
+        ],
+    );
+    assert!(!err.contains("verified"), "{err}");
+    let owned = h.path().join("owned.tar");
+    std::fs::copy(&bundle, &owned).unwrap();
+    rewrite_header(&owned, "koord-bundle.json", |h| {
+        h.set_uid(1000);
+        h.set_gid(1000);
+    });
+    assert_fails(&verify(&owned), 1, &["koord-bundle.json", "uid 1000"]);
+    // inspect and diff read the head with the same rule.
+    assert_fails(
+        &h.run(&["inspect", owned.to_str().unwrap()]),
+        1,
+        &["koord-bundle.json", "uid 1000"],
+    );
 }
