@@ -24,8 +24,11 @@
 //! Memory is bounded by this module, never by the server: pods are judged one page at a time
 //! (each page dropped before the next is read), at most [`MAX_SHOWN`] containers of each kind
 //! of answer are kept to be shown (the rest are counted), quoted strings are cut to
-//! [`MAX_FIELD`] bytes, at most [`MAX_PODS`] distinct pods are judged, and a pod judged is
-//! remembered (to judge it once when selectors overlap) by the 32 bytes of its name's SHA-256.
+//! [`MAX_FIELD`] bytes (with their length said), at most [`MAX_PODS`] distinct pods are judged,
+//! a pod judged is remembered (to judge it once when selectors overlap) by the 32 bytes of its
+//! name's SHA-256, and at most [`MAX_WORKLOADS`] workloads of the release's record are looked
+//! at (the record is the server's too: past that, the rest are counted and the answer is
+//! "could not tell").
 
 use super::list::{self, Bounds};
 use super::{ClusterError, KubeClient};
@@ -61,8 +64,14 @@ const JOB_BOUNDS: Bounds = Bounds {
 /// are counted ([`Report::omitted`]).
 pub const MAX_SHOWN: usize = 200;
 
-/// Longest string kept from a pod (an image reference, an `imageID`, a name), in bytes.
-pub const MAX_FIELD: usize = 1024;
+/// Longest string kept from a pod or the release's record (an image reference, a name), in
+/// bytes: a real reference (a registry host, a repository of at most 255 bytes, a tag of at
+/// most 128 and a digest) fits; a longer one is cut, its length said.
+pub const MAX_FIELD: usize = 512;
+
+/// Workloads of the release's record looked at most (Koordinator's chart renders five): past
+/// it, the rest are counted, not judged, and the answer is at best "could not tell".
+pub const MAX_WORKLOADS: usize = 1000;
 
 /// Distinct pods judged at most (a DaemonSet on 5,000 nodes is 5,000): past it, the check stops
 /// with an error.
@@ -377,7 +386,8 @@ fn carried_for<'a>(
         })
 }
 
-/// `s`, cut to [`MAX_FIELD`] bytes (at a character boundary) with `…` marking a cut.
+/// `s`, cut to [`MAX_FIELD`] bytes (at a character boundary), a cut marked with `…` and the
+/// length of the whole: `reg/xxxx… (1048580 bytes, cut)`.
 fn bounded(s: &str) -> String {
     if s.len() <= MAX_FIELD {
         return s.to_string();
@@ -386,7 +396,7 @@ fn bounded(s: &str) -> String {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &s[..end])
+    format!("{}… ({} bytes, cut)", &s[..end], s.len())
 }
 
 /// Judge one container: its spec reference, its status's `imageID` (empty when not started)
@@ -510,8 +520,9 @@ fn pod_spec<'v>(kind: &str, v: &'v Value) -> &'v Value {
     }
 }
 
-/// The workloads of a release manifest.
-fn workloads(manifest: &str, namespace: &str) -> Result<Vec<Workload>, String> {
+/// The workloads of a release manifest, at most [`MAX_WORKLOADS`], and how many more it
+/// renders. Their names and images are kept cut to [`MAX_FIELD`] bytes.
+fn workloads(manifest: &str, namespace: &str) -> Result<(Vec<Workload>, usize), String> {
     let docs = crate::yaml::parse_documents(
         "the release's manifest",
         manifest.as_bytes(),
@@ -519,10 +530,15 @@ fn workloads(manifest: &str, namespace: &str) -> Result<Vec<Workload>, String> {
     )
     .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
+    let mut more = 0usize;
     for d in docs {
         let v: Value = serde_json::to_value(&d).map_err(|e| e.to_string())?;
         let kind = v["kind"].as_str().unwrap_or_default();
         if !WORKLOADS.contains(&kind) {
+            continue;
+        }
+        if out.len() >= MAX_WORKLOADS {
+            more += 1;
             continue;
         }
         let name = v["metadata"]["name"].as_str().unwrap_or_default();
@@ -542,18 +558,18 @@ fn workloads(manifest: &str, namespace: &str) -> Result<Vec<Workload>, String> {
                 .unwrap_or_default()
             {
                 if let (Some(n), Some(i)) = (c["name"].as_str(), c["image"].as_str()) {
-                    rendered.insert(format!("{prefix}{n}"), i.to_string());
+                    rendered.insert(bounded(&format!("{prefix}{n}")), bounded(i));
                 }
             }
         }
         out.push(Workload {
             kind: kind.to_string(),
-            namespace: ns.to_string(),
-            name: name.to_string(),
+            namespace: bounded(ns),
+            name: bounded(name),
             rendered,
         });
     }
-    Ok(out)
+    Ok((out, more))
 }
 
 /// The API path of a workload object.
@@ -713,7 +729,7 @@ pub async fn check(
         ),
         transient: false,
     })?;
-    let found = workloads(manifest, namespace).map_err(|m| ClusterError::Api {
+    let (found, more) = workloads(manifest, namespace).map_err(|m| ClusterError::Api {
         url: records.clone(),
         message: format!(
             "the manifest of release {release} revision {}: {m}",
@@ -739,6 +755,16 @@ pub async fn check(
             line: String::new(),
         },
     };
+    if more > 0 {
+        report.problems.push(Problem {
+            subject: format!("release {release}"),
+            message: format!(
+                "its record renders {} workloads: the first {MAX_WORKLOADS} were judged, the other {more} were not",
+                MAX_WORKLOADS + more
+            ),
+            failure: false,
+        });
+    }
     let mut tally = Tally::new(carried);
     for w in &found {
         report.workloads.push(format!("{}/{}", w.kind, w.name));
@@ -1068,7 +1094,8 @@ mod tests {
     #[test]
     fn the_workloads_come_from_the_release_manifest() {
         let m = "---\n# Source: x\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: koordlet\nspec:\n  selector:\n    matchLabels:\n      koord-app: koordlet\n  template:\n    spec:\n      initContainers:\n      - name: i\n        image: busybox\n      containers:\n      - name: koordlet\n        image: r/koordlet:v1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n---\nkind: CronJob\nmetadata:\n  name: cj\n  namespace: other\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - name: c\n            image: r/c:1\n---\nkind: Job\nmetadata:\n  name: j\n---\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: x\n    image: r/x:1\n";
-        let w = workloads(m, "koordinator-system").unwrap();
+        let (w, more) = workloads(m, "koordinator-system").unwrap();
+        assert_eq!(more, 0);
         let got: Vec<(&str, &str, &str)> = w
             .iter()
             .map(|w| (w.kind.as_str(), w.namespace.as_str(), w.name.as_str()))
@@ -1136,6 +1163,29 @@ mod tests {
         }
         assert_eq!(t.counts.not_bundled, MAX_SHOWN + 50);
         assert_eq!((t.containers.len(), t.omitted), (MAX_SHOWN, 50));
-        assert!(t.containers.iter().all(|c| c.spec.len() <= MAX_FIELD + 3));
+        assert!(t
+            .containers
+            .iter()
+            .all(|c| c.spec.len() <= MAX_FIELD + 40 && c.spec.ends_with("… (1048582 bytes, cut)")));
+    }
+
+    /// The record names the workloads, and it is the server's: at most MAX_WORKLOADS are
+    /// kept, the rest counted; a report with workloads left out is at best "could not tell".
+    #[test]
+    fn the_workloads_of_a_record_are_bounded() {
+        let long = "y".repeat(1 << 20);
+        let m: String = (0..MAX_WORKLOADS + 7)
+            .map(|i| {
+                let image = if i == 0 { long.as_str() } else { "koordlet" };
+                format!("---\nkind: Deployment\nmetadata:\n  name: d{i}\nspec:\n  template:\n    spec:\n      containers:\n      - name: c\n        image: reg/{image}:1\n")
+            })
+            .collect();
+        let (w, more) = workloads(&m, "ns").unwrap();
+        assert_eq!((w.len(), more), (MAX_WORKLOADS, 7));
+        assert!(
+            w[0].rendered["c"].len() <= MAX_FIELD + 40,
+            "{}",
+            w[0].rendered["c"].len()
+        );
     }
 }

@@ -31,6 +31,11 @@ pub struct Opts<'a> {
     /// LIST answers of paths matching `path_regex` never end (`mode` `cycle` over `tokens`, or
     /// `fresh` tokens), each padded with `pad_bytes`.
     pub pages: Option<Value>,
+    /// Objects served as they are (a JSON list: Secrets, Deployments, Pods).
+    pub objects: Option<Value>,
+    /// Every LIST of pods in a namespace is `pages` pages of `per_page` new pods whose image
+    /// strings are `image_bytes` long.
+    pub hostile_pods: Option<Value>,
 }
 
 /// Start a fake API server seeded from the fixtures named.
@@ -57,6 +62,14 @@ pub fn start(opts: Opts<'_>) -> KubeFake {
     }
     if let Some(rule) = &opts.pages {
         cmd.arg("--pages").arg(rule.to_string());
+    }
+    if let Some(objects) = &opts.objects {
+        let file = dir.path().join("objects.json");
+        std::fs::write(&file, objects.to_string()).expect("write the fake's objects");
+        cmd.arg("--objects").arg(file);
+    }
+    if let Some(rule) = &opts.hostile_pods {
+        cmd.arg("--hostile-pods").arg(rule.to_string());
     }
     let mut child = cmd
         .spawn()

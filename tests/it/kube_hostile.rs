@@ -7,13 +7,17 @@
 use crate::cluster;
 use crate::common::*;
 use crate::kube_fake::{self, KubeFake, Opts};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Most memory the binary may use in these cases (the issue measured 22.6 GB for the plugin
 /// and 3.8 GB for the pages before the bounds).
 const MAX_RSS_KB: u64 = 400 * 1024;
+
+/// Most memory `verify --cluster` may use against pods of huge images: a page of 16 MiB read,
+/// parsed and judged, with room to spare; the server sends 1.5 GiB in all.
+const MAX_VERIFY_RSS_KB: u64 = 200 * 1024;
 
 /// `load BUNDLE --registry PLAIN/prefix --plain-http --kubeconfig KC --helm helm4 [extra]`,
 /// under `/usr/bin/time -f` when it exists. Returns the output and the peak RSS in KiB.
@@ -39,9 +43,13 @@ fn load(
         e.helm4.to_string_lossy().into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let time = Path::new("/usr/bin/time");
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let template = b.home.cmd(&a);
+    timed(b.home.cmd(&a))
+}
+
+/// Run `template` under `/usr/bin/time -f` when it exists: its output and peak RSS in KiB.
+fn timed(template: Command) -> (std::process::Output, Option<u64>) {
+    let time = Path::new("/usr/bin/time");
     let mut cmd = if time.is_file() {
         let mut c = Command::new(time);
         c.args(["-f", "koord-bundle-maxrss-kb=%M"])
@@ -183,6 +191,95 @@ fn a_new_token_on_every_oversized_page() {
     assert_eq!(node_lists(&fake), 1);
     assert_small(rss);
     assert!(repos_under(&prefix).is_empty());
+}
+
+/// `verify --cluster` against a server that answers every LIST of pods of each of the 6
+/// workloads of the release's record with 16 pages of 8 new pods whose image and imageID are
+/// 1 MiB strings (1.5 GiB in all): the check ends with a verdict (every container NOT
+/// BUNDLED: exit 1) and the binary's peak memory stays under [`MAX_VERIFY_RSS_KB`] (before
+/// issue 42 it kept every pod of a workload and cloned every string, and aborted at 3.7 GB).
+/// What is shown is bounded: 200 containers, each image cut to 512 bytes with its length.
+#[test]
+fn verify_cluster_against_pods_of_huge_images_over_many_pages() {
+    let b = Built::new();
+    let ns = "koordinator-system";
+    let deployments: Vec<Value> = (0..6)
+        .map(|i| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": format!("w{i}"), "namespace": ns},
+                "spec": {"selector": {"matchLabels": {"app": format!("w{i}")}},
+                    "template": {"metadata": {"labels": {"app": format!("w{i}")}},
+                        "spec": {"containers": [{"name": "c", "image": "koordinator-sh/koordlet:v1.8.0"}]}}}})
+        })
+        .collect();
+    let manifest: String = deployments
+        .iter()
+        .map(|d| format!("---\n# Source: koordinator/templates/x.yaml\n{d}\n"))
+        .collect();
+    let release = json!({"name": "koordinator", "namespace": ns, "version": 1,
+        "info": {"status": "deployed"},
+        "chart": {"metadata": {"name": "koordinator", "version": "1.8.0"}},
+        "config": {}, "manifest": manifest});
+    let mut objects = deployments.clone();
+    objects.push(cluster::helm_record(
+        "koordinator",
+        ns,
+        1,
+        "deployed",
+        &cluster::helm_text(&release.to_string()),
+    ));
+    let fake = kube_fake::start(Opts {
+        objects: Some(Value::Array(objects)),
+        hostile_pods: Some(json!({"pages": 16, "per_page": 8, "image_bytes": 1024 * 1024})),
+        ..Default::default()
+    });
+    let (o, rss) = timed(b.home.cmd(&[
+        "verify",
+        b.bundle.to_str().unwrap(),
+        "--cluster",
+        "--release",
+        "koordinator",
+        "--namespace",
+        ns,
+        "--kubeconfig",
+        fake.kubeconfig.to_str().unwrap(),
+    ]));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let pods = 6 * 16 * 8;
+    assert!(
+        out.contains(&format!(
+            "verdict    0 of {pods} containers verified ({pods} NOT BUNDLED): FAILED"
+        )),
+        "{}",
+        &out[out.len().saturating_sub(2000)..]
+    );
+    assert!(out.contains(&format!("... and {} more containers", pods - 200)));
+    assert!(
+        out.contains("… (1048591 bytes, cut)"),
+        "the cut is said: {}",
+        out.lines().nth(2).unwrap_or_default()
+    );
+    assert!(out.len() < 2 * 1024 * 1024, "{} bytes printed", out.len());
+    let pod_lists = fake
+        .requests()
+        .iter()
+        .filter(|r| r["path"] == format!("/api/v1/namespaces/{ns}/pods"))
+        .count();
+    assert_eq!(pod_lists, 6 * 16, "every page of every workload was read");
+    match rss {
+        Some(kb) => assert!(
+            kb < MAX_VERIFY_RSS_KB,
+            "verify --cluster peaked at {kb} KiB (bound {MAX_VERIFY_RSS_KB} KiB)"
+        ),
+        None => eprintln!("\n*** /usr/bin/time IS NOT INSTALLED: peak memory NOT checked ***\n"),
+    }
+    eprintln!("verify --cluster peaked at {rss:?} KiB");
 }
 
 fn node_lists(fake: &KubeFake) -> usize {

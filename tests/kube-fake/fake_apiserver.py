@@ -15,6 +15,12 @@ the answer is sent).
 answers of matching paths never end: each carries a continue token (the tokens in a circle, or
 a new one every time) and N bytes of padding (a hostile server, for the client's list bounds).
 
+--objects FILE: a JSON list of objects (Secrets, Deployments, Pods...) served as they are.
+
+--hostile-pods '{"pages": P, "per_page": N, "image_bytes": B}': every LIST of pods in a
+namespace, whatever its selector, is P pages of N pods, each pod new (its own name), its one
+container's image and imageID strings of B bytes (a hostile server, for verify --cluster).
+
 Python 3 standard library, and openssl for --tls.
 """
 
@@ -37,6 +43,8 @@ RESOURCES = {
     ("", "v1", "namespaces"): ("Namespace", False),
     ("", "v1", "nodes"): ("Node", False),
     ("", "v1", "secrets"): ("Secret", True),
+    ("", "v1", "pods"): ("Pod", True),
+    ("apps", "v1", "deployments"): ("Deployment", True),
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): ("CustomResourceDefinition", False),
 }
 NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -112,12 +120,46 @@ def api_get(path, query):
         if obj is None:
             raise not_found(group, plural, name)
         return {"kind": kind, "apiVersion": api_version, **obj}  # list items carry neither
+    if OPTS.hostile_pods and plural == "pods" and ns is not None:
+        return hostile_pods(ns, query)
     items = [o for (g, p, n, _), o in sorted(OBJECTS.items())
              if (g, p) == (group, plural) and ns in (None, n)]
-    if items and (query.get("labelSelector") or query.get("fieldSelector")):
-        raise ApiError(400, "BadRequest", "this fake API server does not apply selectors")
+    if items and query.get("fieldSelector"):
+        raise ApiError(400, "BadRequest", "this fake API server does not apply field selectors")
+    selector = query.get("labelSelector", [""])[0]
+    if items and selector:
+        terms = [t.split("=", 1) for t in selector.split(",")]
+        if any(len(t) != 2 or not t[0] or t[0].endswith("!") for t in terms):
+            raise ApiError(400, "BadRequest", "this fake API server applies only k=v label selectors")
+        items = [o for o in items
+                 if all((o.get("metadata", {}).get("labels") or {}).get(k) == v.lstrip("=") for k, v in terms)]
     return {"kind": f"{kind}List", "apiVersion": api_version,
             "metadata": {"resourceVersion": "1000"}, "items": items}
+
+
+HOSTILE_PODS_SERVED = [0]
+HOSTILE_IMAGE = [""]
+
+
+def hostile_pods(ns, query):
+    """A page of --hostile-pods: N new pods with B-byte image strings, and a continue token
+    until P pages were served for this listing (the token counts the pages)."""
+    rule = OPTS.hostile_pods
+    token = query.get("continue", [""])[0]
+    page = int(token.split("-")[-1]) if token else 0
+    items = []
+    for _ in range(int(rule["per_page"])):
+        HOSTILE_PODS_SERVED[0] += 1
+        n = HOSTILE_PODS_SERVED[0]
+        items.append({"metadata": {"name": f"hostile-{n}", "namespace": ns},
+                      "spec": {"containers": [{"name": "c", "image": HOSTILE_IMAGE[0]}]},
+                      "status": {"containerStatuses": [{"name": "c", "image": HOSTILE_IMAGE[0],
+                                                        "imageID": HOSTILE_IMAGE[0], "ready": True,
+                                                        "restartCount": 0}]}})
+    meta = {"resourceVersion": "1000"}
+    if page + 1 < int(rule["pages"]):
+        meta["continue"] = f"hostile-pods-{HOSTILE_PODS_SERVED[0]}-{page + 1}"
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -242,6 +284,8 @@ def main():
     ap.add_argument("--token", help="bearer token every request must carry (default: none needed)")
     ap.add_argument("--seed-dir", action="append", default=[], help="fixture directory to load")
     ap.add_argument("--pages", type=json.loads, help="endless LIST pages (see above)")
+    ap.add_argument("--objects", help="JSON file: a list of objects to serve")
+    ap.add_argument("--hostile-pods", type=json.loads, help="pods of huge images (see above)")
     OPTS = ap.parse_args()
     os.makedirs(OPTS.state_dir, exist_ok=True)
     open(os.path.join(OPTS.state_dir, "requests.jsonl"), "w").close()
@@ -251,6 +295,16 @@ def main():
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
     for d in OPTS.seed_dir:
         seed_dir(d)
+    if OPTS.objects:
+        with open(OPTS.objects) as f:
+            for o in json.load(f):
+                api = o["apiVersion"]
+                group = api.rsplit("/", 1)[0] if "/" in api else ""
+                plural = next(p for (g, _, p), (k, _) in RESOURCES.items() if g == group and k == o["kind"])
+                m = o["metadata"]
+                OBJECTS[(group, plural, m.get("namespace", ""), m["name"])] = o
+    if OPTS.hostile_pods:
+        HOSTILE_IMAGE[0] = "evil.example/" + "x" * int(OPTS.hostile_pods["image_bytes"]) + ":1"
     server = ThreadingHTTPServer(("127.0.0.1", OPTS.port), Handler)
     server.daemon_threads = True
     cluster = {}

@@ -3,7 +3,7 @@
 //!
 //! | check | finds |
 //! |---|---|
-//! | `crd-stored-versions` | a version in the live CRD's `status.storedVersions` that the new CRD no longer lists: the API server refuses the new CRD in the middle of `helm upgrade` (a failed release): **Fail**, naming the version, how many objects exist, and the steps that migrate them |
+//! | `crd-stored-versions` | versions in the live CRD's `status.storedVersions` that the new CRD no longer lists: the API server refuses the new CRD in the middle of `helm upgrade` (a failed release): **Fail**, one per CRD however many versions it drops (the lists cut to ten, the rest counted), naming them, how many objects exist, and the steps that migrate them |
 //! | `crd-storage-version` | the stored version changes: existing objects stay stored in the old one until rewritten (**Warn** when there are some, else Info), with what to run before a later chart drops it |
 //! | `crd-objects` | objects that the new schema prunes fields of, that lack a newly required field, or use an `enum` value that is gone ([`crate::crd::VersionSchema::check_object`], the rule `diff` applies to the schemas): **Warn**, **Fail** under `--strict` |
 //!
@@ -148,34 +148,18 @@ async fn one_crd(
         None => Vec::new(),
     };
     let count = objects.len();
-    let dropped: Vec<&String> = l
-        .stored_versions
-        .iter()
-        .filter(|v| !new_versions.contains(v.as_str()))
-        .collect();
-    for v in &dropped {
-        let to = new_storage.clone().unwrap_or_default();
-        let fix = if l.storage.as_deref() == Some(v.as_str()) {
-            format!(
-                "the live CRD still stores its objects as {v}: first install a chart version whose CRD serves both {v} and {to} with {to} as the stored version, then {}",
-                migrate_steps(name, &plural_group, &to)
-            )
-        } else {
-            migrate_steps(name, &plural_group, l.storage.as_deref().unwrap_or(&to))
-        };
-        out.push(Finding::new(
-            Level::Fail,
-            CHECK_CRD_STORED_VERSIONS,
-            format!(
-                "CRD {name}: version {v} is among its stored versions (status.storedVersions: {}), with {count} object(s) in the cluster, but the new CRD no longer has it (versions: {}): the API server refuses such a CRD, so helm would stop in the middle of the upgrade and leave a failed release",
-                l.stored_versions.join(", "),
-                new_versions.iter().copied().collect::<Vec<_>>().join(", ")
-            ),
-            Some(fix),
-        ));
-    }
+    let dropped = stored_versions_dropped(
+        name,
+        &plural_group,
+        l,
+        &new_versions,
+        new_storage.as_deref(),
+        count,
+    );
+    let any_dropped = dropped.is_some();
+    out.extend(dropped);
     if let (Some(old), Some(new)) = (&l.storage, &new_storage) {
-        if old != new && dropped.is_empty() {
+        if old != new && !any_dropped {
             let (level, what) = if count > 0 {
                 (Level::Warn, format!("its {count} existing object(s) stay stored as {old} until they are rewritten (status.storedVersions keeps {old})"))
             } else {
@@ -206,6 +190,96 @@ async fn one_crd(
         strict,
     ));
     Ok(())
+}
+
+/// Versions shown of a list the server gives (`status.storedVersions`, the new CRD's versions):
+/// the rest are counted.
+const MAX_VERSIONS_SHOWN: usize = 10;
+
+/// Longest version name shown (a real one is a DNS label of at most 63 bytes).
+const MAX_VERSION_NAME: usize = 63;
+
+/// `v1, v2, ... and N more`: at most [`MAX_VERSIONS_SHOWN`] of `list`, each cut to
+/// [`MAX_VERSION_NAME`] bytes.
+fn version_list<'a>(list: impl IntoIterator<Item = &'a str>) -> String {
+    let mut shown = Vec::new();
+    let mut more = 0usize;
+    for v in list {
+        if shown.len() >= MAX_VERSIONS_SHOWN {
+            more += 1;
+            continue;
+        }
+        let mut end = v.len().min(MAX_VERSION_NAME);
+        while !v.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.push(if end < v.len() {
+            format!("{}…", &v[..end])
+        } else {
+            v.to_string()
+        });
+    }
+    let mut s = shown.join(", ");
+    if more > 0 {
+        s.push_str(&format!(" and {more} more"));
+    }
+    s
+}
+
+/// The stored versions of the live CRD that the new CRD no longer has: ONE finding for the
+/// CRD (a Fail), however many versions it drops, each list in it cut to
+/// [`MAX_VERSIONS_SHOWN`] (a CRD with 30,000 stored versions gave 30,000 findings, each
+/// repeating the whole list).
+fn stored_versions_dropped(
+    name: &str,
+    plural_group: &str,
+    l: &Live,
+    new_versions: &BTreeSet<&str>,
+    new_storage: Option<&str>,
+    count: usize,
+) -> Option<Finding> {
+    let dropped: Vec<&str> = l
+        .stored_versions
+        .iter()
+        .map(String::as_str)
+        .filter(|v| !new_versions.contains(v))
+        .collect();
+    if dropped.is_empty() {
+        return None;
+    }
+    let to = new_storage.unwrap_or_default();
+    let fix = match l.storage.as_deref().filter(|s| dropped.contains(s)) {
+        Some(v) => format!(
+            "the live CRD still stores its objects as {v}: first install a chart version whose CRD serves both {v} and {to} with {to} as the stored version, then {}",
+            migrate_steps(name, plural_group, to)
+        ),
+        None => migrate_steps(name, plural_group, l.storage.as_deref().unwrap_or(to)),
+    };
+    let (which, these) = if dropped.len() == 1 {
+        (
+            format!("version {} is", version_list(dropped.iter().copied())),
+            "it",
+        )
+    } else {
+        (
+            format!(
+                "{} versions ({}) are",
+                dropped.len(),
+                version_list(dropped.iter().copied())
+            ),
+            "them",
+        )
+    };
+    Some(Finding::new(
+        Level::Fail,
+        CHECK_CRD_STORED_VERSIONS,
+        format!(
+            "CRD {name}: {which} among its stored versions (status.storedVersions: {}), with {count} object(s) in the cluster, but the new CRD no longer has {these} (versions: {}): the API server refuses such a CRD, so helm would stop in the middle of the upgrade and leave a failed release",
+            version_list(l.stored_versions.iter().map(String::as_str)),
+            version_list(new_versions.iter().copied()),
+        ),
+        Some(fix),
+    ))
 }
 
 /// What the new schema, at the version objects are read at, does to the objects in the cluster.
@@ -311,6 +385,48 @@ fn strip_indices(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 30,000 stored versions the new CRD drops: one finding, its message short (before:
+    /// 30,000 findings, each naming all 30,000, and `load` aborted).
+    #[test]
+    fn thirty_thousand_dropped_stored_versions_are_one_short_finding() {
+        let l = Live {
+            group: "g.io".into(),
+            plural: "xs".into(),
+            served: vec!["v1".into()],
+            storage: Some("v0".into()),
+            stored_versions: (0..30_000).map(|i| format!("v{i}")).collect(),
+        };
+        let new: BTreeSet<&str> = ["v1", "v2"].into();
+        let f = stored_versions_dropped("xs.g.io", "xs.g.io", &l, &new, Some("v2"), 3).unwrap();
+        assert_eq!(f.level, Level::Fail);
+        assert!(
+            f.message.starts_with("CRD xs.g.io: 29998 versions (v0, v3, v4, v5, v6, v7, v8, v9, v10, v11 and 29988 more) are among its stored versions (status.storedVersions: v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 and 29990 more)"),
+            "{}",
+            f.message
+        );
+        assert!(f.message.len() < 1000, "{}", f.message.len());
+        assert!(f.fix.unwrap().contains("stores its objects as v0"));
+        let one = Live {
+            stored_versions: vec!["v1".into(), "v9".into()],
+            storage: Some("v1".into()),
+            ..l
+        };
+        let f = stored_versions_dropped("xs.g.io", "xs.g.io", &one, &new, Some("v2"), 0).unwrap();
+        assert!(f.message.starts_with("CRD xs.g.io: version v9 is among its stored versions (status.storedVersions: v1, v9), with 0 object(s) in the cluster, but the new CRD no longer has it (versions: v1, v2)"), "{}", f.message);
+        assert!(stored_versions_dropped(
+            "xs.g.io",
+            "xs.g.io",
+            &Live {
+                stored_versions: vec!["v1".into()],
+                ..one
+            },
+            &new,
+            None,
+            0
+        )
+        .is_none());
+    }
 
     #[test]
     fn indices_are_folded() {
