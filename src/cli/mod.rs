@@ -529,8 +529,9 @@ pub struct LoadArgs {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
     /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership),
-    /// on custom resources that an upgrade of their CRD would prune or refuse, and on images
-    /// of the bundle the chart names outside a container's image field (not pinned).
+    /// on custom resources that an upgrade of their CRD would refuse or prune (pruned fields
+    /// are refused anyway, unless --allow-field-loss), and on images of the bundle the chart
+    /// names outside a container's image field (not pinned).
     #[arg(long)]
     pub strict: bool,
     /// On upgrade, start from the new chart's defaults and this run's values only: the
@@ -547,6 +548,12 @@ pub struct LoadArgs {
     /// be read). Without it such a load is refused before anything is pushed.
     #[arg(long)]
     pub allow_downgrade: bool,
+    /// Replace the chart's CRDs even where custom resources in the cluster set fields the new
+    /// definitions do not have (after a CRD downgrade, or a chart that drops a field): the API
+    /// server drops those fields from the objects on their next write. Without it such a load
+    /// is refused before anything is pushed, naming the objects and the fields.
+    #[arg(long)]
+    pub allow_field_loss: bool,
     /// Leave the chart's CRDs to helm as the chart renders them: `helm uninstall` then
     /// deletes them and every object of theirs. By default load marks them
     /// `helm.sh/resource-policy: keep` (a post-renderer), so that an uninstall keeps them.

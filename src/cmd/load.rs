@@ -801,6 +801,7 @@ async fn render(
             previous: &previous,
             release_namespace: &pre.namespace,
             strict: args.strict,
+            allow_field_loss: args.allow_field_loss,
         },
     )
     .await

@@ -208,7 +208,10 @@ fn the_dry_run_lists_what_an_upgrade_changes() {
 }
 
 /// A ScheduleExplanation of 1.7.0 that sets `spec.questionObjectReference`, which 1.8.0's
-/// schema removes: named by the pre-flight (Warn), refused under --strict before any push.
+/// schema removes: the upgrade would drop that field, so it is refused before any push, naming
+/// the object and the field (issue 42: before, a Warn, and the field lost on the next write
+/// unless --strict); `--allow-field-loss` lets it through with a warning, and `--strict`
+/// refuses it still.
 #[test]
 fn an_object_that_loses_a_field_is_named_before_the_upgrade() {
     let (h, old, new, _) = two_versions();
@@ -220,22 +223,122 @@ fn an_object_that_loses_a_field_is_named_before_the_upgrade() {
     kube.seed(json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "ScheduleExplanation",
         "metadata": {"name": "why-pending", "namespace": "team-a"},
         "spec": {"questionObjectReference": {"kind": "Pod", "namespace": "team-a", "name": "web-0"}}}));
+    let named = "[crd-objects] CRD scheduleexplanations.scheduling.koordinator.sh (ScheduleExplanation v1alpha1): 1 of 1 object(s) do not fit the new schema: 1 lose spec.questionObjectReference";
     let o = load(&h, &kube, &new, &prefix, 4, &["--dry-run"]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            named,
+            "team-a/why-pending",
+            "--allow-field-loss",
+            "nothing was pushed",
+        ],
+    );
+    let o = load(
+        &h,
+        &kube,
+        &new,
+        &prefix,
+        4,
+        &["--dry-run", "--allow-field-loss"],
+    );
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("[crd-objects] CRD scheduleexplanations.scheduling.koordinator.sh (ScheduleExplanation v1alpha1): 1 of 1 object(s) do not fit the new schema: 1 lose spec.questionObjectReference")
-            && err.contains("team-a/why-pending"),
+        err.contains(named) && err.contains("team-a/why-pending"),
         "{err}"
     );
+    // 1.7.0 → 1.8.0 drops some fields of ScheduleExplanation and adds others: not a downgrade.
+    assert!(!err.contains("crd-downgrade"), "{err}");
     let prefix2 = unique_prefix("prune2");
-    let o = load(&h, &kube, &new, &prefix2, 4, &["--strict"]);
-    assert_fails(&o, 1, &["team-a/why-pending", "nothing was pushed"]);
+    for extra in [&["--strict", "--allow-field-loss"][..], &[][..]] {
+        let o = load(&h, &kube, &new, &prefix2, 4, extra);
+        assert_fails(&o, 1, &["team-a/why-pending", "nothing was pushed"]);
+    }
     assert!(repos_under(&prefix2).is_empty());
     assert_eq!(
         kube.releases("default").last().unwrap().2,
         "1",
         "not upgraded"
+    );
+}
+
+/// Issue 42: 1.8.0 installed, then `helm uninstall` (the CRDs are kept), and a Reservation
+/// that sets `spec.preAllocationPolicy`, a field 1.8.0's CRD has and 1.7.0's does not. A load
+/// of 1.7.0 is no upgrade of a release (there is none), but it replaces the CRDs with older
+/// ones: named a CRD DOWNGRADE, and the Reservation that would lose its field refused before
+/// any push, in the dry run and the real run, the cluster unchanged (before: "a fresh
+/// install", a Warn, and the field dropped on the next write). With --allow-field-loss the
+/// dry run passes, saying the same.
+#[test]
+fn an_older_chart_over_newer_crds_without_a_release_is_a_crd_downgrade() {
+    let (h, old, new, _) = two_versions();
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("crddown");
+    assert_ok(&load(&h, &kube, &new, &prefix, 4, &[]));
+    assert_ok(&kube.helm(4, &["uninstall", RELEASE, "-n", "default"]));
+    kube.wait_namespaces_finalized();
+    assert!(kube.releases("default").is_empty());
+    kube.seed(
+        json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "for-web"},
+        "spec": {"owners": [{"object": {"name": "web-0", "namespace": "default"}}],
+            "template": {"spec": {"containers": [{"name": "web", "image": "nginx"}]}},
+            "preAllocationPolicy": {"mode": "Default", "enableMultiple": true}}}),
+    );
+    let crd = "reservations.scheduling.koordinator.sh";
+    let snapshot = |k: &Cluster| -> Vec<(String, Value)> {
+        let mut v: Vec<(String, Value)> = k
+            .of_kind("crd", None)
+            .into_iter()
+            .chain(k.of_kind("reservations", None))
+            .chain(k.of_kind("secrets", Some("default")))
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    o["metadata"]["resourceVersion"].clone(),
+                )
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let before = snapshot(&kube);
+    let prefix2 = unique_prefix("crddown2");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let o = load(&h, &kube, &old, &prefix2, 4, extra);
+        assert_fails(
+            &o,
+            1,
+            &[
+                &format!("[crd-downgrade] CRD {crd}: a CRD DOWNGRADE: the CRD in the cluster has 1 field(s) that the chart's does not (spec.preAllocationPolicy)"),
+                &format!("[crd-objects] CRD {crd} (Reservation v1alpha1), replaced by an older definition (a CRD DOWNGRADE): 1 of 1 object(s) do not fit the new schema: 1 lose spec.preAllocationPolicy"),
+                "for-web",
+                "--allow-field-loss",
+                "nothing was pushed",
+            ],
+        );
+    }
+    assert!(repos_under(&prefix2).is_empty());
+    assert_eq!(snapshot(&kube), before, "the cluster is unchanged");
+    let r = kube.get("reservation", None, "for-web").unwrap();
+    assert_eq!(r["spec"]["preAllocationPolicy"]["enableMultiple"], true);
+    let o = load(
+        &h,
+        &kube,
+        &old,
+        &prefix2,
+        4,
+        &["--dry-run", "--allow-field-loss"],
+    );
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("[crd-downgrade] CRD {crd}: a CRD DOWNGRADE"))
+            && err.contains("for-web"),
+        "{err}"
     );
 }
 

@@ -5,7 +5,11 @@
 //! |---|---|
 //! | `crd-stored-versions` | versions in the live CRD's `status.storedVersions` that the new CRD no longer lists: the API server refuses the new CRD in the middle of `helm upgrade` (a failed release): **Fail**, one per CRD however many versions it drops (the lists cut to ten, the rest counted), naming them, how many objects exist, and the steps that migrate them |
 //! | `crd-storage-version` | the stored version changes: existing objects stay stored in the old one until rewritten (**Warn** when there are some, else Info), with what to run before a later chart drops it |
-//! | `crd-objects` | objects that the new schema prunes fields of, that lack a newly required field, or use an `enum` value that is gone ([`crate::crd::VersionSchema::check_object`], the rule `diff` applies to the schemas): **Warn**, **Fail** under `--strict` |
+//! | `crd-downgrade` | the live CRD has fields the new one does not, and the new one none that the live one lacks: the CRD in the cluster comes from a newer chart (kept by `helm uninstall`, or left by another install), and installing replaces it with an older one, with a release or without: **Warn**, naming the fields (objects that set them are a `crd-objects` Fail) |
+//! | `crd-objects` | objects that the new schema prunes fields of (**Fail**, **Warn** with `--allow-field-loss`), that lack a newly required field, or use an `enum` value that is gone (**Warn**, **Fail** under `--strict`) ([`crate::crd::VersionSchema::check_object`], the rule `diff` applies to the schemas) |
+//!
+//! Older or newer is told by the schemas, not by a version: the chart's CRDs carry no chart
+//! version, and after `helm uninstall` no record says which chart installed them.
 //!
 //! Objects are listed bounded ([`crate::cluster::list::Bounds::CUSTOM`]).
 
@@ -23,6 +27,11 @@ pub const CHECK_CRD_STORED_VERSIONS: &str = "crd-stored-versions";
 pub const CHECK_CRD_STORAGE_VERSION: &str = "crd-storage-version";
 /// Check name: existing objects against the new schema.
 pub const CHECK_CRD_OBJECTS: &str = "crd-objects";
+/// Check name: the live CRD is newer than the chart's.
+pub const CHECK_CRD_DOWNGRADE: &str = "crd-downgrade";
+
+/// Fields named in a `crd-downgrade` finding; the rest are counted.
+const MAX_FIELDS_SHOWN: usize = 8;
 
 /// The live side of one CRD: its served and stored versions, its storage version.
 struct Live {
@@ -92,6 +101,7 @@ pub(crate) async fn crd_findings(
     client: &KubeClient,
     new: &[&Value],
     strict: bool,
+    allow_field_loss: bool,
 ) -> Result<Vec<Finding>, ClusterError> {
     let mut out = Vec::new();
     for n in new {
@@ -113,9 +123,95 @@ pub(crate) async fn crd_findings(
         else {
             continue;
         };
-        one_crd(client, &name, &live(&cur), &schema, strict, &mut out).await?;
+        // The live CRD's schema, to tell whether the chart's is older.
+        let downgrade = serde_yaml_ng::to_value(&cur)
+            .ok()
+            .and_then(|y| crd::from_value(&name, &y).ok())
+            .and_then(|l| downgrade_finding(&name, &l, &schema));
+        let is_downgrade = downgrade.is_some();
+        out.extend(downgrade);
+        let opts = Opts {
+            strict,
+            allow_field_loss,
+            downgrade: is_downgrade,
+        };
+        one_crd(client, &name, &live(&cur), &schema, opts, &mut out).await?;
     }
     Ok(out)
+}
+
+/// How objects that do not fit are judged.
+#[derive(Debug, Clone, Copy)]
+struct Opts {
+    /// `--strict`: every object that does not fit is a Fail.
+    strict: bool,
+    /// `--allow-field-loss`: objects that lose fields are a Warn, not a Fail.
+    allow_field_loss: bool,
+    /// The new CRD is older than the live one (said in the objects' finding).
+    downgrade: bool,
+}
+
+/// The fields of `from` (by path) that `to` prunes, over the versions both have: the top-most
+/// ones (a field whose parent is lost too is left out).
+fn lost_fields(from: &CrdSchema, to: &CrdSchema) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for t in &to.versions {
+        let Some(f) = from
+            .versions
+            .iter()
+            .find(|f| f.version.name == t.version.name)
+            .and_then(|f| f.fields.as_ref())
+        else {
+            continue;
+        };
+        if t.fields.is_none() {
+            continue;
+        }
+        for path in f.keys() {
+            if t.prunes(path) {
+                out.insert(path.clone());
+            }
+        }
+    }
+    let lost = out.clone();
+    out.retain(|p| {
+        !lost
+            .iter()
+            .any(|q| q != p && (p.starts_with(&format!("{q}.")) || p.starts_with(&format!("{q}["))))
+    });
+    out
+}
+
+/// A `crd-downgrade` Warn when the live CRD has fields the chart's new one does not, and the
+/// new one none the live one lacks: the chart is older than the CRD in the cluster.
+fn downgrade_finding(name: &str, live: &CrdSchema, new: &CrdSchema) -> Option<Finding> {
+    let lost = lost_fields(live, new);
+    if lost.is_empty() || !lost_fields(new, live).is_empty() {
+        return None;
+    }
+    let shown: Vec<&str> = lost
+        .iter()
+        .map(String::as_str)
+        .take(MAX_FIELDS_SHOWN)
+        .collect();
+    let more = lost.len().saturating_sub(MAX_FIELDS_SHOWN);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    Some(Finding::new(
+        Level::Warn,
+        CHECK_CRD_DOWNGRADE,
+        format!(
+            "CRD {name}: a CRD DOWNGRADE: the CRD in the cluster has {} field(s) that the chart's does not ({}{more}), and the chart's has none that it lacks: it comes from a newer chart (kept by `helm uninstall`, or installed by another release), and this install replaces it with an older one",
+            lost.len(),
+            shown.join(", ")
+        ),
+        Some(format!(
+            "install the chart version the CRD came from, or a newer one; objects that set these fields lose them on their next write (check {CHECK_CRD_OBJECTS} names them)"
+        )),
+    ))
 }
 
 async fn one_crd(
@@ -123,7 +219,7 @@ async fn one_crd(
     name: &str,
     l: &Live,
     schema: &CrdSchema,
-    strict: bool,
+    opts: Opts,
     out: &mut Vec<Finding>,
 ) -> Result<(), ClusterError> {
     let plural_group = format!("{}.{}", l.plural, l.group);
@@ -187,7 +283,7 @@ async fn one_crd(
         schema,
         read_at.as_deref(),
         &objects,
-        strict,
+        opts,
     ));
     Ok(())
 }
@@ -289,7 +385,7 @@ fn object_fit(
     schema: &CrdSchema,
     read_at: Option<&str>,
     objects: &[serde_json::Value],
-    strict: bool,
+    opts: Opts,
 ) -> Option<Finding> {
     let plural_group = format!("{}.{}", l.plural, l.group);
     let count = objects.len();
@@ -327,7 +423,13 @@ fn object_fit(
     if affected.is_empty() {
         return None;
     }
-    let level = if strict { Level::Fail } else { Level::Warn };
+    let loses = by_problem.keys().any(|(kind, _)| *kind == 0);
+    let refused = loses && !opts.allow_field_loss;
+    let level = if opts.strict || refused {
+        Level::Fail
+    } else {
+        Level::Warn
+    };
     let v = &version.version.name;
     let mut lines = Vec::new();
     for ((kind, field), who) in &by_problem {
@@ -348,15 +450,25 @@ fn object_fit(
         level,
         CHECK_CRD_OBJECTS,
         format!(
-            "CRD {name} ({} {v}): {} of {count} object(s) do not fit the new schema: {}",
+            "CRD {name} ({} {v}){}: {} of {count} object(s) do not fit the new schema: {}",
             schema.kind,
+            if opts.downgrade {
+                ", replaced by an older definition (a CRD DOWNGRADE)"
+            } else {
+                ""
+            },
             affected.len(),
             lines.join("; ")
         ),
         Some(format!(
-            "save them first (`kubectl get {plural_group} -A -o yaml > {}-backup.yaml`) and move what they set to the fields the new version has{}",
+            "save them first (`kubectl get {plural_group} -A -o yaml > {}-backup.yaml`) and move what they set to the fields the new version has{}{}",
             l.plural,
-            if strict { "" } else { "; pass --strict to refuse such an upgrade" }
+            if refused {
+                "; or pass --allow-field-loss to install anyway, and let the API server drop those fields"
+            } else {
+                ""
+            },
+            if opts.strict || refused { "" } else { "; pass --strict to refuse such an upgrade" }
         )),
     ))
 }
@@ -426,6 +538,62 @@ mod tests {
             0
         )
         .is_none());
+    }
+
+    fn schema(fields: &[&str]) -> CrdSchema {
+        let mut props = serde_json::Map::new();
+        for f in fields {
+            props.insert((*f).to_string(), serde_json::json!({"type": "string"}));
+        }
+        let doc = serde_json::json!({"kind": "CustomResourceDefinition", "metadata": {"name": "xs.g.io"},
+            "spec": {"group": "g.io", "names": {"kind": "X"}, "versions": [{"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}}}]}});
+        crd::from_value("x", &serde_yaml_ng::to_value(&doc).unwrap()).unwrap()
+    }
+
+    /// The chart's CRD lacks fields the live one has, and has none it lacks: a downgrade,
+    /// named with the fields; fields gone both ways (1.7.0 ↔ 1.8.0's ScheduleExplanation) or
+    /// only added are not.
+    #[test]
+    fn a_crd_older_than_the_live_one_is_a_downgrade() {
+        let (old, new) = (schema(&["a", "b"]), schema(&["a", "b", "c"]));
+        let f = downgrade_finding("xs.g.io", &new, &old).unwrap();
+        assert_eq!((f.level, f.check), (Level::Warn, CHECK_CRD_DOWNGRADE));
+        assert!(f.message.contains("a CRD DOWNGRADE: the CRD in the cluster has 1 field(s) that the chart's does not (spec.c)"), "{}", f.message);
+        assert!(downgrade_finding("xs.g.io", &old, &new).is_none());
+        assert!(downgrade_finding("xs.g.io", &new, &schema(&["a", "b", "d"])).is_none());
+        assert!(downgrade_finding("xs.g.io", &new, &new).is_none());
+    }
+
+    /// An object that loses a field is a Fail, a Warn with --allow-field-loss; one that lacks
+    /// a required field is a Warn, a Fail under --strict.
+    #[test]
+    fn objects_that_lose_fields_fail_unless_allowed() {
+        let new = schema(&["a"]);
+        let l = live(&serde_json::json!({"spec": {"group": "g.io", "names": {"plural": "xs"}}}));
+        let objects =
+            [serde_json::json!({"metadata": {"name": "o1"}, "spec": {"a": "x", "c": "y"}})];
+        let opts = |allow_field_loss, strict| Opts {
+            strict,
+            allow_field_loss,
+            downgrade: true,
+        };
+        let f = object_fit(
+            "xs.g.io",
+            &l,
+            &new,
+            Some("v1"),
+            &objects,
+            opts(false, false),
+        )
+        .unwrap();
+        assert_eq!(f.level, Level::Fail);
+        assert!(f.message.contains("(X v1), replaced by an older definition (a CRD DOWNGRADE): 1 of 1 object(s) do not fit the new schema: 1 lose spec.c"), "{}", f.message);
+        assert!(f.fix.unwrap().contains("--allow-field-loss"));
+        let f = object_fit("xs.g.io", &l, &new, Some("v1"), &objects, opts(true, false)).unwrap();
+        assert_eq!(f.level, Level::Warn);
+        let f = object_fit("xs.g.io", &l, &new, Some("v1"), &objects, opts(true, true)).unwrap();
+        assert_eq!(f.level, Level::Fail);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! - [`changes`]: object by object, what the new release adds, changes (images, replicas,
 //!   RBAC rules, webhooks, CRD versions and schemas, other fields) and removes;
 //! - [`crds`]: stored versions the new CRDs drop (a Fail: the API server would refuse them
-//!   half-way through `helm upgrade`), stored versions that change, and existing custom
-//!   resources the new schemas prune or refuse;
+//!   half-way through `helm upgrade`), stored versions that change, CRDs in the cluster newer
+//!   than the chart's (a CRD downgrade, with a release or without), and existing custom
+//!   resources the new schemas prune (a Fail unless `--allow-field-loss`) or refuse;
 //! - [`dry_run`]: every object applied to the API server with `dryRun=All`: validation and
 //!   admission errors show here, naming the object.
 //!
@@ -17,7 +18,9 @@ pub mod crds;
 pub mod dry_run;
 
 pub use changes::{Action, ObjectChange};
-pub use crds::{CHECK_CRD_OBJECTS, CHECK_CRD_STORAGE_VERSION, CHECK_CRD_STORED_VERSIONS};
+pub use crds::{
+    CHECK_CRD_DOWNGRADE, CHECK_CRD_OBJECTS, CHECK_CRD_STORAGE_VERSION, CHECK_CRD_STORED_VERSIONS,
+};
 pub use dry_run::{DryRun, CHECK_SERVER_DRY_RUN};
 
 use super::client::KubeClient;
@@ -37,6 +40,8 @@ pub struct UpgradeInput<'a> {
     pub release_namespace: &'a str,
     /// `--strict`: custom resources the new schemas prune or refuse are a Fail.
     pub strict: bool,
+    /// `--allow-field-loss`: custom resources the new schemas prune are a Warn, not a Fail.
+    pub allow_field_loss: bool,
 }
 
 /// What the checks found.
@@ -69,7 +74,8 @@ pub async fn check(
         .iter()
         .filter(|o| o["kind"] == "CustomResourceDefinition")
         .collect();
-    let mut findings = crds::crd_findings(client, &new_crds, input.strict).await?;
+    let mut findings =
+        crds::crd_findings(client, &new_crds, input.strict, input.allow_field_loss).await?;
     let (dry, report) = dry_run::dry_run(client, input.objects, input.release_namespace).await?;
     findings.extend(dry);
     Ok(UpgradeReport {
