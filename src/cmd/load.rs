@@ -1211,17 +1211,30 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
     let changes = &r.upgrade.changes;
     let count = |a: Action| changes.iter().filter(|c| c.action == a).count();
     let labels_only = changes.iter().filter(|c| c.only_metadata).count();
+    // Fields the cluster fills in (copied into the render by the chart's `lookup`) are not
+    // changes: an object that differs only in them is counted apart, its fields listed apart.
+    let filled_only = changes.iter().filter(|c| c.only_server_filled()).count();
     crate::say!(
-        "changes  {} added, {} changed ({labels_only} of them only in labels or annotations), {} removed{}",
+        "changes  {} added, {} changed ({labels_only} of them only in labels or annotations), {} removed{}{}",
         count(Action::Add),
-        count(Action::Change),
+        count(Action::Change) - filled_only,
         count(Action::Remove),
+        if filled_only > 0 {
+            format!(
+                "; {filled_only} more differ only in fields the cluster fills in (listed apart)"
+            )
+        } else {
+            String::new()
+        },
         if args.dry_run { ":" } else { "" }
     );
     if !args.dry_run {
         return;
     }
-    for c in changes.iter().filter(|c| !c.only_metadata) {
+    for c in changes
+        .iter()
+        .filter(|c| !c.only_metadata && !c.only_server_filled())
+    {
         let sign = match c.action {
             Action::Add => "+",
             Action::Change => "~",
@@ -1230,6 +1243,20 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
         crate::say!("  {sign} {}", crate::text::terminal_safe(&c.subject()));
         for d in &c.details {
             crate::say!("      {}", crate::text::terminal_safe(d));
+        }
+    }
+    let filled: Vec<_> = changes
+        .iter()
+        .filter(|c| !c.server_filled.is_empty())
+        .collect();
+    if !filled.is_empty() {
+        crate::say!("filled   by the cluster, not changes (the chart copies them from the live objects; helm's record of the release does not have them):");
+        for c in filled {
+            crate::say!(
+                "  {}: {}",
+                crate::text::terminal_safe(&c.subject()),
+                crate::text::terminal_safe(&c.server_filled.join(", "))
+            );
         }
     }
 }

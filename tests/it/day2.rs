@@ -182,9 +182,45 @@ fn the_dry_run_lists_what_an_upgrade_changes() {
     ] {
         assert!(out.contains(&needle), "{needle:?} not in:\n{out}");
     }
+    // Issue 42: what the cluster filled in (the chart copies it from the live objects with
+    // `lookup`; the record of the first install does not have it) is not in the change list,
+    // and is listed apart (before: a change of the webhook Service, its ServiceAccount and
+    // its Secret, among the real ones).
+    let (list, apart) = out
+        .split_once("\nfilled   by the cluster, not changes")
+        .unwrap_or_else(|| panic!("no list of fields the cluster filled in:\n{out}"));
+    for hidden in [
+        "spec.clusterIP",
+        "ipFamilies",
+        "~ Service koordinator-system/koordinator-webhook-service",
+        "~ ServiceAccount koordinator-system/koord-manager",
+        "~ Secret koordinator-system/koordinator-webhook-certs",
+    ] {
+        assert!(
+            !list.contains(hidden),
+            "{hidden:?} in the change list:\n{list}"
+        );
+    }
+    for listed in [
+        "Service koordinator-system/koordinator-webhook-service: spec.clusterIP, spec.clusterIPs[0], spec.ipFamilies[0], spec.ipFamilyPolicy, spec.type",
+        "ServiceAccount koordinator-system/koord-manager: secrets",
+        "Secret koordinator-system/koordinator-webhook-certs: data",
+    ] {
+        assert!(apart.contains(listed), "{listed:?} not in:\n{apart}");
+    }
+    assert!(
+        list.contains("3 more differ only in fields the cluster fills in (listed apart)"),
+        "{list}"
+    );
     let o = load(&h, &kube, &new, &prefix, 4, &["--dry-run", "--json"]);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     let changes = r["upgrade"]["changes"].as_array().unwrap();
+    let svc = changes
+        .iter()
+        .find(|c| c["name"] == "koordinator-webhook-service")
+        .unwrap();
+    assert!(svc.get("details").is_none(), "{svc}");
+    assert_eq!(svc["serverFilled"][0], "spec.clusterIP", "{svc}");
     assert!(
         changes.iter().any(|c| c["action"] == "change"
             && c["kind"] == "DaemonSet"

@@ -4,6 +4,13 @@
 //! changed, the fields an operator looks at are named first (images, replicas, RBAC rules,
 //! webhooks, CRD versions and schemas), then how many other fields changed and the first few.
 //! Pure: the caller hands both lists in.
+//!
+//! Fields the cluster fills in itself (a Service's `clusterIP`, `ipFamilies`, a
+//! ServiceAccount's `secrets`, the webhook Secret's `data` that koord-manager writes) are not
+//! changes: Koordinator's chart copies them from the live objects with `lookup`, so helm's
+//! server-side render has them and the record of the first install does not. They are kept
+//! apart ([`ObjectChange::server_filled`]), and an object that differs only in them is no
+//! change ([`ObjectChange::only_server_filled`]).
 
 use crate::crd;
 use serde::Serialize;
@@ -44,9 +51,19 @@ pub struct ObjectChange {
     /// Only labels and annotations change (every object's `helm.sh/chart` label does).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub only_metadata: bool,
+    /// Fields the cluster filled in, which the release's record does not set and the new
+    /// render copies from the live object ([`server_filled`]): not changes, and not in
+    /// `details`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_filled: Vec<String>,
 }
 
 impl ObjectChange {
+    /// A change in nothing but fields the cluster fills in: no change at all.
+    pub fn only_server_filled(&self) -> bool {
+        self.action == Action::Change && self.details.is_empty() && !self.server_filled.is_empty()
+    }
+
     /// `Deployment koordinator-system/koord-manager`.
     pub fn subject(&self) -> String {
         match &self.namespace {
@@ -112,14 +129,17 @@ pub fn diff(old: &[Value], new: &[Value], release_ns: &str) -> Vec<ObjectChange>
         name: name.clone(),
         details,
         only_metadata,
+        server_filled: Vec::new(),
     };
     for (k, nv) in &n {
         match o.get(k) {
             None => out.push(change(Action::Add, k, Vec::new(), false)),
             Some(ov) if ov == nv => {}
             Some(ov) => {
-                let (details, only_metadata) = object_details(ov, nv);
-                out.push(change(Action::Change, k, details, only_metadata));
+                let (details, only_metadata, filled) = object_details(ov, nv);
+                let mut c = change(Action::Change, k, details, only_metadata);
+                c.server_filled = filled;
+                out.push(c);
             }
         }
     }
@@ -185,9 +205,43 @@ fn containers(o: &Value) -> BTreeMap<String, String> {
     out
 }
 
-/// The lines that say what changes in one object, and whether only its labels and
-/// annotations do.
-fn object_details(o: &Value, n: &Value) -> (Vec<String>, bool) {
+/// Fields the API server (or, for the webhook Secret's `data`, koord-manager) fills in, by
+/// kind, as paths without indices: (kind, path or path prefix). `*` is any kind.
+const SERVER_FILLED: &[(&str, &str)] = &[
+    ("Service", "spec.clusterIP"),
+    ("Service", "spec.clusterIPs"),
+    ("Service", "spec.ipFamilies"),
+    ("Service", "spec.ipFamilyPolicy"),
+    ("Service", "spec.ipFamily"),
+    ("Service", "spec.type"),
+    ("Service", "spec.sessionAffinity"),
+    ("Service", "spec.internalTrafficPolicy"),
+    ("Service", "spec.ports[].nodePort"),
+    ("Service", "spec.healthCheckNodePort"),
+    ("ServiceAccount", "secrets"),
+    ("Secret", "data"),
+    ("*", "metadata.uid"),
+    ("*", "metadata.resourceVersion"),
+    ("*", "metadata.creationTimestamp"),
+    ("*", "metadata.generation"),
+    ("*", "metadata.managedFields"),
+    ("*", "status"),
+];
+
+/// Whether the field at `path` of an object of `kind` is one the cluster fills in.
+fn server_filled(kind: &str, path: &str) -> bool {
+    let generic = super::crds::strip_indices(path);
+    SERVER_FILLED.iter().any(|(k, p)| {
+        (*k == "*" || *k == kind)
+            && generic.strip_prefix(p).is_some_and(|rest| {
+                rest.is_empty() || rest.starts_with('.') || rest.starts_with('[')
+            })
+    })
+}
+
+/// The lines that say what changes in one object, whether only its labels and annotations
+/// do, and the fields the cluster filled in that the old object (the record) does not set.
+fn object_details(o: &Value, n: &Value) -> (Vec<String>, bool, Vec<String>) {
     let mut d = Vec::new();
     let (co, cn) = (containers(o), containers(n));
     for (name, img) in &cn {
@@ -226,10 +280,21 @@ fn object_details(o: &Value, n: &Value) -> (Vec<String>, bool) {
             || (p.ends_with(".image") && p.contains("ontainers["))
             || (n["kind"] == "CustomResourceDefinition" && p.starts_with("spec.versions"))
     };
+    let kind = n["kind"].as_str().unwrap_or_default();
+    // Set by the cluster: the record does not set it (absent or null), the render has it.
+    let unset = |p: &str| lo.get(p).is_none_or(|v| v.as_str() == "null");
+    let filled: Vec<String> = lo
+        .keys()
+        .chain(ln.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|p| lo.get(*p) != ln.get(*p) && unset(p) && server_filled(kind, p))
+        .cloned()
+        .collect();
     let changed: BTreeSet<&String> = lo
         .keys()
         .chain(ln.keys())
-        .filter(|p| lo.get(*p) != ln.get(*p))
+        .filter(|p| lo.get(*p) != ln.get(*p) && !filled.contains(p))
         .collect();
     let meta: Vec<&String> = changed
         .iter()
@@ -275,7 +340,7 @@ fn object_details(o: &Value, n: &Value) -> (Vec<String>, bool) {
         }
         d.push(line);
     }
-    (d, only_metadata)
+    (d, only_metadata, filled)
 }
 
 fn text(v: &Value) -> String {
@@ -475,6 +540,63 @@ mod tests {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
                "metadata": {"name": "koord-manager", "namespace": "koordinator-system", "labels": {"helm.sh/chart": chart}},
                "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "manager", "image": image, "args": ["--a"]}]}}}})
+    }
+
+    /// What Koordinator's chart copies from the live objects with `lookup` (the webhook
+    /// Service's cluster IPs, the ServiceAccount's secrets, the webhook Secret's data) is not a
+    /// change; a port the chart changes is, and a clusterIP the record set and the render
+    /// changes is too.
+    #[test]
+    fn fields_the_cluster_fills_in_are_kept_apart() {
+        let svc = |extra: Value| {
+            let mut s = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "koordinator-webhook-service", "namespace": "koordinator-system"},
+                "spec": {"ports": [{"port": 443, "targetPort": 9876}], "selector": {"koord-app": "koord-manager"}}});
+            for (k, v) in extra.as_object().unwrap() {
+                s["spec"][k] = v.clone();
+            }
+            s
+        };
+        let filled = json!({"clusterIP": "10.0.0.7", "clusterIPs": ["10.0.0.7"], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "type": "ClusterIP"});
+        let sa = |secrets: Value| json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "koord-manager", "namespace": "koordinator-system"}, "secrets": secrets});
+        let secret = |data: Value| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "koordinator-webhook-certs", "namespace": "koordinator-system"}, "data": data});
+        let old = vec![svc(json!({})), sa(Value::Null), secret(Value::Null)];
+        let new = vec![
+            svc(filled.clone()),
+            sa(json!([{"name": "t"}])),
+            secret(json!({"ca-cert": "Y2E="})),
+        ];
+        let c = diff(&old, &new, "default");
+        assert_eq!(c.len(), 3, "{c:#?}");
+        assert!(
+            c.iter()
+                .all(|c| c.only_server_filled() && c.details.is_empty()),
+            "{c:#?}"
+        );
+        let s = c.iter().find(|c| c.kind == "Service").unwrap();
+        assert_eq!(
+            s.server_filled,
+            [
+                "spec.clusterIP",
+                "spec.clusterIPs[0]",
+                "spec.ipFamilies[0]",
+                "spec.ipFamilyPolicy",
+                "spec.type"
+            ]
+        );
+        // A real change next to them is still one; a clusterIP the record set is not filled.
+        let mut moved = svc(filled.clone());
+        moved["spec"]["ports"][0]["targetPort"] = json!(9443);
+        let c = diff(&[svc(json!({}))], &[moved], "default");
+        assert!(!c[0].only_server_filled());
+        assert_eq!(c[0].details, ["1 other field(s): spec.ports[0].targetPort"]);
+        assert_eq!(c[0].server_filled.len(), 5);
+        let c = diff(
+            &[svc(json!({"clusterIP": "10.0.0.1"}))],
+            &[svc(json!({"clusterIP": "10.0.0.2"}))],
+            "default",
+        );
+        assert_eq!(c[0].details, ["1 other field(s): spec.clusterIP"]);
+        assert!(c[0].server_filled.is_empty());
     }
 
     #[test]

@@ -474,7 +474,7 @@ fn object_fit(
 }
 
 /// `spec.ports[3].name` → `spec.ports[].name`: one line for the same field of many items.
-fn strip_indices(path: &str) -> String {
+pub(super) fn strip_indices(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     let mut skip = false;
     for c in path.chars() {
