@@ -105,6 +105,19 @@ impl Progress {
         }
     }
 
+    /// An error that is not the command's last word (a failed check among others): always
+    /// shown on stderr, JSON mode included, as `error: ...`.
+    #[allow(clippy::disallowed_macros)] // the printer itself: the message is escaped first
+    pub fn error(&self, msg: impl AsRef<str>) {
+        let msg = terminal_safe(msg.as_ref());
+        match self.mode {
+            Mode::Tty => {
+                let _ = self.multi.println(format!("error: {msg}"));
+            }
+            _ => eprintln!("error: {msg}"),
+        }
+    }
+
     /// A byte bar of `total` bytes.
     pub fn bytes(&self, label: &str, total: u64) -> Bar {
         // A label may name an image or a file from a bundle.

@@ -345,11 +345,12 @@ fn print_findings(r: &cluster::PreflightReport, progress: &Progress) {
     print_findings_of(&r.findings, progress)
 }
 
-/// Findings, one line each.
+/// Findings, one line each, by level: `pre-flight INFO [...]`, `warning: pre-flight WARN
+/// [...]`, `error: pre-flight FAIL [...]` (a Fail was printed as a warning).
 fn print_findings_of(findings: &[cluster::Finding], progress: &Progress) {
     for f in findings {
         let line = format!(
-            "pre-flight {:?} [{}] {}{}",
+            "pre-flight {} [{}] {}{}",
             f.level,
             f.check,
             f.message,
@@ -360,7 +361,8 @@ fn print_findings_of(findings: &[cluster::Finding], progress: &Progress) {
         );
         match f.level {
             cluster::Level::Info => progress.say(line),
-            _ => progress.warn(line),
+            cluster::Level::Warn => progress.warn(line),
+            cluster::Level::Fail => progress.error(line),
         }
     }
 }

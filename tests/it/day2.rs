@@ -349,8 +349,10 @@ fn an_older_chart_over_newer_crds_without_a_release_is_a_crd_downgrade() {
             &o,
             1,
             &[
-                &format!("[crd-downgrade] CRD {crd}: a CRD DOWNGRADE: the CRD in the cluster has 1 field(s) that the chart's does not (spec.preAllocationPolicy)"),
-                &format!("[crd-objects] CRD {crd} (Reservation v1alpha1), replaced by an older definition (a CRD DOWNGRADE): 1 of 1 object(s) do not fit the new schema: 1 lose spec.preAllocationPolicy"),
+                // A Warn is printed as a warning, a Fail as an error (issue 42: a Fail was
+                // "warning: pre-flight Fail [...]").
+                &format!("\nwarning: pre-flight WARN [crd-downgrade] CRD {crd}: a CRD DOWNGRADE: the CRD in the cluster has 1 field(s) that the chart's does not (spec.preAllocationPolicy)"),
+                &format!("\nerror: pre-flight FAIL [crd-objects] CRD {crd} (Reservation v1alpha1), replaced by an older definition (a CRD DOWNGRADE): 1 of 1 object(s) do not fit the new schema: 1 lose spec.preAllocationPolicy"),
                 "for-web",
                 "--allow-field-loss",
                 "nothing was pushed",

@@ -750,6 +750,19 @@ fn kind_default_cgroup_root_stops_before_any_push_with_the_guides_config() {
         ],
     );
     assert!(repos_under(&prefix).is_empty());
+    // Issue 42: a failed check is printed as an error (it was "warning: pre-flight Fail
+    // [...]"); the warnings' form is asserted in day2 (a Warn and a Fail of the CRD checks).
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l
+                .starts_with("error: pre-flight FAIL [platform] kind node(s) kind-control-plane")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("warning: pre-flight FAIL") && !err.contains("pre-flight Fail"),
+        "{err}"
+    );
     assert!(kube
         .requests()
         .iter()
