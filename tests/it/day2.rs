@@ -525,7 +525,7 @@ data:
     assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     for want in [
-        format!("warning: pre-flight Warn [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config: \"{registry}/koordinator-sh/koord-manager:v1.8.0\" names the bundle's image koordinator-sh/koord-manager:v1.8.0 outside a container's image field"),
+        format!("warning: pre-flight WARN [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config: \"{registry}/koordinator-sh/koord-manager:v1.8.0\" names the bundle's image koordinator-sh/koord-manager:v1.8.0 outside a container's image field"),
         format!("ConfigMap koordinator-system/site-hook data.image: \"{registry}/koordinator-sh/koordlet@sha256:0000000000000000000000000000000000000000000000000000000000000000\" names the bundle's image koordinator-sh/koordlet:v1.8.0"),
         "pass --strict to refuse".to_string(),
     ] {
@@ -537,7 +537,7 @@ data:
             &o,
             1,
             &[
-                "pre-flight Fail [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config",
+                "pre-flight FAIL [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config",
                 "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
             ],
         );

@@ -231,6 +231,9 @@ fn rewrite(
         h.as_old_mut().name[..raw_name.len()].copy_from_slice(raw_name);
         h.set_size(data.len() as u64);
         h.set_mode(0o644);
+        // The header as the format gives it (uid/gid 0): what is refused is the entry itself.
+        h.set_uid(0);
+        h.set_gid(0);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_cksum();
         out.append(&h, *data).unwrap();
