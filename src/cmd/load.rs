@@ -643,6 +643,7 @@ fn mention_findings(
                     "check that it names the image under the registry loaded into; pass --strict to refuse such a rendering".to_string()
                 }),
             )
+            .about(format!("{} {}", m.object, m.path))
         })
         .collect()
 }

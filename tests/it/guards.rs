@@ -118,6 +118,13 @@ fn the_downgrade_guard_fails_closed() {
         down["check"].as_str().is_some_and(|c| !c.is_empty()),
         "{down}"
     );
+    assert_eq!(down["subject"], "release default/failed-up", "{down}");
+    assert!(
+        findings
+            .iter()
+            .all(|f| f["subject"].as_str().is_some_and(|s| !s.is_empty())),
+        "a finding without its subject: {doc}"
+    );
     assert!(
         down["fix"]
             .as_str()

@@ -155,6 +155,9 @@ pub struct Finding {
     pub level: Level,
     /// Which check (one of the `CHECK_*` names).
     pub check: &'static str,
+    /// What it is about: `release NS/NAME`, `namespace NS`, `crd NAME`, `Kind NS/NAME`, `nodes`,
+    /// `cluster` (for automation: `--json` carries it; the message names it too).
+    pub subject: String,
     /// What was found.
     pub message: String,
     /// What to do about it, when there is something to do.
@@ -172,10 +175,31 @@ impl Finding {
         Finding {
             level,
             check,
+            subject: String::new(),
             message: message.into(),
             fix,
         }
     }
+
+    /// The finding, about `subject` (see [`Finding::subject`]).
+    pub(crate) fn about(mut self, subject: impl Into<String>) -> Self {
+        self.subject = subject.into();
+        self
+    }
+}
+
+/// `findings`, each about `subject` unless it says what it is about itself.
+pub(crate) fn about_all(findings: Vec<Finding>, subject: &str) -> Vec<Finding> {
+    findings
+        .into_iter()
+        .map(|f| {
+            if f.subject.is_empty() {
+                f.about(subject)
+            } else {
+                f
+            }
+        })
+        .collect()
 }
 
 /// The newest revision of an existing Helm release of the same name.
@@ -264,21 +288,24 @@ pub async fn preflight(
     let mut findings = Vec::new();
 
     let info = read::version(client).await?;
-    findings.extend(version::version_findings(&info));
+    findings.extend(about_all(version::version_findings(&info), "cluster"));
 
     let nodes = read::nodes(client).await?;
-    findings.extend(nodes::node_findings(&nodes, input.bundle_platforms));
+    findings.extend(about_all(
+        nodes::node_findings(&nodes, input.bundle_platforms),
+        "nodes",
+    ));
 
     let kind: Vec<&NodeInfo> = nodes.iter().filter(|n| platform::is_kind(n)).collect();
     if !kind.is_empty() {
         let roots = read::kubelet_cgroup_roots(client, &kind).await?;
-        findings.extend(platform::kind_findings(&roots));
+        findings.extend(about_all(platform::kind_findings(&roots), "nodes"));
     }
     let mut host_network = false;
     if platform::is_eks(&nodes) {
         let daemonsets = read::daemonsets(client).await?;
         let (f, hn) = platform::eks_findings(&daemonsets, input.strict, input.host_network);
-        findings.extend(f);
+        findings.extend(about_all(f, "cluster"));
         host_network = hn;
     }
 
@@ -290,7 +317,8 @@ pub async fn preflight(
         Some(read::release_secrets_everywhere(client, input.release).await?)
     };
     let located = release::locate(&here, everywhere.as_ref(), input);
-    findings.extend(located.findings);
+    let about_release = format!("release {}/{}", located.namespace, input.release);
+    findings.extend(about_all(located.findings, &about_release));
     let ns = located.namespace.as_str();
     let owner = PreflightInput {
         namespace: ns,
@@ -302,7 +330,7 @@ pub async fn preflight(
         crds.push((crd, read::crd(client, &crd.name).await?));
     }
     let (crd_findings, crd_values_off) = crds::crd_findings(&crds, &owner);
-    findings.extend(crd_findings);
+    findings.extend(about_all(crd_findings, "CRDs"));
 
     let release_ns = read::namespace(client, ns).await?;
     let chart_ns = if input.chart_namespace == ns {
@@ -317,8 +345,11 @@ pub async fn preflight(
         input.chart_namespace,
         input.release,
     );
-    findings.extend(ns_findings);
-    findings.extend(release::release_findings(located.release.as_ref(), &owner));
+    findings.extend(about_all(ns_findings, &format!("namespace {ns}")));
+    findings.extend(about_all(
+        release::release_findings(located.release.as_ref(), &owner),
+        &about_release,
+    ));
 
     Ok(PreflightReport {
         server_version: version::shown(&info),

@@ -129,6 +129,7 @@ pub(crate) async fn crd_findings(
             .and_then(|y| crd::from_value(&name, &y).ok())
             .and_then(|l| downgrade_finding(&name, &l, &schema));
         let is_downgrade = downgrade.is_some();
+        let first = out.len();
         out.extend(downgrade);
         let opts = Opts {
             strict,
@@ -136,6 +137,9 @@ pub(crate) async fn crd_findings(
             downgrade: is_downgrade,
         };
         one_crd(client, &name, &live(&cur), &schema, opts, &mut out).await?;
+        for f in &mut out[first..] {
+            f.subject = format!("crd {name}");
+        }
     }
     Ok(out)
 }

@@ -177,7 +177,7 @@ pub(crate) async fn dry_run(
             } else {
                 "fix the values that render it (--values, --set), or the cluster's admission policy that refuses it, then run again".into()
             }),
-        ));
+        ).about(what));
     }
     report.checked_elsewhere = elsewhere.into_iter().collect();
     let mut notes = Vec::new();
@@ -210,7 +210,8 @@ pub(crate) async fn dry_run(
                 }
             ),
             None,
-        ),
+        )
+        .about("the new release's objects"),
     );
     Ok((out, report))
 }
