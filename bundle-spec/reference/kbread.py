@@ -10,7 +10,7 @@ its size and digest) and the reader limits (LIMITS). Prints one line per check, 
   kbread.py BUNDLE [--key PUB]      exit 0 accepted, 1 refused (the line names what), 2 usage
   kbread.py --expect EXPECTED.json  the test vectors: every file's sha256, then the bundle's facts
 """
-import base64, hashlib, json, os, re, sys, tarfile
+import base64, gzip, hashlib, json, os, re, sys, tarfile
 
 # The reader limits. Not yet in the spec's prose: these are koord-bundle's (src/copy.rs,
 # src/bundle/reader.rs), see README.md beside this file.
@@ -22,11 +22,9 @@ LIMITS = {"children": 256,             # entries of one index (manifest list)
           "blobs": 10000,              # configs and layers, counted per image
           "smallFile": 64 << 20,       # SHA256SUMS, its signature, koord-bundle.json, index.json
           "headBytes": 256 << 20, "headFiles": 10000}  # the files before blobs/
-MANIFEST_TYPES = {"application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.list.v2+json",
-                  "application/vnd.docker.distribution.manifest.v2+json"}
-INDEX_TYPES = {"application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json"}
+INDEX_TYPES = {"application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json"}
+MANIFEST_TYPES = INDEX_TYPES | {"application/vnd.oci.image.manifest.v1+json",
+                                "application/vnd.docker.distribution.manifest.v2+json"}
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
 # --- Ed25519 verification (RFC 8032 §5.1.7), extended coordinates.
@@ -180,6 +178,15 @@ def read_bundle(path, pub=None):
                 if m.name[len("blobs/sha256/"):] != h.hexdigest() or not m.name.startswith("blobs/sha256/"):
                     raise Refused(f"blob {m.name!r}: its name is not its sha256 {h.hexdigest()}")
                 blobs["sha256:" + h.hexdigest()] = files[m.name]
+        end = tf.offset  # the end-of-archive block, or a header tarfile could not read
+    with open(path, "rb") as f:  # only zeros after it (tarfile stops at an unreadable header)
+        gz = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        f = gzip.GzipFile(fileobj=f) if gz else f
+        f.seek(end)
+        while chunk := f.read(1 << 20):
+            if chunk.strip(b"\0"):
+                raise Refused(f"bytes after the end of the tar archive, or an unreadable tar header at byte {end}")
     if sums is None:
         raise Refused("the bundle does not start with SHA256SUMS")
     if pub is not None and "keyId" not in facts:
@@ -195,10 +202,7 @@ def read_bundle(path, pub=None):
 def load_json(files, name):
     if name not in files:
         raise Refused(f"{name} is missing")
-    try:
-        return json.loads(files[name][2])
-    except ValueError as e:
-        raise Refused(f"{name} is not JSON: {e}")
+    return json.loads(files[name][2])  # not JSON: refused by main
 
 def check_content(files, blobs, facts):
     man = load_json(files, "koord-bundle.json")
@@ -268,10 +272,7 @@ def check_content(files, blobs, facts):
             raise Refused(f"{ref}: over the limit of {LIMITS['manifests']} manifests or {LIMITS['manifestBytes']} bytes of them")
         if b is None or b[2] is None:
             raise Refused(f"{ref}: manifest {d['digest']} is absent or over the limit of {LIMITS['manifestSize']} bytes")
-        try:
-            doc = json.loads(b[2])
-        except ValueError:
-            raise Refused(f"{ref}: manifest {d['digest']} is not JSON")
+        doc = json.loads(b[2])  # not JSON: refused by main
         if doc.get("schemaVersion") != 2 or doc.get("mediaType", d["mediaType"]) != d["mediaType"]:
             raise Refused(f"{ref}: manifest {d['digest']} is not schemaVersion 2 of its descriptor's media type")
         if "manifests" in doc:
@@ -323,21 +324,19 @@ def expect(path):
             raise Refused(f"{b['file']}: {k} is {facts.get(k)!r}, {os.path.basename(path)} says {b[k]!r}")
     say(True, f"{b['file']}: manifest digest, key ID, chart and image digests as expected")
 
-def usage():
-    print("usage:\n" + __doc__.strip().split("\n\n")[-1], file=sys.stderr)
-    return 2
-
 def main(argv):
     args, opts = list(argv), {}
     while any(a.startswith("--") for a in args):
         i = next(i for i, a in enumerate(args) if a.startswith("--"))
-        if args[i] not in ("--key", "--expect") or i + 1 >= len(args) or args[i] in opts:
-            return usage()
-        opt = args.pop(i)
-        opts[opt] = args.pop(i)
+        if args[i] in ("--key", "--expect") and i + 1 < len(args) and args[i] not in opts:
+            opts[args[i]] = args[i + 1]
+            del args[i:i + 2]
+        else:
+            args = []
     key, exp = opts.get("--key"), opts.get("--expect")
     if (exp is None) != (len(args) == 1) or (exp and key):
-        return usage()
+        print("usage:\n" + __doc__.strip().split("\n\n")[-1], file=sys.stderr)
+        return 2
     try:
         if exp:
             expect(exp)
