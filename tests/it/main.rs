@@ -43,6 +43,7 @@ mod load;
 mod messages;
 mod parity;
 mod preflight;
+mod reference_reader;
 mod serve;
 mod serve_proc;
 mod settings;
