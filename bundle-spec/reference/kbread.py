@@ -145,6 +145,8 @@ def read_bundle(path, pub=None):
                 raise Refused(f"entry {m.name!r}: unknown, duplicate or out of the order of §1")
             seen.add(m.name)
             last = r
+            if pub is not None and len(seen) == 2 and m.name != "SHA256SUMS.minisig":  # §9.1: first
+                raise Refused("the bundle is not signed (no SHA256SUMS.minisig after SHA256SUMS), and a key was given")
             if m.isdir():
                 continue
             if r[0] < 9:

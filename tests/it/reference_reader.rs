@@ -194,6 +194,16 @@ fn the_reference_reader_accepts_a_built_bundle_and_checks_its_signature() {
     let (code, out) = outcome(&kbread(&[bundle.to_str().unwrap()]));
     assert_eq!(code, Some(0));
     assert!(out.contains("signature: not checked (no --key)"), "{out}");
+    // An unsigned bundle and a key: refused, before anything past SHA256SUMS is read.
+    let unsigned = h.path().join("unsigned.tar");
+    assert_ok(&h.build("1.8.0").out(&unsigned).arg("--unsigned").run());
+    let (code, out) = outcome(&kbread(&[
+        unsigned.to_str().unwrap(),
+        "--key",
+        pubkey.to_str().unwrap(),
+    ]));
+    assert_eq!(code, Some(1));
+    assert!(out.contains("FAIL  the bundle is not signed"), "{out}");
     // Usage.
     assert_eq!(kbread(&[]).status.code(), Some(2));
 }
