@@ -23,12 +23,14 @@ use std::sync::Arc;
 
 /// First line of a first part.
 pub const MAGIC: &str = "koord-bundle-split v1";
-/// Largest header accepted.
-const MAX_HEADER: usize = 1024 * 1024;
+/// Largest header JSON accepted.
+pub const MAX_HEADER: usize = 1024 * 1024;
+/// Longest header line read (the magic line and the length lines), its `\n` included.
+pub const MAX_LINE: u64 = 64;
 
 /// The header of a split bundle (JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SplitHeader {
     /// `koord-bundle-split/v1`.
     pub format: String,
@@ -214,7 +216,7 @@ pub struct BundleFile {
 fn read_line_bounded(r: &mut impl BufRead, path: &Path) -> Result<String, PartsError> {
     let mut line = String::new();
     r.by_ref()
-        .take(64)
+        .take(MAX_LINE)
         .read_line(&mut line)
         .map_err(io_err(path))?;
     if !line.ends_with('\n') {
@@ -260,7 +262,7 @@ impl BundleFile {
         let sig_len: usize = read_line_bounded(&mut r, path)?
             .parse()
             .map_err(|_| herr("bad signature length"))?;
-        if sig_len > 4096 {
+        if sig_len > set::MAX_SIG {
             return Err(herr("signature too large"));
         }
         let mut sig = vec![0u8; sig_len];

@@ -156,7 +156,7 @@ pub enum BaseError {
 }
 
 /// Largest bundle manifest read as `--since` when it is a file of its own.
-const MAX_BASE_MANIFEST: usize = 64 << 20;
+pub const MAX_BASE_MANIFEST: usize = 64 << 20;
 
 impl Base {
     /// The base `--since` names: a bundle (or any part of a split set), or the small file

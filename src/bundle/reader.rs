@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-/// Largest small file (checksum file, manifests, chart) read into memory.
-const MAX_SMALL: u64 = 64 * 1024 * 1024;
+/// Largest small file read into memory: the checksum file, its signature, the bundle manifest,
+/// `index.json`, and every other file of the head (the chart archive, the CRDs, the BOM).
+pub const MAX_SMALL: u64 = 64 * 1024 * 1024;
 
 pub use super::checksums::safe_path;
 
@@ -1250,7 +1251,7 @@ impl Pass<'_> {
         // that may be manifests. Every other file is only hashed.
         let keep = match &blob {
             None => (name == MANIFEST_FILE || name == "index.json") && size <= MAX_SMALL,
-            Some(_) => size <= 4 * 1024 * 1024,
+            Some(_) => size <= crate::store::registry::MAX_MANIFEST as u64,
         };
         self.report.files += 1;
         // A header's size is the bundle's word, not yet checked: summed without wrapping.

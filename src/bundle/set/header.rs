@@ -17,7 +17,8 @@
 use super::is_plain_file_name;
 use super::{
     Geometry, SetError, SetHeader, ALIGN, BLOCK_DIGEST, CODE, CODE_SPREAD, DIGEST_LEN, FORMAT,
-    MAX_BLOCK, MAX_JSON, MAX_PARTS, MAX_SPREAD_BLOCK, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
+    MAX_BLOCK, MAX_JSON, MAX_LENGTH_LINE, MAX_MAGIC_LINE, MAX_PARTS, MAX_PART_LINE, MAX_SIG,
+    MAX_SPREAD_BLOCK, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
 };
 use crate::bundle::sign;
 use crate::oci::Digest;
@@ -27,8 +28,6 @@ use std::path::Path;
 
 /// First line of every part.
 pub const MAGIC: &str = "koord-bundle-split v2";
-/// Largest signature accepted.
-const MAX_SIG: usize = 4096;
 
 /// Which part a file says it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,10 +144,12 @@ pub fn read_ident(path: &Path) -> io::Result<Option<Ident>> {
         return Ok(None);
     }
     let mut r = BufReader::with_capacity(512, f);
-    if read_line(&mut r, 64)?.as_deref() != Some(MAGIC) {
+    if read_line(&mut r, MAX_MAGIC_LINE)?.as_deref() != Some(MAGIC) {
         return Ok(None);
     }
-    Ok(read_line(&mut r, 256)?.as_deref().and_then(parse_part_line))
+    Ok(read_line(&mut r, MAX_PART_LINE)?
+        .as_deref()
+        .and_then(parse_part_line))
 }
 
 /// Whether the file at `path` starts with the v2 magic line.
@@ -165,10 +166,10 @@ pub fn read_copy(path: &Path) -> Result<Copy, String> {
             .map_err(|e| e.to_string())?
             .ok_or_else(|| "a header line is damaged or truncated".to_string())
     };
-    if line(&mut r, 64)? != MAGIC {
+    if line(&mut r, MAX_MAGIC_LINE)? != MAGIC {
         return Err("it does not start with the v2 split magic line".into());
     }
-    let ident = read_line(&mut r, 256)
+    let ident = read_line(&mut r, MAX_PART_LINE)
         .map_err(|e| e.to_string())?
         .as_deref()
         .and_then(parse_part_line);
@@ -176,12 +177,12 @@ pub fn read_copy(path: &Path) -> Result<Copy, String> {
         s.parse::<u64>()
             .map_err(|_| "a length line is damaged".to_string())
     };
-    let json_len = len(line(&mut r, 24)?)?;
+    let json_len = len(line(&mut r, MAX_LENGTH_LINE)?)?;
     let json = read_exact_bounded(&mut r, json_len, MAX_JSON)?;
     if !line(&mut r, 1)?.is_empty() {
         return Err("no line break after the JSON".into());
     }
-    let sig_len = len(line(&mut r, 24)?)?;
+    let sig_len = len(line(&mut r, MAX_LENGTH_LINE)?)?;
     let sig = read_exact_bounded(&mut r, sig_len, MAX_SIG as u64)?;
     if !line(&mut r, 1)?.is_empty() {
         return Err("no line break after the signature".into());
@@ -198,7 +199,7 @@ pub fn read_copy(path: &Path) -> Result<Copy, String> {
     let header: SetHeader =
         serde_json::from_slice(&json).map_err(|e| format!("its JSON does not parse: {e}"))?;
     let geometry = geometry_of(&header)?;
-    let table_len = len(line(&mut r, 24)?)?;
+    let table_len = len(line(&mut r, MAX_LENGTH_LINE)?)?;
     if table_len != header.block_table.size {
         return Err("the block table's length differs from the JSON's".into());
     }

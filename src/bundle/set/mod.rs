@@ -49,7 +49,7 @@ mod write;
 
 pub use header::MAGIC;
 pub(crate) use open::has_v2_siblings;
-pub use open::{open, Note};
+pub use open::{open, Note, MAX_SCAN};
 pub use pass::{check, repair, HeaderCopyDamage, Repaired};
 pub use read::{PartRepairs, Repair, SetReader};
 pub use write::{split, split_open, SplitOptions};
@@ -90,11 +90,22 @@ pub const MAX_TABLE: u64 = 16 << 20;
 pub const MAX_PARTS: usize = (STRIPE_BUDGET / MIN_BLOCK) as usize;
 /// Largest header JSON.
 pub const MAX_JSON: u64 = 16 << 20;
+/// Largest header signature.
+pub const MAX_SIG: usize = 4096;
+/// Longest magic line read, its `\n` included.
+pub const MAX_MAGIC_LINE: u64 = 64;
+/// Longest part line read, its `\n` included (a longer one names no part).
+pub const MAX_PART_LINE: u64 = 256;
+/// Longest length line read (of the JSON, the signature, the block table), its `\n` included.
+pub const MAX_LENGTH_LINE: u64 = 24;
+/// Longest file name of the bundle and of a part, in bytes.
+pub const MAX_FILE_NAME: usize = 255;
 /// The header area is padded to a multiple of this (so data starts on a sector boundary).
 pub const ALIGN: u64 = 4096;
 
 /// A file and its content's size and digest.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct PartInfo {
     /// File name (no directory).
     pub file: String,
@@ -112,7 +123,7 @@ pub fn is_plain_file_name(name: &str) -> bool {
         && name != "."
         && name != ".."
         && !name.starts_with('-')
-        && name.len() <= 255
+        && name.len() <= MAX_FILE_NAME
         && !name
             .chars()
             .any(|c| c == '/' || c == '\\' || c.is_control())

@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Most directory entries looked at when a part is not where the header puts it.
-const MAX_SCAN: usize = 10_000;
+pub const MAX_SCAN: usize = 10_000;
 
 /// What was found when a set's parts were looked for (for the commands to tell the user).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
