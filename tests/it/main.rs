@@ -48,6 +48,7 @@ mod serve;
 mod serve_proc;
 mod settings;
 mod sneakernet;
+mod spec;
 mod terminal;
 mod token_registry;
 mod tools;
