@@ -117,17 +117,14 @@ pub(crate) async fn crd_findings(
         else {
             continue;
         };
-        let Some(schema) = serde_yaml_ng::to_value(n)
-            .ok()
-            .and_then(|y| crd::from_value(&name, &y).ok())
-        else {
-            continue;
+        let (schema, live_schema) = match schemas(&name, n, &cur) {
+            Ok(both) => both,
+            Err(f) => {
+                out.push(*f);
+                continue;
+            }
         };
-        // The live CRD's schema, to tell whether the chart's is older.
-        let downgrade = serde_yaml_ng::to_value(&cur)
-            .ok()
-            .and_then(|y| crd::from_value(&name, &y).ok())
-            .and_then(|l| downgrade_finding(&name, &l, &schema));
+        let downgrade = downgrade_finding(&name, &live_schema, &schema);
         let is_downgrade = downgrade.is_some();
         let first = out.len();
         out.extend(downgrade);
@@ -142,6 +139,33 @@ pub(crate) async fn crd_findings(
         }
     }
     Ok(out)
+}
+
+/// The chart's CRD `new` and the cluster's `cur`, read as schemas. One that cannot be read is
+/// "could not tell" (what the replacement does to the objects, whether it is older), never a
+/// skip: a Fail that names the way around it.
+fn schemas(name: &str, new: &Value, cur: &Value) -> Result<(CrdSchema, CrdSchema), Box<Finding>> {
+    let plural = new["spec"]["names"]["plural"].as_str().unwrap_or(name);
+    let read = |which: &str, v: &Value| {
+        serde_yaml_ng::to_value(v)
+            .map_err(|e| e.to_string())
+            .and_then(|y| crd::from_value(name, &y).map_err(|e| e.to_string()))
+            .map_err(|why| {
+                Box::new(
+                    Finding::new(
+                        Level::Fail,
+                        CHECK_CRD_OBJECTS,
+                        format!("CRD {name}: {which} cannot be read ({why}): could not tell what replacing it does to the objects in the cluster"),
+                        Some(format!("look at it (`kubectl get crd {name} -o yaml`); or pass --skip-crds {plural} to leave the CRD in the cluster as it is")),
+                    )
+                    .about(format!("crd {name}")),
+                )
+            })
+    };
+    Ok((
+        read("the chart's definition", new)?,
+        read("the definition in the cluster", cur)?,
+    ))
 }
 
 /// How objects that do not fit are judged.
@@ -501,6 +525,41 @@ pub(super) fn strip_indices(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CRD whose schema cannot be read, the chart's or the cluster's, is a Fail naming the
+    /// way around it (`--skip-crds PLURAL`), never skipped (before: `continue`, no finding: the
+    /// objects and the downgrade went unchecked).
+    #[test]
+    fn a_crd_that_cannot_be_read_is_could_not_tell_not_a_skip() {
+        let good = serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition", "metadata": {"name": "xs.g.io"},
+            "spec": {"group": "g.io", "names": {"plural": "xs", "kind": "X"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+        let mut bad = good.clone();
+        bad["spec"]["versions"][0]["name"] = "".into();
+        assert!(schemas("xs.g.io", &good, &good).is_ok());
+        for (new, cur, which) in [
+            (&bad, &good, "the chart's definition"),
+            (&good, &bad, "the definition in the cluster"),
+        ] {
+            let f = schemas("xs.g.io", new, cur).unwrap_err();
+            assert_eq!(f.level, Level::Fail);
+            assert_eq!(f.subject, "crd xs.g.io");
+            assert!(
+                f.message
+                    .starts_with(&format!("CRD xs.g.io: {which} cannot be read (")),
+                "{}",
+                f.message
+            );
+            assert!(f.message.contains("could not tell"), "{}", f.message);
+            assert!(
+                f.fix.as_deref().unwrap().contains("--skip-crds xs"),
+                "{:?}",
+                f.fix
+            );
+        }
+    }
 
     /// 30,000 stored versions the new CRD drops: one finding, its message short (before:
     /// 30,000 findings, each naming all 30,000, and `load` aborted).
