@@ -40,6 +40,10 @@ async fn check_addr(addr: &str) -> anyhow::Result<()> {
 
 /// Serve a bundle.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // Ctrl-C and SIGTERM are listened to from the start: a signal that arrives once the port
+    // answers stops serve cleanly (registered lazily, when the serving loop first polled it, a
+    // SIGTERM right after the first answer could still kill it: exit by signal, no "stopped").
+    let shutdown = shutdown_signal()?;
     let progress = Progress::new(Mode::detect(false));
     super::bundle_arg(&args.bundle)?;
     super::check_not_truncated(&args.bundle)
@@ -120,39 +124,29 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             grace: GRACE,
             max_connections: usize::from(args.max_connections),
         },
-        shutdown_signal(),
+        shutdown,
     )
     .await?;
     crate::tell!("stopped");
     Ok(())
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await
+/// Ctrl-C or SIGTERM: both registered now (no longer the default action of ending the
+/// process), the future resolving at the first that arrives.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen to SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen to SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-    crate::tell!(
-        "stopping: no new connections; open transfers get {}s to finish",
-        GRACE.as_secs()
-    );
+        crate::tell!(
+            "stopping: no new connections; open transfers get {}s to finish",
+            GRACE.as_secs()
+        );
+    })
 }
 
 /// An incremental bundle cannot be served alone: its left-out layers are not in it.
