@@ -23,7 +23,7 @@
 //! a `<<` written back as a key would be a literal one); every other document is passed on byte
 //! for byte.
 
-use super::rendered::split_documents;
+use super::rendered::{documents, read_document};
 use super::ChartError;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
@@ -60,37 +60,12 @@ pub use crate::oci::pinned;
 /// Apply `how` to the rendered `manifests` (helm's multi-document YAML). Errors name the
 /// template a document came from.
 pub fn post_render(manifests: &str, how: &PostRender) -> Result<String, ChartError> {
-    let limits = crate::yaml::MANIFESTS;
-    if manifests.len() > limits.max_bytes {
-        return Err(ChartError::InvalidYaml {
-            file: "rendered manifests".into(),
-            reason: format!(
-                "{} bytes, more than the {} allowed",
-                manifests.len(),
-                limits.max_bytes
-            ),
-        });
-    }
     let mut out = String::with_capacity(manifests.len() + 4096);
-    for (i, (source, doc)) in split_documents(manifests).iter().enumerate() {
-        let what = if source.is_empty() {
-            format!("rendered document {}", i + 1)
-        } else {
-            format!("rendered {source}")
-        };
+    for (i, (source, doc)) in documents(manifests)?.iter().enumerate() {
         out.push_str("---\n");
-        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
-            ChartError::InvalidYaml {
-                file: what.clone(),
-                reason: e.reason(),
-            }
-        })?;
         // As helm reads it: a container image that comes from a merge is pinned too, and a
         // document written back keeps the meaning its merge keys gave it.
-        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
-            file: what.clone(),
-            reason,
-        })?;
+        let (what, mut v) = read_document(i, source, doc)?;
         if !change(&mut v, how) {
             out.push_str(doc);
             continue;
@@ -197,21 +172,8 @@ fn annotate(v: &mut Value, key: &str, value: &str) -> bool {
 /// The objects of rendered manifests, as JSON (documents that are empty or `null` left out).
 pub fn objects(manifests: &str) -> Result<Vec<serde_json::Value>, ChartError> {
     let mut out = Vec::new();
-    for (i, (source, doc)) in split_documents(manifests).iter().enumerate() {
-        let what = if source.is_empty() {
-            format!("rendered document {}", i + 1)
-        } else {
-            format!("rendered {source}")
-        };
-        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS)
-            .map_err(|e| ChartError::InvalidYaml {
-                file: what.clone(),
-                reason: e.reason(),
-            })?;
-        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
-            file: what.clone(),
-            reason,
-        })?;
+    for (i, (source, doc)) in documents(manifests)?.iter().enumerate() {
+        let (what, v) = read_document(i, source, doc)?;
         if v.is_null() {
             continue;
         }

@@ -46,6 +46,50 @@ pub(crate) fn split_documents(text: &str) -> Vec<(String, String)> {
     docs
 }
 
+/// The documents of rendered manifests (helm's multi-document YAML), within the manifests'
+/// size limit: (the template each came from, its text). Read each with [`read_document`].
+pub(crate) fn documents(manifests: &str) -> Result<Vec<(String, String)>, ChartError> {
+    let limits = crate::yaml::MANIFESTS;
+    if manifests.len() > limits.max_bytes {
+        return Err(ChartError::InvalidYaml {
+            file: "rendered manifests".into(),
+            reason: format!(
+                "{} bytes, more than the {} allowed",
+                manifests.len(),
+                limits.max_bytes
+            ),
+        });
+    }
+    Ok(split_documents(manifests))
+}
+
+/// The `i`th document of [`documents`] read as helm reads it (merge keys resolved, see
+/// [`super::merge`]), strictly: what names it in messages (`rendered document N (template)`),
+/// and its value. The one reader of rendered documents: the post-renderer, the image scan and
+/// the objects of the upgrade checks all see the same thing.
+pub(crate) fn read_document(
+    i: usize,
+    source: &str,
+    doc: &str,
+) -> Result<(String, Value), ChartError> {
+    let what = if source.is_empty() {
+        format!("rendered document {}", i + 1)
+    } else {
+        format!("rendered document {} ({source})", i + 1)
+    };
+    let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS).map_err(
+        |e| ChartError::InvalidYaml {
+            file: what.clone(),
+            reason: e.reason(),
+        },
+    )?;
+    super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
+        file: what.clone(),
+        reason,
+    })?;
+    Ok((what, v))
+}
+
 /// Whether a mapping key names a list of containers of a pod spec (what [`collect`] reads and
 /// the post-renderer pins).
 pub(crate) fn is_container_list(k: &Value) -> bool {
@@ -99,34 +143,9 @@ pub(crate) fn collect(v: &Value, source: &str, out: &mut Vec<RenderedImage>) -> 
 /// (helm's output is always valid YAML, so this never refuses a real rendering). Sorted,
 /// one entry per (image, source, container).
 pub fn images_in_manifests(manifests: &str) -> Result<Vec<RenderedImage>, ChartError> {
-    let limits = crate::yaml::MANIFESTS;
-    if manifests.len() > limits.max_bytes {
-        return Err(ChartError::InvalidYaml {
-            file: "rendered manifests".into(),
-            reason: format!(
-                "{} bytes, more than the {} allowed",
-                manifests.len(),
-                limits.max_bytes
-            ),
-        });
-    }
     let mut out = Vec::new();
-    for (i, (source, doc)) in split_documents(manifests).iter().enumerate() {
-        let what = if source.is_empty() {
-            format!("rendered document {}", i + 1)
-        } else {
-            format!("rendered {source}")
-        };
-        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
-            ChartError::InvalidYaml {
-                file: what.clone(),
-                reason: e.reason(),
-            }
-        })?;
-        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
-            file: what.clone(),
-            reason,
-        })?;
+    for (i, (source, doc)) in documents(manifests)?.iter().enumerate() {
+        let (what, v) = read_document(i, source, doc)?;
         collect(&v, source, &mut out).map_err(|reason| ChartError::InvalidYaml {
             file: what.clone(),
             reason,
@@ -162,7 +181,7 @@ pub struct Carried {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ImageMention {
     /// The object: `ConfigMap koordinator-system/foo` (kind, namespace/name), or the document
-    /// (`rendered templates/x.yaml`) when it has no kind or name.
+    /// (`rendered document 3 (templates/x.yaml)`) when it has no kind or name.
     pub object: String,
     /// Where in the object: `data.config`, `spec.template.spec.containers[0].env[1].value`.
     pub path: String,
@@ -196,35 +215,10 @@ pub struct Scan {
 /// is not YAML, or a container image that is not a string, is an error naming the document
 /// (its kind and name when it has them, else its template or index): nothing is skipped.
 pub fn scan(manifests: &str, carried: &[Carried]) -> Result<Scan, ChartError> {
-    let limits = crate::yaml::MANIFESTS;
-    if manifests.len() > limits.max_bytes {
-        return Err(ChartError::InvalidYaml {
-            file: "rendered manifests".into(),
-            reason: format!(
-                "{} bytes, more than the {} allowed",
-                manifests.len(),
-                limits.max_bytes
-            ),
-        });
-    }
     let mut images = BTreeSet::new();
     let mut mentions = Vec::new();
-    for (i, (source, doc)) in split_documents(manifests).iter().enumerate() {
-        let what = if source.is_empty() {
-            format!("rendered document {}", i + 1)
-        } else {
-            format!("rendered document {} ({source})", i + 1)
-        };
-        let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &limits).map_err(|e| {
-            ChartError::InvalidYaml {
-                file: what.clone(),
-                reason: e.reason(),
-            }
-        })?;
-        super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
-            file: what.clone(),
-            reason,
-        })?;
+    for (i, (source, doc)) in documents(manifests)?.iter().enumerate() {
+        let (what, v) = read_document(i, source, doc)?;
         let object = object_name(&v).unwrap_or_else(|| what.clone());
         let mut found = Vec::new();
         collect(&v, source, &mut found).map_err(|reason| ChartError::InvalidYaml {
