@@ -77,12 +77,13 @@ pub(crate) fn read_document(
     } else {
         format!("rendered document {} ({source})", i + 1)
     };
-    let mut v = crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS).map_err(
-        |e| ChartError::InvalidYaml {
-            file: what.clone(),
-            reason: e.reason(),
-        },
-    )?;
+    let mut v =
+        crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS).map_err(|e| {
+            ChartError::InvalidYaml {
+                file: what.clone(),
+                reason: e.reason(),
+            }
+        })?;
     super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
         file: what.clone(),
         reason,

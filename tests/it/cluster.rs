@@ -289,6 +289,23 @@ impl Cluster {
         v["items"].as_array().cloned().unwrap_or_default()
     }
 
+    /// (name, resourceVersion) of every object of each (kind, namespace) of `kinds`, sorted by
+    /// name: equal before and after a command means it changed none of them.
+    pub fn resource_versions(&self, kinds: &[(&str, Option<&str>)]) -> Vec<(String, Value)> {
+        let mut v: Vec<(String, Value)> = kinds
+            .iter()
+            .flat_map(|(kind, ns)| self.of_kind(kind, *ns))
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    o["metadata"]["resourceVersion"].clone(),
+                )
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
     /// The names of every object of `kind`, sorted.
     pub fn names(&self, kind: &str, namespace: Option<&str>) -> Vec<String> {
         let mut v: Vec<String> = self

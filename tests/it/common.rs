@@ -999,3 +999,39 @@ pub fn write_first_part(p: &Path, fp: &FirstPart) {
     out.extend_from_slice(&fp.data);
     std::fs::write(p, out).unwrap();
 }
+
+/// `split INPUT --size SIZE --parity N MORE --output-dir <a new folder in h>`, which must
+/// succeed: (the folder, the parts it wrote, as `--json` lists them).
+pub fn split_set(
+    h: &Home,
+    input: &Path,
+    size: &str,
+    parity: usize,
+    more: &[&str],
+) -> (PathBuf, Vec<PathBuf>) {
+    let dir = h.path().join(unique_prefix("set"));
+    std::fs::create_dir(&dir).unwrap();
+    let parity = parity.to_string();
+    let mut args = vec![
+        "split",
+        input.to_str().unwrap(),
+        "--size",
+        size,
+        "--parity",
+        &parity,
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(more);
+    let o = h.run(&args);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let parts = v["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| PathBuf::from(p.as_str().unwrap()))
+        .collect();
+    (dir, parts)
+}

@@ -325,21 +325,12 @@ fn an_older_chart_over_newer_crds_without_a_release_is_a_crd_downgrade() {
             "preAllocationPolicy": {"mode": "Default", "enableMultiple": true}}}),
     );
     let crd = "reservations.scheduling.koordinator.sh";
-    let snapshot = |k: &Cluster| -> Vec<(String, Value)> {
-        let mut v: Vec<(String, Value)> = k
-            .of_kind("crd", None)
-            .into_iter()
-            .chain(k.of_kind("reservations", None))
-            .chain(k.of_kind("secrets", Some("default")))
-            .map(|o| {
-                (
-                    o["metadata"]["name"].as_str().unwrap().to_string(),
-                    o["metadata"]["resourceVersion"].clone(),
-                )
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
+    let snapshot = |k: &Cluster| {
+        k.resource_versions(&[
+            ("crd", None),
+            ("reservations", None),
+            ("secrets", Some("default")),
+        ])
     };
     let before = snapshot(&kube);
     let prefix2 = unique_prefix("crddown2");
@@ -405,21 +396,8 @@ fn a_chart_that_drops_a_stored_version_fails_before_any_push() {
     let crd = "noderesourcetopologies.topology.node.k8s.io";
     let live = kube.get("crd", None, crd).unwrap();
     assert_eq!(live["status"]["storedVersions"], json!(["v1alpha1"]));
-    let snapshot = |k: &Cluster| -> Vec<(String, Value)> {
-        let mut v: Vec<(String, Value)> = k
-            .of_kind("crd", None)
-            .into_iter()
-            .chain(k.of_kind("secrets", Some("default")))
-            .map(|o| {
-                (
-                    o["metadata"]["name"].as_str().unwrap().to_string(),
-                    o["metadata"]["resourceVersion"].clone(),
-                )
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    };
+    let snapshot =
+        |k: &Cluster| k.resource_versions(&[("crd", None), ("secrets", Some("default"))]);
     let before = snapshot(&kube);
     let prefix2 = unique_prefix("stored2");
     for extra in [&["--dry-run"][..], &[][..]] {

@@ -19,7 +19,7 @@
 //! login path therefore cannot be exercised here. helm 3 is tested against the plain registry;
 //! helm 4 against the TLS registry with basic auth, verifying its certificate with the CA file.
 
-use crate::common::{env, fixtures};
+use crate::common::{env, fixtures, run_with_stdin};
 use koord_bundle::chart::{generated_values, rendered_images};
 use koord_bundle::helm::{ChartSource, Helm, HelmError, InstallPlan, RegistryAccess};
 use koord_bundle::secret::Secret;
@@ -744,21 +744,12 @@ spec:
         serde_json::json!({"keepCrds": true, "pin": {&image: &digest}}).to_string(),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_koord-bundle"))
-        .args(["post-render", "--config"])
-        .arg(&config)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(rendered.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = run_with_stdin(
+        Command::new(env!("CARGO_BIN_EXE_koord-bundle"))
+            .args(["post-render", "--config"])
+            .arg(&config),
+        &rendered,
+    );
     assert!(o.status.success(), "{o:?}");
     let out = String::from_utf8(o.stdout).unwrap();
     // What helm would send without the post-renderer, the images pinned: what it sends with it.

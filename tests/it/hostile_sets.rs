@@ -71,20 +71,24 @@ fn parity_parts_are_named_as_parity_and_a_header_names_no_other_file() {
     }
 }
 
-/// A part claiming a set of `k` data parts of one `block` each and one parity part, every
-/// other part missing; written over `first` (unsigned).
-fn forge_wide_claim(first: &Path, k: usize, block: u64) {
-    let mut fp = read_first_part(first);
-    let count = k + 1;
-    let offset = 4u64 << 20;
+/// Make `fp` claim a set of `k` data parts of `size` bytes and one parity part, in blocks of
+/// `block`, data at `offset`, with the block table `table` (its size and sha256 set to match);
+/// unsigned.
+fn claim_geometry(
+    fp: &mut FirstPart,
+    k: usize,
+    size: u64,
+    block: u64,
+    offset: u64,
+    table: Vec<u8>,
+) {
     let mut parts: Vec<serde_json::Value> = (0..k)
-        .map(|i| serde_json::json!({"file": format!("{NAME}.part{i:03}"), "size": block}))
+        .map(|i| serde_json::json!({"file": format!("{NAME}.part{i:03}"), "size": size}))
         .collect();
-    parts.push(serde_json::json!({"file": format!("{NAME}.parity000"), "size": block}));
-    let table = vec![7u8; count * 16];
+    parts.push(serde_json::json!({"file": format!("{NAME}.parity000"), "size": size}));
     let j = &mut fp.json;
-    j["bundle"]["size"] = (block * k as u64).into();
-    j["partSize"] = (offset + block).into();
+    j["bundle"]["size"] = (size * k as u64).into();
+    j["partSize"] = (offset + size).into();
     j["dataOffset"] = offset.into();
     j["blockSize"] = block.into();
     j["dataParts"] = k.into();
@@ -93,9 +97,18 @@ fn forge_wide_claim(first: &Path, k: usize, block: u64) {
     j["blockTable"]["size"] = table.len().into();
     j["blockTable"]["sha256"] = sha256(&table).into();
     fp.table = table;
-    fp.count = count;
-    fp.index = 0;
+    fp.count = k + 1;
     fp.sig.clear();
+}
+
+/// A part claiming a set of `k` data parts of one `block` each and one parity part, every
+/// other part missing; written over `first` (unsigned).
+fn forge_wide_claim(first: &Path, k: usize, block: u64) {
+    let mut fp = read_first_part(first);
+    let count = k + 1;
+    let offset = 4u64 << 20;
+    claim_geometry(&mut fp, k, block, block, offset, vec![7u8; count * 16]);
+    fp.index = 0;
     fp.data = vec![1u8; block.min(16 << 10) as usize];
     write_first_part(first, &fp);
 }
@@ -558,26 +571,10 @@ fn sparse_set(first: &Path, k: usize, size: u64) -> Vec<PathBuf> {
     let block = 1u64 << 20;
     let count = k + 1;
     let offset = 4u64 << 20;
-    let mut parts: Vec<serde_json::Value> = (0..k)
-        .map(|i| serde_json::json!({"file": format!("{NAME}.part{i:03}"), "size": size}))
-        .collect();
-    parts.push(serde_json::json!({"file": format!("{NAME}.parity000"), "size": size}));
     // Every block zeros, as read from the sparse files: a whole set, nothing written.
     let zeros = block_digest(&vec![0u8; block as usize]);
     let table = zeros.repeat(count * (size / block) as usize);
-    let j = &mut fp.json;
-    j["bundle"]["size"] = (size * k as u64).into();
-    j["partSize"] = (offset + size).into();
-    j["dataOffset"] = offset.into();
-    j["blockSize"] = block.into();
-    j["dataParts"] = k.into();
-    j["parityParts"] = 1.into();
-    j["parts"] = parts.into();
-    j["blockTable"]["size"] = table.len().into();
-    j["blockTable"]["sha256"] = sha256(&table).into();
-    fp.table = table;
-    fp.count = count;
-    fp.sig.clear();
+    claim_geometry(&mut fp, k, size, block, offset, table);
     fp.data = Vec::new();
     let dir = first.parent().unwrap();
     for f in files_of(dir) {

@@ -30,30 +30,7 @@ impl Parts {
     }
     /// [`Parts::of`] with more `split` arguments.
     fn with(h: &Home, input: &Path, size: &str, parity: usize, more: &[&str]) -> Parts {
-        let dir = h.path().join(unique_prefix("set"));
-        std::fs::create_dir(&dir).unwrap();
-        let parity = parity.to_string();
-        let mut args = vec![
-            "split",
-            input.to_str().unwrap(),
-            "--size",
-            size,
-            "--parity",
-            &parity,
-            "--output-dir",
-            dir.to_str().unwrap(),
-            "--json",
-        ];
-        args.extend_from_slice(more);
-        let o = h.run(&args);
-        assert_ok(&o);
-        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        let parts: Vec<PathBuf> = v["parts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| PathBuf::from(p.as_str().unwrap()))
-            .collect();
+        let (dir, parts) = split_set(h, input, size, parity, more);
         let pristine = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
         Parts {
             dir,

@@ -51,29 +51,7 @@ fn assert_invalid(v: &jsonschema::Validator, doc: &Value, needle: &str, what: &s
 
 /// `split BUNDLE --size 256K --parity 1 MORE --output-dir <new folder>`: the parts written.
 fn split(h: &Home, bundle: &Path, more: &[&str]) -> Vec<PathBuf> {
-    let dir = h.path().join(unique_prefix("set"));
-    std::fs::create_dir(&dir).unwrap();
-    let mut args = vec![
-        "split",
-        bundle.to_str().unwrap(),
-        "--size",
-        "256K",
-        "--parity",
-        "1",
-        "--output-dir",
-        dir.to_str().unwrap(),
-        "--json",
-    ];
-    args.extend_from_slice(more);
-    let o = h.run(&args);
-    assert_ok(&o);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    v["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| PathBuf::from(p.as_str().unwrap()))
-        .collect()
+    split_set(h, bundle, "256K", 1, more).1
 }
 
 #[test]
