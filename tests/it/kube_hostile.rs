@@ -22,12 +22,7 @@ const MAX_VERIFY_RSS_KB: u64 = 200 * 1024;
 
 /// `load BUNDLE --registry PLAIN/prefix --plain-http --kubeconfig KC --helm helm4 [extra]`,
 /// under `/usr/bin/time -f`. Returns the output and the peak RSS in KiB.
-fn load(
-    b: &Built,
-    kubeconfig: &Path,
-    prefix: &str,
-    extra: &[&str],
-) -> (std::process::Output, u64) {
+fn load(b: &Built, kubeconfig: &Path, prefix: &str, extra: &[&str]) -> (std::process::Output, u64) {
     let e = env();
     let registry = format!("{}/{prefix}", e.plain);
     let mut args: Vec<String> = vec![
