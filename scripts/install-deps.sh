@@ -14,6 +14,9 @@
 #     markdown with it (tests/it/diff.rs).
 #   - cargo-nextest (crates.io, pinned) in $KB_TOOLS/nextest-VERSION: the test runner of
 #     scripts/test.sh (a process per test; test groups for the tests that lease a control plane).
+#   - cosign (sigstore, Go module proxy, pinned) in $KB_TOOLS/cosign-VERSION: the tests check
+#     every image signature and attestation `load --sign-images` pushes with it, and sign the
+#     synthetic upstream images with it.
 #
 #   scripts/install-deps.sh                # install what is missing
 #   scripts/install-deps.sh --nextest-dir  # print the directory of the pinned cargo-nextest only
@@ -200,6 +203,28 @@ install_nextest() {
 }
 install_nextest
 
+# ---------------------------------------------------------------- cosign
+# Built from the Go module proxy once per machine (about 3 minutes on 2 cores), with Go's own
+# build cache; pinned. CGO off: a static binary, as the release binaries are.
+COSIGN_VERSION="v2.6.5"
+COSIGN_ROOT="$KB_TOOLS/cosign-$COSIGN_VERSION"
+install_cosign() {
+    local bin="$COSIGN_ROOT/cosign"
+    if [[ -x "$bin" ]] && "$bin" version 2>/dev/null | grep -q "GitVersion: *$COSIGN_VERSION\b\|GitVersion: *${COSIGN_VERSION#v}\b\|$COSIGN_VERSION"; then
+        return 0
+    fi
+    command -v go >/dev/null 2>&1 || die "go is needed to build cosign (Go 1.26: https://go.dev/dl/)"
+    log "building cosign $COSIGN_VERSION from the Go module proxy into $COSIGN_ROOT (once per machine: about 3 minutes on 2 cores)"
+    rm -rf "$COSIGN_ROOT.new"
+    mkdir -p "$COSIGN_ROOT.new"
+    GOBIN="$COSIGN_ROOT.new" CGO_ENABLED=0 GOFLAGS=-trimpath \
+        go install "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION" \
+        || die "go install github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+    rm -rf "$COSIGN_ROOT"
+    mv "$COSIGN_ROOT.new" "$COSIGN_ROOT"
+}
+install_cosign
+
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
 log "kubectl: $KB_TOOLS/kubectl/kubectl -> $(tool_version "$KB_TOOLS/kubectl/kubectl")"
@@ -207,5 +232,6 @@ log "docker-registry: $(docker-registry --version 2>&1 | head -n1)"
 log "skopeo: $(skopeo --version 2>&1 | head -n1)"
 log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"
 log "cmarkgfm: $("$KB_TOOLS/markdown/bin/python3" -c 'import importlib.metadata as m; print(m.version("cmarkgfm"))')"
+log "cosign: $COSIGN_ROOT/cosign -> $("$COSIGN_ROOT/cosign" version 2>/dev/null | awk '/GitVersion/{print $2}')"
 log "cargo-nextest: $("$NEXTEST_ROOT/bin/cargo-nextest" nextest --version | head -n1)"
 log "all dependencies present"
