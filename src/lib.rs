@@ -14,22 +14,27 @@
 //!
 //! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
 //!
-//! 0. [`oci`] (digests, descriptors, manifests, references: pure types), [`crd`] (a CRD's
-//!    versions and schema, and the one rule of what a schema does to an object), [`text`] and [`yaml`]
-//!    (every YAML input goes through its bounds), [`bounded`] (every body and file read from
-//!    outside stops at its cap), [`secret`] (credentials that never print), [`child`] (the one
-//!    way another program is run: time limit, output caps, its process group ended with it);
-//! 1. [`store`]: the [`store::Source`] and [`store::Sink`] traits and their stores (registry,
-//!    blob cache, memory, file regions), with retries at the transport;
-//! 2. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
+//! 0. [`exit`]: the exit codes, and the class each error type says it is of;
+//! 1. [`oci`] (digests, descriptors, manifests, references: pure types), [`text`] and [`yaml`]
+//!    (every YAML input goes through its bounds), [`bounded`] (every file read from outside
+//!    stops at its cap), [`secret`] (credentials that never print), [`child`] (the one way
+//!    another program is run: time limit, output caps, its process group ended with it);
+//! 2. [`sign`] (minisign keys and signatures) and [`fsio`] (file primitives);
+//! 3. [`store`]: the [`store::Source`] and [`store::Sink`] traits and their stores (registry,
+//!    blob cache, memory, file regions), with retries at the transport; [`crd`] (a CRD's
+//!    versions and schema, and the one rule of what a schema does to an object);
+//! 4. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
 //!    [`copy::transfer`] copies graphs into a sink children first, each blob once;
-//! 3. the domain, side by side: [`bundle`] (format, reader, writer, split parts, the bundle as a
+//! 5. the domain, side by side: [`bundle`] (format, reader, writer, split parts, the bundle as a
 //!    source), [`chart`] (Helm repository index, chart archive, image discovery, CRDs),
 //!    [`cluster`] (kubeconfig, API client, pre-flight), [`helm`] (the only module that runs
 //!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from);
-//! 4. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
-//! 5. [`cmd`]: one module per command, the only place that prints, prompts or reads the
+//! 6. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
+//! 7. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.
+//!
+//! [`exit`], [`oci`], [`text`], [`bounded`], [`sign`] and [`fsio`] live in the workspace's
+//! `crates/koord-base` (they use nothing of the rest) and are re-exported here at their paths.
 //!
 //! Where things go: a new store implements [`store::Source`] and/or [`store::Sink`] in
 //! `store/` (or, when it knows the bundle format, in `bundle/`); a new command gets its flags in
@@ -57,7 +62,10 @@ macro_rules! tell {
     };
 }
 
-pub mod bounded;
+// The modules that use nothing of the rest live in crates/koord-base (issue 44); they keep
+// their paths here, so `crate::oci`, `koord_bundle::sign`, … read as before.
+pub use koord_base::{bounded, exit, fsio, oci, sign, text};
+
 pub mod bundle;
 pub mod chart;
 pub mod child;
@@ -66,14 +74,10 @@ pub mod cluster;
 pub mod cmd;
 pub mod copy;
 pub mod crd;
-pub mod fsio;
 pub mod helm;
-pub mod oci;
 pub mod progress;
 pub mod secret;
 pub mod serve;
-pub mod sign;
 pub mod sources;
 pub mod store;
-pub mod text;
 pub mod yaml;

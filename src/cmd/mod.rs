@@ -124,26 +124,10 @@ pub async fn test_panic() {
     }
 }
 
-/// Exit code of success.
-pub const EXIT_OK: i32 = 0;
-/// Exit code when the input is wrong: a user error, a verification failure, refused
-/// credentials, a failed pre-flight, a bad bundle. Fix the input; a retry as it is fails again.
-pub const EXIT_USER: i32 = 1;
-/// Exit code of a usage error: an unknown flag or subcommand, a missing or conflicting
-/// argument (clap's own code, as most command-line tools).
-pub const EXIT_USAGE: i32 = 2;
-/// Exit code of an internal or transient failure: a registry, cluster or chart repository
-/// unreachable after the retries, a full disk, I/O errors on koord-bundle's own files, a bug.
-/// A retry later, or an operator, may help.
-pub const EXIT_INTERNAL: i32 = 3;
-/// Exit code of a check that could not tell (nothing failed, but not everything could be
-/// checked): `verify --cluster` with a container not started yet, or pods it cannot select.
-/// Not a success: run the check again once the cluster has settled.
-pub const EXIT_COULD_NOT_TELL: i32 = 4;
-/// Exit code of a `build` stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it.
-pub const EXIT_SIGINT: i32 = 130;
-/// Exit code of a `build` stopped by SIGTERM: 128 + 15, as shells report it.
-pub const EXIT_SIGTERM: i32 = 143;
+// The exit codes, and the class each error type says it is of (koord_base::exit).
+pub use crate::exit::{
+    EXIT_COULD_NOT_TELL, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, EXIT_USER,
+};
 
 /// A command stopped by SIGINT or SIGTERM: what it kept, and the exit code
 /// ([`EXIT_SIGINT`], [`EXIT_SIGTERM`]).
@@ -683,20 +667,11 @@ pub fn usage_error_json(e: &clap::Error) {
 /// [`EXIT_INTERNAL`], whoever wrapped it.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     if e.chain()
-        .any(|c| c.downcast_ref().is_some_and(is_disk_full))
+        .any(|c| c.downcast_ref().is_some_and(crate::exit::is_disk_full))
     {
         return EXIT_INTERNAL;
     }
     e.chain().find_map(classify).unwrap_or(EXIT_USER)
-}
-
-/// No room left: a full disk or an exhausted quota.
-fn is_disk_full(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        e.kind(),
-        K::StorageFull | K::QuotaExceeded | K::FileTooLarge
-    )
 }
 
 /// One error of a chain: `Some(code)` if it decides, `None` to let its cause decide (a
@@ -704,6 +679,7 @@ fn is_disk_full(e: &std::io::Error) -> bool {
 /// an inner error (`#[error(transparent)]`) hide that error from the chain, so they are
 /// looked into here.
 fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    use crate::exit::{Classify as _, ExitClass};
     if let Some(e) = c.downcast_ref::<Interrupted>() {
         return Some(e.code);
     }
@@ -797,11 +773,8 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
             PackError::Write { .. } | PackError::CorruptCache { .. } => Some(EXIT_INTERNAL),
             // Sizes no file or disk holds: what the registries declared.
             PackError::Plan { .. } => Some(EXIT_USER),
-            PackError::Sign(s) => sign_code(s),
+            PackError::Sign(s) => s.exit_class().map(ExitClass::code),
         };
-    }
-    if let Some(e) = c.downcast_ref::<crate::bundle::sign::SignError>() {
-        return sign_code(e);
     }
     if let Some(e) = c.downcast_ref::<ClusterError>() {
         return Some(match e {
@@ -837,8 +810,9 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
             _ => Some(EXIT_USER),
         };
     }
-    if let Some(e) = c.downcast_ref::<std::io::Error>() {
-        return Some(io_code(e));
+    // The types of koord-base (io::Error, signatures, OCI types) say their own class.
+    if let Some(decision) = koord_base::class::base_class(c) {
+        return decision.map(ExitClass::code);
     }
     if c.downcast_ref::<tokio::task::JoinError>().is_some() {
         // A task that panicked or was cancelled: a bug.
@@ -911,7 +885,10 @@ fn set_code(e: &crate::bundle::set::SetError) -> Option<i32> {
     match e {
         // Reading a part: missing, a directory (the input) or the disk (the machine).
         S::Io { .. } => None,
-        S::Signature { source, .. } => sign_code(source),
+        S::Signature { source, .. } => {
+            use crate::exit::Classify as _;
+            source.exit_class().map(crate::exit::ExitClass::code)
+        }
         // A bug of the coder, not the input.
         S::Parity {
             source: ParityError::Coder(_) | ParityError::Length(_),
@@ -919,40 +896,6 @@ fn set_code(e: &crate::bundle::set::SetError) -> Option<i32> {
         } => Some(EXIT_INTERNAL),
         // Damage beyond repair, a bad header, parts too small or too many, a file of another set.
         _ => Some(EXIT_USER),
-    }
-}
-
-fn sign_code(e: &crate::bundle::sign::SignError) -> Option<i32> {
-    use crate::bundle::sign::SignError as S;
-    match e {
-        S::Io { .. } => None,
-        // minisign failed to sign with a key it loaded: not the input.
-        S::Sign(_) => Some(EXIT_INTERNAL),
-        S::Key { .. } | S::Exists(_) | S::Bad(_) => Some(EXIT_USER),
-    }
-}
-
-/// An `io::Error` on its own: a path given that is missing, a directory, not allowed, an
-/// address in use are the input; everything else (EIO, a full disk, timeouts, resets) is the
-/// machine's.
-fn io_code(e: &std::io::Error) -> i32 {
-    use std::io::ErrorKind as K;
-    match e.kind() {
-        K::NotFound
-        | K::PermissionDenied
-        | K::AlreadyExists
-        | K::IsADirectory
-        | K::NotADirectory
-        | K::DirectoryNotEmpty
-        | K::ReadOnlyFilesystem
-        | K::InvalidFilename
-        | K::InvalidInput
-        | K::InvalidData
-        | K::UnexpectedEof
-        | K::AddrInUse
-        | K::AddrNotAvailable
-        | K::Unsupported => EXIT_USER,
-        _ => EXIT_INTERNAL,
     }
 }
 

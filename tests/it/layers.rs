@@ -2,38 +2,41 @@
 //! its own: a module may use only modules of a lower layer.
 //!
 //! ```text
-//! 0  oci, text, yaml, child, bounded, secret    pure types, text helpers, the one bounded YAML entry, the one child-process runner, bounded reads, secrets
-//! 1  sign, fsio         signatures (minisign), file primitives: over bounded reads
-//! 2  store, crd         sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml
-//! 3  copy               the one graph walk over stores
-//! 4  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
-//! 5  cli, progress      flags and the printer, for the commands only
-//! 6  cmd                the commands: the only place that prints or reads the environment
+//! 0  exit               the exit codes and the class trait every error type implements beside its definition
+//! 1  oci, text, yaml, child, bounded, secret    pure types, text helpers, the one bounded YAML entry, the one child-process runner, bounded reads, secrets
+//! 2  sign, fsio         signatures (minisign), file primitives: over bounded reads
+//! 3  store, crd, class  sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml; the class of koord-base's error types in a chain
+//! 4  copy               the one graph walk over stores
+//! 5  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
+//! 6  cli, progress      flags and the printer, for the commands only
+//! 7  cmd                the commands: the only place that prints or reads the environment
 //! ```
 
 use std::path::Path;
 
 const LAYERS: &[(&str, u8)] = &[
-    ("oci", 0),
-    ("text", 0),
-    ("yaml", 0),
-    ("child", 0),
-    ("bounded", 0),
-    ("secret", 0),
-    ("sign", 1),
-    ("fsio", 1),
-    ("store", 2),
-    ("crd", 2),
-    ("copy", 3),
-    ("bundle", 4),
-    ("chart", 4),
-    ("cluster", 4),
-    ("helm", 4),
-    ("serve", 4),
-    ("sources", 4),
-    ("cli", 5),
-    ("progress", 5),
-    ("cmd", 6),
+    ("oci", 1),
+    ("text", 1),
+    ("yaml", 1),
+    ("child", 1),
+    ("bounded", 1),
+    ("secret", 1),
+    ("exit", 0),
+    ("sign", 2),
+    ("fsio", 2),
+    ("class", 3),
+    ("store", 3),
+    ("crd", 3),
+    ("copy", 4),
+    ("bundle", 5),
+    ("chart", 5),
+    ("cluster", 5),
+    ("helm", 5),
+    ("serve", 5),
+    ("sources", 5),
+    ("cli", 6),
+    ("progress", 6),
+    ("cmd", 7),
 ];
 
 /// The macros `lib.rs` exports, and the module each expands into.
@@ -272,21 +275,21 @@ fn the_check_finds_a_use_against_the_direction() {
     let bad = violations(&files);
     assert_eq!(bad.len(), 6, "{bad:?}");
     assert!(
-        bad[4].contains("crates/koord-base/src/oci/u.rs:1: oci (layer 0) uses store (layer 2)"),
+        bad[4].contains("crates/koord-base/src/oci/u.rs:1: oci (layer 1) uses store (layer 3)"),
         "a file of a workspace crate: {bad:?}"
     );
     assert!(
-        bad[5].contains("text (layer 0) uses cluster (layer 4)"),
+        bad[5].contains("text (layer 1) uses cluster (layer 5)"),
         "a path through koord_base: {bad:?}"
     );
     assert!(
-        bad[3].contains("store (layer 2) uses progress (layer 5)"),
+        bad[3].contains("store (layer 3) uses progress (layer 6)"),
         "a root macro counts as the module it expands into: {bad:?}"
     );
-    assert!(bad[0].contains("store (layer 2) uses copy (layer 3)"));
-    assert!(bad[1].contains("bundle (layer 4) uses chart (layer 4)"));
+    assert!(bad[0].contains("store (layer 3) uses copy (layer 4)"));
+    assert!(bad[1].contains("bundle (layer 5) uses chart (layer 5)"));
     assert!(
-        bad[2].contains("src/oci/z.rs:3: oci (layer 0) uses store (layer 2)"),
+        bad[2].contains("src/oci/z.rs:3: oci (layer 1) uses store (layer 3)"),
         "a grouped import: {bad:?}"
     );
 }

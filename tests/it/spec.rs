@@ -333,7 +333,12 @@ fn the_spec_states_the_limits_the_reader_enforces() {
             "MAX_BLOBS",
             copy::MAX_BLOBS as u64,
         ),
-        ("max-size", "src/oci/size.rs", "MAX_SIZE", size::MAX_SIZE),
+        (
+            "max-size",
+            "crates/koord-base/src/oci/size.rs",
+            "MAX_SIZE",
+            size::MAX_SIZE,
+        ),
         (
             "max-chart-bytes",
             "src/chart/archive.rs",

@@ -40,6 +40,19 @@ pub enum SignError {
     Sign(String),
 }
 
+impl crate::exit::Classify for SignError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            // Reading or writing a key file: the kind of I/O error decides.
+            SignError::Io { .. } => None,
+            // minisign failed to sign with a key it loaded: not the input.
+            SignError::Sign(_) => Some(C::Machine),
+            SignError::Key { .. } | SignError::Exists(_) | SignError::Bad(_) => Some(C::Input),
+        }
+    }
+}
+
 /// Write a new key pair into `dir`. Returns (secret, public) paths.
 pub fn keygen(dir: &Path, password: Option<String>) -> Result<(PathBuf, PathBuf), SignError> {
     let sk_path = dir.join(SECRET_KEY_FILE);

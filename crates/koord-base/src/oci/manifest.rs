@@ -102,6 +102,13 @@ pub enum ManifestError {
     },
 }
 
+/// A manifest that does not parse or breaks a rule: what a bundle or a registry served.
+impl crate::exit::Classify for ManifestError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Raw {

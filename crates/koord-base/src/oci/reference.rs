@@ -25,6 +25,13 @@ pub struct RefError {
     pub reason: &'static str,
 }
 
+/// An image reference that does not parse: the input.
+impl crate::exit::Classify for RefError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 impl ImageRef {
     /// Parse `[host[:port]/]path[:tag][@digest]`.
     pub fn parse(s: &str) -> Result<Self, RefError> {

@@ -59,6 +59,13 @@ pub enum TargetError {
     },
 }
 
+/// A `--registry` target that does not parse: the input.
+impl crate::exit::Classify for TargetError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 /// `HOST[:PORT]`, split and checked by [`split_host_port`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPort<'a> {

@@ -11,6 +11,13 @@ pub struct Digest(String);
 #[error("invalid digest {0:?}: expected sha256:<64 lowercase hex characters>")]
 pub struct DigestError(pub String);
 
+/// A digest that does not parse: what a bundle, a registry or a flag gave.
+impl crate::exit::Classify for DigestError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 impl Digest {
     /// The digest of `bytes`.
     pub fn of(bytes: &[u8]) -> Self {

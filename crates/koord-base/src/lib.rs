@@ -1,0 +1,25 @@
+//! koord-base: the parts of koord-bundle that use nothing of the rest of it.
+//!
+//! - [`oci`]: digests, descriptors, platforms, media types, manifests and references (pure
+//!   types, no I/O);
+//! - [`text`]: text from outside made safe to print (escaped, bounded), percent-encoding;
+//! - [`bounded`]: input files opened one way (regular files only, an open that never waits)
+//!   and read under a cap;
+//! - [`fsio`]: file primitives (positional reads and writes, space reserved, the one way a
+//!   file written in place is opened);
+//! - [`sign`]: minisign keys and signatures, compatible with the `minisign` command;
+//! - [`exit`]: the exit codes, and the [`exit::Classify`] trait by which each error type says
+//!   its own class next to its definition; [`class`] finds this crate's types in an error chain.
+//!
+//! The root crate re-exports each module at its old path (`koord_bundle::oci`, …), and
+//! `tests/it/layers.rs` holds these modules to the same layers as the root crate's (0: exit;
+//! 1: oci, text, bounded; 2: sign, fsio; 3: class).
+#![deny(missing_docs)]
+
+pub mod bounded;
+pub mod class;
+pub mod exit;
+pub mod fsio;
+pub mod oci;
+pub mod sign;
+pub mod text;
