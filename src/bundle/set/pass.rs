@@ -47,6 +47,16 @@ pub fn repair(
         .map(<[u8]>::to_vec)
         .or_else(|| set.signature.clone())
         .unwrap_or_default();
+    // Lost beyond doubt before a byte is read: a check pass (it writes nothing) says the
+    // damage, and no room is reserved for parts that would never be written (a forged header
+    // claiming 200 blocks of 64 MiB had repair reserve 12.5 GiB before refusing, and fail on
+    // a full disk instead). Only a shortcut: the full pass below decides every other case.
+    if set.surely_beyond_repair() {
+        let damage = check(set, on_bytes)?;
+        if !damage.repairable() {
+            return Err(SetError::Beyond(Box::new(damage)));
+        }
+    }
     let (damage, targets, mut rebuilt) = Pass::new(set, Some(sig.clone()), on_bytes)?.run()?;
     if !damage.repairable() {
         return Err(SetError::Beyond(Box::new(damage)));
@@ -131,6 +141,24 @@ pub struct HeaderCopyDamage {
 }
 
 impl Set {
+    /// Whether the parts not found at all are already more than the parity rebuilds: with a
+    /// set-wide code, more blocks than the parity parts hold; with stripes, more parts than
+    /// there are parity parts (stripe 0 has a block of every part, so it lost more shards
+    /// than it has parity). Parts found but damaged are not counted: that takes a read.
+    pub(crate) fn surely_beyond_repair(&self) -> bool {
+        let g = &self.geometry;
+        let missing: Vec<usize> = (0..g.parts())
+            .filter(|&p| self.slots[p].file.is_none() && g.blocks(p) > 0)
+            .collect();
+        if g.spread {
+            let lost: u64 = missing.iter().map(|&p| g.blocks(p)).sum();
+            let parity: u64 = (g.k..g.parts()).map(|p| g.blocks(p)).sum();
+            lost > parity
+        } else {
+            missing.len() > g.n
+        }
+    }
+
     /// Whether part `q`'s header area is the one the set gives it, carrying `sig`: what
     /// [`repair`] compares before it decides to write a part back.
     pub(crate) fn header_area_intact(&self, q: usize, sig: &[u8]) -> bool {
