@@ -715,13 +715,23 @@ impl Cluster {
             crds.push(c);
         }
         self.seed(Value::Array(crds));
-        self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ]);
+        // Polled rather than `kubectl wait --for=condition=Established crd --all`: that fails at
+        // once ("accessor error: <nil>") on a CRD whose status has no conditions yet, which a
+        // just-created CRD may not have (a flake of install::helm3::ack, once in a full run).
+        wait_until(
+            "the seeded CRDs to be Established",
+            Duration::from_secs(60),
+            || {
+                let out = self.kubectl(&["get", "crd", "-o", "json"]);
+                let list: Value = serde_json::from_str(&out).unwrap();
+                list["items"].as_array().unwrap().iter().all(|crd| {
+                    crd["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Established" && c["status"] == "True")
+                    })
+                })
+            },
+        );
     }
 }
 
