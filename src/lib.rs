@@ -28,7 +28,8 @@
 //! 5. the domain, side by side: [`bundle`] (format, reader, writer, split parts, the bundle as a
 //!    source), [`chart`] (Helm repository index, chart archive, image discovery, CRDs),
 //!    [`cluster`] (kubeconfig, API client, pre-flight), [`helm`] (the only module that runs
-//!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from);
+//!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from),
+//!    [`admission`] (the admission policies for images signed at load);
 //! 6. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
 //! 7. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.
@@ -66,6 +67,7 @@ macro_rules! tell {
 // their paths here, so `crate::oci`, `koord_bundle::sign`, … read as before.
 pub use koord_base::{bounded, exit, fsio, oci, sign, text};
 
+pub mod admission;
 pub mod bundle;
 pub mod chart;
 pub mod child;

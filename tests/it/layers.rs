@@ -7,7 +7,7 @@
 //! 2  sign, fsio         signatures (minisign), file primitives: over bounded reads
 //! 3  store, crd, class  sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml; the class of koord-base's error types in a chain
 //! 4  copy               the one graph walk over stores
-//! 5  bundle, chart, cluster, helm, serve, sources    the domain, side by side (none uses another)
+//! 5  bundle, chart, cluster, helm, serve, sources, admission    the domain, side by side (none uses another)
 //! 6  cli, progress      flags and the printer, for the commands only
 //! 7  cmd                the commands: the only place that prints or reads the environment
 //! ```
@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("helm", 5),
     ("serve", 5),
     ("sources", 5),
+    ("admission", 5),
     ("cli", 6),
     ("progress", 6),
     ("cmd", 7),
