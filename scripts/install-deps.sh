@@ -18,6 +18,11 @@
 #     every image signature and attestation `load --sign-images` pushes with it, and sign the
 #     synthetic upstream images with it.
 #
+#   - the sigstore policy-controller's policy tester (Go module proxy, pinned) in
+#     $KB_TOOLS/policy-tester-VERSION: the tests have the engine itself admit an image signed
+#     with the site's key under the ClusterImagePolicy `load --sign-images` writes, and refuse
+#     the others (tests/it/admission_policy.rs).
+#
 #   scripts/install-deps.sh                # install what is missing
 #   scripts/install-deps.sh --nextest-dir  # print the directory of the pinned cargo-nextest only
 set -euo pipefail
@@ -225,6 +230,40 @@ install_cosign() {
 }
 install_cosign
 
+# ---------------------------------------------------------------- policy-controller's tester
+# `go install …/cmd/tester@VERSION` is refused: the module's go.mod has replace directives
+# ("must not contain directives that would cause it to be interpreted differently than if it
+# were the main module"). So the module is fetched from the proxy (`go mod download`) and built
+# as the main module, its replace directives applied, as its own Makefile does. v0.14.0: the
+# newest release whose dependencies the proxy serves (v0.15.1 needs a pseudo-version of
+# go-containerregistry's k8schain the proxy answers 403 for). About 11 minutes on 2 cores, once.
+POLICY_TESTER_VERSION="v0.14.0"
+POLICY_TESTER_ROOT="$KB_TOOLS/policy-tester-$POLICY_TESTER_VERSION"
+install_policy_tester() {
+    local bin="$POLICY_TESTER_ROOT/policy-tester"
+    if [[ -x "$bin" ]] && "$bin" -version 2>/dev/null | grep -q "GitVersion: *$POLICY_TESTER_VERSION\b"; then
+        return 0
+    fi
+    command -v go >/dev/null 2>&1 || die "go is needed to build the policy tester (Go 1.26: https://go.dev/dl/)"
+    local module="github.com/sigstore/policy-controller@$POLICY_TESTER_VERSION" dir src
+    log "building the policy-controller tester $POLICY_TESTER_VERSION from the Go module proxy into $POLICY_TESTER_ROOT (once per machine: about 11 minutes on 2 cores)"
+    dir="$(go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -n "$dir" && -d "$dir" ]] || die "go mod download $module failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+    rm -rf "$POLICY_TESTER_ROOT.new"
+    mkdir -p "$POLICY_TESTER_ROOT.new"
+    src="$POLICY_TESTER_ROOT.new/src"
+    cp -r "$dir" "$src"
+    chmod -R u+w "$src"
+    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-trimpath go build \
+        -ldflags "-X sigs.k8s.io/release-utils/version.gitVersion=$POLICY_TESTER_VERSION" \
+        -o "$POLICY_TESTER_ROOT.new/policy-tester" ./cmd/tester) \
+        || die "building $module ./cmd/tester failed (see above)"
+    rm -rf "$src"
+    rm -rf "$POLICY_TESTER_ROOT"
+    mv "$POLICY_TESTER_ROOT.new" "$POLICY_TESTER_ROOT"
+}
+install_policy_tester
+
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
 log "kubectl: $KB_TOOLS/kubectl/kubectl -> $(tool_version "$KB_TOOLS/kubectl/kubectl")"
@@ -233,5 +272,6 @@ log "skopeo: $(skopeo --version 2>&1 | head -n1)"
 log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"
 log "cmarkgfm: $("$KB_TOOLS/markdown/bin/python3" -c 'import importlib.metadata as m; print(m.version("cmarkgfm"))')"
 log "cosign: $COSIGN_ROOT/cosign -> $("$COSIGN_ROOT/cosign" version 2>/dev/null | awk '/GitVersion/{print $2}')"
+log "policy-tester: $POLICY_TESTER_ROOT/policy-tester -> $("$POLICY_TESTER_ROOT/policy-tester" -version 2>/dev/null | awk '/GitVersion/{print $2}')"
 log "cargo-nextest: $("$NEXTEST_ROOT/bin/cargo-nextest" nextest --version | head -n1)"
 log "all dependencies present"

@@ -13,6 +13,7 @@
 // (the crate itself parses YAML only through koord_bundle::yaml).
 #![allow(clippy::disallowed_methods)]
 
+mod admission_policy;
 mod bom;
 mod build;
 mod bytes;
