@@ -18,10 +18,11 @@
 #     every image signature and attestation `load --sign-images` pushes with it, and sign the
 #     synthetic upstream images with it.
 #
-#   - the sigstore policy-controller's policy tester (Go module proxy, pinned) in
-#     $KB_TOOLS/policy-tester-VERSION: the tests have the engine itself admit an image signed
-#     with the site's key under the ClusterImagePolicy `load --sign-images` writes, and refuse
-#     the others (tests/it/admission_policy.rs).
+#   - the admission engines' own CLIs (Go module proxy, pinned): Kyverno's kubectl-kyverno in
+#     $KB_TOOLS/kyverno-VERSION and the sigstore policy-controller's policy tester in
+#     $KB_TOOLS/policy-tester-VERSION: the tests have each engine admit an image signed with the
+#     site's key under the policy `load --sign-images` writes, and refuse the others
+#     (tests/it/admission_policy.rs).
 #
 #   scripts/install-deps.sh                # install what is missing
 #   scripts/install-deps.sh --nextest-dir  # print the directory of the pinned cargo-nextest only
@@ -230,13 +231,48 @@ install_cosign() {
 }
 install_cosign
 
-# ---------------------------------------------------------------- policy-controller's tester
-# `go install …/cmd/tester@VERSION` is refused: the module's go.mod has replace directives
+# ---------------------------------------------------------------- the admission engines' CLIs
+# `go install MODULE/cmd/...@VERSION` refuses both: their go.mod files have replace directives
 # ("must not contain directives that would cause it to be interpreted differently than if it
-# were the main module"). So the module is fetched from the proxy (`go mod download`) and built
-# as the main module, its replace directives applied, as its own Makefile does. v0.14.0: the
-# newest release whose dependencies the proxy serves (v0.15.1 needs a pseudo-version of
-# go-containerregistry's k8schain the proxy answers 403 for). About 11 minutes on 2 cores, once.
+# were the main module"). So each module is fetched from the proxy (`go mod download`) and built
+# as the main module, its replace directives applied, as its own Makefile does.
+# build_from_module MODULE@VERSION PACKAGE ROOT BIN LDFLAGS
+build_from_module() {
+    local module="$1" package="$2" root="$3" bin="$4" ldflags="$5" dir src
+    command -v go >/dev/null 2>&1 || die "go is needed to build $module (Go 1.26: https://go.dev/dl/)"
+    dir="$(go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -n "$dir" && -d "$dir" ]] || die "go mod download $module failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+    rm -rf "$root.new"
+    mkdir -p "$root.new"
+    src="$root.new/src"
+    cp -r "$dir" "$src"
+    chmod -R u+w "$src"
+    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-trimpath go build -ldflags "$ldflags" -o "$root.new/$bin" "$package") \
+        || die "building $module $package failed (see above)"
+    rm -rf "$src"
+    rm -rf "$root"
+    mv "$root.new" "$root"
+}
+
+# Kyverno's CLI, v1.19.1: the current release, and the first line whose ImageValidatingPolicy
+# verifies a key offline (v1.19.0, kyverno/kyverno#16298). About 16 minutes on 2 cores, once.
+KYVERNO_VERSION="v1.19.1"
+KYVERNO_ROOT="$KB_TOOLS/kyverno-$KYVERNO_VERSION"
+install_kyverno() {
+    local bin="$KYVERNO_ROOT/kubectl-kyverno"
+    if [[ -x "$bin" ]] && "$bin" version 2>/dev/null | grep -q "Version: *$KYVERNO_VERSION\b"; then
+        return 0
+    fi
+    log "building kubectl-kyverno $KYVERNO_VERSION from the Go module proxy into $KYVERNO_ROOT (once per machine: about 16 minutes on 2 cores)"
+    build_from_module "github.com/kyverno/kyverno@$KYVERNO_VERSION" ./cmd/cli/kubectl-kyverno \
+        "$KYVERNO_ROOT" kubectl-kyverno \
+        "-X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION"
+}
+install_kyverno
+
+# The policy-controller's tester, v0.14.0: the newest release whose dependencies the proxy
+# serves (v0.15.1 needs a pseudo-version of go-containerregistry's k8schain that the proxy
+# answers 403 for). About 11 minutes on 2 cores, once.
 POLICY_TESTER_VERSION="v0.14.0"
 POLICY_TESTER_ROOT="$KB_TOOLS/policy-tester-$POLICY_TESTER_VERSION"
 install_policy_tester() {
@@ -244,23 +280,10 @@ install_policy_tester() {
     if [[ -x "$bin" ]] && "$bin" -version 2>/dev/null | grep -q "GitVersion: *$POLICY_TESTER_VERSION\b"; then
         return 0
     fi
-    command -v go >/dev/null 2>&1 || die "go is needed to build the policy tester (Go 1.26: https://go.dev/dl/)"
-    local module="github.com/sigstore/policy-controller@$POLICY_TESTER_VERSION" dir src
     log "building the policy-controller tester $POLICY_TESTER_VERSION from the Go module proxy into $POLICY_TESTER_ROOT (once per machine: about 11 minutes on 2 cores)"
-    dir="$(go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-    [[ -n "$dir" && -d "$dir" ]] || die "go mod download $module failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
-    rm -rf "$POLICY_TESTER_ROOT.new"
-    mkdir -p "$POLICY_TESTER_ROOT.new"
-    src="$POLICY_TESTER_ROOT.new/src"
-    cp -r "$dir" "$src"
-    chmod -R u+w "$src"
-    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-trimpath go build \
-        -ldflags "-X sigs.k8s.io/release-utils/version.gitVersion=$POLICY_TESTER_VERSION" \
-        -o "$POLICY_TESTER_ROOT.new/policy-tester" ./cmd/tester) \
-        || die "building $module ./cmd/tester failed (see above)"
-    rm -rf "$src"
-    rm -rf "$POLICY_TESTER_ROOT"
-    mv "$POLICY_TESTER_ROOT.new" "$POLICY_TESTER_ROOT"
+    build_from_module "github.com/sigstore/policy-controller@$POLICY_TESTER_VERSION" ./cmd/tester \
+        "$POLICY_TESTER_ROOT" policy-tester \
+        "-X sigs.k8s.io/release-utils/version.gitVersion=$POLICY_TESTER_VERSION"
 }
 install_policy_tester
 
@@ -272,6 +295,7 @@ log "skopeo: $(skopeo --version 2>&1 | head -n1)"
 log "cyclonedx-python-lib: $("$KB_TOOLS/cyclonedx/bin/python3" -c 'import importlib.metadata as m; print(m.version("cyclonedx-python-lib"))')"
 log "cmarkgfm: $("$KB_TOOLS/markdown/bin/python3" -c 'import importlib.metadata as m; print(m.version("cmarkgfm"))')"
 log "cosign: $COSIGN_ROOT/cosign -> $("$COSIGN_ROOT/cosign" version 2>/dev/null | awk '/GitVersion/{print $2}')"
+log "kubectl-kyverno: $KYVERNO_ROOT/kubectl-kyverno -> $("$KYVERNO_ROOT/kubectl-kyverno" version 2>/dev/null | awk '/^Version/{print $2}')"
 log "policy-tester: $POLICY_TESTER_ROOT/policy-tester -> $("$POLICY_TESTER_ROOT/policy-tester" -version 2>/dev/null | awk '/GitVersion/{print $2}')"
 log "cargo-nextest: $("$NEXTEST_ROOT/bin/cargo-nextest" nextest --version | head -n1)"
 log "all dependencies present"

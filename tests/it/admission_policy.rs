@@ -3,10 +3,13 @@
 //! in the test environment's registry, the policies rendered and written by the module, and
 //! the engine's own CLI asked whether it admits each image:
 //!
+//! - Kyverno: `kubectl-kyverno apply` (v1.19.1, the current release, built from the Go module
+//!   proxy by scripts/install-deps.sh) evaluates the `ImageValidatingPolicy` against a Pod or a
+//!   Deployment as the admission controller does, reading the signatures from the registry;
 //! - the sigstore policy-controller: its policy tester (`cmd/tester` of
-//!   github.com/sigstore/policy-controller v0.14.0, built from the Go module proxy by
-//!   scripts/install-deps.sh) validates the `ClusterImagePolicy` as the controller's webhook
-//!   does, then verifies the image as the controller does at admission.
+//!   github.com/sigstore/policy-controller v0.14.0, built the same way) validates the
+//!   `ClusterImagePolicy` as the controller's webhook does, then verifies the image as the
+//!   controller does at admission.
 //!
 //! No transparency log, no internet: the signatures are made without a Rekor upload and the
 //! engine is given nothing but the policy file and the registry.
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 const COSIGN: &str = "cosign-v2.6.5/cosign";
 const POLICY_TESTER: &str = "policy-tester-v0.14.0/policy-tester";
+const KYVERNO: &str = "kyverno-v1.19.1/kubectl-kyverno";
 
 /// A tool scripts/install-deps.sh builds into `$KB_TOOLS` (default `<repo>/.tools`). Missing,
 /// the test fails saying how to get it: it never skips.
@@ -133,38 +137,73 @@ fn text(o: &Output) -> String {
     )
 }
 
-#[test]
-fn the_policy_controller_admits_only_images_signed_with_the_site_key() {
-    let site = Site::new();
-    let site_key = site.key_pair("site");
-    site.key_pair("other");
+/// A load's target and its images, signed or not: the site's key pair and another, both made
+/// by cosign; copies of a synthetic image under a fresh prefix of the plain registry, one level
+/// deeper as the chart names them (`koordinator-sh/...`, so a glob must reach across a `/`);
+/// the policies rendered and written by the module.
+struct Scene {
+    site: Site,
+    /// Signed with the site's key.
+    signed: String,
+    /// Not signed.
+    unsigned: String,
+    /// Signed with another key.
+    other: String,
+    /// Beside the prefix (`PREFIX-x`), signed with the site's key: not under the prefix.
+    beside: String,
+    /// The written policy files and their engines.
+    policies: Vec<(PathBuf, policy::Engine)>,
+}
 
-    // The load's target: a prefix of the plain registry; the images one level deeper, as the
-    // chart names them (koordinator-sh/...), so the glob must reach across a `/`.
-    let registry = &env().plain;
-    let prefix = format!("{registry}/{}/site", unique_prefix("admission"));
-    let signed = format!("{prefix}/koordinator-sh/koord-manager");
-    let unsigned = format!("{prefix}/koordinator-sh/koordlet");
-    let other = format!("{prefix}/koordinator-sh/koord-scheduler");
-    // Beside the prefix, not under it: `site-x` must not be taken for `site`.
-    let beside = format!("{prefix}-x/koordinator-sh/koord-manager");
-    for repo in [&signed, &unsigned, &other, &beside] {
-        let digest = copy_image(&format!("{repo}:v1.8.0"));
-        if repo == &signed || repo == &beside {
-            site.sign("site", repo, &digest);
-        } else if repo == &other {
-            site.sign("other", repo, &digest);
+impl Scene {
+    fn new() -> Self {
+        let site = Site::new();
+        let site_key = site.key_pair("site");
+        site.key_pair("other");
+        let registry = &env().plain;
+        let prefix = format!("{registry}/{}/site", unique_prefix("admission"));
+        let image = |at: &str, repo: &str| format!("{at}/koordinator-sh/{repo}:v1.8.0");
+        let scene_images = [
+            (image(&prefix, "koord-manager"), Some("site")),
+            (image(&prefix, "koordlet"), None),
+            (image(&prefix, "koord-scheduler"), Some("other")),
+            (image(&format!("{prefix}-x"), "koord-manager"), Some("site")),
+        ];
+        for (reference, key) in &scene_images {
+            let digest = copy_image(reference);
+            if let Some(key) = key {
+                let repository = reference.rsplit_once(':').unwrap().0;
+                site.sign(key, repository, &digest);
+            }
+        }
+        let files = policy::render(&site_key, &prefix, "koordinator-signed").unwrap();
+        let written = policy::write(site.path(), &files).unwrap();
+        let policies = written
+            .into_iter()
+            .zip(files.iter().map(|f| f.engine))
+            .collect();
+        let [signed, unsigned, other, beside] = scene_images.map(|(r, _)| r);
+        Scene {
+            site,
+            signed,
+            unsigned,
+            other,
+            beside,
+            policies,
         }
     }
 
-    let files = policy::render(&site_key, &prefix, "koordinator-signed").unwrap();
-    let written = policy::write(site.path(), &files).unwrap();
-    let cip = written
-        .iter()
-        .zip(&files)
-        .find(|(_, f)| f.engine == policy::Engine::PolicyController)
-        .map(|(p, _)| p.clone())
-        .unwrap();
+    fn policy(&self, engine: policy::Engine) -> &Path {
+        &self.policies.iter().find(|(_, e)| *e == engine).unwrap().0
+    }
+}
+
+#[test]
+fn the_policy_controller_admits_only_images_signed_with_the_site_key() {
+    let scene = Scene::new();
+    let (site, cip) = (&scene.site, scene.policy(policy::Engine::PolicyController));
+    let (signed, unsigned, other, beside) =
+        (&scene.signed, &scene.unsigned, &scene.other, &scene.beside);
 
     let tester = kb_tool(POLICY_TESTER);
     let judge = |image: &str| {
@@ -176,7 +215,7 @@ fn the_policy_controller_admits_only_images_signed_with_the_site_key() {
 
     // Signed with the site's key, by tag (the tester resolves it to the digest, as the
     // controller does): admitted.
-    let o = judge(&format!("{signed}:v1.8.0"));
+    let o = judge(signed);
     let said = text(&o);
     assert!(
         o.status.success() && said.contains("Verification was successful"),
@@ -185,7 +224,7 @@ fn the_policy_controller_admits_only_images_signed_with_the_site_key() {
     assert!(said.contains("Policy was successfully validated"), "{said}");
 
     // No signature: refused.
-    let o = judge(&format!("{unsigned}:v1.8.0"));
+    let o = judge(unsigned);
     let said = text(&o);
     assert!(
         !o.status.success() && said.contains("no signatures found"),
@@ -193,7 +232,7 @@ fn the_policy_controller_admits_only_images_signed_with_the_site_key() {
     );
 
     // Signed, but by another key: refused.
-    let o = judge(&format!("{other}:v1.8.0"));
+    let o = judge(other);
     let said = text(&o);
     assert!(
         !o.status.success() && said.contains("no matching signatures"),
@@ -201,10 +240,116 @@ fn the_policy_controller_admits_only_images_signed_with_the_site_key() {
     );
 
     // Beside the prefix: not this policy's image (the glob stops at the prefix).
-    let o = judge(&format!("{beside}:v1.8.0"));
+    let o = judge(beside);
     let said = text(&o);
     assert!(
         !o.status.success() && said.contains("uncovered by policy"),
         "an image beside the prefix was taken for one under it:\n{said}"
+    );
+}
+
+/// A Pod (or, with `deployment`, a Deployment) named `name` running `images` (`(init, image)`).
+fn workload(name: &str, images: &[(bool, &str)], deployment: bool) -> String {
+    let containers = |init: bool| -> Vec<serde_json::Value> {
+        images
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| *i == init)
+            .map(|(n, (_, image))| serde_json::json!({"name": format!("c{n}"), "image": image}))
+            .collect()
+    };
+    let spec =
+        serde_json::json!({"containers": containers(false), "initContainers": containers(true)});
+    let doc = if deployment {
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "koordinator-system"},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+            },
+        })
+    } else {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "koordinator-system"},
+            "spec": spec,
+        })
+    };
+    doc.to_string()
+}
+
+#[test]
+fn kyverno_admits_only_images_signed_with_the_site_key() {
+    let scene = Scene::new();
+    let (site, ivpol) = (&scene.site, scene.policy(policy::Engine::Kyverno));
+    let kyverno = kb_tool(KYVERNO);
+    // `kubectl-kyverno apply POLICY --resource FILE`: exit 0 and `pass: 1` when the policy
+    // admits the object, exit 1 and `fail: 1` with the policy's message when it refuses it.
+    let judge = |name: &str, images: &[(bool, &str)], deployment: bool| {
+        let file = site.path().join(format!("{name}.json"));
+        std::fs::write(&file, workload(name, images, deployment)).unwrap();
+        site.run(
+            &kyverno,
+            &[
+                "apply",
+                ivpol.to_str().unwrap(),
+                "--resource",
+                file.to_str().unwrap(),
+                "--remove-color",
+            ],
+        )
+    };
+    let admitted = |what: &str, o: &Output| {
+        let said = text(o);
+        assert!(
+            o.status.success() && said.contains("pass: 1, fail: 0, warn: 0, error: 0"),
+            "Kyverno did not admit {what}:\n{said}"
+        );
+    };
+    let refused = |what: &str, o: &Output| {
+        let said = text(o);
+        assert!(
+            o.status.code() == Some(1)
+                && said.contains("pass: 0, fail: 1, warn: 0, error: 0")
+                && said.contains("must carry a cosign signature made with the site's key"),
+            "Kyverno did not refuse {what} for its signature:\n{said}"
+        );
+    };
+
+    admitted(
+        "a pod whose image is signed with the site's key",
+        &judge("signed", &[(false, &scene.signed)], false),
+    );
+    refused(
+        "a pod whose image is unsigned",
+        &judge("unsigned", &[(false, &scene.unsigned)], false),
+    );
+    refused(
+        "a pod whose image is signed by another key",
+        &judge("other", &[(false, &scene.other)], false),
+    );
+    // Every image of the pod counts, init containers too.
+    refused(
+        "a pod with a signed container and an unsigned init container",
+        &judge(
+            "init",
+            &[(false, &scene.signed), (true, &scene.unsigned)],
+            false,
+        ),
+    );
+    // Autogen: the Deployment itself is refused, before any pod of it exists.
+    refused(
+        "a Deployment whose image is unsigned",
+        &judge("deployment", &[(false, &scene.unsigned)], true),
+    );
+    admitted(
+        "a Deployment whose image is signed with the site's key",
+        &judge("deployment-signed", &[(false, &scene.signed)], true),
+    );
+    // Beside the prefix: not this policy's image, admitted whatever its signature.
+    admitted(
+        "a pod whose image is beside the prefix",
+        &judge("beside", &[(false, &scene.beside)], false),
     );
 }
