@@ -39,6 +39,10 @@ use serde::Serialize;
 
 use crate::oci::Target;
 
+/// The policies' name when the user gives none: the objects' `metadata.name` and the files'
+/// `koordinator-signed-kyverno.yaml` and `koordinator-signed-policy-controller.yaml`.
+pub const DEFAULT_NAME: &str = "koordinator-signed";
+
 /// The engine a policy file is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
@@ -158,7 +162,8 @@ pub enum PolicyError {
 
 /// Render the two policies that admit the images under `image_prefix` (`HOST[:PORT][/PREFIX]`,
 /// as `load --registry` takes it) only when signed by `public_key_pem`, named `name` in the
-/// cluster and in their file names (`NAME-kyverno.yaml`, `NAME-policy-controller.yaml`).
+/// cluster and in their file names (`NAME-kyverno.yaml`, `NAME-policy-controller.yaml`), in
+/// that order. Nothing is read or written: see [`write`].
 pub fn render(
     public_key_pem: &str,
     image_prefix: &str,
@@ -636,11 +641,14 @@ gM26ioZh+7H3DrJZtdA1J2P1aR1qW2FC+7g02ZD6hJV9/wGWU642omoAdQ==\n\
 
     #[test]
     fn both_policies_carry_the_key_the_prefix_and_no_log() {
-        let files = render(PUB, "registry.internal:5000/koordinator-sh", "koord-signed").unwrap();
+        let files = render(PUB, "registry.internal:5000/koordinator-sh", DEFAULT_NAME).unwrap();
         assert_eq!(files.len(), 2);
-        assert_eq!(files[0].file_name, "koord-signed-kyverno.yaml");
+        assert_eq!(files[0].file_name, "koordinator-signed-kyverno.yaml");
         assert_eq!(files[0].engine, Engine::Kyverno);
-        assert_eq!(files[1].file_name, "koord-signed-policy-controller.yaml");
+        assert_eq!(
+            files[1].file_name,
+            "koordinator-signed-policy-controller.yaml"
+        );
 
         let k = parse(&files[0].yaml);
         assert_eq!(
@@ -648,7 +656,10 @@ gM26ioZh+7H3DrJZtdA1J2P1aR1qW2FC+7g02ZD6hJV9/wGWU642omoAdQ==\n\
             Some("policies.kyverno.io/v1")
         );
         assert_eq!(at(&k, &["kind"]).as_str(), Some("ImageValidatingPolicy"));
-        assert_eq!(at(&k, &["metadata", "name"]).as_str(), Some("koord-signed"));
+        assert_eq!(
+            at(&k, &["metadata", "name"]).as_str(),
+            Some("koordinator-signed")
+        );
         assert_eq!(
             at(&k, &["spec", "matchImageReferences", "0", "glob"]).as_str(),
             Some("registry.internal:5000/koordinator-sh/*")

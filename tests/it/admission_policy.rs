@@ -176,7 +176,7 @@ impl Scene {
                 site.sign(key, repository, &digest);
             }
         }
-        let files = policy::render(&site_key, &prefix, "koordinator-signed").unwrap();
+        let files = policy::render(&site_key, &prefix, policy::DEFAULT_NAME).unwrap();
         let written = policy::write(site.path(), &files).unwrap();
         let policies = written
             .into_iter()
