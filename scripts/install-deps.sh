@@ -236,9 +236,12 @@ install_cosign
 # ("must not contain directives that would cause it to be interpreted differently than if it
 # were the main module"). So each module is fetched from the proxy (`go mod download`) and built
 # as the main module, its replace directives applied, as its own Makefile does.
-# build_from_module MODULE@VERSION PACKAGE ROOT BIN LDFLAGS
+# The engine's CRD of the policy kind comes from the same module into ROOT/crds/, beside a
+# PROVENANCE file (module, version, path, sha256): the tests validate the written policies
+# against it on the real API server.
+# build_from_module MODULE@VERSION PACKAGE ROOT BIN LDFLAGS CRD_PATH_IN_MODULE
 build_from_module() {
-    local module="$1" package="$2" root="$3" bin="$4" ldflags="$5" dir src
+    local module="$1" package="$2" root="$3" bin="$4" ldflags="$5" crd="$6" dir src
     command -v go >/dev/null 2>&1 || die "go is needed to build $module (Go 1.26: https://go.dev/dl/)"
     dir="$(go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
     [[ -n "$dir" && -d "$dir" ]] || die "go mod download $module failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
@@ -249,6 +252,10 @@ build_from_module() {
     chmod -R u+w "$src"
     (cd "$src" && CGO_ENABLED=0 GOFLAGS=-trimpath go build -ldflags "$ldflags" -o "$root.new/$bin" "$package") \
         || die "building $module $package failed (see above)"
+    mkdir -p "$root.new/crds"
+    cp "$src/$crd" "$root.new/crds/"
+    printf 'module %s\npath %s\nsha256 %s\n' "$module" "$crd" \
+        "$(sha256sum "$src/$crd" | cut -d' ' -f1)" >"$root.new/crds/PROVENANCE"
     rm -rf "$src"
     rm -rf "$root"
     mv "$root.new" "$root"
@@ -260,13 +267,14 @@ KYVERNO_VERSION="v1.19.1"
 KYVERNO_ROOT="$KB_TOOLS/kyverno-$KYVERNO_VERSION"
 install_kyverno() {
     local bin="$KYVERNO_ROOT/kubectl-kyverno"
-    if [[ -x "$bin" ]] && "$bin" version 2>/dev/null | grep -q "Version: *$KYVERNO_VERSION\b"; then
+    if [[ -x "$bin" && -f "$KYVERNO_ROOT/crds/PROVENANCE" ]] && "$bin" version 2>/dev/null | grep -q "Version: *$KYVERNO_VERSION\b"; then
         return 0
     fi
     log "building kubectl-kyverno $KYVERNO_VERSION from the Go module proxy into $KYVERNO_ROOT (once per machine: about 16 minutes on 2 cores)"
     build_from_module "github.com/kyverno/kyverno@$KYVERNO_VERSION" ./cmd/cli/kubectl-kyverno \
         "$KYVERNO_ROOT" kubectl-kyverno \
-        "-X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION"
+        "-X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION" \
+        config/crds/policies.kyverno.io/policies.kyverno.io_imagevalidatingpolicies.yaml
 }
 install_kyverno
 
@@ -277,13 +285,14 @@ POLICY_TESTER_VERSION="v0.14.0"
 POLICY_TESTER_ROOT="$KB_TOOLS/policy-tester-$POLICY_TESTER_VERSION"
 install_policy_tester() {
     local bin="$POLICY_TESTER_ROOT/policy-tester"
-    if [[ -x "$bin" ]] && "$bin" -version 2>/dev/null | grep -q "GitVersion: *$POLICY_TESTER_VERSION\b"; then
+    if [[ -x "$bin" && -f "$POLICY_TESTER_ROOT/crds/PROVENANCE" ]] && "$bin" -version 2>/dev/null | grep -q "GitVersion: *$POLICY_TESTER_VERSION\b"; then
         return 0
     fi
     log "building the policy-controller tester $POLICY_TESTER_VERSION from the Go module proxy into $POLICY_TESTER_ROOT (once per machine: about 11 minutes on 2 cores)"
     build_from_module "github.com/sigstore/policy-controller@$POLICY_TESTER_VERSION" ./cmd/tester \
         "$POLICY_TESTER_ROOT" policy-tester \
-        "-X sigs.k8s.io/release-utils/version.gitVersion=$POLICY_TESTER_VERSION"
+        "-X sigs.k8s.io/release-utils/version.gitVersion=$POLICY_TESTER_VERSION" \
+        config/300-clusterimagepolicy.yaml
 }
 install_policy_tester
 

@@ -11,9 +11,15 @@
 //!   `ClusterImagePolicy` as the controller's webhook does, then verifies the image as the
 //!   controller does at admission.
 //!
+//! And the files as a site applies them: `kubectl apply --dry-run=server` on the real API server
+//! of the test environment, under the engines' CRDs (from the same modules, kept by
+//! scripts/install-deps.sh with their provenance): kubectl's YAML 1.1 reader, the CRDs' schemas,
+//! their CEL rules and strict field validation take both files, and refuse a broken one.
+//!
 //! No transparency log, no internet: the signatures are made without a Rekor upload and the
 //! engine is given nothing but the policy file and the registry.
 
+use crate::cluster;
 use crate::common::*;
 use koord_bundle::admission::policy;
 use std::path::{Path, PathBuf};
@@ -351,5 +357,149 @@ fn kyverno_admits_only_images_signed_with_the_site_key() {
     admitted(
         "a pod whose image is beside the prefix",
         &judge("beside", &[(false, &scene.beside)], false),
+    );
+}
+
+/// A CRD scripts/install-deps.sh kept beside an engine's CLI (`ROOT/crds/`), and its
+/// provenance (module@version, path, sha256), checked against the file.
+fn engine_crd(tool: &str, file: &str) -> (PathBuf, String) {
+    let root = kb_tool(tool).parent().unwrap().join("crds");
+    let crd = root.join(file);
+    let provenance = std::fs::read_to_string(root.join("PROVENANCE")).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run scripts/install-deps.sh (it keeps the engine's CRD)",
+            root.display()
+        )
+    });
+    let bytes = std::fs::read(&crd).unwrap();
+    assert!(
+        provenance.contains(&format!("sha256 {}", &sha256(&bytes)["sha256:".len()..])),
+        "{} is not the file its PROVENANCE names:\n{provenance}",
+        crd.display()
+    );
+    (crd, provenance)
+}
+
+#[test]
+fn the_api_server_takes_the_policies_under_the_engines_crds() {
+    let kube = cluster::lease();
+    let dir = tempfile::tempdir().unwrap();
+
+    // The engines' CRDs, as their releases ship them. The policy-controller's converts its
+    // versions with its own webhook, which does not run here: the conversion is set to None
+    // (the v1beta1 schema the objects are validated against is unchanged).
+    let (kyverno_crd, _) = engine_crd(KYVERNO, "policies.kyverno.io_imagevalidatingpolicies.yaml");
+    let (cip_crd, _) = engine_crd(POLICY_TESTER, "300-clusterimagepolicy.yaml");
+    let mut cip: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&cip_crd).unwrap()).unwrap();
+    cip["spec"]["conversion"] = serde_yaml_ng::from_str("strategy: None").unwrap();
+    let cip_crd = dir.path().join("cip-crd.json");
+    std::fs::write(&cip_crd, serde_json::to_string(&cip).unwrap()).unwrap();
+    for crd in [&kyverno_crd, &cip_crd] {
+        // Server-side: the Kyverno CRD (434 KiB) is too large for the annotation a
+        // client-side apply keeps.
+        kube.kubectl(&["apply", "--server-side", "-f", crd.to_str().unwrap()]);
+    }
+    kube.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/imagevalidatingpolicies.policies.kyverno.io",
+        "crd/clusterimagepolicies.policy.sigstore.dev",
+    ]);
+
+    // Values YAML would misread if they were not quoted: a name of digits, a prefix of digits,
+    // colons, underscores and dots; a PEM.
+    let site = Site::new();
+    let key = site.key_pair("site");
+    let files = policy::render(&key, "10.0.0.5:5000/site__1/koord-x.y_z", "0123").unwrap();
+    let written = policy::write(dir.path(), &files).unwrap();
+    let dry_run = |file: &Path| {
+        kube.kubectl_output(
+            &[
+                "apply",
+                "--dry-run=server",
+                "--validate=strict",
+                "-o",
+                "json",
+                "-f",
+                file.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    for (file, f) in written.iter().zip(&files) {
+        let o = dry_run(file);
+        assert_ok(&o);
+        // What the API server made of the file: the values as rendered.
+        let back: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(back["metadata"]["name"], "0123", "{}", f.yaml);
+        let (glob, key_data) = match f.engine {
+            policy::Engine::Kyverno => (
+                &back["spec"]["matchImageReferences"][0]["glob"],
+                &back["spec"]["attestors"][0]["cosign"]["key"]["data"],
+            ),
+            policy::Engine::PolicyController => (
+                &back["spec"]["images"][0]["glob"],
+                &back["spec"]["authorities"][0]["key"]["data"],
+            ),
+        };
+        assert!(
+            glob.as_str()
+                .is_some_and(|g| g.starts_with("10.0.0.5:5000/site__1/koord-x.y_z/*")),
+            "{back}"
+        );
+        assert_eq!(key_data.as_str(), Some(key.as_str()), "{back}");
+    }
+
+    // The check can fail: a field the schema does not know (strict field validation), a
+    // required field missing, a value of the wrong type.
+    let broken = |file: &Path, change: &dyn Fn(&mut serde_yaml_ng::Value), name: &str| {
+        let mut v: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        change(&mut v);
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+        let o = dry_run(&path);
+        assert!(
+            !o.status.success(),
+            "the API server took the broken policy {name}:\n{}",
+            text(&o)
+        );
+        text(&o)
+    };
+    let kyverno_file = &written[0];
+    let cip_file = &written[1];
+    let said = broken(
+        kyverno_file,
+        &|v| {
+            let spec = v["spec"].as_mapping_mut().unwrap();
+            let c = spec.remove("validationConfigurations").unwrap();
+            spec.insert("validationConfiguration".into(), c);
+        },
+        "typo.json",
+    );
+    assert!(
+        said.contains(r#"unknown field "spec.validationConfiguration""#),
+        "{said}"
+    );
+    let said = broken(
+        kyverno_file,
+        &|v| {
+            v["spec"].as_mapping_mut().unwrap().remove("validations");
+        },
+        "no-validations.json",
+    );
+    assert!(said.contains("spec.validations: Required value"), "{said}");
+    let said = broken(
+        cip_file,
+        &|v| {
+            v["spec"]["authorities"][0]["key"] = "not a key object".into();
+        },
+        "key-string.json",
+    );
+    assert!(
+        said.contains("spec.authorities[0].key in body must be of type object"),
+        "{said}"
     );
 }
