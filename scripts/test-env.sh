@@ -606,6 +606,7 @@ write_env_files() {
     KB_W_HELM_REPO="http://$HOST:$KB_HELM_PORT/" \
     KB_W_HELM3="$KB_TOOLS/helm3/helm" KB_W_HELM4="$KB_TOOLS/helm4/helm" \
     KB_W_KUBECTL="$KB_TOOLS/kubectl/kubectl" KB_W_KUBE_DIRS="$(kube_dirs)" \
+    KB_W_COSIGN="$KB_TOOLS/cosign-v2.6.5/cosign" \
     KB_W_ENV_DIR="$KB_ENV_DIR" KB_W_PLAIN_STORAGE="$PLAIN_DIR/data" KB_W_TLS_STORAGE="$TLS_DIR/data" \
     KB_W_CHARTS_DIR="$HELM_DIR" \
     KB_W_TOKEN="$HOST:$KB_TOKEN_PORT" KB_W_AUTH_URL="https://$HOST:$KB_AUTH_PORT" \
@@ -632,6 +633,7 @@ d = {
     "helm3": e["KB_W_HELM3"],
     "helm4": e["KB_W_HELM4"],
     "kubectl": e["KB_W_KUBECTL"],
+    "cosign": e["KB_W_COSIGN"],
     "env_dir": env_dir,
     "images_json": os.path.join(env_dir, "images.json"),
     "mirror_partial_prefix": "mirror-partial",

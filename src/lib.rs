@@ -29,7 +29,7 @@
 //!    source), [`chart`] (Helm repository index, chart archive, image discovery, CRDs),
 //!    [`cluster`] (kubeconfig, API client, pre-flight), [`helm`] (the only module that runs
 //!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from),
-//!    [`admission`] (the admission policies for images signed at load);
+//!    [`admission`] (cosign signatures pushed at load, and the admission policies for them);
 //! 6. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
 //! 7. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.

@@ -145,6 +145,21 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// A bar of `total` things (signatures pushed...), counted one by one.
+    pub fn count(&self, label: &str, total: u64) -> Bar {
+        let bar = self.bytes(label, total);
+        if let Some(b) = &bar.bar {
+            b.set_style(
+                ProgressStyle::with_template("{msg:32!} [{bar:30}] {pos}/{len}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+        }
+        bar
+    }
+}
+
 /// Before this much time has passed, or this part of the work is done, an estimate of the
 /// time left is noise (the start of a fast job: `verify` said 34 s for a job of 0.3 s).
 const ETA_AFTER: std::time::Duration = std::time::Duration::from_secs(3);

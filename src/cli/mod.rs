@@ -257,6 +257,11 @@ pub struct KeygenArgs {
     /// KOORD_BUNDLE_KEY_PASSWORD or a prompt on a terminal).
     #[arg(long)]
     pub unencrypted: bool,
+    /// Write a cosign key pair (cosign.key, encrypted, 0600, and cosign.pub, cosign's format)
+    /// for `load --sign-images`, instead of the bundle signing key; the password comes from
+    /// COSIGN_PASSWORD or a prompt on a terminal.
+    #[arg(long, conflicts_with = "unencrypted")]
+    pub cosign: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -484,6 +489,13 @@ pub struct LoadArgs {
     /// Push only: no helm and no pre-flight of the cluster (helm is then not needed).
     #[arg(long)]
     pub no_install: bool,
+    /// Sign every image pushed (each index and platform manifest) with this cosign private
+    /// key (cosign.key of `cosign generate-key-pair` or `keygen --cosign`; its password from
+    /// COSIGN_PASSWORD or a prompt), and attach each image's CycloneDX BOM entry as a cosign
+    /// attestation, in cosign's tag scheme: for admission policies that admit signed images
+    /// only. An image this key signed already is not signed again.
+    #[arg(long, value_name = "KEY")]
+    pub sign_images: Option<PathBuf>,
     /// Push and install nothing: verify, pre-flight, print the push plan and the helm command,
     /// and render the chart with helm to check every image is in the bundle.
     #[arg(long)]

@@ -6,6 +6,9 @@ use anyhow::Context as _;
 
 /// Write a key pair.
 pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
+    if args.cosign {
+        return super::sign_images::keygen(args);
+    }
     let dir = match args.output_dir {
         Some(d) => {
             // A folder given is not created (a typo would put the keys somewhere unseen);

@@ -116,6 +116,8 @@ struct Settings {
     _carried: Option<tempfile::TempDir>,
     /// The cluster's client and kubeconfig, when something is installed.
     kube: Option<(cluster::KubeClient, KubeTarget)>,
+    /// `--sign-images`: the cosign key, decrypted.
+    cosign: Option<crate::admission::cosign::CosignKey>,
 }
 
 impl Settings {
@@ -139,6 +141,11 @@ impl Settings {
         super::check_not_truncated(&bundle)
             .context("the bundle did not verify: nothing was pushed")?;
         let key = super::trusted_key(&args.signature, progress)?;
+        // Read and decrypted before anything is sent: a wrong password costs no push.
+        let cosign = match &args.sign_images {
+            Some(k) => Some(super::sign_images::read_key(k)?),
+            None => None,
+        };
         let mut credentials = super::registry_credentials()?;
         if let Some(user) = &args.username {
             let mut pw = String::new();
@@ -204,6 +211,7 @@ impl Settings {
             helm_missing,
             _carried: None,
             kube: None,
+            cosign,
         };
         if let Some(h) = &settings.helm {
             check_helm_reaches_registry(args, &settings, h)?;
@@ -1055,6 +1063,28 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     Phase::Pushing.set();
     let (stats, rehashed) =
         hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
+    // `--sign-images`: after the push, before helm (a failure installs nothing).
+    let signed = match &settings.cosign {
+        Some(_) if args.dry_run => {
+            progress.say("--dry-run: no image is signed");
+            None
+        }
+        Some(key) => {
+            let signed = super::sign_images::sign_all(
+                &src,
+                &settings.reg,
+                &registry,
+                key,
+                args.jobs,
+                &progress,
+            )
+            .await?;
+            // The admission policies for this key and target are written here (issue 46):
+            // from key.public_key_pem() and target.host_and_prefix().
+            Some(signed)
+        }
+        None => None,
+    };
     Phase::Installing.set();
     let deployed_before = pre
         .report
@@ -1085,6 +1115,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
             "verified": {"files": src.report().files, "blobs": src.report().blobs, "bytes": src.report().bytes, "signature": src.report().signature_verified,
                          "blobsRehashed": rehashed},
             "push": stats,
+            "signed": signed,
             "harbor": checked.json(),
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "images": images_json(&manifest, &target, args.dry_run, rendered.as_ref(), done.installed),
@@ -1111,6 +1142,15 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         target.host_and_prefix(),
         manifest.chart.version
     );
+    if let Some(s) = &signed {
+        crate::say!(
+            "signed   {} images with the cosign key {} ({} signatures or attestations pushed, {} there already); check one with: cosign verify --key cosign.pub --insecure-ignore-tlog=true IMAGE@DIGEST",
+            s["images"].as_array().map_or(0, Vec::len),
+            settings.cosign.as_ref().map(|k| k.path().display().to_string()).unwrap_or_default(),
+            s["pushed"],
+            s["present"]
+        );
+    }
     if let Some(c) = &done.command {
         crate::say!("helm     {c}");
     }

@@ -11,6 +11,7 @@ pub mod post_render;
 mod registry_check;
 pub mod serve;
 pub mod sets;
+pub mod sign_images;
 pub mod split;
 pub mod verify;
 
@@ -285,7 +286,7 @@ pub fn key_password(confirm: bool) -> anyhow::Result<Option<String>> {
 
 // A prompt of our own words on a terminal, with no newline.
 #[allow(clippy::disallowed_macros)]
-fn prompt_password(prompt: &str) -> anyhow::Result<String> {
+pub(crate) fn prompt_password(prompt: &str) -> anyhow::Result<String> {
     // Echo off through stty; the password never reaches argv or the environment of a child.
     eprint!("{prompt}");
     let _ = std::process::Command::new("stty")

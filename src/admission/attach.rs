@@ -1,0 +1,390 @@
+//! Signatures and attestations pushed next to an image, in cosign's tag scheme: the manifest
+//! tagged `sha256-<hex>.sig` (signatures) or `sha256-<hex>.att` (attestations) in the image's
+//! own repository, an OCI image manifest whose layers are the signed payloads.
+//!
+//! - A signature layer: the simple-signing payload, media type
+//!   `application/vnd.dev.cosign.simplesigning.v1+json`, its base64 signature in the
+//!   annotation `dev.cosignproject.cosign/signature`.
+//! - An attestation layer: a DSSE envelope of an in-toto statement, media type
+//!   `application/vnd.dsse.envelope.v1+json`, annotations `predicateType` and an empty
+//!   `dev.cosignproject.cosign/signature` (as `cosign attest` writes it).
+//!
+//! What is there already is kept: a new layer is appended to the manifest the tag holds, as
+//! cosign appends, so the signatures of other keys stay. When a layer there is already this
+//! key's signature (or attestation) of this digest, nothing is pushed: a re-run leaves the tag
+//! as it is.
+//!
+//! OCI 1.1 referrers (`GET /v2/<name>/referrers/<digest>`) are not written: the tag scheme is
+//! what every cosign, Kyverno and policy-controller release reads, and distribution 2.8 (the
+//! registry most air-gapped sites run) has no referrers API.
+
+use super::cosign::{self, CosignKey};
+use crate::oci::{media, Descriptor, Digest, ImageRef};
+use crate::store::registry::RegistryStore;
+use crate::store::{BlobStream, Opener, Registry, RegistryError, StoreError};
+use futures_util::future::BoxFuture;
+use futures_util::{StreamExt as _, TryStreamExt as _};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The media type of a cosign signature layer (the simple-signing payload).
+pub const SIMPLE_SIGNING_MEDIA: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+/// The media type of a cosign attestation layer (a DSSE envelope).
+pub const DSSE_MEDIA: &str = "application/vnd.dsse.envelope.v1+json";
+/// The annotation holding a layer's base64 signature.
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// The annotation naming an attestation's predicate type.
+pub const PREDICATE_ANNOTATION: &str = "predicateType";
+/// The config media type of cosign's signature images.
+const CONFIG_MEDIA: &str = "application/vnd.oci.image.config.v1+json";
+/// A layer read back to see whose it is: larger ones are someone else's (a payload is about
+/// 250 bytes, an attestation of one image's BOM a few KiB).
+const MAX_LAYER: u64 = 8 * 1024 * 1024;
+
+/// Signatures (`.sig`) or attestations (`.att`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `sha256-<hex>.sig`.
+    Signature,
+    /// `sha256-<hex>.att`.
+    Attestation,
+}
+
+impl Kind {
+    fn suffix(self) -> &'static str {
+        match self {
+            Kind::Signature => "sig",
+            Kind::Attestation => "att",
+        }
+    }
+    fn media_type(self) -> &'static str {
+        match self {
+            Kind::Signature => SIMPLE_SIGNING_MEDIA,
+            Kind::Attestation => DSSE_MEDIA,
+        }
+    }
+}
+
+/// The tag cosign looks under for `digest`'s signatures or attestations.
+pub fn tag_of(digest: &Digest, kind: Kind) -> String {
+    format!("sha256-{}.{}", digest.hex(), kind.suffix())
+}
+
+/// What was done for one digest.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attached {
+    /// The signed digest.
+    pub digest: String,
+    /// `REPOSITORY:sha256-<hex>.sig` (or `.att`).
+    pub reference: String,
+    /// The digest of the manifest the tag holds now.
+    pub manifest: String,
+    /// Whether a layer was added (false: this key's was there already).
+    pub added: bool,
+}
+
+/// A signature or attestation that could not be pushed. Messages name the tag.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The registry refused or failed a request.
+    #[error("{what}: {source}")]
+    Registry {
+        /// What was being done.
+        what: String,
+        /// The registry's answer.
+        #[source]
+        source: RegistryError,
+    },
+    /// A blob upload failed.
+    #[error("{what}: {source}")]
+    Store {
+        /// What was being done.
+        what: String,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
+    /// The tag holds something cosign would not have written there.
+    #[error("{reference} holds a manifest that is not a cosign signature image ({reason}): koord-bundle does not change it; remove it (or find who wrote it) and re-run")]
+    NotCosign {
+        /// The tag.
+        reference: String,
+        /// What it is.
+        reason: String,
+    },
+}
+
+/// A blob's bytes held in memory, opened for an upload (again on a retry).
+struct Held(bytes::Bytes);
+
+impl Opener for Held {
+    fn open(&self, offset: u64) -> BoxFuture<'_, Result<BlobStream, StoreError>> {
+        let b = self.0.slice(
+            usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(self.0.len())..,
+        );
+        Box::pin(async move {
+            Ok(futures_util::stream::once(async move { Ok::<_, StoreError>(b) }).boxed())
+        })
+    }
+}
+
+/// The layer to append, and how a layer there is recognised as this key's.
+struct NewLayer {
+    media_type: &'static str,
+    bytes: bytes::Bytes,
+    annotations: BTreeMap<String, String>,
+}
+
+/// Where signatures go: the registry and the image's repository.
+pub struct Signer<'a> {
+    reg: &'a Arc<Registry>,
+    key: &'a CosignKey,
+}
+
+impl<'a> Signer<'a> {
+    /// Sign with `key` through `reg`.
+    pub fn new(reg: &'a Arc<Registry>, key: &'a CosignKey) -> Self {
+        Signer { reg, key }
+    }
+
+    /// Sign `digest` of `repo` (its registry and repository; tag and digest ignored): a
+    /// cosign signature under `sha256-<hex>.sig`, unless this key's is there.
+    pub async fn sign(&self, repo: &ImageRef, digest: &Digest) -> Result<Attached, AttachError> {
+        let repository = format!("{}/{}", repo.registry, repo.repository);
+        let payload = cosign::simple_signing_payload(&repository, digest.as_str());
+        let sig = cosign::base64(&self.key.sign(&payload));
+        let vk = *self.key.verifying_key();
+        let want = digest.to_string();
+        let ours = move |d: &Descriptor, bytes: &[u8]| {
+            d.annotations
+                .as_ref()
+                .and_then(|a| a.get(SIGNATURE_ANNOTATION))
+                .and_then(|s| cosign::unbase64(s))
+                .is_some_and(|s| cosign::verify(&vk, bytes, &s))
+                && cosign::signed_digest(bytes).as_deref() == Some(want.as_str())
+        };
+        let layer = NewLayer {
+            media_type: SIMPLE_SIGNING_MEDIA,
+            bytes: payload.into(),
+            annotations: BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), sig)]),
+        };
+        self.append(repo, digest, Kind::Signature, layer, &ours)
+            .await
+    }
+
+    /// Attest `digest` of `repo` with `predicate` of `predicate_type` (an in-toto statement
+    /// in a DSSE envelope) under `sha256-<hex>.att`, unless this key attested it with that
+    /// type already.
+    pub async fn attest(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+        predicate_type: &str,
+        predicate: &serde_json::Value,
+    ) -> Result<Attached, AttachError> {
+        let repository = format!("{}/{}", repo.registry, repo.repository);
+        let statement =
+            cosign::intoto_statement(&repository, digest.as_str(), predicate_type, predicate);
+        let envelope = cosign::dsse_envelope(self.key, &statement);
+        let vk = *self.key.verifying_key();
+        let (want, pt) = (digest.to_string(), predicate_type.to_string());
+        let ours =
+            move |_: &Descriptor, bytes: &[u8]| cosign::envelope_attests(&vk, bytes, &want, &pt);
+        let layer = NewLayer {
+            media_type: DSSE_MEDIA,
+            bytes: envelope.into(),
+            annotations: BTreeMap::from([
+                (SIGNATURE_ANNOTATION.to_string(), String::new()),
+                (PREDICATE_ANNOTATION.to_string(), predicate_type.to_string()),
+            ]),
+        };
+        self.append(repo, digest, Kind::Attestation, layer, &ours)
+            .await
+    }
+
+    /// The manifest under `digest`'s tag of `kind`, with `layer` appended, unless a layer
+    /// there is `ours`.
+    async fn append(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+        kind: Kind,
+        layer: NewLayer,
+        ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
+    ) -> Result<Attached, AttachError> {
+        let tag = tag_of(digest, kind);
+        let tagged = ImageRef {
+            tag: Some(tag.clone()),
+            digest: None,
+            ..repo.clone()
+        };
+        let reference = tagged.to_string();
+        let reg_err = |what: String| move |source| AttachError::Registry { what, source };
+        let (mut layers, annotations) = match self.reg.get_manifest(&tagged).await {
+            Ok((bytes, existing)) => {
+                let (layers, annotations) = read_existing(&reference, &bytes)?;
+                for l in &layers {
+                    let Ok(d) = serde_json::from_value::<Descriptor>(l.clone()) else {
+                        continue;
+                    };
+                    if d.media_type != kind.media_type() || d.size > MAX_LAYER {
+                        continue;
+                    }
+                    let bytes = self.blob(repo, &d).await?;
+                    if ours(&d, &bytes) {
+                        return Ok(Attached {
+                            digest: digest.to_string(),
+                            reference,
+                            manifest: existing.to_string(),
+                            added: false,
+                        });
+                    }
+                }
+                (layers, annotations)
+            }
+            Err(e) if e.is_not_found() => (Vec::new(), None),
+            Err(e) => return Err(reg_err(format!("reading {reference}"))(e)),
+        };
+        let desc = self.push_blob(repo, layer.media_type, layer.bytes).await?;
+        let mut d = serde_json::json!({
+            "mediaType": desc.media_type,
+            "digest": desc.digest,
+            "size": desc.size,
+        });
+        d["annotations"] = serde_json::json!(layer.annotations);
+        layers.push(d);
+        // The config go-containerregistry's mutate.Append writes: a history entry and a
+        // diff_id (the layer's own digest: not compressed) for each layer.
+        let diff_ids: Vec<serde_json::Value> = layers.iter().map(|l| l["digest"].clone()).collect();
+        let config = serde_json::json!({
+            "architecture": "",
+            "config": {},
+            "created": "0001-01-01T00:00:00Z",
+            "history": vec![serde_json::json!({"created": "0001-01-01T00:00:00Z"}); layers.len()],
+            "os": "",
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        });
+        let config = serde_json::to_vec(&config).unwrap_or_default();
+        let config = self.push_blob(repo, CONFIG_MEDIA, config.into()).await?;
+        let mut manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": media::OCI_MANIFEST,
+            "config": {"mediaType": config.media_type, "digest": config.digest, "size": config.size},
+            "layers": layers,
+        });
+        if let Some(a) = annotations {
+            manifest["annotations"] = a;
+        }
+        let bytes = bytes::Bytes::from(serde_json::to_vec(&manifest).unwrap_or_default());
+        let put = self
+            .reg
+            .put_manifest(&tagged, &bytes, media::OCI_MANIFEST)
+            .await
+            .map_err(reg_err(format!("pushing {reference}")))?;
+        Ok(Attached {
+            digest: digest.to_string(),
+            reference,
+            manifest: put.to_string(),
+            added: true,
+        })
+    }
+
+    /// A layer's bytes (at most [`MAX_LAYER`]), checked against its digest.
+    async fn blob(&self, repo: &ImageRef, d: &Descriptor) -> Result<Vec<u8>, AttachError> {
+        let what = format!("reading blob {} of {}", d.digest, repo.repository);
+        let r = ImageRef {
+            tag: None,
+            digest: Some(d.digest.to_string()),
+            ..repo.clone()
+        };
+        let mut stream = self.reg.clone().blob_stream(r, d.clone(), 0);
+        let mut out = Vec::new();
+        while let Some(chunk) = stream
+            .try_next()
+            .await
+            .map_err(|source| AttachError::Store {
+                what: what.clone(),
+                source,
+            })?
+        {
+            out.extend_from_slice(&chunk);
+            if out.len() as u64 > d.size {
+                break;
+            }
+        }
+        // A blob that is not what its digest says is nobody's signature.
+        if Digest::of(&out) != d.digest {
+            out.clear();
+        }
+        Ok(out)
+    }
+
+    /// Push `bytes` as a blob of `repo` (unless it holds it); its descriptor.
+    async fn push_blob(
+        &self,
+        repo: &ImageRef,
+        media_type: &str,
+        bytes: bytes::Bytes,
+    ) -> Result<Descriptor, AttachError> {
+        let desc = Descriptor {
+            media_type: media_type.to_string(),
+            digest: Digest::of(&bytes),
+            size: bytes.len() as u64,
+            platform: None,
+            annotations: None,
+        };
+        let what = format!("pushing blob {} to {}", desc.digest, repo.repository);
+        let r = ImageRef {
+            tag: None,
+            digest: Some(desc.digest.to_string()),
+            ..repo.clone()
+        };
+        let there =
+            self.reg
+                .blob_exists(&r, &desc)
+                .await
+                .map_err(|source| AttachError::Registry {
+                    what: what.clone(),
+                    source,
+                })?;
+        if !there {
+            let quiet: crate::store::OnBytes = Arc::new(|_| {});
+            self.reg
+                .push_blob(&r, &desc, &Held(bytes), &quiet)
+                .await
+                .map_err(|source| AttachError::Store { what, source })?;
+        }
+        Ok(desc)
+    }
+}
+
+/// The layers and annotations of the manifest a signature tag holds (an OCI or Docker image
+/// manifest), or why it is not one koord-bundle appends to.
+fn read_existing(
+    reference: &str,
+    bytes: &[u8],
+) -> Result<(Vec<serde_json::Value>, Option<serde_json::Value>), AttachError> {
+    let not = |reason: &str| AttachError::NotCosign {
+        reference: reference.to_string(),
+        reason: reason.to_string(),
+    };
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| not("not JSON"))?;
+    let mt = v["mediaType"].as_str().unwrap_or(media::OCI_MANIFEST);
+    if mt != media::OCI_MANIFEST && mt != media::DOCKER_MANIFEST {
+        return Err(not(&format!("a {mt}, not an image manifest")));
+    }
+    let layers = v["layers"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| not("no layers"))?;
+    let annotations = v.get("annotations").filter(|a| a.is_object()).cloned();
+    Ok((layers, annotations))
+}
+
+/// The repository of `repo` in `store` (`HOST[/PREFIX]/repo`), as an image reference.
+pub fn repository_ref(store: &RegistryStore, repo: &str) -> Result<ImageRef, StoreError> {
+    store.image(repo, &crate::store::Reference::Tag("latest".into()))
+}
