@@ -5,7 +5,8 @@
 //! everything through until that many request-body bytes went by, then hangs (for SIGKILL
 //! tests); [`Mode::DownAfter`] lets that many request bytes through, then "goes down": every
 //! open connection is cut and new ones are closed at once; [`Mode::RewriteTaggedManifests`]
-//! changes every manifest put by tag on its way in.
+//! changes every manifest put by tag on its way in; [`Mode::RefuseTagsEnding`] refuses the
+//! manifest puts of some tags, as a registry's tag immutability rule does.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,6 +27,8 @@ pub struct Counts {
     pub down: AtomicBool,
     /// [`Mode::RewriteTaggedManifests`]: manifests changed on their way in.
     pub rewritten: AtomicUsize,
+    /// [`Mode::RefuseTagsEnding`]: manifest puts refused.
+    pub refused: AtomicUsize,
 }
 
 pub struct FaultProxy {
@@ -45,6 +48,9 @@ pub enum Mode {
     /// Pass everything, but a manifest put by tag gets a newline appended on its way in: a
     /// registry that stores something else than it was given (one that converts manifests).
     RewriteTaggedManifests,
+    /// Pass everything, but refuse a manifest put by a tag that ends with this suffix as
+    /// Harbor refuses a tag its immutability rules cover (412, `PRECONDITION`).
+    RefuseTagsEnding(&'static str),
 }
 
 struct Rng(u64);
@@ -155,6 +161,17 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
                     .split_once("/manifests/")
                     .is_some_and(|(_, r)| !r.starts_with("sha256:"))
         };
+        let refuse = match mode {
+            Mode::RefuseTagsEnding(suffix) => {
+                let mut words = head[0].split(' ');
+                let (method, path) = (words.next(), words.next().unwrap_or(""));
+                method == Some("PUT")
+                    && path
+                        .split_once("/manifests/")
+                        .is_some_and(|(_, r)| r.ends_with(suffix))
+            }
+            _ => false,
+        };
         let mut length = 0u64;
         let mut out_head = String::new();
         for (i, l) in head.iter().enumerate() {
@@ -175,7 +192,11 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             out_head.push_str(l);
         }
         let fault = match mode {
-            Mode::StallAfter(_) | Mode::DownAfter(_) | Mode::RewriteTaggedManifests => 0,
+            Mode::RefuseTagsEnding(_) if refuse => 5,
+            Mode::StallAfter(_)
+            | Mode::DownAfter(_)
+            | Mode::RewriteTaggedManifests
+            | Mode::RefuseTagsEnding(_) => 0,
             Mode::Faults { percent, .. } => {
                 let roll = rng.lock().unwrap().next() % 100;
                 // 1: 503, 2: 429, 3: cut response, 4: cut request body (only when there is one)
@@ -192,6 +213,16 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
                 }
             }
         };
+        if fault == 5 {
+            std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink())?;
+            counts.refused.fetch_add(1, Ordering::SeqCst);
+            let body = br#"{"errors":[{"code":"PRECONDITION","message":"Failed to process request due to 'the tag' configured as immutable."}]}"#;
+            write!(client_w, "HTTP/1.1 412 Precondition Failed\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())?;
+            client_w.write_all(body)?;
+            client_w.flush()?;
+            let _ = client_w.shutdown(Shutdown::Both);
+            return Ok(());
+        }
         if fault == 1 || fault == 2 {
             std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink())?;
             let (status, extra) = if fault == 1 {

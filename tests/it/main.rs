@@ -20,6 +20,7 @@ mod bytes;
 mod charts;
 mod cluster;
 mod common;
+mod cosign_sign;
 mod day2;
 mod diff;
 mod exit_codes;
