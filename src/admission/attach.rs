@@ -20,7 +20,6 @@
 
 use super::cosign::{self, CosignKey};
 use crate::oci::{media, Descriptor, Digest, ImageRef};
-use crate::store::registry::RegistryStore;
 use crate::store::{BlobStream, Opener, Registry, RegistryError, StoreError};
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt as _, TryStreamExt as _};
@@ -225,7 +224,11 @@ impl<'a> Signer<'a> {
         let reg_err = |what: String| move |source| AttachError::Registry { what, source };
         let (mut layers, annotations) = match self.reg.get_manifest(&tagged).await {
             Ok((bytes, existing)) => {
-                let (layers, annotations) = read_existing(&reference, &bytes)?;
+                let (layers, annotations) =
+                    read_existing(&bytes).map_err(|reason| AttachError::NotCosign {
+                        reference: reference.clone(),
+                        reason,
+                    })?;
                 for l in &layers {
                     let Ok(d) = serde_json::from_value::<Descriptor>(l.clone()) else {
                         continue;
@@ -363,28 +366,17 @@ impl<'a> Signer<'a> {
 
 /// The layers and annotations of the manifest a signature tag holds (an OCI or Docker image
 /// manifest), or why it is not one koord-bundle appends to.
-fn read_existing(
-    reference: &str,
-    bytes: &[u8],
-) -> Result<(Vec<serde_json::Value>, Option<serde_json::Value>), AttachError> {
-    let not = |reason: &str| AttachError::NotCosign {
-        reference: reference.to_string(),
-        reason: reason.to_string(),
-    };
-    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| not("not JSON"))?;
+type Existing = (Vec<serde_json::Value>, Option<serde_json::Value>);
+fn read_existing(bytes: &[u8]) -> Result<Existing, String> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| "not JSON".to_string())?;
     let mt = v["mediaType"].as_str().unwrap_or(media::OCI_MANIFEST);
     if mt != media::OCI_MANIFEST && mt != media::DOCKER_MANIFEST {
-        return Err(not(&format!("a {mt}, not an image manifest")));
+        return Err(format!("a {mt}, not an image manifest"));
     }
     let layers = v["layers"]
         .as_array()
         .cloned()
-        .ok_or_else(|| not("no layers"))?;
+        .ok_or_else(|| "no layers".to_string())?;
     let annotations = v.get("annotations").filter(|a| a.is_object()).cloned();
     Ok((layers, annotations))
-}
-
-/// The repository of `repo` in `store` (`HOST[/PREFIX]/repo`), as an image reference.
-pub fn repository_ref(store: &RegistryStore, repo: &str) -> Result<ImageRef, StoreError> {
-    store.image(repo, &crate::store::Reference::Tag("latest".into()))
 }
