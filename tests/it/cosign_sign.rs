@@ -539,18 +539,29 @@ fn a_wrong_password_or_a_file_that_is_no_cosign_key_pushes_nothing() {
     );
 }
 
+/// A tag immutability rule on `*.sig` (Harbor's 412 PRECONDITION, played by the fault proxy in
+/// front of the plain registry): the load stops after the push and before helm, saying the
+/// images are in the registry unsigned; nothing is installed in the real cluster.
 #[test]
-fn a_registry_that_refuses_the_signature_tag_ends_the_load_saying_the_images_are_unsigned() {
+fn a_registry_that_refuses_the_signature_tag_stops_the_load_before_helm() {
     let b = Built::new();
     let h = &b.home;
     let (key, _) = cosign_pair(h, "site", "site-pw");
-    // A tag immutability rule on `*.sig`, as Harbor has (412 PRECONDITION).
+    let kube = crate::cluster::lease();
+    kube.seed_nodes("kubeadm");
     let proxy = fault_proxy::start(&env().plain, Mode::RefuseTagsEnding(".sig"));
     let prefix = unique_prefix("cosign-refused");
     let registry = format!("{}/{prefix}", proxy.addr);
     let o = h
-        .load_cmd(&b.bundle, &registry, &["--no-install", "--plain-http"])
-        .args(["--sign-images", key.to_str().unwrap()])
+        .load_cmd(&b.bundle, &registry, &["--plain-http"])
+        .args([
+            "--kubeconfig",
+            kube.kubeconfig.to_str().unwrap(),
+            "--helm",
+            crate::cluster::helm_of(3).to_str().unwrap(),
+            "--sign-images",
+            key.to_str().unwrap(),
+        ])
         .env("COSIGN_PASSWORD", "site-pw")
         .output()
         .unwrap();
@@ -572,6 +583,12 @@ fn a_registry_that_refuses_the_signature_tag_ends_the_load_saying_the_images_are
             .load(std::sync::atomic::Ordering::SeqCst)
             > 0
     );
+    assert!(
+        kube.releases("default").is_empty(),
+        "{:?}",
+        kube.releases("default")
+    );
+    assert!(kube.names("CustomResourceDefinition", None).is_empty());
     // The images were pushed (under the proxy's upstream), no signature tag was.
     let lists = tag_lists(&prefix);
     assert_eq!(lists.len(), 6, "{lists:?}");
