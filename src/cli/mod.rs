@@ -496,6 +496,13 @@ pub struct LoadArgs {
     /// only. An image this key signed already is not signed again.
     #[arg(long, value_name = "KEY")]
     pub sign_images: Option<PathBuf>,
+    /// With --sign-images: the folder the two admission policies for the key are written
+    /// into (koordinator-signed-kyverno.yaml, a Kyverno ImageValidatingPolicy, and
+    /// koordinator-signed-policy-controller.yaml, a sigstore ClusterImagePolicy), each
+    /// admitting the images under --registry only when signed by this key, offline (no
+    /// transparency log). Default: the current directory. Written also with --no-install.
+    #[arg(long, value_name = "DIR", requires = "sign_images")]
+    pub policy_dir: Option<PathBuf>,
     /// Push and install nothing: verify, pre-flight, print the push plan and the helm command,
     /// and render the chart with helm to check every image is in the bundle.
     #[arg(long)]

@@ -118,6 +118,9 @@ struct Settings {
     kube: Option<(cluster::KubeClient, KubeTarget)>,
     /// `--sign-images`: the cosign key, decrypted.
     cosign: Option<crate::admission::cosign::CosignKey>,
+    /// `--sign-images`: the admission policies for the key and the target, rendered, and the
+    /// folder they go into once the images are signed.
+    policies: Option<(PathBuf, Vec<crate::admission::policy::PolicyFile>)>,
 }
 
 impl Settings {
@@ -144,6 +147,31 @@ impl Settings {
         // Read and decrypted before anything is sent: a wrong password costs no push.
         let cosign = match &args.sign_images {
             Some(k) => Some(super::sign_images::read_key(k)?),
+            None => None,
+        };
+        // The policies for that key, rendered and their folder checked before anything is
+        // sent: a target the engines' globs cannot hold, or a folder that is not there, costs
+        // no push.
+        let policies = match &cosign {
+            Some(key) => {
+                use crate::admission::policy;
+                let files = policy::render(
+                    &key.public_key_pem(),
+                    &target.host_and_prefix(),
+                    policy::DEFAULT_NAME,
+                )?;
+                let dir = args
+                    .policy_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("."));
+                if !dir.is_dir() {
+                    bail!(
+                        "--policy-dir {}: no such folder (make it, or give another): nothing was verified or pushed",
+                        dir.display()
+                    );
+                }
+                Some((dir, files))
+            }
             None => None,
         };
         let mut credentials = super::registry_credentials()?;
@@ -212,6 +240,7 @@ impl Settings {
             _carried: None,
             kube: None,
             cosign,
+            policies,
         };
         if let Some(h) = &settings.helm {
             check_helm_reaches_registry(args, &settings, h)?;
@@ -1079,11 +1108,15 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
                 &progress,
             )
             .await?;
-            // The admission policies for this key and target are written here (issue 46):
-            // from key.public_key_pem() and target.host_and_prefix().
             Some(signed)
         }
         None => None,
+    };
+    // The admission policies for the key, once every image is signed (a policy applied before
+    // would refuse Koordinator's pods).
+    let policies = match (&settings.policies, &signed) {
+        (Some((dir, files)), Some(_)) => crate::admission::policy::write(dir, files)?,
+        _ => Vec::new(),
     };
     Phase::Installing.set();
     let deployed_before = pre
@@ -1116,6 +1149,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
                          "blobsRehashed": rehashed},
             "push": stats,
             "signed": signed,
+            "policies": policies,
             "harbor": checked.json(),
             "chart": {"ref": chart_target.to_string(), "version": manifest.chart.version},
             "images": images_json(&manifest, &target, args.dry_run, rendered.as_ref(), done.installed),
@@ -1150,6 +1184,15 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
             s["pushed"],
             s["present"]
         );
+    }
+    if let Some((_, files)) = &settings.policies {
+        for (path, file) in policies.iter().zip(files) {
+            crate::say!(
+                "policy   {} for {}: kubectl apply -f it where that engine runs (see the README's \"Signed for admission\")",
+                path.display(),
+                file.engine.describe()
+            );
+        }
     }
     if let Some(c) = &done.command {
         crate::say!("helm     {c}");

@@ -503,3 +503,105 @@ fn the_api_server_takes_the_policies_under_the_engines_crds() {
         "{said}"
     );
 }
+
+/// The whole chain of issue 46 on the real tools: `load --sign-images` signs what it pushed and
+/// writes the two policies into `--policy-dir`; each engine's own CLI, given the file load
+/// wrote, admits every image load pushed (by the tag@digest load pins the pods to) and refuses an image
+/// under the same prefix that load did not sign.
+#[test]
+fn the_policies_load_writes_admit_what_load_signed_and_refuse_the_rest() {
+    let b = Built::new();
+    let site = Site::new();
+    site.key_pair("site");
+    let key = site.path().join("site").join("cosign.key");
+    let dir = site.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    let prefix = format!("{}/{}", env().plain, unique_prefix("e2e"));
+    let mut c = b.home.load_cmd(
+        &b.bundle,
+        &prefix,
+        &[
+            "--no-install",
+            "--json",
+            "--plain-http",
+            "--sign-images",
+            key.to_str().unwrap(),
+            "--policy-dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    c.env("COSIGN_PASSWORD", "site-password");
+    let o = c.output().unwrap();
+    assert_ok(&o);
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let written: Vec<PathBuf> = r["policies"]
+        .as_array()
+        .expect("load --json names the policies it wrote")
+        .iter()
+        .map(|p| PathBuf::from(p.as_str().unwrap()))
+        .collect();
+    let expected = [
+        dir.join(format!("{}-kyverno.yaml", policy::DEFAULT_NAME)),
+        dir.join(format!("{}-policy-controller.yaml", policy::DEFAULT_NAME)),
+    ];
+    assert_eq!(written, expected);
+
+    // What load pushed and signed, as the pods name them (tag@digest, pinned by load).
+    let pushed: Vec<String> = r["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["pushedAs"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!pushed.is_empty(), "{r}");
+    // Under the same prefix, not signed by load.
+    let unsigned = format!("{prefix}/koordinator-sh/not-from-the-bundle:v1");
+    copy_image(&unsigned);
+
+    let tester = kb_tool(POLICY_TESTER);
+    let cip = expected[1].to_str().unwrap();
+    for image in &pushed {
+        let o = site.run(&tester, &["-policy", cip, "-image", image]);
+        assert!(
+            o.status.success() && text(&o).contains("Verification was successful"),
+            "the policy-controller refused {image}, which load signed, under the policy load wrote:\n{}",
+            text(&o)
+        );
+    }
+    let o = site.run(&tester, &["-policy", cip, "-image", &unsigned]);
+    assert!(
+        !o.status.success() && text(&o).contains("no signatures found"),
+        "the policy-controller admitted an unsigned image under the prefix:\n{}",
+        text(&o)
+    );
+
+    let kyverno = kb_tool(KYVERNO);
+    let ivpol = expected[0].to_str().unwrap();
+    let judge = |name: &str, images: &[(bool, &str)]| {
+        let file = site.path().join(format!("{name}.json"));
+        std::fs::write(&file, workload(name, images, true)).unwrap();
+        site.run(
+            &kyverno,
+            &[
+                "apply",
+                ivpol,
+                "--resource",
+                file.to_str().unwrap(),
+                "--remove-color",
+            ],
+        )
+    };
+    let all: Vec<(bool, &str)> = pushed.iter().map(|i| (false, i.as_str())).collect();
+    let o = judge("koordinator", &all);
+    assert!(
+        o.status.success() && text(&o).contains("pass: 1, fail: 0, warn: 0, error: 0"),
+        "Kyverno refused a Deployment of every image load signed, under the policy load wrote:\n{}",
+        text(&o)
+    );
+    let o = judge("stranger", &[(false, &unsigned)]);
+    assert!(
+        o.status.code() == Some(1) && text(&o).contains("pass: 0, fail: 1"),
+        "Kyverno admitted an unsigned image under the prefix:\n{}",
+        text(&o)
+    );
+}

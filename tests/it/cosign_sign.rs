@@ -515,6 +515,20 @@ fn a_wrong_password_or_a_file_that_is_no_cosign_key_pushes_nothing() {
         );
     }
     assert!(repos_under(&prefix).is_empty());
+    // A policy folder that is not there: said before anything is sent.
+    let o = h
+        .load_cmd(&b.bundle, &registry, &["--no-install", "--plain-http"])
+        .args(["--sign-images", key.to_str().unwrap()])
+        .args(["--policy-dir", "no-such-folder"])
+        .env("COSIGN_PASSWORD", "site-pw")
+        .output()
+        .unwrap();
+    assert_fails(
+        &o,
+        1,
+        &["--policy-dir no-such-folder: no such folder", "nothing was"],
+    );
+    assert!(repos_under(&prefix).is_empty());
     // Into a prefix that holds the images (unsigned): its tags stay as they are.
     let o = h
         .load_cmd(&b.bundle, &registry, &["--no-install", "--plain-http"])
@@ -530,8 +544,18 @@ fn a_wrong_password_or_a_file_that_is_no_cosign_key_pushes_nothing() {
         &["not a cosign private key"],
     );
     assert_eq!(tag_lists(&prefix), before);
-    // The right password signs: the .sig tags appear.
-    assert_ok(&load("site-pw", &key));
+    // The right password signs: the .sig tags appear, and the policies for the key are
+    // written into the current directory (no --policy-dir), named in the output.
+    let o = load("site-pw", &key);
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stdout);
+    for f in [
+        "koordinator-signed-kyverno.yaml",
+        "koordinator-signed-policy-controller.yaml",
+    ] {
+        assert!(h.path().join(f).is_file(), "{f} not written");
+        assert!(said.contains(f), "{f} not named:\n{said}");
+    }
     let after = tag_lists(&prefix);
     assert!(
         after.iter().any(|(_, t)| t.to_string().contains(".sig")),
