@@ -297,6 +297,11 @@ def check_content(files, blobs, facts):
         if d is None or d.get("digest") != img.get("digest") or d.get("mediaType") != img.get("mediaType"):
             raise Refused(f"image {img.get('ref')}: not in index.json with digest {img.get('digest')}")
         facts["images"][img["ref"]] = img["digest"]
+        # Carried cosign signatures (optional): roots under their own ref, as the images.
+        for sig in img.get("signatures") or []:
+            sd = roots.get(sig.get("ref"))
+            if sd is None or sd.get("digest") != sig.get("digest"):
+                raise Refused(f"image {img.get('ref')}: signature {sig.get('ref')}: not in index.json with digest {sig.get('digest')}")
     oci = chart.get("oci") or {}
     cd = roots.get(oci.get("ref"))
     if cd is None or cd.get("digest") != oci.get("digest"):
