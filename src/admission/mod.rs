@@ -10,6 +10,8 @@
 //!   sigstore policy-controller `ClusterImagePolicy` that admit the images under the load's
 //!   `REGISTRY[/PREFIX]` only when signed by the site's key, with no transparency log and no
 //!   internet (a pure rendering, and an atomic write into a directory).
+//! - [`upstream`]: the signatures and attestations an image's source holds in the tag scheme,
+//!   read to be carried into a bundle (`build --with-signatures`) and checked against a key.
 //!
 //! Layer 5 (the domain, beside `bundle` and `cluster`; see tests/it/layers.rs): over the
 //! registry client (`store`) and the OCI types; `cmd::load` chooses what is signed and says
@@ -18,3 +20,4 @@
 pub mod attach;
 pub mod cosign;
 pub mod policy;
+pub mod upstream;

@@ -110,6 +110,12 @@ pub fn index_json(plan: &Plan) -> Result<Vec<u8>, PlanError> {
                    "annotations": {REF_NAME: r.ref_name}})
         })
         .collect();
+    // The carried cosign signatures and attestations: roots of their own (§2 allows them),
+    // under the tag cosign looks them up by.
+    entries.extend(plan.images.iter().flat_map(|r| &r.signatures).map(|s| {
+        json!({"mediaType": s.media_type, "digest": s.digest, "size": s.size,
+               "annotations": {REF_NAME: s.ref_name}})
+    }));
     entries.push(json!({"mediaType": media::OCI_MANIFEST, "digest": plan.chart_graph.top.digest,
                         "size": plan.chart_graph.top.bytes.len(), "artifactType": media::HELM_CONFIG,
                         "annotations": {REF_NAME: chart_ref(chart)}}));

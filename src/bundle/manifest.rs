@@ -229,6 +229,38 @@ pub struct ImageRecord {
     /// image: the top manifest itself). Absent in bundles of older versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub manifests: Vec<PlatformManifest>,
+    /// The cosign signature and attestation manifests carried from its source
+    /// (`build --with-signatures`), in the order of `manifests`. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<SignatureRecord>,
+}
+
+/// A cosign signature (`.sig`) or attestation (`.att`) manifest carried with an image, under
+/// its tag in the image's repository (cosign's tag scheme), byte for byte as its source served
+/// it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureRecord {
+    /// `signature` (`.sig`) or `attestation` (`.att`).
+    pub kind: String,
+    /// Its name in the layout, and the repository and tag `load` pushes it under:
+    /// `<repository>:sha256-<hex>.sig`.
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    /// The image manifest it signs (the image's digest or one of its `manifests`).
+    pub signs: Digest,
+    /// Its manifest's digest.
+    pub digest: Digest,
+    /// Its manifest's media type.
+    pub media_type: String,
+    /// Its manifest's size.
+    pub size: u64,
+    /// How many signatures (or attestations) it holds (its layers).
+    pub layers: usize,
+    /// The sha256 of the public key (DER) every one of them was checked against at build
+    /// (`--verify-key`); absent: carried unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_with: Option<Digest>,
 }
 
 /// One manifest of an image's index: a platform's image, or an attestation of one.

@@ -88,6 +88,20 @@ pub struct ImageInput {
     pub fallbacks: Vec<String>,
     /// Its graph, as resolved from that source.
     pub graph: Graph,
+    /// Its cosign signatures and attestations carried from that source
+    /// (`build --with-signatures`).
+    pub signatures: Vec<CarriedSignature>,
+}
+
+/// A cosign signature or attestation manifest carried with an image: what the bundle manifest
+/// says of it, and its graph (the manifest, its config and layers, all held inline: read and
+/// checked when the plan was made).
+#[derive(Debug, Clone)]
+pub struct CarriedSignature {
+    /// Its record.
+    pub record: super::manifest::SignatureRecord,
+    /// Its graph, read from the image's source by its tag.
+    pub graph: Graph,
 }
 
 impl ImageInput {
@@ -115,6 +129,7 @@ impl ImageInput {
                 &g.top,
                 g.platforms.first().map(String::as_str),
             ),
+            signatures: self.signatures.iter().map(|s| s.record.clone()).collect(),
         }
     }
 }
@@ -332,14 +347,12 @@ impl Plan {
         let empty = BTreeSet::new();
         let on_site = input.base.as_ref().map(|b| &b.on_site).unwrap_or(&empty);
         let download = copy::totals(input.images.iter().map(|i| &i.graph), on_site)?;
-        // One size per digest across every graph, the chart's included.
-        let all = copy::totals(
-            input.images.iter().map(|i| &i.graph).chain([&chart_graph]),
-            &BTreeSet::new(),
-        )?;
+        // One size per digest across every graph, the carried signatures' and the chart's
+        // included.
+        let all = copy::totals(every_graph(&input, &chart_graph), &BTreeSet::new())?;
         let mut carried: BTreeMap<Digest, u64> = BTreeMap::new();
         let mut manifests = 0usize;
-        for g in input.images.iter().map(|i| &i.graph).chain([&chart_graph]) {
+        for g in every_graph(&input, &chart_graph) {
             // Manifests are always carried (small, and needed to walk and push the graph).
             for m in g.manifests() {
                 if carried
@@ -408,20 +421,26 @@ impl Plan {
         })
     }
 
-    /// Every graph to copy into the bundle: the images', then the chart artifact's.
+    /// Every graph to copy into the bundle: the images', their carried signatures', then the
+    /// chart artifact's.
     pub fn graphs(&self) -> Vec<&Graph> {
-        self.input
-            .images
-            .iter()
-            .map(|i| &i.graph)
-            .chain([&self.chart_graph])
-            .collect()
+        every_graph(&self.input, &self.chart_graph).collect()
     }
 
     /// Blobs the bundle leaves out (`--since`): not copied.
     pub fn on_site(&self) -> BTreeSet<Digest> {
         self.omitted.iter().map(|o| o.digest.clone()).collect()
     }
+}
+
+/// The images' graphs, then their carried signatures', then the chart artifact's.
+fn every_graph<'a>(input: &'a PlanInput, chart: &'a Graph) -> impl Iterator<Item = &'a Graph> {
+    let images = input.images.iter();
+    images
+        .clone()
+        .map(|i| &i.graph)
+        .chain(images.flat_map(|i| i.signatures.iter().map(|s| &s.graph)))
+        .chain([chart])
 }
 
 /// The chart as a Helm OCI artifact (config: Chart.yaml as JSON; layer: the archive), created

@@ -344,6 +344,21 @@ fn image_component(img: &ImageRecord) -> Result<(Value, String), SbomError> {
     for f in &img.fallbacks {
         props.push(prop("image:fallback", f));
     }
+    // Carried cosign signatures and attestations (`build --with-signatures`): one property
+    // each, `<ref>@<manifest digest>` (the tag names the digest it signs).
+    for sig in &img.signatures {
+        let name = match sig.kind.as_str() {
+            "attestation" => "image:attestation",
+            _ => "image:signature",
+        };
+        props.push(prop(name, format!("{}@{}", sig.ref_name, sig.digest)));
+        if let Some(k) = &sig.verified_with {
+            props.push(prop(
+                "image:signatureVerifiedWith",
+                format!("{}@{} {}", sig.ref_name, sig.digest, k),
+            ));
+        }
+    }
     let nested = img
         .manifests
         .iter()

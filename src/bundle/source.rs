@@ -360,6 +360,10 @@ impl BundleSource {
         let mut tops = Vec::new();
         for img in &manifest.images {
             tops.push((&img.ref_name, &img.digest, &img.media_type));
+            // Its carried cosign signatures, under their own tags.
+            for s in &img.signatures {
+                tops.push((&s.ref_name, &s.digest, &s.media_type));
+            }
         }
         let oci = &manifest.chart.oci;
         tops.push((&oci.ref_name, &oci.digest, &oci.media_type));

@@ -364,6 +364,20 @@ pub struct BuildArgs {
     /// tools/<os>-<arch>/, listed in the signed checksum file. One file then crosses.
     #[arg(long)]
     pub with_tools: bool,
+    /// Also carry each image's cosign signatures and attestations (the `sha256-<hex>.sig` and
+    /// `.att` tags next to it at its source, for its index and each platform manifest); `load`
+    /// pushes them unchanged. OCI 1.1 referrers are not read.
+    #[arg(long)]
+    pub with_signatures: bool,
+    /// With --with-signatures: check every carried signature and attestation against this
+    /// cosign public key (PEM, `cosign.pub`) before anything is written; one that does not
+    /// verify, or an image this key did not sign, stops the build (exit 1).
+    #[arg(long, value_name = "PUB", requires = "with_signatures")]
+    pub verify_key: Option<PathBuf>,
+    /// With --verify-key: carry an image that has no signature upstream without one (a
+    /// warning says which) instead of refusing it. A signature that is there must still verify.
+    #[arg(long, requires = "verify_key")]
+    pub allow_unsigned_images: bool,
     /// Print the result as JSON on stdout (progress is silent).
     #[arg(long)]
     pub json: bool,

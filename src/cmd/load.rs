@@ -1347,8 +1347,10 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
     }
 }
 
-/// Every graph the bundle names (its images and the chart artifact), each with the
-/// repository and tag it goes under, resolved by the walk from the verified manifests.
+/// Every graph the bundle names (its images, their carried cosign signatures and
+/// attestations, and the chart artifact), each with the repository and tag it goes under,
+/// resolved by the walk from the verified manifests. A carried signature goes to its own tag
+/// (`sha256-<hex>.sig`) unchanged, before `--sign-images` appends the site's to it.
 async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, String)>> {
     let m = src.manifest();
     let mut out = Vec::new();
@@ -1357,6 +1359,12 @@ async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, 
         .images
         .iter()
         .map(|i| &i.ref_name)
+        .chain(
+            m.images
+                .iter()
+                .flat_map(|i| &i.signatures)
+                .map(|s| &s.ref_name),
+        )
         .chain(std::iter::once(&m.chart.oci.ref_name))
     {
         let (repo, tag) =

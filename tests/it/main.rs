@@ -55,5 +55,6 @@ mod terminal;
 mod token_registry;
 mod tools;
 mod untrusted_files;
+mod upstream_signatures;
 mod verify_cluster;
 mod yaml_bounds;

@@ -89,6 +89,7 @@ pub(super) async fn make_plan(
     settings: Settings,
     progress: &Progress,
 ) -> anyhow::Result<(Settings, Plan)> {
+    let upstream_key = super::signatures::key(args)?;
     let (fetched, archive, crds, wanted, discovery) = read_chart(args, &settings, progress).await?;
     let resolved = resolve::resolve_all(
         &settings.registries,
@@ -109,6 +110,15 @@ pub(super) async fn make_plan(
             ));
         }
     }
+    let mut images: Vec<ImageInput> = wanted.into_iter().zip(resolved).map(image_input).collect();
+    super::signatures::carry(
+        args,
+        &settings,
+        upstream_key.as_ref(),
+        &mut images,
+        progress,
+    )
+    .await?;
     let meta = archive.meta();
     let created = plan::created_from(
         settings.source_date_epoch,
@@ -130,7 +140,7 @@ pub(super) async fn make_plan(
             mismatch_allowed: fetched.mismatch_allowed,
         },
         crds: crds.into_iter().map(crd_file).collect(),
-        images: wanted.into_iter().zip(resolved).map(image_input).collect(),
+        images,
         base: settings.base.clone(),
         platform_filter: settings.platforms.clone(),
         sources: settings.recorded_sources.clone(),
@@ -171,6 +181,7 @@ pub(super) fn image_input((w, r): (Wanted, Resolved)) -> ImageInput {
         source_ref: r.source_ref.to_string(),
         fallbacks: r.fallbacks,
         graph: r.graph,
+        signatures: Vec::new(),
     }
 }
 

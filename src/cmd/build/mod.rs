@@ -5,6 +5,7 @@
 
 mod inputs;
 mod settings;
+mod signatures;
 mod tools;
 
 use crate::bundle::atomic;

@@ -1,0 +1,169 @@
+//! `build --with-signatures [--verify-key PUB] [--allow-unsigned-images]`: each image's cosign
+//! signatures and attestations, read from its source in the tag scheme for its index and each
+//! platform manifest (`admission::upstream`), and added to the plan, so that the bundle
+//! carries them and `load` pushes them unchanged.
+//!
+//! Which digests must be signed with `--verify-key`: the image's top manifest, as the chart
+//! (and a pinned release) pulls it; when a platform filter rewrote the index (a new digest
+//! nobody signed), each kept platform manifest instead. One that is not is refused (fail
+//! closed) unless `--allow-unsigned-images`.
+
+use super::settings::Settings;
+use crate::admission::attach::{self, Kind};
+use crate::admission::upstream::{self, Found, UpstreamKey};
+use crate::bundle::manifest::SignatureRecord;
+use crate::bundle::plan::{CarriedSignature, ImageInput};
+use crate::cli::BuildArgs;
+use crate::oci::Digest;
+use crate::progress::Progress;
+use futures_util::{StreamExt as _, TryStreamExt as _};
+
+/// `--verify-key`, read before anything else is done.
+pub(super) fn key(args: &BuildArgs) -> anyhow::Result<Option<UpstreamKey>> {
+    Ok(match &args.verify_key {
+        Some(p) => Some(UpstreamKey::read(p)?),
+        None => None,
+    })
+}
+
+/// The digests of `image` whose signatures are looked for, each with whether it must be
+/// signed (under `--verify-key`).
+fn digests(image: &ImageInput) -> Vec<(Digest, bool)> {
+    let g = &image.graph;
+    let rewritten = g.top.digest != g.upstream.digest;
+    let mut out = Vec::new();
+    if !rewritten {
+        out.push((g.top.digest.clone(), true));
+    }
+    for m in image.record().manifests {
+        let attestation =
+            m.attestation_of.is_some() || m.platform.as_deref() == Some("unknown/unknown");
+        if m.digest != g.top.digest && !attestation {
+            out.push((m.digest, rewritten));
+        }
+    }
+    out
+}
+
+/// Read every image's signatures and attestations into `images`; say what was carried.
+pub(super) async fn carry(
+    args: &BuildArgs,
+    settings: &Settings,
+    key: Option<&UpstreamKey>,
+    images: &mut [ImageInput],
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    if !args.with_signatures {
+        return Ok(());
+    }
+    let budget = crate::copy::Budget::default();
+    let src = &settings.registries;
+    let mut unsigned: Vec<String> = Vec::new();
+    let (mut manifests, mut signed) = (0usize, 0usize);
+    // Two tags of one repository with the same digest share its signature tag: carried once.
+    let mut seen = std::collections::BTreeSet::new();
+    for image in images.iter_mut() {
+        let wanted = digests(image);
+        let lookups: Vec<(Digest, bool, Kind)> = wanted
+            .iter()
+            .flat_map(|(d, must)| {
+                [Kind::Signature, Kind::Attestation].map(|k| (d.clone(), *must, k))
+            })
+            .collect();
+        let (name, repo) = (image.ref_name.clone(), image.graph.repo.clone());
+        let found: Vec<(Digest, bool, Kind, Option<Found>)> = futures_util::stream::iter(lookups)
+            .map(|(d, must, kind)| {
+                let (name, repo, budget) = (&name, &repo, &budget);
+                async move {
+                    upstream::fetch(src, name, repo, &d, kind, key, budget)
+                        .await
+                        .map(|f| (d, must, kind, f))
+                }
+            })
+            .buffered(args.jobs.max(1))
+            .try_collect()
+            .await?;
+        let mut image_signed = false;
+        for (d, must, kind, f) in found {
+            match f {
+                Some(f) => {
+                    if kind == Kind::Signature {
+                        image_signed = true;
+                    }
+                    let c = carried(&image.repository, f);
+                    if seen.insert(c.record.ref_name.clone()) {
+                        manifests += 1;
+                        image.signatures.push(c);
+                    }
+                }
+                None if kind == Kind::Signature && must => {
+                    let reference = format!("{repo}:{}", attach::tag_of(&d, kind));
+                    match key {
+                        Some(k) if !args.allow_unsigned_images => {
+                            return Err(k.unsigned(&name, &d, &reference).into())
+                        }
+                        Some(_) => progress.warn(format!(
+                            "{name}: {d} has no signature upstream ({reference}): carried without one (--allow-unsigned-images)"
+                        )),
+                        None => {}
+                    }
+                }
+                None => {}
+            }
+        }
+        if image_signed {
+            signed += 1;
+        } else {
+            unsigned.push(name);
+        }
+    }
+    let verified = match key {
+        Some(k) => format!(
+            ", each checked against --verify-key {} (sha256 of the key {})",
+            k.path().display(),
+            k.fingerprint()
+        ),
+        None => String::new(),
+    };
+    progress.say(format!(
+        "signed   {manifests} cosign signature and attestation {} carried for {signed} of {} images{verified}",
+        crate::text::plural(manifests, "manifest", "manifests"),
+        images.len()
+    ));
+    if key.is_none() && manifests > 0 {
+        progress.warn(format!(
+            "the {manifests} carried signature and attestation manifests are NOT verified (no --verify-key): the bundle carries whatever the sources hold next to the images; give --verify-key PUB to check them before they are bundled"
+        ));
+    }
+    if !unsigned.is_empty() {
+        progress.warn(format!(
+            "{} of {} images had no signature upstream and are carried without one: {}",
+            unsigned.len(),
+            images.len(),
+            unsigned.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// What the plan carries of a manifest read from upstream.
+fn carried(repository: &str, f: Found) -> CarriedSignature {
+    let top = &f.graph.top;
+    CarriedSignature {
+        record: SignatureRecord {
+            kind: match f.kind {
+                Kind::Signature => "signature",
+                Kind::Attestation => "attestation",
+            }
+            .into(),
+            ref_name: format!("{repository}:{}", f.tag),
+            signs: f.signs,
+            digest: top.digest.clone(),
+            media_type: top.media_type.clone(),
+            size: top.bytes.len() as u64,
+            layers: f.layers,
+            verified_with: f.verified_with,
+        },
+        graph: f.graph,
+    }
+}

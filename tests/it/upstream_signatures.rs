@@ -1,0 +1,482 @@
+//! `build --with-signatures [--verify-key PUB] [--allow-unsigned-images]` (issue 46, carry
+//! upstream signatures): the test environment's synthetic images of chart 1.4.0 (four images,
+//! two platforms each) copied to a fresh prefix of the plain registry and signed there by the
+//! real cosign (v2.6.5, offline: `--tlog-upload=false`), bundled from that prefix, loaded into
+//! another, and checked there with `cosign verify` by digest. A tampered signature, another
+//! key's and a missing one are each refused with `--verify-key`, and no bundle is written.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const VERSION: &str = "1.4.0";
+const IMAGES: [&str; 4] = [
+    "koordinator-sh/koord-descheduler",
+    "koordinator-sh/koord-manager",
+    "koordinator-sh/koord-scheduler",
+    "koordinator-sh/koordlet",
+];
+const TAG: &str = "v1.4.0";
+
+/// The cosign binary: env.json's `cosign`, else `$KB_TOOLS/cosign-v2.6.5/cosign`. Missing,
+/// the test fails (it never skips).
+fn cosign_bin() -> PathBuf {
+    let p = env_json()["cosign"]
+        .as_str()
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("KB_TOOLS").map(|t| PathBuf::from(t).join("cosign-v2.6.5/cosign"))
+        })
+        .expect(
+            "no cosign: env.json names none and KB_TOOLS is not set (run scripts/install-deps.sh)",
+        );
+    assert!(p.is_file(), "cosign is not at {}", p.display());
+    p
+}
+
+/// cosign in a home of its own that reaches nothing but the plain registry.
+fn cosign(h: &Home, args: &[&str]) -> Output {
+    let home = h.path().join("cosign-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut c = Command::new(cosign_bin());
+    c.args(args)
+        .current_dir(h.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("TUF_ROOT", home.join("tuf"))
+        .env("COSIGN_PASSWORD", "upstream-pw");
+    output_within(c, Duration::from_secs(120), "cosign")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// A key pair made by cosign: (NAME.key, NAME.pub).
+fn key_pair(h: &Home, name: &str) -> (PathBuf, PathBuf) {
+    ok(&cosign(
+        h,
+        &["generate-key-pair", "--output-key-prefix", name],
+    ));
+    (
+        h.path().join(format!("{name}.key")),
+        h.path().join(format!("{name}.pub")),
+    )
+}
+
+/// `cosign sign` `image` (`HOST/REPO@DIGEST`) with `key`, offline; `recursive`: each platform
+/// manifest too.
+fn sign(h: &Home, key: &Path, image: &str, recursive: bool) {
+    let mut a = vec![
+        "sign",
+        "--key",
+        key.to_str().unwrap(),
+        "--tlog-upload=false",
+        "--allow-insecure-registry",
+        "--yes",
+    ];
+    if recursive {
+        a.push("--recursive");
+    }
+    a.push(image);
+    ok(&cosign(h, &a));
+}
+
+/// The 1.4.0 images copied (every platform) under `plain/PREFIX`; each `(repository, digest)`.
+fn copy_images(prefix: &str) -> Vec<(String, String)> {
+    let e = env();
+    IMAGES
+        .iter()
+        .map(|repo| {
+            let o = tool(
+                "skopeo",
+                &[
+                    "copy",
+                    "-q",
+                    "--all",
+                    "--src-tls-verify=false",
+                    "--dest-tls-verify=false",
+                    &format!("docker://{}/{repo}:{TAG}", e.plain),
+                    &format!("docker://{}/{prefix}/{repo}:{TAG}", e.plain),
+                ],
+                Path::new("/"),
+            );
+            assert_ok(&o);
+            (repo.to_string(), pushed_digest(repo, TAG))
+        })
+        .collect()
+}
+
+/// The raw manifest at `plain/REFERENCE` (`REPO:TAG`), or `None` when not there.
+fn manifest_at(reference: &str) -> Option<Vec<u8>> {
+    let (repo, tag) = reference.rsplit_once(':').unwrap();
+    let r = curl(
+        &["-H", "Accept: application/vnd.oci.image.manifest.v1+json"],
+        &format!("http://{}/v2/{repo}/manifests/{tag}", env().plain),
+    );
+    (r.status == 200).then_some(r.body)
+}
+
+fn sig_tag(digest: &str) -> String {
+    format!("sha256-{}.sig", digest.trim_start_matches("sha256:"))
+}
+
+fn build(h: &Home, prefix: &str, out: &Path, extra: &[&str]) -> Output {
+    h.build(VERSION)
+        .source(&format!("{}/{prefix}", env().plain))
+        .out(out)
+        .arg("--with-signatures")
+        .args(extra)
+        .run()
+}
+
+fn image<'a>(m: &'a Value, repo: &str) -> &'a Value {
+    m["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["repository"] == repo)
+        .unwrap()
+}
+
+#[test]
+fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
+    let h = Home::with_key();
+    let (up_key, up_pub) = key_pair(&h, "upstream");
+    let (site_key, site_pub) = key_pair(&h, "site");
+    let e = env();
+    let src = unique_prefix("upsig");
+    let images = copy_images(&src);
+    for (i, (repo, digest)) in images.iter().enumerate() {
+        // The first image: its platform manifests too.
+        sign(
+            &h,
+            &up_key,
+            &format!("{}/{src}/{repo}@{digest}", e.plain),
+            i == 0,
+        );
+    }
+    // One attestation (koord-manager's index), as `cosign attest` writes it.
+    let predicate = h.path().join("predicate.json");
+    std::fs::write(&predicate, r#"{"built":"upstream"}"#).unwrap();
+    let (att_repo, att_digest) = &images[1];
+    ok(&cosign(
+        &h,
+        &[
+            "attest",
+            "--key",
+            up_key.to_str().unwrap(),
+            "--type",
+            "custom",
+            "--predicate",
+            predicate.to_str().unwrap(),
+            "--tlog-upload=false",
+            "--allow-insecure-registry",
+            "--yes",
+            &format!("{}/{src}/{att_repo}@{att_digest}", e.plain),
+        ],
+    ));
+
+    let out = h.path().join("signed.tar");
+    let o = build(&h, &src, &out, &["--verify-key", up_pub.to_str().unwrap()]);
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("checked against --verify-key"), "{said}");
+    let m = bundle_manifest(&out);
+    let mut carried = Vec::new();
+    for (n, (repo, digest)) in images.iter().enumerate() {
+        let img = image(&m, repo);
+        let sigs = img["signatures"].as_array().expect("signatures recorded");
+        let index_sig = sigs
+            .iter()
+            .find(|s| s["kind"] == "signature" && s["signs"] == digest.as_str())
+            .unwrap_or_else(|| panic!("{repo}: no signature of its index carried: {sigs:?}"));
+        assert_eq!(index_sig["ref"], format!("{repo}:{}", sig_tag(digest)));
+        assert!(index_sig["verifiedWith"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
+        // Byte for byte as upstream holds it.
+        let upstream = manifest_at(&format!("{src}/{repo}:{}", sig_tag(digest))).unwrap();
+        assert_eq!(index_sig["digest"], sha256(&upstream), "{repo}");
+        let platform_sigs = sigs
+            .iter()
+            .filter(|s| s["kind"] == "signature" && s["signs"] != digest.as_str())
+            .count();
+        assert_eq!(
+            platform_sigs,
+            if n == 0 { 2 } else { 0 },
+            "{repo}: {sigs:?}"
+        );
+        let atts = sigs.iter().filter(|s| s["kind"] == "attestation").count();
+        assert_eq!(atts, usize::from(n == 1), "{repo}: {sigs:?}");
+        for s in sigs {
+            carried.push((
+                s["ref"].as_str().unwrap().to_string(),
+                s["digest"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    // The layout names them, and verify checks them like every other manifest; so does the
+    // reference reader, and the manifest matches the spec's schema (which knows the member:
+    // another `kind` is refused).
+    assert_ok(&h.run(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--key",
+        h.pubkey().to_str().unwrap(),
+    ]));
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("bundle-spec");
+    let mut c = Command::new("python3");
+    c.arg(spec.join("reference/kbread.py"))
+        .arg(&out)
+        .args(["--key", h.pubkey().to_str().unwrap()]);
+    let read = ok(&output_within(c, Duration::from_secs(60), "kbread.py"));
+    assert!(read.ends_with("verdict: accepted\n"), "{read}");
+    let schema: Value = serde_json::from_slice(
+        &std::fs::read(spec.join("schema/koord-bundle.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let schema = jsonschema::draft202012::new(&schema).unwrap();
+    let errs: Vec<String> = schema.iter_errors(&m).map(|e| e.to_string()).collect();
+    assert!(errs.is_empty(), "{errs:#?}");
+    let mut bad = m.clone();
+    bad["images"][0]["signatures"][0]["kind"] = "other".into();
+    assert!(!schema.is_valid(&bad));
+    // The BOM lists each carried manifest on its image, and stays valid CycloneDX.
+    let bom = h.path().join("bom.cdx.json");
+    assert_ok(&h.run(&[
+        "inspect",
+        out.to_str().unwrap(),
+        "--sbom",
+        bom.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&bom).unwrap();
+    for (reference, digest) in &carried {
+        assert!(
+            text.contains(&format!("{reference}@{digest}")),
+            "{reference} not in the BOM"
+        );
+    }
+    assert!(text.contains("koord-bundle:image:attestation"));
+    validate(&bom).unwrap();
+
+    // Loaded into another prefix: the same manifests under the same tags, and cosign accepts
+    // every image there by digest with the upstream key.
+    let site = unique_prefix("upsig-site");
+    let registry = format!("{}/{site}", e.plain);
+    assert_ok(
+        &h.load_cmd(&out, &registry, &["--no-install", "--json", "--plain-http"])
+            .output()
+            .unwrap(),
+    );
+    for (reference, digest) in &carried {
+        let there = manifest_at(&format!("{site}/{reference}"))
+            .unwrap_or_else(|| panic!("{reference} was not pushed"));
+        assert_eq!(&sha256(&there), digest, "{reference} changed on the way");
+    }
+    for (repo, digest) in &images {
+        let at = format!("{registry}/{repo}@{digest}");
+        let out = ok(&cosign(
+            &h,
+            &[
+                "verify",
+                "--key",
+                up_pub.to_str().unwrap(),
+                "--insecure-ignore-tlog=true",
+                "--allow-insecure-registry",
+                &at,
+            ],
+        ));
+        assert!(out.contains(digest.as_str()), "{out}");
+    }
+    let (repo, digest) = &images[1];
+    ok(&cosign(
+        &h,
+        &[
+            "verify-attestation",
+            "--key",
+            up_pub.to_str().unwrap(),
+            "--type",
+            "custom",
+            "--insecure-ignore-tlog=true",
+            "--allow-insecure-registry",
+            &format!("{registry}/{repo}@{digest}"),
+        ],
+    ));
+
+    // With --sign-images as well: the site's signature is appended to the carried one (the
+    // tag's digest changes), and both keys verify.
+    let site2 = unique_prefix("upsig-site2");
+    let registry2 = format!("{}/{site2}", e.plain);
+    assert_ok(
+        &h.load_cmd(
+            &out,
+            &registry2,
+            &["--no-install", "--json", "--plain-http"],
+        )
+        .args(["--sign-images", site_key.to_str().unwrap()])
+        .env("COSIGN_PASSWORD", "upstream-pw")
+        .output()
+        .unwrap(),
+    );
+    let (repo, digest) = &images[2];
+    let tag = format!("{site2}/{repo}:{}", sig_tag(digest));
+    let both: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
+    assert_eq!(both["layers"].as_array().unwrap().len(), 2, "{both}");
+    for key in [&up_pub, &site_pub] {
+        ok(&cosign(
+            &h,
+            &[
+                "verify",
+                "--key",
+                key.to_str().unwrap(),
+                "--insecure-ignore-tlog=true",
+                "--allow-insecure-registry",
+                &format!("{registry2}/{repo}@{digest}"),
+            ],
+        ));
+    }
+}
+
+#[test]
+fn a_tampered_foreign_or_missing_upstream_signature_is_refused_and_nothing_is_written() {
+    let h = Home::with_key();
+    let (up_key, up_pub) = key_pair(&h, "upstream");
+    let (other_key, _) = key_pair(&h, "other");
+    let e = env();
+    let up = up_pub.to_str().unwrap();
+
+    // A prefix where koord-descheduler is not signed and koord-manager only by another key.
+    let mixed = unique_prefix("upsig-mixed");
+    let images = copy_images(&mixed);
+    for (i, (repo, digest)) in images.iter().enumerate() {
+        let key = match i {
+            0 => continue,
+            1 => &other_key,
+            _ => &up_key,
+        };
+        sign(
+            &h,
+            key,
+            &format!("{}/{mixed}/{repo}@{digest}", e.plain),
+            false,
+        );
+    }
+    let out = h.path().join("refused.tar");
+    // Unsigned: refused (fail closed), naming the image and its digest.
+    let o = build(&h, &mixed, &out, &["--verify-key", up]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            "koordinator-sh/koord-descheduler",
+            images[0].1.as_str(),
+            "no signature upstream",
+            "--allow-unsigned-images",
+            "nothing was written",
+        ],
+    );
+    assert!(!out.exists());
+    // Let through with --allow-unsigned-images; another key's signature still is not.
+    let o = build(
+        &h,
+        &mixed,
+        &out,
+        &["--verify-key", up, "--allow-unsigned-images"],
+    );
+    assert_fails(
+        &o,
+        1,
+        &[
+            "koordinator-sh/koord-manager",
+            images[1].1.as_str(),
+            "does not verify against --verify-key",
+        ],
+    );
+    assert!(!out.exists());
+    // Without --verify-key: carried unverified, and said so; the unsigned one without.
+    let o = build(&h, &mixed, &out, &[]);
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(said.contains("NOT verified"), "{said}");
+    assert!(
+        said.contains("1 of 4 images had no signature upstream")
+            && said.contains("koord-descheduler"),
+        "{said}"
+    );
+    let m = bundle_manifest(&out);
+    assert!(image(&m, IMAGES[0]).get("signatures").is_none());
+    let s = &image(&m, IMAGES[1])["signatures"][0];
+    assert_eq!(s["signs"], images[1].1.as_str());
+    assert!(s.get("verifiedWith").is_none(), "{s}");
+
+    // A prefix where koord-scheduler's signature is tampered with: one base64 character of
+    // the signature changed, the manifest pushed back.
+    let tampered = unique_prefix("upsig-tampered");
+    let images = copy_images(&tampered);
+    for (repo, digest) in &images {
+        sign(
+            &h,
+            &up_key,
+            &format!("{}/{tampered}/{repo}@{digest}", e.plain),
+            false,
+        );
+    }
+    let (repo, digest) = &images[2];
+    let tag = format!("{tampered}/{repo}:{}", sig_tag(digest));
+    let mut sig: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
+    let ann = &mut sig["layers"][0]["annotations"]["dev.cosignproject.cosign/signature"];
+    let forged = {
+        let mut b = ann.as_str().unwrap().to_string().into_bytes();
+        let i = b.len() / 2;
+        b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+        String::from_utf8(b).unwrap()
+    };
+    *ann = Value::String(forged);
+    let body = h.path().join("tampered.json");
+    std::fs::write(&body, serde_json::to_vec(&sig).unwrap()).unwrap();
+    let (r, t) = tag.rsplit_once(':').unwrap();
+    let put = curl(
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/vnd.oci.image.manifest.v1+json",
+            "--data-binary",
+            &format!("@{}", body.display()),
+        ],
+        &format!("http://{}/v2/{r}/manifests/{t}", e.plain),
+    );
+    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    let out = h.path().join("tampered.tar");
+    let o = build(&h, &tampered, &out, &["--verify-key", up]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            "koordinator-sh/koord-scheduler",
+            digest.as_str(),
+            "does not verify against --verify-key",
+            "the signature does not verify against the key",
+            "nothing was written",
+        ],
+    );
+    assert!(!out.exists());
+    let partial: Vec<_> = std::fs::read_dir(h.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tampered.tar"))
+        .collect();
+    assert!(partial.is_empty(), "{partial:?}");
+}
