@@ -502,7 +502,15 @@ async fn hash_and_push<K: crate::store::Sink>(
     progress: &Progress,
 ) -> anyhow::Result<(copy::Stats, bool)> {
     let target = &settings.target;
-    let graphs = graphs(src).await?;
+    let store = RegistryStore::new(settings.reg.clone(), &target.host_and_prefix());
+    let graphs = super::upstream_sigs::keep_appended(
+        &settings.reg,
+        &store,
+        src,
+        graphs(src).await?,
+        progress,
+    )
+    .await?;
     let all_there = tags_in_place(sink, &graphs, args.jobs)
         .await
         .context("checking the registry")?;

@@ -13,6 +13,7 @@ pub mod serve;
 pub mod sets;
 pub mod sign_images;
 pub mod split;
+mod upstream_sigs;
 pub mod verify;
 
 use anyhow::Context as _;

@@ -334,6 +334,17 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     let tag = format!("{site2}/{repo}:{}", sig_tag(digest));
     let both: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
     assert_eq!(both["layers"].as_array().unwrap().len(), 2, "{both}");
+    // Loaded again without --sign-images: the tag keeps both signatures (the carried one is
+    // not pushed over it), and it says so.
+    let o = h
+        .load_cmd(&out, &registry2, &["--no-install", "--plain-http"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let again: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
+    assert_eq!(again, both, "a re-run dropped the site's signature");
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(said.contains("kept as the registry holds them"), "{said}");
     for key in [&up_pub, &site_pub] {
         ok(&cosign(
             &h,
