@@ -271,6 +271,54 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     assert!(text.contains("koord-bundle:image:attestation"));
     validate(&bom).unwrap();
 
+    // With a platform filter the index is rewritten (a digest nobody signed): the kept
+    // platform manifests must be signed instead. Only koord-descheduler's are: koord-manager
+    // is refused, naming its amd64 digest; with --allow-unsigned-images the descheduler
+    // carries its amd64 signature alone.
+    let amd64 = |repo: &str| {
+        e.images
+            .iter()
+            .find(|i| i["repository"] == repo && i["tag"] == TAG)
+            .and_then(|i| i["manifests"].as_array())
+            .and_then(|m| m.iter().find(|m| m["platform"] == "linux/amd64"))
+            .and_then(|m| m["digest"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    let filtered = h.path().join("amd64.tar");
+    let pf = [
+        "--verify-key",
+        up_pub.to_str().unwrap(),
+        "--platform",
+        "linux/amd64",
+    ];
+    let o = build(&h, &src, &filtered, &pf);
+    assert_fails(
+        &o,
+        1,
+        &[
+            "koordinator-sh/koord-manager",
+            &amd64(IMAGES[1]),
+            "no signature upstream",
+        ],
+    );
+    assert!(!filtered.exists());
+    let o = build(
+        &h,
+        &src,
+        &filtered,
+        &[&pf[..], &["--allow-unsigned-images"]].concat(),
+    );
+    assert_ok(&o);
+    let fm = bundle_manifest(&filtered);
+    let sigs: Vec<&str> = image(&fm, IMAGES[0])["signatures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["signs"].as_str().unwrap())
+        .collect();
+    assert_eq!(sigs, [amd64(IMAGES[0])]);
+
     // Loaded into another prefix: the same manifests under the same tags, and cosign accepts
     // every image there by digest with the upstream key.
     let site = unique_prefix("upsig-site");

@@ -126,7 +126,7 @@ pub(super) async fn carry(
         None => String::new(),
     };
     progress.say(format!(
-        "signed   {manifests} cosign signature and attestation {} carried for {signed} of {} images{verified}",
+        "upstream {manifests} cosign signature and attestation {} carried for {signed} of {} images{verified}",
         crate::text::plural(manifests, "manifest", "manifests"),
         images.len()
     ));
