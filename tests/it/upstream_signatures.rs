@@ -416,6 +416,22 @@ fn a_tampered_foreign_or_missing_upstream_signature_is_refused_and_nothing_is_wr
     let e = env();
     let up = up_pub.to_str().unwrap();
 
+    // --verify-key without --with-signatures is a usage error; a file that is no public key
+    // is refused before anything is read.
+    let o = h.build(VERSION).args(&["--verify-key", up]).run();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let o = build(
+        &h,
+        "nowhere",
+        &h.path().join("x.tar"),
+        &["--verify-key", up_key.to_str().unwrap()],
+    );
+    assert_fails(
+        &o,
+        1,
+        &["--verify-key", "is not a PEM public key of ECDSA P-256"],
+    );
+
     // A prefix where koord-descheduler is not signed and koord-manager only by another key.
     let mixed = unique_prefix("upsig-mixed");
     let images = copy_images(&mixed);
