@@ -1078,6 +1078,33 @@ impl Phase {
     }
 }
 
+/// `--sign-images`: every image pushed signed and attested with the site's cosign key, then
+/// the admission policies for the key written (a policy applied before the signatures would
+/// refuse Koordinator's pods). What was signed (`--json`'s `signed`) and the policy files.
+async fn sign_images(
+    args: &LoadArgs,
+    settings: &Settings,
+    src: &BundleSource,
+    registry: &RegistryStore,
+    progress: &Progress,
+) -> anyhow::Result<(Option<serde_json::Value>, Vec<PathBuf>)> {
+    let Some(key) = &settings.cosign else {
+        return Ok((None, Vec::new()));
+    };
+    if args.dry_run {
+        progress.say("--dry-run: no image is signed");
+        return Ok((None, Vec::new()));
+    }
+    let signed =
+        super::sign_images::sign_all(src, &settings.reg, registry, key, args.jobs, progress)
+            .await?;
+    let policies = match &settings.policies {
+        Some((dir, files)) => crate::admission::policy::write(dir, files)?,
+        None => Vec::new(),
+    };
+    Ok((Some(signed), policies))
+}
+
 async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let mut settings = Settings::resolve(&args, &progress).await?;
@@ -1101,31 +1128,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let (stats, rehashed) =
         hash_and_push(&args, &settings, &src, unhashed, &sink, &checked, &progress).await?;
     // `--sign-images`: after the push, before helm (a failure installs nothing).
-    let signed = match &settings.cosign {
-        Some(_) if args.dry_run => {
-            progress.say("--dry-run: no image is signed");
-            None
-        }
-        Some(key) => {
-            let signed = super::sign_images::sign_all(
-                &src,
-                &settings.reg,
-                &registry,
-                key,
-                args.jobs,
-                &progress,
-            )
-            .await?;
-            Some(signed)
-        }
-        None => None,
-    };
-    // The admission policies for the key, once every image is signed (a policy applied before
-    // would refuse Koordinator's pods).
-    let policies = match (&settings.policies, &signed) {
-        (Some((dir, files)), Some(_)) => crate::admission::policy::write(dir, files)?,
-        _ => Vec::new(),
-    };
+    let (signed, policies) = sign_images(&args, &settings, &src, &registry, &progress).await?;
     Phase::Installing.set();
     let deployed_before = pre
         .report
