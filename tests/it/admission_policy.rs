@@ -545,6 +545,13 @@ fn the_policies_load_writes_admit_what_load_signed_and_refuse_the_rest() {
         dir.join(format!("{}-policy-controller.yaml", policy::DEFAULT_NAME)),
     ];
     assert_eq!(written, expected);
+    for f in &written {
+        println!(
+            "--- {} (as load wrote it)\n{}",
+            f.display(),
+            std::fs::read_to_string(f).unwrap()
+        );
+    }
 
     // What load pushed and signed, as the pods name them (tag@digest, pinned by load).
     let pushed: Vec<String> = r["images"]
@@ -562,6 +569,7 @@ fn the_policies_load_writes_admit_what_load_signed_and_refuse_the_rest() {
     let cip = expected[1].to_str().unwrap();
     for image in &pushed {
         let o = site.run(&tester, &["-policy", cip, "-image", image]);
+        println!("policy-tester -image {image}:\n{}", text(&o));
         assert!(
             o.status.success() && text(&o).contains("Verification was successful"),
             "the policy-controller refused {image}, which load signed, under the policy load wrote:\n{}",
@@ -569,6 +577,7 @@ fn the_policies_load_writes_admit_what_load_signed_and_refuse_the_rest() {
         );
     }
     let o = site.run(&tester, &["-policy", cip, "-image", &unsigned]);
+    println!("policy-tester -image {unsigned}:\n{}", text(&o));
     assert!(
         !o.status.success() && text(&o).contains("no signatures found"),
         "the policy-controller admitted an unsigned image under the prefix:\n{}",
@@ -593,12 +602,20 @@ fn the_policies_load_writes_admit_what_load_signed_and_refuse_the_rest() {
     };
     let all: Vec<(bool, &str)> = pushed.iter().map(|i| (false, i.as_str())).collect();
     let o = judge("koordinator", &all);
+    println!(
+        "kubectl-kyverno apply (a Deployment of every image load signed):\n{}",
+        text(&o)
+    );
     assert!(
         o.status.success() && text(&o).contains("pass: 1, fail: 0, warn: 0, error: 0"),
         "Kyverno refused a Deployment of every image load signed, under the policy load wrote:\n{}",
         text(&o)
     );
     let o = judge("stranger", &[(false, &unsigned)]);
+    println!(
+        "kubectl-kyverno apply (a Deployment of {unsigned}):\n{}",
+        text(&o)
+    );
     assert!(
         o.status.code() == Some(1) && text(&o).contains("pass: 0, fail: 1"),
         "Kyverno admitted an unsigned image under the prefix:\n{}",
