@@ -181,7 +181,7 @@ pub fn render(
             ch,
         });
     }
-    if !is_dns_label(name) {
+    if !crate::text::is_dns_label(name) {
         return Err(PolicyError::Name {
             name: name.to_string(),
         });
@@ -297,18 +297,6 @@ const HEADER: &str =
 /// `null`, `0123`) but writes these plain, and has no way to ask for quotes; `kubectl apply`
 /// then fails with "cannot unmarshal bool into Go struct field ObjectMeta.metadata.name".
 const YAML11_BOOLEANS: &[&str] = &["y", "n", "yes", "no", "on", "off"];
-
-/// An RFC 1123 label: what both engines accept as the policy's name, and short enough for the
-/// webhook and label names the engines derive from it.
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-}
 
 /// The key as one canonical PEM block (64-column base64 of its DER bytes, a final newline):
 /// one `PUBLIC KEY` block, its body base64 of a DER SEQUENCE that spans it exactly. Text around

@@ -229,7 +229,7 @@ fn parse_crd(
             format!("{which}spec.group {group:?} is not a DNS subdomain (lower-case letters, digits, '-' and '.')"),
         ));
     }
-    if !is_dns_label(&plural) {
+    if !crate::text::is_dns_label(&plural) {
         return Err(invalid(
             file,
             format!("{which}spec.names.plural {plural:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"),
@@ -247,21 +247,9 @@ fn parse_crd(
     })
 }
 
-/// An RFC 1123 label: 1–63 lower-case letters, digits and `-`, starting and ending with a
-/// letter or digit.
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
 /// An RFC 1123 subdomain: dot-separated labels, at most 253 characters.
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253 && s.split('.').all(crate::text::is_dns_label)
 }
 
 /// The CRDs of a chart, in file order (`crds/` first, then `templates/`). See the module

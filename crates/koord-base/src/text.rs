@@ -149,6 +149,18 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// An RFC 1123 label: 1–63 lower-case letters, digits and `-`, starting and ending with a
+/// letter or digit (a Kubernetes object name of that kind: a namespace, a policy).
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
