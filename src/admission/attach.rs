@@ -37,8 +37,9 @@ pub const PREDICATE_ANNOTATION: &str = "predicateType";
 /// The config media type of cosign's signature images.
 const CONFIG_MEDIA: &str = "application/vnd.oci.image.config.v1+json";
 /// A layer read back to see whose it is: larger ones are someone else's (a payload is about
-/// 250 bytes, an attestation of one image's BOM a few KiB).
-const MAX_LAYER: u64 = 8 * 1024 * 1024;
+/// 250 bytes, an attestation of one image's BOM a few KiB). Also the bound of a layer
+/// `build --with-signatures` carries (`upstream`).
+pub const MAX_LAYER: u64 = 8 * 1024 * 1024;
 
 /// Signatures (`.sig`) or attestations (`.att`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,9 +27,8 @@ use p256::ecdsa::VerifyingKey;
 use p256::pkcs8::EncodePublicKey as _;
 use std::path::{Path, PathBuf};
 
-/// A layer larger than this is no cosign signature or attestation (a payload is about 250
-/// bytes, an attestation of one image's BOM a few KiB).
-pub const MAX_LAYER: u64 = 8 * 1024 * 1024;
+/// The largest layer carried (a signature payload or an attestation envelope).
+pub use super::attach::MAX_LAYER;
 /// A signature manifest with more layers than this is refused (each is one signature).
 pub const MAX_LAYERS: usize = 256;
 /// A public key file larger than this is no cosign public key (one is about 180 bytes).
