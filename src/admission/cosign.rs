@@ -213,7 +213,8 @@ impl KeyFile {
             source,
         };
         let mut bytes = Vec::new();
-        let f = std::fs::File::open(path).map_err(io)?;
+        // Opened as every input of load (a FIFO or a device refused at once, not waited on).
+        let f = crate::bounded::open_input(path).map_err(io)?;
         use std::io::Read as _;
         f.take(MAX_KEY_FILE + 1)
             .read_to_end(&mut bytes)

@@ -519,6 +519,11 @@ fn a_fifo_as_any_input_of_load_is_refused_at_once() {
         ),
         ("--kubeconfig", vec!["--key", k, "--kubeconfig", f], None),
         ("KUBECONFIG", vec!["--key", k], Some(("KUBECONFIG", f))),
+        (
+            "--sign-images",
+            vec!["--key", k, "--no-install", "--sign-images", f],
+            Some(("COSIGN_PASSWORD", "pw")),
+        ),
     ];
     for (what, extra, env) in cases {
         let mut c = h.cmd(&base);
