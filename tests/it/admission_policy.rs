@@ -26,24 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-const COSIGN: &str = "cosign-v2.6.5/cosign";
 const POLICY_TESTER: &str = "policy-tester-v0.14.0/policy-tester";
 const KYVERNO: &str = "kyverno-v1.19.1/kubectl-kyverno";
-
-/// A tool scripts/install-deps.sh builds into `$KB_TOOLS` (default `<repo>/.tools`). Missing,
-/// the test fails saying how to get it: it never skips.
-fn kb_tool(rel: &str) -> PathBuf {
-    let tools = std::env::var_os("KB_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools"));
-    let p = tools.join(rel);
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/install-deps.sh (it builds it from the Go module proxy)",
-        p.display()
-    );
-    p
-}
 
 /// A directory of the test's own: cosign's keys, its HOME (no login, no cache from outside),
 /// the policy files.
@@ -84,7 +68,7 @@ impl Site {
         let d = self.path().join(name);
         std::fs::create_dir(&d).unwrap();
         let o = self.run(
-            &kb_tool(COSIGN),
+            &cosign_bin(),
             &[
                 "generate-key-pair",
                 "--output-key-prefix",
@@ -99,7 +83,7 @@ impl Site {
     fn sign(&self, name: &str, repository: &str, digest: &str) {
         let key = self.path().join(name).join("cosign.key");
         let o = self.run(
-            &kb_tool(COSIGN),
+            &cosign_bin(),
             &[
                 "sign",
                 "--key",

@@ -388,6 +388,40 @@ pub fn assert_ok(o: &Output) {
     );
 }
 
+/// [`assert_ok`], and its standard output.
+pub fn ok(o: &Output) -> String {
+    assert_ok(o);
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// A tool scripts/install-deps.sh builds into `$KB_TOOLS` (default `<repo>/.tools`), e.g.
+/// `cosign-v2.6.5/cosign`. Missing, the test fails saying how to get it: it never skips.
+pub fn kb_tool(rel: &str) -> PathBuf {
+    let tools = std::env::var_os("KB_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools"));
+    let p = tools.join(rel);
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/install-deps.sh (it builds it from the Go module proxy)",
+        p.display()
+    );
+    p
+}
+
+/// The cosign binary: env.json's `cosign` (scripts/test-env.sh names the one install-deps
+/// built), else [`kb_tool`]'s. Missing, the test fails (it never skips).
+pub fn cosign_bin() -> PathBuf {
+    match env_json()["cosign"].as_str() {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "cosign is not at {} (env.json)", p.display());
+            p
+        }
+        None => kb_tool("cosign-v2.6.5/cosign"),
+    }
+}
+
 /// The command exited with `code` and its stderr holds every one of `needles`; its stderr.
 pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();

@@ -12,25 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-/// The cosign binary: env.json's `cosign`, else `$KB_TOOLS/cosign-v2.6.5/cosign`. Missing,
-/// the test fails (it never skips).
-fn cosign_bin() -> PathBuf {
-    let p = env_json()["cosign"]
-        .as_str()
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("KB_TOOLS")
-                .map(|t| PathBuf::from(t).join("cosign-v2.6.5/cosign"))
-        })
-        .expect("no cosign: env.json names none and KB_TOOLS is not set (run scripts/install-deps.sh, then scripts/test-env.sh start)");
-    assert!(
-        p.is_file(),
-        "cosign is not at {} (scripts/install-deps.sh builds it)",
-        p.display()
-    );
-    p
-}
-
 /// cosign, run in a home of its own that reaches nothing: `HOME` and `TUF_ROOT` in `h`, the
 /// TLS registry's CA (`SSL_CERT_FILE`) and login (a `DOCKER_CONFIG` of the test registry's
 /// credentials), `COSIGN_PASSWORD` as given.
@@ -60,17 +41,6 @@ fn cosign(h: &Home, password: Option<&str>, args: &[&str]) -> Output {
         c.env("COSIGN_PASSWORD", p);
     }
     output_within(c, Duration::from_secs(120), "cosign")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).to_string()
 }
 
 fn refused(o: &Output, what: &str) -> String {

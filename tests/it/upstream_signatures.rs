@@ -20,22 +20,6 @@ const IMAGES: [&str; 4] = [
 ];
 const TAG: &str = "v1.4.0";
 
-/// The cosign binary: env.json's `cosign`, else `$KB_TOOLS/cosign-v2.6.5/cosign`. Missing,
-/// the test fails (it never skips).
-fn cosign_bin() -> PathBuf {
-    let p = env_json()["cosign"]
-        .as_str()
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("KB_TOOLS").map(|t| PathBuf::from(t).join("cosign-v2.6.5/cosign"))
-        })
-        .expect(
-            "no cosign: env.json names none and KB_TOOLS is not set (run scripts/install-deps.sh)",
-        );
-    assert!(p.is_file(), "cosign is not at {}", p.display());
-    p
-}
-
 /// cosign in a home of its own that reaches nothing but the plain registry.
 fn cosign(h: &Home, args: &[&str]) -> Output {
     let home = h.path().join("cosign-home");
@@ -49,17 +33,6 @@ fn cosign(h: &Home, args: &[&str]) -> Output {
         .env("TUF_ROOT", home.join("tuf"))
         .env("COSIGN_PASSWORD", "upstream-pw");
     output_within(c, Duration::from_secs(120), "cosign")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).to_string()
 }
 
 /// A key pair made by cosign: (NAME.key, NAME.pub).
