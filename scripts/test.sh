@@ -146,6 +146,16 @@ if ((!quick)); then
         || { log "ERROR: the fuzz targets do not build: fix fuzz/fuzz_targets/, or refresh fuzz/Cargo.lock after a dependency change (cargo check --manifest-path fuzz/Cargo.toml)"; exit 1; }
 fi
 
+# The library crates of crates/ are read by others too: their docs build without a warning, and
+# the examples in them (koord-splitset's README) run. nextest runs no doctests.
+if ((!quick)); then
+    stage "docs and doctests of the library crates"
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p koord-base -p koord-splitset --quiet \
+        || { log "ERROR: the library crates' docs have warnings"; exit 1; }
+    cargo test --doc -p koord-base -p koord-splitset --quiet \
+        || { log "ERROR: a doctest of the library crates failed"; exit 1; }
+fi
+
 stage "build the tests"
 cargo nextest run --workspace --no-run --cargo-quiet
 

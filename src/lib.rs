@@ -25,17 +25,20 @@
 //!    versions and schema, and the one rule of what a schema does to an object);
 //! 4. [`copy`]: the one graph walk — [`copy::resolve`] reads a graph from a source,
 //!    [`copy::transfer`] copies graphs into a sink children first, each blob once;
-//! 5. the domain, side by side: [`bundle`] (format, reader, writer, split parts, the bundle as a
-//!    source), [`chart`] (Helm repository index, chart archive, image discovery, CRDs),
+//! 5. [`koord_splitset`]: split sets (parts with parity, repair, join) and files written
+//!    atomically — its own layers 1 (`parity`), 3 (`atomic`), 4 (`set`), 5 (`parts`);
+//! 6. the domain, side by side: [`bundle`] (format, reader, writer, the bundle as a source),
+//!    [`chart`] (Helm repository index, chart archive, image discovery, CRDs),
 //!    [`cluster`] (kubeconfig, API client, pre-flight), [`helm`] (the only module that runs
 //!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from),
 //!    [`admission`] (cosign signatures pushed at load, and the admission policies for them);
-//! 6. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
-//! 7. [`cmd`]: one module per command, the only place that prints, prompts or reads the
+//! 7. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
+//! 8. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.
 //!
 //! [`exit`], [`oci`], [`text`], [`bounded`], [`sign`] and [`fsio`] live in the workspace's
-//! `crates/koord-base` (they use nothing of the rest) and are re-exported here at their paths.
+//! `crates/koord-base` (they use nothing of the rest) and are re-exported here at their paths;
+//! `crates/koord-splitset` (over koord-base only) is used by its own name.
 //!
 //! Where things go: a new store implements [`store::Source`] and/or [`store::Sink`] in
 //! `store/` (or, when it knows the bundle format, in `bundle/`); a new command gets its flags in

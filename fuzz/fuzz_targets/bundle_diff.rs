@@ -14,7 +14,8 @@
 //!   against its own `SHA256SUMS`.
 
 use koord_bundle::bundle::diff;
-use koord_bundle::bundle::{crd, parts::BundleFile, reader, sbom};
+use koord_bundle::bundle::{crd, reader, sbom};
+use koord_splitset::BundleFile;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 

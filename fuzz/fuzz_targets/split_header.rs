@@ -13,7 +13,7 @@
 //!   write), and `join` writes only the file it was given;
 //! * the parts' data adds up to the size `open` reports.
 
-use koord_bundle::bundle::parts::{self, BundleFile};
+use koord_splitset::{self as parts, BundleFile};
 use libfuzzer_sys::fuzz_target;
 use std::io::Read;
 

@@ -7,15 +7,15 @@
 //! before its end (an error, Ctrl-C, SIGKILL) leaves it, and the same build run again keeps
 //! every blob it finished (re-hashed) and fetches only the rest.
 
-use super::atomic::{AtomicFile, PartialFile};
 use super::layout::Layout;
 use super::pack::{self, Compression, PackError, PackStats};
 use super::plan::Plan;
 use super::reuse::Donors;
-use super::set::{SetError, SplitOptions};
 use super::writer::{check_room, BundleWriter, Entries, Resumed, TarLayout};
 use crate::copy::{self, Item, WalkError};
 use crate::store::{BlobCache, OnBytes, Source};
+use koord_splitset::{AtomicFile, PartialFile};
+use koord_splitset::{SetError, SplitOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -196,7 +196,7 @@ pub fn check_disk(plan: &Plan, out: &Output<'_>, len: u64) -> Result<(), PackErr
     }
     // What an earlier, stopped run of the same build left is already taken: a resume needs
     // only the rest.
-    let held = super::atomic::partial_path(out.path)
+    let held = koord_splitset::partial_path(out.path)
         .and_then(std::fs::metadata)
         .map(|m| m.len().min(len))
         .unwrap_or(0);
@@ -430,7 +430,7 @@ fn commit(
                 signer: out.signer,
             };
             let parts = tokio::task::block_in_place(|| {
-                super::set::split_open(file.file(), file.path(), &opts, &|_| {})
+                koord_splitset::split_open(file.file(), file.path(), &opts, &|_| {})
             })?;
             file.remove().map_err(werr)?;
             Ok((written, parts))

@@ -1,7 +1,6 @@
 //! The bundle: its manifest, checksum file, signature, and the plain tar that carries them with
 //! an OCI image layout at its root. Normative description: `bundle-spec/README.md`.
 
-pub mod atomic;
 pub mod checksums;
 pub use crate::crd;
 pub mod diff;
@@ -9,13 +8,10 @@ pub mod emit;
 pub mod layout;
 pub mod manifest;
 pub mod pack;
-pub mod parity;
-pub mod parts;
 pub mod plan;
 pub mod reader;
 pub mod reuse;
 pub mod sbom;
-pub mod set;
 /// The signature (minisign): at the crate's root since it uses nothing of the bundle's.
 pub use crate::sign;
 pub mod source;

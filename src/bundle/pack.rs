@@ -5,9 +5,9 @@
 //! temporary file beside the output, fsynced and renamed: an interrupted or failed build never
 //! leaves a file at the output path.
 
-use super::atomic::AtomicFile;
 use super::checksums::Checksums;
 use crate::oci::Digest;
+use koord_splitset::AtomicFile;
 use minisign::SecretKey;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};

@@ -3,10 +3,10 @@
 //! paths, `..`, links, devices, duplicates) and files the checksum file does not list are refused.
 
 use super::checksums::Checksums;
-use super::parts::{BundleFile, PartsError};
 use super::sign::{self, SignatureInfo};
 use super::{BundleManifest, CHECKSUMS_FILE, MANIFEST_FILE, SIGNATURE_FILE};
 use crate::oci::{Digest, Manifest};
+use koord_splitset::{BundleFile, PartsError};
 use minisign::PublicKey;
 use sha2::Digest as _;
 use std::collections::{BTreeMap, BTreeSet};

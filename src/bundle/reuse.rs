@@ -320,7 +320,7 @@ impl Index {
         // A temporary file of a new name (O_EXCL), renamed over the index: no write goes
         // through a link at a name another program could guess.
         let write = || -> io::Result<()> {
-            let tmp = super::atomic::AtomicFile::create(&self.path())?;
+            let tmp = koord_splitset::AtomicFile::create(&self.path())?;
             io::Write::write_all(&mut tmp.file(), &bytes)?;
             tmp.commit()
         };

@@ -7,14 +7,14 @@
 //! sends on top.) A split set of format v2 is read through the set instead: every block is
 //! checked against the signed header as it is read, and rebuilt from parity when damaged.
 
-use super::parts::BundleFile;
 use super::reader::{self, SignaturePolicy, Unhashed, VerifyError, VerifyReport};
-use super::set::Set;
 use super::BundleManifest;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
 use crate::store::{BlobStream, Catalog, RawManifest, Reference, Source, Store, StoreError};
 use futures_util::StreamExt;
+use koord_splitset::BundleFile;
+use koord_splitset::Set;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;

@@ -5,11 +5,11 @@
 //! whatever it found; 1 when an input is not a bundle or fails its checksums.
 
 use crate::bundle::diff::{self, InputKind, Side, Signature};
-use crate::bundle::parts::BundleFile;
 use crate::bundle::{reader, sign, BundleManifest, FORMAT_VERSION};
 use crate::cli::DiffArgs;
 use crate::oci::Digest;
 use anyhow::{bail, Context as _};
+use koord_splitset::BundleFile;
 use std::collections::BTreeMap;
 use std::path::Path;
 

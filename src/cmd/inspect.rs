@@ -15,7 +15,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         super::output_dir_of(Some(out), true)?;
         super::refuse_existing(out, args.force)?;
     }
-    let bf = crate::bundle::parts::BundleFile::open(&args.bundle).map_err(|source| {
+    let bf = koord_splitset::BundleFile::open(&args.bundle).map_err(|source| {
         reader::VerifyError::Parts {
             path: args.bundle.clone(),
             source,
@@ -153,7 +153,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
 /// Write `bytes` to `out` whole or not at all (a temporary file renamed into place).
 fn write_atomic(out: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let f = crate::bundle::atomic::AtomicFile::create(out)
+    let f = koord_splitset::AtomicFile::create(out)
         .with_context(|| format!("cannot write {}", out.display()))?;
     f.file()
         .write_all(bytes)
@@ -166,7 +166,7 @@ fn write_atomic(out: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// to `out` (`-`: standard output).
 fn write_sbom(
     args: &InspectArgs,
-    bf: &crate::bundle::parts::BundleFile,
+    bf: &koord_splitset::BundleFile,
     out: &std::path::Path,
     progress: &crate::progress::Progress,
 ) -> anyhow::Result<()> {

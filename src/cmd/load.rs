@@ -48,7 +48,7 @@ fn find_bundle() -> anyhow::Result<PathBuf> {
             found.push(p);
         } else if let Some((stem, _)) = name
             .rsplit_once(".part")
-            .filter(|_| crate::bundle::set::looks_like_part(&p))
+            .filter(|_| koord_splitset::looks_like_part(&p))
         {
             let first = sets.entry(stem.to_string()).or_insert_with(|| p.clone());
             if p < *first {
@@ -135,7 +135,7 @@ impl Settings {
         // is refused here, not handed to helm to block on) and checked as bounded YAML.
         super::check_helm_inputs(&args.values, &args.set)?;
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
-        let head = crate::bundle::parts::BundleFile::open(&bundle)
+        let head = koord_splitset::BundleFile::open(&bundle)
             .and_then(|bf| bf.read_range(0, 2))
             .with_context(|| format!("cannot read {}", bundle.display()))?;
         if head.starts_with(&[0x1f, 0x8b]) {

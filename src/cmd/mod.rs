@@ -423,7 +423,8 @@ pub fn refuse_existing(path: &std::path::Path, force: bool) -> anyhow::Result<()
 /// files it did not find. A bundle whose head cannot be read is left to the reader that
 /// follows, which says why.
 pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
-    use crate::bundle::{parts::BundleFile, reader};
+    use crate::bundle::reader;
+    use koord_splitset::BundleFile;
     let Ok(bf) = BundleFile::open(path) else {
         return Ok(());
     };
@@ -439,7 +440,7 @@ pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
 /// the bar by the part given, and it sat at its end after that part; serve had this already),
 /// else the file's.
 pub fn bundle_size(path: &std::path::Path) -> anyhow::Result<u64> {
-    match crate::bundle::parts::BundleFile::open(path) {
+    match koord_splitset::BundleFile::open(path) {
         Ok(bf) => Ok(bf.size),
         Err(_) => Ok(std::fs::metadata(path)
             .with_context(|| format!("cannot read {}", path.display()))?
@@ -693,7 +694,6 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
         });
     }
     use crate::bundle::pack::PackError;
-    use crate::bundle::parts::PartsError;
     use crate::bundle::reader::VerifyError;
     use crate::bundle::source::SourceError as BundleSourceError;
     use crate::cluster::ClusterError;
@@ -701,6 +701,7 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     use crate::helm::HelmError;
     use crate::store::http::HttpError;
     use crate::store::{CacheError, RegistryError, StoreError};
+    use koord_splitset::PartsError;
     if let Some(e) = c.downcast_ref::<RegistryError>() {
         return Some(registry_code(e));
     }
@@ -750,11 +751,15 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(e) = c.downcast_ref::<VerifyError>() {
         return verify_code(e);
     }
+    // The types of koord-splitset say their own class.
     if let Some(e) = c.downcast_ref::<PartsError>() {
-        return parts_code(e);
+        return e.exit_class().map(ExitClass::code);
     }
-    if let Some(e) = c.downcast_ref::<crate::bundle::set::SetError>() {
-        return set_code(e);
+    if let Some(e) = c.downcast_ref::<koord_splitset::SetError>() {
+        return e.exit_class().map(ExitClass::code);
+    }
+    if let Some(e) = c.downcast_ref::<koord_splitset::ParityError>() {
+        return e.exit_class().map(ExitClass::code);
     }
     if let Some(e) = c.downcast_ref::<BundleSourceError>() {
         return match e {
@@ -864,39 +869,13 @@ fn cache_code(e: &crate::store::CacheError) -> i32 {
 fn verify_code(e: &crate::bundle::reader::VerifyError) -> Option<i32> {
     use crate::bundle::reader::VerifyError as V;
     match e {
-        V::Parts { source, .. } => parts_code(source),
-        // Reading the bundle given: the kind of error decides (missing, a directory: the input;
-        // an I/O error of the disk: the machine).
-        V::Io { .. } => None,
-        _ => Some(EXIT_USER),
-    }
-}
-
-fn parts_code(e: &crate::bundle::parts::PartsError) -> Option<i32> {
-    use crate::bundle::parts::PartsError as P;
-    match e {
-        P::Io { .. } => None,
-        P::Set(s) => set_code(s),
-        _ => Some(EXIT_USER),
-    }
-}
-
-fn set_code(e: &crate::bundle::set::SetError) -> Option<i32> {
-    use crate::bundle::parity::ParityError;
-    use crate::bundle::set::SetError as S;
-    match e {
-        // Reading a part: missing, a directory (the input) or the disk (the machine).
-        S::Io { .. } => None,
-        S::Signature { source, .. } => {
+        V::Parts { source, .. } => {
             use crate::exit::Classify as _;
             source.exit_class().map(crate::exit::ExitClass::code)
         }
-        // A bug of the coder, not the input.
-        S::Parity {
-            source: ParityError::Coder(_) | ParityError::Length(_),
-            ..
-        } => Some(EXIT_INTERNAL),
-        // Damage beyond repair, a bad header, parts too small or too many, a file of another set.
+        // Reading the bundle given: the kind of error decides (missing, a directory: the input;
+        // an I/O error of the disk: the machine).
+        V::Io { .. } => None,
         _ => Some(EXIT_USER),
     }
 }
@@ -918,7 +897,7 @@ mod tests {
         std::fs::write(&bundle, &bytes).unwrap();
         assert_eq!(bundle_size(&bundle).unwrap(), 3_000_000);
         let out = dir.path().join("parts");
-        let opts = crate::bundle::set::SplitOptions {
+        let opts = koord_splitset::SplitOptions {
             size: 1 << 20,
             parity: 1,
             spread: false,
@@ -926,7 +905,7 @@ mod tests {
             name: "b.tar",
             signer: None,
         };
-        let parts = crate::bundle::set::split(&bundle, &opts, &|_| {}).unwrap();
+        let parts = koord_splitset::split(&bundle, &opts, &|_| {}).unwrap();
         assert!(parts.len() > 3, "{parts:?}");
         for p in &parts[..2] {
             assert!(std::fs::metadata(p).unwrap().len() <= 1 << 20);
@@ -997,7 +976,7 @@ mod tests {
         assert_eq!(exit_code(&io(std::io::ErrorKind::IsADirectory)), EXIT_USER);
         assert_eq!(exit_code(&io(std::io::ErrorKind::Other)), EXIT_INTERNAL);
         // A decisive "input" error outside a full disk does not hide it.
-        let e = anyhow::Error::from(crate::bundle::parts::PartsError::Io {
+        let e = anyhow::Error::from(koord_splitset::PartsError::Io {
             path: "p".into(),
             source: std::io::ErrorKind::StorageFull.into(),
         });

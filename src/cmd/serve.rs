@@ -81,7 +81,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(set) = src.split_set() {
         // Damage that appears while serving: each block rebuilt is told once.
         let p = progress.clone();
-        set.on_repair(Arc::new(move |r: &crate::bundle::set::Repair| {
+        set.on_repair(Arc::new(move |r: &koord_splitset::Repair| {
             p.warn(format!(
                 "{}: block {} damaged, rebuilt from parity (koord-bundle repair writes it back)",
                 r.file, r.block

@@ -1,8 +1,8 @@
 //! What every reader of a split set (verify, inspect, load, serve, join, repair) says about the
 //! parts it found and the blocks it rebuilt from parity.
 
-use crate::bundle::parts::BundleFile;
 use crate::progress::Progress;
+use koord_splitset::BundleFile;
 
 /// What was found when the parts of a set were looked for (renamed, swapped, missing,
 /// foreign, damaged headers): one line each.
@@ -35,7 +35,7 @@ pub fn tell_repairs(progress: &Progress, bf: &BundleFile) {
     let notes = bf.set.as_ref().is_some_and(|s| {
         s.notes
             .iter()
-            .any(|n| !matches!(n, crate::bundle::set::Note::Stray { .. }))
+            .any(|n| !matches!(n, koord_splitset::Note::Stray { .. }))
     });
     if !lines.is_empty() || notes {
         progress.warn(format!(

@@ -1,11 +1,10 @@
 //! `koord-bundle split`, `join` and `repair`.
 
 use super::sets::{set_notes, tell_repairs};
-use crate::bundle::parts::{self, BundleFile};
-use crate::bundle::set;
 use crate::cli::{JoinArgs, RepairArgs, SplitArgs};
 use crate::progress::{Mode, Progress};
 use anyhow::{bail, Context as _};
+use koord_splitset::BundleFile;
 use std::path::{Path, PathBuf};
 
 /// Split `args.bundle` into `dir` as `args` say; returns the part paths.
@@ -16,8 +15,8 @@ pub fn split_file(
     key: Option<&minisign::SecretKey>,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let size = parts::parse_size(&args.size)?;
-    let opts = set::SplitOptions {
+    let size = koord_splitset::parse_size(&args.size)?;
+    let opts = koord_splitset::SplitOptions {
         size,
         parity: args.parity,
         spread: args.spread,
@@ -25,7 +24,7 @@ pub fn split_file(
         name,
         signer: key,
     };
-    Ok(set::split(&args.bundle, &opts, on_bytes)?)
+    Ok(koord_splitset::split(&args.bundle, &opts, on_bytes)?)
 }
 
 /// `--spread` (of `split`, and of `build --split`) with no parity parts to spread: refused.
@@ -162,7 +161,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
     let out = match &args.output {
         Some(o) => o.clone(),
         // Never a path from the header: its plain name, in the current directory.
-        None if parts::is_plain_file_name(&whole.file) => PathBuf::from(&whole.file),
+        None if koord_splitset::is_plain_file_name(&whole.file) => PathBuf::from(&whole.file),
         None => anyhow::bail!(
             "{}: the header names the bundle \"{}\", which is not a plain file name: refusing to write there; name the output with -o FILE",
             args.first_part.display(),
@@ -170,7 +169,7 @@ pub fn run_join(args: JoinArgs) -> anyhow::Result<()> {
         ),
     };
     super::refuse_existing(&out, args.force)?;
-    let n = parts::join(&bf, &out)?;
+    let n = koord_splitset::join(&bf, &out)?;
     tell_repairs(&progress, &bf);
     let from = joined_from(&bf);
     if args.json {
@@ -214,23 +213,23 @@ fn joined_from(bf: &BundleFile) -> JoinedFrom {
             parity_unused: 0,
         };
     };
-    let g = &s.geometry;
+    let (k, parts) = (s.data_parts(), s.part_count());
     let repairs = s.repairs();
-    let rebuilt = repairs.iter().filter(|r| r.missing && r.part < g.k).count();
+    let rebuilt = repairs.iter().filter(|r| r.missing && r.part < k).count();
     let damaged_blocks = repairs
         .iter()
         .filter(|r| !r.missing)
         .map(|r| r.blocks)
         .sum();
     let present = |ps: std::ops::Range<usize>| ps.filter(|&p| s.found(p)).count();
-    let data = present(0..g.k);
-    let parity = present(g.k..g.parts());
+    let data = present(0..k);
+    let parity = present(k..parts);
     if repairs.is_empty() {
         JoinedFrom {
             read: data,
             rebuilt: 0,
             damaged_blocks: 0,
-            parity_unused: g.parts() - g.k,
+            parity_unused: parts - k,
         }
     } else {
         JoinedFrom {
@@ -295,9 +294,9 @@ pub fn run_repair(args: RepairArgs) -> anyhow::Result<()> {
     for n in set_notes(&bf) {
         progress.say(n);
     }
-    let total: u64 = s.geometry.sizes.iter().sum();
+    let total = s.data_bytes(0..s.part_count());
     let bar = progress.bytes("checking", total);
-    let done = set::repair(&s, sig.as_deref(), &|n| bar.inc(n))?;
+    let done = koord_splitset::repair(&s, sig.as_deref(), &|n| bar.inc(n))?;
     bar.finish("done");
     if args.json {
         return super::print_json(&serde_json::json!({

@@ -23,7 +23,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     // The parity parts too: damage there lowers what the set can still rebuild.
     let parity_damage = match &set {
         Some(s) => {
-            let parity: u64 = s.geometry.sizes[s.geometry.k..].iter().sum();
+            let parity = s.data_bytes(s.data_parts()..s.part_count());
             let bar = progress.bytes("checking parity parts", parity);
             let d = tokio::task::block_in_place(|| s.check_parity(&|n| bar.inc(n)));
             bar.finish("done");

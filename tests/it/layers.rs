@@ -3,41 +3,47 @@
 //!
 //! ```text
 //! 0  exit               the exit codes and the class trait every error type implements beside its definition
-//! 1  oci, text, yaml, child, bounded, secret    pure types, text helpers, the one bounded YAML entry, the one child-process runner, bounded reads, secrets
+//! 1  oci, text, yaml, child, bounded, secret, parity    pure types, text helpers, the one bounded YAML entry, the one child-process runner, bounded reads, secrets; the erasure code
 //! 2  sign, fsio         signatures (minisign), file primitives: over bounded reads
-//! 3  store, crd, class  sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml; the class of koord-base's error types in a chain
-//! 4  copy               the one graph walk over stores
-//! 5  bundle, chart, cluster, helm, serve, sources, admission    the domain, side by side (none uses another)
-//! 6  cli, progress      flags and the printer, for the commands only
-//! 7  cmd                the commands: the only place that prints or reads the environment
+//! 3  store, crd, class, atomic  sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml; the class of koord-base's error types in a chain; files written atomically
+//! 4  copy, set          the one graph walk over stores; split sets (format v2)
+//! 5  parts, splitset    a bundle on disk, one file or parts; `koord_splitset::` as the root crate sees it
+//! 6  bundle, chart, cluster, helm, serve, sources, admission    the domain, side by side (none uses another)
+//! 7  cli, progress      flags and the printer, for the commands only
+//! 8  cmd                the commands: the only place that prints or reads the environment
 //! ```
 
 use std::path::Path;
 
 const LAYERS: &[(&str, u8)] = &[
+    ("exit", 0),
     ("oci", 1),
     ("text", 1),
     ("yaml", 1),
     ("child", 1),
     ("bounded", 1),
     ("secret", 1),
-    ("exit", 0),
+    ("parity", 1),
     ("sign", 2),
     ("fsio", 2),
     ("class", 3),
     ("store", 3),
     ("crd", 3),
+    ("atomic", 3),
     ("copy", 4),
-    ("bundle", 5),
-    ("chart", 5),
-    ("cluster", 5),
-    ("helm", 5),
-    ("serve", 5),
-    ("sources", 5),
-    ("admission", 5),
-    ("cli", 6),
-    ("progress", 6),
-    ("cmd", 7),
+    ("set", 4),
+    ("parts", 5),
+    ("splitset", 5),
+    ("bundle", 6),
+    ("chart", 6),
+    ("cluster", 6),
+    ("helm", 6),
+    ("serve", 6),
+    ("sources", 6),
+    ("admission", 6),
+    ("cli", 7),
+    ("progress", 7),
+    ("cmd", 8),
 ];
 
 /// The macros `lib.rs` exports, and the module each expands into.
@@ -50,8 +56,9 @@ fn layer(module: &str) -> Option<u8> {
 /// `(file's module, used module, line)` for every use of `crate::X` against the direction.
 fn violations(files: &[(String, String)]) -> Vec<String> {
     // `koord_base::X` (the workspace's base crate, re-exported at the old paths) is a module
-    // of the same layers as `crate::X`.
-    let re = regex::Regex::new(r"(?:crate|koord_base)::([a-z_]+)").unwrap();
+    // of the same layers as `crate::X`; `koord_splitset::` (no re-export: the root names its
+    // items) is the crate as a whole, layer `splitset`.
+    let re = regex::Regex::new(r"(?:crate|koord_base)::([a-z_]+)|\bkoord_(splitset)::").unwrap();
     let mut bad = Vec::new();
     for (path, text) in files {
         let module = module_of(path);
@@ -155,8 +162,9 @@ fn used_modules(re: &regex::Regex, code: &str) -> Vec<(usize, String)> {
     let mut out: Vec<(usize, String)> = re
         .captures_iter(code)
         .map(|c| {
-            let m = c.get(1).expect("group 1");
-            let name = &c[1];
+            // Group 1 of a `crate::X` pattern, group 2 (when there is one) of a crate's name.
+            let m = c.get(1).or_else(|| c.get(2)).expect("a group");
+            let name = m.as_str();
             // A macro of the crate root (`crate::say!`) counts as the module it expands into.
             let name = match MACROS.iter().find(|(mac, _)| *mac == name) {
                 Some((_, module)) if code[m.end()..].starts_with('!') => module,
@@ -273,22 +281,38 @@ fn the_check_finds_a_use_against_the_direction() {
         "src/text.rs".to_string(),
         "use koord_base::cluster::x;\n".to_string(),
     ));
+    files.push((
+        "src/copy.rs".to_string(),
+        "fn f() { koord_splitset::join(); }\n".to_string(),
+    ));
+    files.push((
+        "crates/koord-splitset/src/set/w.rs".to_string(),
+        "use crate::parts::BundleFile;\n".to_string(),
+    ));
     let bad = violations(&files);
-    assert_eq!(bad.len(), 6, "{bad:?}");
+    assert_eq!(bad.len(), 8, "{bad:?}");
+    assert!(
+        bad[6].contains("src/copy.rs:1: copy (layer 4) uses splitset (layer 5)"),
+        "a path through koord_splitset: {bad:?}"
+    );
+    assert!(
+        bad[7].contains("set (layer 4) uses parts (layer 5)"),
+        "inside koord-splitset: {bad:?}"
+    );
     assert!(
         bad[4].contains("crates/koord-base/src/oci/u.rs:1: oci (layer 1) uses store (layer 3)"),
         "a file of a workspace crate: {bad:?}"
     );
     assert!(
-        bad[5].contains("text (layer 1) uses cluster (layer 5)"),
+        bad[5].contains("text (layer 1) uses cluster (layer 6)"),
         "a path through koord_base: {bad:?}"
     );
     assert!(
-        bad[3].contains("store (layer 3) uses progress (layer 6)"),
+        bad[3].contains("store (layer 3) uses progress (layer 7)"),
         "a root macro counts as the module it expands into: {bad:?}"
     );
     assert!(bad[0].contains("store (layer 3) uses copy (layer 4)"));
-    assert!(bad[1].contains("bundle (layer 5) uses chart (layer 5)"));
+    assert!(bad[1].contains("bundle (layer 6) uses chart (layer 6)"));
     assert!(
         bad[2].contains("src/oci/z.rs:3: oci (layer 1) uses store (layer 3)"),
         "a grouped import: {bad:?}"

@@ -122,7 +122,7 @@ fn the_manifest_and_split_headers_match_their_schemas() {
                 &format!("the header of {}", p.display()),
             );
         }
-        serde_json::from_value::<koord_bundle::bundle::set::SetHeader>(first).unwrap();
+        serde_json::from_value::<koord_splitset::format::SetHeader>(first).unwrap();
     }
 
     // Hand-broken manifests: the schema names the field, and the reader refuses them too.
@@ -209,7 +209,7 @@ fn the_manifest_and_split_headers_match_their_schemas() {
             needle,
             &format!("a new member in {edit:?}"),
         );
-        let r = serde_json::from_value::<koord_bundle::bundle::set::SetHeader>(broken);
+        let r = serde_json::from_value::<koord_splitset::format::SetHeader>(broken);
         assert!(r.is_err(), "the reader accepts a new member in {edit:?}");
     }
     let mut bare = header.clone();
@@ -229,7 +229,7 @@ fn the_manifest_and_split_headers_match_their_schemas() {
         "bundle": {"file": "b.tar", "size": 1, "sha256": m_base["chart"]["digest"]},
         "parts": [{"file": "b.tar.part000", "size": 1, "sha256": m_base["chart"]["digest"]}],
     });
-    serde_json::from_value::<koord_bundle::bundle::parts::SplitHeader>(v1.clone()).unwrap();
+    serde_json::from_value::<koord_splitset::format::SplitHeader>(v1.clone()).unwrap();
     for edit in ["", "/bundle", "/parts/0"] {
         let mut broken = v1.clone();
         broken
@@ -238,7 +238,7 @@ fn the_manifest_and_split_headers_match_their_schemas() {
             .as_object_mut()
             .unwrap()
             .insert("aNewMember".into(), json!(1));
-        let r = serde_json::from_value::<koord_bundle::bundle::parts::SplitHeader>(broken);
+        let r = serde_json::from_value::<koord_splitset::format::SplitHeader>(broken);
         assert!(r.is_err(), "the reader accepts a new member in v1 {edit:?}");
     }
 }
@@ -269,8 +269,9 @@ fn spec_limits() -> BTreeMap<String, u64> {
 
 #[test]
 fn the_spec_states_the_limits_the_reader_enforces() {
-    use koord_bundle::bundle::{parts, plan, reader, set};
+    use koord_bundle::bundle::{plan, reader};
     use koord_bundle::{chart::archive, copy, oci::size, store::registry, yaml};
+    use koord_splitset::format;
     // (limit in the spec, file, constant, its value): every bound the reader enforces.
     let code: &[(&str, &str, &str, u64)] = &[
         (
@@ -371,100 +372,100 @@ fn the_spec_states_the_limits_the_reader_enforces() {
         ),
         (
             "max-split-magic-line",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_MAGIC_LINE",
-            set::MAX_MAGIC_LINE,
+            format::MAX_MAGIC_LINE,
         ),
         (
             "max-split-part-line",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_PART_LINE",
-            set::MAX_PART_LINE,
+            format::MAX_PART_LINE,
         ),
         (
             "max-split-length-line",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_LENGTH_LINE",
-            set::MAX_LENGTH_LINE,
+            format::MAX_LENGTH_LINE,
         ),
         (
             "max-split-json",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_JSON",
-            set::MAX_JSON,
+            format::MAX_JSON,
         ),
         (
             "max-split-signature",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_SIG",
-            set::MAX_SIG as u64,
+            format::MAX_SIG as u64,
         ),
         (
             "max-block-table",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_TABLE",
-            set::MAX_TABLE,
+            format::MAX_TABLE,
         ),
         (
             "max-parts",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_PARTS",
-            set::MAX_PARTS as u64,
+            format::MAX_PARTS as u64,
         ),
         (
             "max-stripe-bytes",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "STRIPE_BUDGET",
-            set::STRIPE_BUDGET,
+            format::STRIPE_BUDGET,
         ),
         (
             "min-block-size",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MIN_BLOCK",
-            set::MIN_BLOCK,
+            format::MIN_BLOCK,
         ),
         (
             "max-block-size",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_BLOCK",
-            set::MAX_BLOCK,
+            format::MAX_BLOCK,
         ),
         (
             "max-spread-block-size",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_SPREAD_BLOCK",
-            set::MAX_SPREAD_BLOCK,
+            format::MAX_SPREAD_BLOCK,
         ),
         (
             "max-file-name",
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_FILE_NAME",
-            set::MAX_FILE_NAME as u64,
+            format::MAX_FILE_NAME as u64,
         ),
         (
             "max-folder-scan",
-            "src/bundle/set/open.rs",
+            "crates/koord-splitset/src/set/open.rs",
             "MAX_SCAN",
-            set::MAX_SCAN as u64,
+            format::MAX_SCAN as u64,
         ),
         (
             "max-split-v1-line",
-            "src/bundle/parts.rs",
+            "crates/koord-splitset/src/parts.rs",
             "MAX_LINE",
-            parts::MAX_LINE,
+            format::MAX_LINE,
         ),
         (
             "max-split-v1-json",
-            "src/bundle/parts.rs",
+            "crates/koord-splitset/src/parts.rs",
             "MAX_HEADER",
-            parts::MAX_HEADER as u64,
+            format::MAX_HEADER as u64,
         ),
     ];
     // Bounds of the bundle code that are not limits on what a reader is given: why each is not
     // in the spec.
     let not_limits: &[(&str, &str, &str)] = &[
         (
-            "src/bundle/parts.rs",
+            "crates/koord-splitset/src/parts.rs",
             "MIN_PART_SIZE",
             "the smallest part `split` writes; a reader checks parts against the header",
         ),
@@ -474,7 +475,7 @@ fn the_spec_states_the_limits_the_reader_enforces() {
             "the truncation pre-check gives up there; it refuses nothing",
         ),
         (
-            "src/bundle/atomic.rs",
+            "crates/koord-splitset/src/atomic.rs",
             "PARTIAL_MAX_AGE",
             "the age of a writer's leftover partial files",
         ),
@@ -484,22 +485,22 @@ fn the_spec_states_the_limits_the_reader_enforces() {
             "the local index of built bundles, not part of a bundle",
         ),
         (
-            "src/bundle/parity.rs",
+            "crates/koord-splitset/src/parity.rs",
             "SLICE_BUDGET",
             "the coder's own memory, whatever the input",
         ),
         (
-            "src/bundle/parity.rs",
+            "crates/koord-splitset/src/parity.rs",
             "MATRIX_MAX_LOST",
             "which decoder runs, not what is read",
         ),
         (
-            "src/bundle/set/spread.rs",
+            "crates/koord-splitset/src/set/spread.rs",
             "WIDE_BUDGET",
             "the spread rebuild's own memory, whatever the input",
         ),
         (
-            "src/bundle/set/mod.rs",
+            "crates/koord-splitset/src/set/mod.rs",
             "MAX_LISTED",
             "the words of a damage report",
         ),

@@ -8,7 +8,6 @@ mod settings;
 mod signatures;
 mod tools;
 
-use crate::bundle::atomic;
 use crate::bundle::emit::{self, Output, Written};
 use crate::bundle::layout;
 use crate::bundle::pack;
@@ -101,7 +100,7 @@ async fn build(args: BuildArgs, partial: Arc<Mutex<Option<PathBuf>>>) -> anyhow:
         }
         return print_plan(&args, &plan, &layout.manifest, &path);
     }
-    for l in atomic::leftovers(&path).unwrap_or_default() {
+    for l in koord_splitset::leftovers(&path).unwrap_or_default() {
         progress.warn(if l.removed {
             format!("removed {} ({}), left by a build interrupted more than 7 days ago", l.path.display(), human_bytes(l.bytes))
         } else {
@@ -114,7 +113,7 @@ async fn build(args: BuildArgs, partial: Arc<Mutex<Option<PathBuf>>>) -> anyhow:
         ..out
     };
     if let Ok(mut p) = partial.lock() {
-        *p = atomic::partial_path(&path).ok();
+        *p = koord_splitset::partial_path(&path).ok();
     }
     let bar = progress.bytes("writing bundle", plan.counts.copied.bytes);
     let on = bar.clone();

@@ -64,11 +64,7 @@ impl Settings {
         }
         crate::cmd::split::spread_needs_parity(args.parity, args.spread)?;
         let split = match args.split.as_deref() {
-            Some(s) => Some((
-                crate::bundle::parts::parse_size(s)?,
-                args.parity,
-                args.spread,
-            )),
+            Some(s) => Some((koord_splitset::parse_size(s)?, args.parity, args.spread)),
             None if args.parity > 0 => {
                 bail!("--parity needs --split SIZE (parity parts are parts of a split set)")
             }

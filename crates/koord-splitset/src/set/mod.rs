@@ -1,6 +1,6 @@
 //! Split sets, format v2 (`koord-bundle-split v2`, normative text in `bundle-spec/README.md`
 //! §8): parts for media with a size limit, each starting with a copy of the set's signed
-//! header, optionally followed by parity parts of Reed–Solomon recovery data ([`super::parity`]).
+//! header, optionally followed by parity parts of Reed–Solomon recovery data ([`crate::parity`]).
 //!
 //! - **Every part carries the header** (and says which part it is and of which set), so any
 //!   surviving part opens the set, and a renamed, swapped or foreign part is recognised by its
@@ -37,7 +37,7 @@
 //! rebuild a block; the writer and [`repair`] hold two groups of whole stripes (one being read
 //! or written by a thread of its own while the other is coded), together at most
 //! [`STRIPE_BUDGET`] (64 MiB), plus the coder's slice (at most
-//! [`super::parity::SLICE_BUDGET`], 32 MiB), plus the block table (at most [`MAX_TABLE`],
+//! [`crate::parity::SLICE_BUDGET`], 32 MiB), plus the block table (at most [`MAX_TABLE`],
 //! 16 MiB): at most 112 MiB.
 
 pub(crate) mod header;
@@ -50,13 +50,14 @@ mod write;
 pub use header::MAGIC;
 pub(crate) use open::has_v2_siblings;
 pub use open::{open, Note, MAX_SCAN};
-pub use pass::{check, repair, HeaderCopyDamage, Repaired};
+pub(crate) use pass::check;
+pub use pass::{repair, HeaderCopyDamage, Repaired};
 pub use read::{PartRepairs, Repair, SetReader};
 pub use write::{split, split_open, SplitOptions};
 
-use super::parity::ParityError;
-use super::sign::SignError;
 use crate::oci::Digest;
+use crate::parity::ParityError;
+use crate::sign::SignError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::fs::File;
@@ -68,7 +69,7 @@ pub const FORMAT: &str = "koord-bundle-split/v2";
 /// The name of the erasure code in the header: per stripe (block `j` of every part).
 pub const CODE: &str = "reed-solomon-gf16-leopard";
 /// The name of the set-wide erasure code (`split --spread`): every block of the set is one
-/// shard of a single code ([`spread`]).
+/// shard of a single code.
 pub const CODE_SPREAD: &str = "reed-solomon-gf16-leopard-set";
 /// Largest block of a set-wide code (the code takes at most 65536 blocks, data and parity:
 /// with 20 % parity, about 3 TiB of bundle).
@@ -76,7 +77,7 @@ pub const MAX_SPREAD_BLOCK: u64 = 64 << 20;
 /// The block digest: the first 16 bytes of the block's BLAKE3 hash.
 pub const BLOCK_DIGEST: &str = "blake3-128";
 /// Bytes of a block digest.
-pub const DIGEST_LEN: usize = 16;
+pub(crate) const DIGEST_LEN: usize = 16;
 /// Smallest and largest block size.
 pub const MIN_BLOCK: u64 = 4096;
 /// See [`MIN_BLOCK`].
@@ -101,7 +102,7 @@ pub const MAX_LENGTH_LINE: u64 = 24;
 /// Longest file name of the bundle and of a part, in bytes.
 pub const MAX_FILE_NAME: usize = 255;
 /// The header area is padded to a multiple of this (so data starts on a sector boundary).
-pub const ALIGN: u64 = 4096;
+pub(crate) const ALIGN: u64 = 4096;
 
 /// A file and its content's size and digest.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -209,7 +210,7 @@ pub enum SetError {
     /// More damage than the parity parts can rebuild.
     #[error("{0}")]
     Beyond(Box<DamageReport>),
-    /// A block that cannot be rebuilt, met while reading (the whole picture: [`check`]).
+    /// A block that cannot be rebuilt, met while reading ([`repair`] reports the whole picture).
     #[error("split set {set}: block {block} of {file} is damaged and cannot be rebuilt: its stripe has {} damaged blocks ({}) and the set has {parity} parity part{}", damaged.len(), damaged.join(", "), if *parity == 1 { "" } else { "s" })]
     Stripe {
         /// The part named.
@@ -282,26 +283,40 @@ pub enum SetError {
     },
 }
 
+impl koord_base::exit::Classify for SetError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        match self {
+            // Reading a part: missing, a directory (the input) or the disk (the machine).
+            SetError::Io { .. } => None,
+            SetError::Signature { source, .. } => source.exit_class(),
+            SetError::Parity { source, .. } => source.exit_class(),
+            // Damage beyond repair, a bad header, parts too small or too many, a file of
+            // another set.
+            _ => Some(koord_base::exit::ExitClass::Input),
+        }
+    }
+}
+
 /// What was seen next to a part whose header is damaged, looking for another copy.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
     /// Files of its set tried (their copies damaged too).
-    pub tried: Vec<PathBuf>,
+    pub(crate) tried: Vec<PathBuf>,
     /// The set its part line names, when that line is intact.
-    pub want: Option<String>,
+    pub(crate) want: Option<String>,
     /// Parts of other sets (never read as its set).
-    pub others: Vec<OtherSet>,
+    pub(crate) others: Vec<OtherSet>,
 }
 
 /// A part of another split set, seen next to a part whose header is damaged.
 #[derive(Debug, Clone)]
 pub struct OtherSet {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its set id.
-    pub set: String,
+    pub(crate) set: String,
     /// Its set's bundle, when its header was read.
-    pub bundle: Option<String>,
+    pub(crate) bundle: Option<String>,
 }
 
 fn others_list(others: &[OtherSet]) -> String {
@@ -343,28 +358,28 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SetError + '_ {
 
 /// Where everything is: sizes and block counts derived from a header.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Geometry {
+pub(crate) struct Geometry {
     /// Header area (data offset in every part).
-    pub data_offset: u64,
+    pub(crate) data_offset: u64,
     /// Block size.
-    pub block: u64,
+    pub(crate) block: u64,
     /// Data parts.
-    pub k: usize,
+    pub(crate) k: usize,
     /// Parity parts.
-    pub n: usize,
+    pub(crate) n: usize,
     /// Bytes of data in each part (data parts, then parity parts).
-    pub sizes: Vec<u64>,
+    pub(crate) sizes: Vec<u64>,
     /// Where each part's digests start in the block table (in blocks), and the total.
     starts: Vec<u64>,
     /// The parity parts hold a set-wide code ([`CODE_SPREAD`]): every block of the set is a
     /// shard (its index is its place in the block table), each parity part is whole blocks.
-    pub spread: bool,
+    pub(crate) spread: bool,
 }
 
 impl Geometry {
     /// The layout of a bundle of `total` bytes in data parts of `stride` bytes (the last
     /// shorter) with `n` parity parts, blocks of `block` bytes.
-    pub fn new(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
+    pub(crate) fn new(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
         let mut sizes = Geometry::data_sizes(total, stride);
         let k = sizes.len();
         let parity = sizes[0].next_multiple_of(2);
@@ -374,7 +389,13 @@ impl Geometry {
 
     /// [`Geometry::new`] for a set-wide code: every parity part holds as many whole blocks as
     /// the first data part has blocks (so `n` parity parts rebuild `n` lost data parts).
-    pub fn new_spread(total: u64, stride: u64, n: usize, block: u64, data_offset: u64) -> Geometry {
+    pub(crate) fn new_spread(
+        total: u64,
+        stride: u64,
+        n: usize,
+        block: u64,
+        data_offset: u64,
+    ) -> Geometry {
         let mut sizes = Geometry::data_sizes(total, stride);
         let k = sizes.len();
         let whole = sizes[0].div_ceil(block) * block;
@@ -396,17 +417,17 @@ impl Geometry {
     }
 
     /// A set-wide code: its original shards (every block of the data parts).
-    pub fn originals(&self) -> usize {
+    pub(crate) fn originals(&self) -> usize {
         self.starts[self.k] as usize
     }
 
     /// A set-wide code: its recovery shards (every block of the parity parts).
-    pub fn recovery(&self) -> usize {
+    pub(crate) fn recovery(&self) -> usize {
         (self.starts[self.sizes.len()] - self.starts[self.k]) as usize
     }
 
     /// A set-wide code: the part and block of shard `i`.
-    pub fn shard_block(&self, i: usize) -> (usize, u64) {
+    pub(crate) fn shard_block(&self, i: usize) -> (usize, u64) {
         let i = i as u64;
         let p = self.starts.partition_point(|&s| s <= i) - 1;
         (p, i - self.starts[p])
@@ -419,14 +440,14 @@ impl Geometry {
     /// (reed-solomon-simd 3: the power of two at or above the parity blocks, plus the data
     /// blocks, at most 65536). `None` when even [`MAX_SPREAD_BLOCK`] is too small, or a block
     /// would be larger than a part.
-    pub fn spread_block_for(total: u64, stride: u64, n: usize) -> Option<u64> {
+    pub(crate) fn spread_block_for(total: u64, stride: u64, n: usize) -> Option<u64> {
         let mut b = total.div_ceil(4096).next_power_of_two().max(MIN_BLOCK);
         loop {
             if b > MAX_SPREAD_BLOCK || b > stride.max(MIN_BLOCK) {
                 return None;
             }
             let g = Geometry::new_spread(total, stride, n, b, 0);
-            if super::parity::Coder::new(g.originals(), g.recovery()).is_ok() {
+            if crate::parity::Coder::new(g.originals(), g.recovery()).is_ok() {
                 return Some(b);
             }
             b *= 2;
@@ -458,47 +479,47 @@ impl Geometry {
     }
 
     /// Bundle bytes per data part (the first data part's size).
-    pub fn stride(&self) -> u64 {
+    pub(crate) fn stride(&self) -> u64 {
         self.sizes[0]
     }
 
     /// Blocks of part `p`.
-    pub fn blocks(&self, p: usize) -> u64 {
+    pub(crate) fn blocks(&self, p: usize) -> u64 {
         self.starts[p + 1] - self.starts[p]
     }
 
     /// Stripes: the first data part's blocks.
-    pub fn stripes(&self) -> u64 {
+    pub(crate) fn stripes(&self) -> u64 {
         self.blocks(0)
     }
 
     /// Blocks in the whole set (entries of the block table).
-    pub fn total_blocks(&self) -> u64 {
+    pub(crate) fn total_blocks(&self) -> u64 {
         self.starts[self.sizes.len()]
     }
 
     /// Index of block `b` of part `p` in the block table.
-    pub fn table_index(&self, p: usize, b: u64) -> usize {
+    pub(crate) fn table_index(&self, p: usize, b: u64) -> usize {
         (self.starts[p] + b) as usize
     }
 
     /// Bytes of block `b` of part `p` (0 beyond its end).
-    pub fn block_len(&self, p: usize, b: u64) -> u64 {
+    pub(crate) fn block_len(&self, p: usize, b: u64) -> u64 {
         self.sizes[p].saturating_sub(b * self.block).min(self.block)
     }
 
     /// Bytes of every shard of stripe `j` (a block, the last one padded to an even length).
-    pub fn shard_len(&self, j: u64) -> u64 {
+    pub(crate) fn shard_len(&self, j: u64) -> u64 {
         self.block_len(0, j).next_multiple_of(2)
     }
 
     /// Size of part `p`'s file.
-    pub fn file_len(&self, p: usize) -> u64 {
+    pub(crate) fn file_len(&self, p: usize) -> u64 {
         self.data_offset + self.sizes[p]
     }
 
     /// Which data part and offset in it hold byte `offset` of the bundle.
-    pub fn locate(&self, offset: u64) -> (usize, u64) {
+    pub(crate) fn locate(&self, offset: u64) -> (usize, u64) {
         let stride = self.stride().max(1);
         let p = ((offset / stride) as usize).min(self.k - 1);
         (p, offset - p as u64 * stride)
@@ -530,7 +551,7 @@ impl Geometry {
 
     /// The block size for data parts of `stride` bytes in a set of `parts` parts: see the
     /// module docs.
-    pub fn block_for(stride: u64, parts: usize) -> u64 {
+    pub(crate) fn block_for(stride: u64, parts: usize) -> u64 {
         let mut b = stride
             .div_ceil(2048)
             .next_power_of_two()
@@ -546,36 +567,36 @@ impl Geometry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Groups {
     /// Stripes per group.
-    pub per: u64,
+    pub(crate) per: u64,
     /// Parts per group (all of them, unless a stripe is larger than a group).
-    pub chunk: usize,
+    pub(crate) chunk: usize,
     /// Sets of group buffers.
-    pub sets: usize,
+    pub(crate) sets: usize,
 }
 
 /// One group of a pass: stripes `j0..j1` of parts `q0..q1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Unit {
-    pub j0: u64,
-    pub j1: u64,
-    pub q0: usize,
-    pub q1: usize,
+    pub(crate) j0: u64,
+    pub(crate) j1: u64,
+    pub(crate) q0: usize,
+    pub(crate) q1: usize,
 }
 
 impl Groups {
     /// Bytes of one part's buffer in a group.
-    pub fn buffer(&self, g: &Geometry) -> usize {
+    pub(crate) fn buffer(&self, g: &Geometry) -> usize {
         (self.per * g.block) as usize
     }
 
     /// A set of group buffers.
-    pub fn buffers(&self, g: &Geometry) -> Vec<Vec<u8>> {
+    pub(crate) fn buffers(&self, g: &Geometry) -> Vec<Vec<u8>> {
         vec![vec![0u8; self.buffer(g)]; self.chunk]
     }
 
     /// The groups of a pass over parts `0..count`, a run of parts at a time (each part's
     /// stripes in order, so it is read and written front to back).
-    pub fn units(self, g: &Geometry, count: usize) -> impl Iterator<Item = Unit> + '_ {
+    pub(crate) fn units(self, g: &Geometry, count: usize) -> impl Iterator<Item = Unit> + '_ {
         (0..count).step_by(self.chunk.max(1)).flat_map(move |q0| {
             let q1 = (q0 + self.chunk).min(count);
             // A code per stripe codes every stripe of the set; a run of parts has its own.
@@ -599,25 +620,25 @@ impl Groups {
 #[serde(rename_all = "camelCase")]
 pub struct DamageReport {
     /// The set (the part named).
-    pub set: PathBuf,
+    pub(crate) set: PathBuf,
     /// Parity parts of the set.
-    pub parity: usize,
+    pub(crate) parity: usize,
     /// A set-wide code (`split --spread`): the damaged blocks it rebuilds, wherever they are
     /// (its recovery blocks); `None` for a code per stripe.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub spread: Option<u64>,
+    pub(crate) spread: Option<u64>,
     /// Damaged blocks in all.
-    pub damaged_blocks: u64,
+    pub(crate) damaged_blocks: u64,
     /// Damaged parts.
     pub parts: Vec<PartDamage>,
     /// Stripes with more damaged blocks than parity parts: (stripe, damaged blocks).
-    pub beyond: Vec<(u64, usize)>,
+    pub(crate) beyond: Vec<(u64, usize)>,
     /// How many more parity parts would have rebuilt everything.
-    pub more_parity_needed: usize,
+    pub(crate) more_parity_needed: usize,
     /// Parts to copy again so that every stripe can be rebuilt (fewest first found).
-    pub copy_again: Vec<String>,
+    pub(crate) copy_again: Vec<String>,
     /// What was found when the parts were looked for (short, renamed, foreign parts...).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The damage of one part.
@@ -625,21 +646,21 @@ pub struct DamageReport {
 #[serde(rename_all = "camelCase")]
 pub struct PartDamage {
     /// Index in the set.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Its file name.
-    pub file: String,
+    pub(crate) file: String,
     /// It is missing (every block).
-    pub missing: bool,
+    pub(crate) missing: bool,
     /// Damaged blocks (all of them when missing).
-    pub blocks: Vec<u64>,
+    pub(crate) blocks: Vec<u64>,
     /// Blocks it has.
-    pub of: u64,
+    pub(crate) of: u64,
 }
 
 impl DamageReport {
     /// True when every stripe can be rebuilt (a set-wide code: when there are no more damaged
     /// blocks than recovery blocks).
-    pub fn repairable(&self) -> bool {
+    pub(crate) fn repairable(&self) -> bool {
         match self.spread {
             Some(r) => self.damaged_blocks <= r,
             None => self.beyond.is_empty(),
@@ -878,13 +899,13 @@ impl fmt::Display for DamageReport {
 #[derive(Debug)]
 pub(crate) struct Slot {
     /// Where it is (or would be: the header's name next to the part named).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The open file, when found.
-    pub file: Option<File>,
+    pub(crate) file: Option<File>,
     /// Its length on disk.
-    pub len: u64,
+    pub(crate) len: u64,
     /// Its header area needs writing again (damaged, or it is not where the header puts it).
-    pub rewrite: bool,
+    pub(crate) rewrite: bool,
 }
 
 /// An opened v2 set: the header trusted so far, every part found, and what was repaired.
@@ -894,13 +915,13 @@ pub struct Set {
     /// The header.
     pub header: SetHeader,
     /// Its JSON (the set's identity is its sha256).
-    pub json: Vec<u8>,
+    pub(crate) json: Vec<u8>,
     /// The signature of the JSON, when signed (from the copy that was used).
-    pub signature: Option<Vec<u8>>,
+    pub(crate) signature: Option<Vec<u8>>,
     /// The block table.
     pub(crate) table: Vec<u8>,
     /// The layout.
-    pub geometry: Geometry,
+    pub(crate) geometry: Geometry,
     /// What was found when the parts were looked for.
     pub notes: Vec<Note>,
     pub(crate) slots: Vec<Slot>,
@@ -908,14 +929,14 @@ pub struct Set {
     pub(crate) observer: Mutex<Option<Observer>>,
     /// The coder of the last block rebuilt while reading, kept for the next one (it keeps the
     /// coefficients of its erasure pattern: a lost part is the same pattern in every stripe).
-    pub(crate) coder: Mutex<Option<super::parity::Coder>>,
+    pub(crate) coder: Mutex<Option<crate::parity::Coder>>,
     /// A set-wide code: the damaged data blocks, rebuilt all at once on the first damaged
     /// block read ([`spread::Spill`]).
     pub(crate) spill: Mutex<Option<Arc<spread::Spill>>>,
 }
 
 /// Told of every block rebuilt while reading.
-pub type Observer = Arc<dyn Fn(&Repair) + Send + Sync>;
+pub(crate) type Observer = Arc<dyn Fn(&Repair) + Send + Sync>;
 
 impl fmt::Debug for Set {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -929,7 +950,7 @@ impl fmt::Debug for Set {
 
 impl Set {
     /// The set's identity: the first 16 bytes of the header JSON's sha256, in hex.
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         header::set_id(&self.json)
     }
 
@@ -938,8 +959,19 @@ impl Set {
         self.slots.len()
     }
 
+    /// Data parts: parts `0..data_parts()`; the parity parts follow.
+    pub fn data_parts(&self) -> usize {
+        self.geometry.k
+    }
+
+    /// Bytes of data in parts `parts` (the bundle's bytes in data parts, the code's in parity
+    /// parts; the headers not counted): what reading them takes.
+    pub fn data_bytes(&self, parts: std::ops::Range<usize>) -> u64 {
+        self.geometry.sizes.get(parts).map_or(0, |s| s.iter().sum())
+    }
+
     /// Where part `p` is (or would be).
-    pub fn part_path(&self, p: usize) -> &Path {
+    pub(crate) fn part_path(&self, p: usize) -> &Path {
         &self.slots[p].path
     }
 
@@ -957,12 +989,12 @@ impl Set {
     /// Check the header's signature with `pk`: this copy's, else any other part's copy of the
     /// same header (a signature damaged in one part is read from another). Returns whether the
     /// header is signed.
-    pub fn verify_header(&self, pk: &minisign::PublicKey) -> Result<bool, SetError> {
+    pub(crate) fn verify_header(&self, pk: &minisign::PublicKey) -> Result<bool, SetError> {
         Ok(header::verify_any(self, pk)?.is_some())
     }
 
     /// The header's signature that `pk` verifies, from whichever part's copy holds it intact
-    /// (see [`Set::verify_header`]); `None` when unsigned.
+    /// (the header's minisign signature); `None` when unsigned.
     pub fn good_signature(&self, pk: &minisign::PublicKey) -> Result<Option<Vec<u8>>, SetError> {
         header::verify_any(self, pk)
     }
@@ -972,7 +1004,7 @@ impl Set {
 /// `NAME.partNNN`, parity parts `NAME.parityNNN` (numbered from 0 among the parity parts), at
 /// least three digits. A part's name comes from these and nothing else: a header naming a part
 /// otherwise is refused ([`header::geometry_of`]), so no header can point a writer at another file.
-pub fn part_file_name(name: &str, i: usize, k: usize) -> String {
+pub(crate) fn part_file_name(name: &str, i: usize, k: usize) -> String {
     if i < k {
         format!("{name}.part{i:03}")
     } else {
@@ -998,7 +1030,7 @@ pub fn looks_like_part(path: &Path) -> bool {
 }
 
 /// The first 16 bytes of the BLAKE3 hash of `bytes`.
-pub fn block_digest(bytes: &[u8]) -> [u8; DIGEST_LEN] {
+pub(crate) fn block_digest(bytes: &[u8]) -> [u8; DIGEST_LEN] {
     let full = blake3::hash(bytes);
     let mut out = [0u8; DIGEST_LEN];
     out.copy_from_slice(&full.as_bytes()[..DIGEST_LEN]);

@@ -20,8 +20,8 @@ use super::{
     MAX_BLOCK, MAX_JSON, MAX_LENGTH_LINE, MAX_MAGIC_LINE, MAX_PARTS, MAX_PART_LINE, MAX_SIG,
     MAX_SPREAD_BLOCK, MAX_TABLE, MIN_BLOCK, STRIPE_BUDGET,
 };
-use crate::bundle::sign;
 use crate::oci::Digest;
+use crate::sign;
 use sha2::Digest as _;
 use std::io::{self, BufRead, BufReader, Read, Seek as _};
 use std::path::Path;
@@ -31,32 +31,32 @@ pub const MAGIC: &str = "koord-bundle-split v2";
 
 /// Which part a file says it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ident {
+pub(crate) struct Ident {
     /// Its index in the set.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Parts in the set.
-    pub count: usize,
+    pub(crate) count: usize,
     /// The set id.
-    pub set: String,
+    pub(crate) set: String,
 }
 
 /// One part's copy of the header, checked for integrity (not yet for its signature).
 #[derive(Debug, Clone)]
-pub struct Copy {
+pub(crate) struct Copy {
     /// The JSON.
-    pub json: Vec<u8>,
+    pub(crate) json: Vec<u8>,
     /// The signature (empty when unsigned).
-    pub sig: Vec<u8>,
+    pub(crate) sig: Vec<u8>,
     /// The header.
-    pub header: SetHeader,
+    pub(crate) header: SetHeader,
     /// The block table.
-    pub table: Vec<u8>,
+    pub(crate) table: Vec<u8>,
     /// The layout.
-    pub geometry: Geometry,
+    pub(crate) geometry: Geometry,
 }
 
 /// The set id of a header JSON.
-pub fn set_id(json: &[u8]) -> String {
+pub(crate) fn set_id(json: &[u8]) -> String {
     hex::encode(&sha2::Sha256::digest(json)[..16])
 }
 
@@ -65,7 +65,7 @@ fn line_check(rest: &str) -> String {
 }
 
 /// The part line of part `index`.
-pub fn part_line(index: usize, count: usize, set: &str) -> String {
+pub(crate) fn part_line(index: usize, count: usize, set: &str) -> String {
     let rest = format!("part {index} of {count} set {set}");
     let check = line_check(&rest);
     format!("{rest} check {check}\n")
@@ -97,7 +97,7 @@ fn parse_part_line(line: &str) -> Option<Ident> {
 
 /// The header area of part `index`: the lines, JSON, signature and table, padded with zeros
 /// to `data_offset` (or unpadded when longer: the caller checks).
-pub fn area(json: &[u8], sig: &[u8], table: &[u8], index: usize, count: usize) -> Vec<u8> {
+pub(crate) fn area(json: &[u8], sig: &[u8], table: &[u8], index: usize, count: usize) -> Vec<u8> {
     let mut out = format!("{MAGIC}\n").into_bytes();
     out.extend_from_slice(part_line(index, count, &set_id(json)).as_bytes());
     out.extend_from_slice(format!("{}\n", json.len()).as_bytes());
@@ -138,7 +138,7 @@ fn read_exact_bounded(r: &mut impl Read, len: u64, max: u64) -> Result<Vec<u8>, 
 
 /// The part line of the file at `path`, if it is a v2 part whose part line is intact.
 /// `Err` only when the file cannot be read at all.
-pub fn read_ident(path: &Path) -> io::Result<Option<Ident>> {
+pub(crate) fn read_ident(path: &Path) -> io::Result<Option<Ident>> {
     let f = crate::bounded::open_input(path)?;
     if !f.metadata()?.is_file() {
         return Ok(None);
@@ -153,12 +153,12 @@ pub fn read_ident(path: &Path) -> io::Result<Option<Ident>> {
 }
 
 /// Whether the file at `path` starts with the v2 magic line.
-pub fn is_v2(head: &[u8]) -> bool {
+pub(crate) fn is_v2(head: &[u8]) -> bool {
     head.starts_with(format!("{MAGIC}\n").as_bytes())
 }
 
 /// Read and check the header copy of the file at `path`. `Err` says why it is not intact.
-pub fn read_copy(path: &Path) -> Result<Copy, String> {
+pub(crate) fn read_copy(path: &Path) -> Result<Copy, String> {
     let f = crate::bounded::open_input(path).map_err(|e| e.to_string())?;
     let mut r = BufReader::with_capacity(64 * 1024, f);
     let line = |r: &mut BufReader<std::fs::File>, max| {
@@ -226,7 +226,7 @@ pub fn read_copy(path: &Path) -> Result<Copy, String> {
 /// The layout a header describes, after checking everything a reader relies on (a header is
 /// untrusted until its signature is checked, and even then must not make a reader allocate or
 /// loop without bound).
-pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
+pub(crate) fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
     let (k, n, b) = (h.data_parts, h.parity_parts, h.block_size);
     let spread = h.code == CODE_SPREAD;
     if h.format != FORMAT || !(h.code == CODE || spread && n > 0) || h.block_digest != BLOCK_DIGEST
@@ -311,7 +311,10 @@ pub fn geometry_of(h: &SetHeader) -> Result<Geometry, String> {
 /// The signature of the set's header that `pk` verifies: this copy's, else another part's copy
 /// of the same JSON (a signature damaged in one part is read from another). `None` when the
 /// header is not signed.
-pub fn verify_any(set: &super::Set, pk: &minisign::PublicKey) -> Result<Option<Vec<u8>>, SetError> {
+pub(crate) fn verify_any(
+    set: &super::Set,
+    pk: &minisign::PublicKey,
+) -> Result<Option<Vec<u8>>, SetError> {
     let sig_err = |source| SetError::Signature {
         path: set.path.clone(),
         source,
@@ -341,7 +344,7 @@ pub fn verify_any(set: &super::Set, pk: &minisign::PublicKey) -> Result<Option<V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bundle::set::{PartEntry, PartInfo, TableInfo};
+    use crate::set::{PartEntry, PartInfo, TableInfo};
 
     /// The header a writer makes for `g` (digests left empty: `geometry_of` does not read them).
     fn header_of(g: &Geometry, total: u64, code: &str) -> SetHeader {

@@ -3,7 +3,7 @@
 //! A reader holds one block, or one stripe while it rebuilds (`(k + n) × B`, at most 64 MiB).
 
 use super::{Set, SetError};
-use crate::bundle::parity::Coder;
+use crate::parity::Coder;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::{self, Read};
@@ -13,13 +13,13 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repair {
     /// The part.
-    pub part: usize,
+    pub(crate) part: usize,
     /// Its file name.
     pub file: String,
     /// The block.
     pub block: u64,
     /// The part is missing altogether.
-    pub missing: bool,
+    pub(crate) missing: bool,
 }
 
 /// What was rebuilt of one part so far.
@@ -29,13 +29,13 @@ pub struct PartRepairs {
     /// The part.
     pub part: usize,
     /// Its file name.
-    pub file: String,
+    pub(crate) file: String,
     /// The part is missing altogether.
     pub missing: bool,
     /// Blocks rebuilt.
     pub blocks: u64,
     /// Blocks it has.
-    pub of: u64,
+    pub(crate) of: u64,
 }
 
 impl fmt::Display for PartRepairs {
@@ -137,7 +137,7 @@ impl Set {
             return None;
         }
         let mut buf = vec![0u8; len as usize];
-        crate::store::file::read_at(file, &mut buf, at).ok()?;
+        crate::fsio::read_at(file, &mut buf, at).ok()?;
         Some(buf)
     }
 
@@ -151,7 +151,7 @@ impl Set {
     }
 
     /// Block `b` of part `p`, checked; rebuilt from its stripe when damaged or missing.
-    pub fn read_block(&self, p: usize, b: u64) -> Result<Vec<u8>, SetError> {
+    pub(crate) fn read_block(&self, p: usize, b: u64) -> Result<Vec<u8>, SetError> {
         if let Some(bytes) = self.intact(p, b) {
             return Ok(bytes);
         }
@@ -307,7 +307,7 @@ impl Set {
     }
 
     /// The bundle's bytes in order, checked and repaired block by block.
-    pub fn reader(self: &Arc<Self>) -> SetReader {
+    pub(crate) fn reader(self: &Arc<Self>) -> SetReader {
         SetReader {
             set: self.clone(),
             pos: 0,

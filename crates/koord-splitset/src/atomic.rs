@@ -74,11 +74,6 @@ impl AtomicFile {
         self.tmp.as_file()
     }
 
-    /// The temporary file's path (for messages).
-    pub fn path(&self) -> &Path {
-        self.tmp.path()
-    }
-
     /// fsync, make it world-readable (0644, on the descriptor: never a path that may have
     /// been replaced meanwhile), rename it over the destination, fsync the directory.
     pub fn commit(self) -> io::Result<()> {
@@ -95,7 +90,7 @@ impl AtomicFile {
 
 /// Remove `.NAME.*.partial` files in `dir` that no live process holds (their writer died).
 /// Returns how many were removed.
-pub fn remove_stale(dir: &Path, name: &str) -> io::Result<usize> {
+pub(crate) fn remove_stale(dir: &Path, name: &str) -> io::Result<usize> {
     let prefix = format!(".{name}.");
     let mut removed = 0;
     let entries = match std::fs::read_dir(dir) {
@@ -139,11 +134,12 @@ pub fn partial_path(dest: &Path) -> io::Result<PathBuf> {
 
 /// Leftovers of interrupted builds older than this are removed by the next build in the same
 /// folder (7 days).
-pub const PARTIAL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+pub(crate) const PARTIAL_MAX_AGE: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// A bundle's temporary file, `.NAME.partial` next to the bundle: opened as it is when an
 /// earlier, stopped build of the same output left it (what it holds is re-hashed before it is
-/// kept: [`super::writer::BundleWriter::create`]), held under an exclusive `flock` while
+/// kept: the bundle writer of koord-bundle), held under an exclusive `flock` while
 /// written, renamed over the destination by [`PartialFile::commit`], and KEPT when dropped
 /// uncommitted, for the next run to resume from.
 #[derive(Debug)]
@@ -179,7 +175,7 @@ impl PartialFile {
         let name = name_of(dest)?;
         remove_stale(&dir, &name)?;
         let path = partial_path(dest)?;
-        let (file, replaced) = crate::store::file::open_or_replace(&path)?;
+        let (file, replaced) = crate::fsio::open_or_replace(&path)?;
         file.try_lock().map_err(|e| match e {
             std::fs::TryLockError::Error(e) => e,
             std::fs::TryLockError::WouldBlock => locked(&path),
@@ -246,12 +242,12 @@ pub struct Leftover {
     pub path: PathBuf,
     /// Its size in bytes.
     pub bytes: u64,
-    /// Removed now (older than [`PARTIAL_MAX_AGE`]).
+    /// Removed now (older than 7 days).
     pub removed: bool,
 }
 
 /// The `.NAME.partial` files of interrupted builds in the folder of `dest` that no live build
-/// holds, but `dest`'s own: those older than [`PARTIAL_MAX_AGE`] are removed, the others
+/// holds, but `dest`'s own: those older than 7 days are removed, the others
 /// listed (the build command names them, with their size, so none stays unseen).
 pub fn leftovers(dest: &Path) -> io::Result<Vec<Leftover>> {
     let own = partial_path(dest)?;
@@ -310,12 +306,12 @@ mod tests {
         std::fs::write(&other, b"x").unwrap();
         // A second writer of the same name does not remove the live one's file.
         let second = AtomicFile::create(&dest).unwrap();
-        assert!(live.path().exists());
+        assert!(live.tmp.path().exists());
         assert!(other.exists(), "other names are not touched");
         second.file().write_all(b"data").unwrap();
         second.commit().unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"data");
-        let live_path = live.path().to_path_buf();
+        let live_path = live.tmp.path().to_path_buf();
         drop(live);
         assert!(
             !live_path.exists(),

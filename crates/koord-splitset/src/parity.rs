@@ -28,11 +28,11 @@ use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
 /// Memory one column slice of a stripe may take (the shards' slices plus the coder's work
 /// space, which is at most twice the shard count rounded up to a power of two).
-pub const SLICE_BUDGET: usize = 32 << 20;
+pub(crate) const SLICE_BUDGET: usize = 32 << 20;
 
 /// Most lost originals decoded by coefficients (see the module docs); more go through the
 /// FFT decoder, whose cost does not grow with the erasures.
-pub const MATRIX_MAX_LOST: usize = 4;
+pub(crate) const MATRIX_MAX_LOST: usize = 4;
 
 /// Bytes multiplied at once when decoding by coefficients (a piece of every shard stays in
 /// the first-level cache).
@@ -65,13 +65,25 @@ pub enum ParityError {
     Coder(String),
 }
 
+impl koord_base::exit::Classify for ParityError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass;
+        Some(match self {
+            // A bug of the coder or of its caller, not the input.
+            ParityError::Coder(_) | ParityError::Length(_) => ExitClass::Machine,
+            // A shape beyond the code, too few intact blocks: the parts given.
+            ParityError::Unsupported { .. } | ParityError::TooFew { .. } => ExitClass::Input,
+        })
+    }
+}
+
 fn coder_err(e: reed_solomon_simd::Error) -> ParityError {
     ParityError::Coder(e.to_string())
 }
 
 /// A coder for stripes of `k` original and `n` recovery shards; it keeps its work space
 /// between stripes (one per thread).
-pub struct Coder {
+pub(crate) struct Coder {
     k: usize,
     n: usize,
     width: usize,
@@ -97,13 +109,13 @@ impl std::fmt::Debug for Coder {
 
 impl Coder {
     /// A coder for `k` originals and `n` recovery shards (`n` may be 0: nothing to code).
-    pub fn new(k: usize, n: usize) -> Result<Coder, ParityError> {
+    pub(crate) fn new(k: usize, n: usize) -> Result<Coder, ParityError> {
         Self::with_budget(k, n, SLICE_BUDGET)
     }
 
     /// [`Coder::new`] whose column slices take at most `budget` bytes (two coders working side
     /// by side share [`SLICE_BUDGET`]).
-    pub fn with_budget(k: usize, n: usize, budget: usize) -> Result<Coder, ParityError> {
+    pub(crate) fn with_budget(k: usize, n: usize, budget: usize) -> Result<Coder, ParityError> {
         if k == 0 || (n > 0 && !ReedSolomonEncoder::supports(k, n)) {
             return Err(ParityError::Unsupported { k, n });
         }
@@ -117,25 +129,15 @@ impl Coder {
         })
     }
 
-    /// Original shards per stripe.
-    pub fn originals(&self) -> usize {
-        self.k
-    }
-
-    /// Recovery shards per stripe.
-    pub fn recovery(&self) -> usize {
-        self.n
-    }
-
     /// Bytes of each shard coded at once: a multiple of 64 such that the slices of every shard
     /// and the coder's work space stay within [`SLICE_BUDGET`].
-    pub fn slice_width(&self) -> usize {
+    pub(crate) fn slice_width(&self) -> usize {
         self.width
     }
 
     /// The `n` recovery shards of `originals` (`k` slices of one even length) into `recovery`
     /// (`n` slices of that length).
-    pub fn encode(
+    pub(crate) fn encode(
         &mut self,
         originals: &[&[u8]],
         recovery: &mut [&mut [u8]],
@@ -185,7 +187,7 @@ impl Coder {
     /// Fill every erased shard of a stripe: `shards` holds the `k` originals then the `n`
     /// recovery shards, `None` where erased; at least `k` must be present, all of `len` bytes.
     /// Erased originals are decoded, erased recovery shards encoded again from the originals.
-    pub fn reconstruct(
+    pub(crate) fn reconstruct(
         &mut self,
         shards: &mut [Option<Vec<u8>>],
         len: usize,
@@ -231,7 +233,7 @@ impl Coder {
     /// recovery shards (`None` where erased, at least `k` present, all of one even length);
     /// each `(index, buffer)` of `outputs` (an erased original) is filled. Column slice by
     /// column slice: no copy of the shards is made.
-    pub fn decode(
+    pub(crate) fn decode(
         &mut self,
         shards: &[Option<&[u8]>],
         outputs: &mut [(usize, &mut [u8])],
@@ -437,11 +439,6 @@ impl Coder {
     }
 }
 
-/// See [`Coder::slice_width`].
-pub fn slice_width(k: usize, n: usize) -> usize {
-    slice_width_within(k, n, SLICE_BUDGET)
-}
-
 fn slice_width_within(k: usize, n: usize, budget: usize) -> usize {
     let shards = k + n;
     let work = 2 * shards.next_power_of_two();
@@ -611,7 +608,7 @@ mod tests {
     #[test]
     fn slices_stay_within_the_budget() {
         for (k, n) in [(1, 1), (10, 2), (1000, 200), (30000, 30000)] {
-            let w = slice_width(k, n);
+            let w = slice_width_within(k, n, SLICE_BUDGET);
             assert_eq!(w % 64, 0);
             let shards = k + n;
             assert!(w == 64 || (shards + 2 * shards.next_power_of_two()) * w <= SLICE_BUDGET);

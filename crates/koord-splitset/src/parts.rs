@@ -1,7 +1,7 @@
 //! A bundle on disk: one file, or a set of parts (`NAME.part000`, `NAME.part001`, ...) for media
 //! with a size limit.
 //!
-//! Sets are written in format v2 ([`super::set`]: the header in every part, block digests,
+//! Sets are written in format v2 ([`crate::set`]: the header in every part, block digests,
 //! parity parts); this module opens both versions and still reads v1 sets, whose first part
 //! starts with a small header listing every part with its size and sha256 and the whole
 //! bundle's size and sha256, optionally minisign-signed, then the bundle's first bytes; the
@@ -9,11 +9,11 @@
 //! short or altered is named with its expected and actual sha256. [`split`] writes v1 (kept to
 //! test that v1 sets are still read).
 
-use super::atomic::AtomicFile;
-use super::set::{self, Set, SetError, SetReader};
-pub use super::set::{is_plain_file_name, PartInfo};
-use super::sign;
+use crate::atomic::AtomicFile;
 use crate::oci::Digest;
+use crate::set::{self, Set, SetError, SetReader};
+pub use crate::set::{is_plain_file_name, PartInfo};
+use crate::sign;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 use std::fs::File;
@@ -130,6 +130,18 @@ pub enum PartsError {
     Set(#[from] SetError),
 }
 
+impl koord_base::exit::Classify for PartsError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        match self {
+            // Reading a part: missing, a directory (the input) or the disk (the machine).
+            PartsError::Io { .. } => None,
+            PartsError::Set(s) => s.exit_class(),
+            // A part missing, short or altered, a bad header, a bad size, a bad signature.
+            _ => Some(koord_base::exit::ExitClass::Input),
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PartsError + '_ {
     move |source| PartsError::Io {
         path: path.to_path_buf(),
@@ -201,9 +213,9 @@ pub struct BundleFile {
     /// The split header, if split.
     pub header: Option<SplitHeader>,
     /// The header's raw JSON (what its signature covers).
-    pub header_json: Vec<u8>,
+    pub(crate) header_json: Vec<u8>,
     /// The header's minisign signature, if signed.
-    pub header_signature: Option<Vec<u8>>,
+    pub(crate) header_signature: Option<Vec<u8>>,
     /// Where the bundle's bytes are: (file, offset of the data in it, data length), in order.
     pub parts: Vec<Segment>,
     /// Total bundle bytes.
@@ -454,7 +466,7 @@ impl BundleFile {
     }
 
     /// Where bytes `offset..offset+len` of the bundle are.
-    pub fn segments(&self, mut offset: u64, mut len: u64) -> Vec<Segment> {
+    pub(crate) fn segments(&self, mut offset: u64, mut len: u64) -> Vec<Segment> {
         let mut out = Vec::new();
         for p in &self.parts {
             if len == 0 {

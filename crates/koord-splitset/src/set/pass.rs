@@ -13,8 +13,8 @@
 
 use super::header;
 use super::{io_err, DamageReport, PartDamage, Set, SetError, Unit};
-use crate::bundle::atomic::AtomicFile;
-use crate::bundle::parity::{Coder, SLICE_BUDGET};
+use crate::atomic::AtomicFile;
+use crate::parity::{Coder, SLICE_BUDGET};
 use std::path::PathBuf;
 
 /// What [`repair`] did.
@@ -31,7 +31,7 @@ pub struct Repaired {
 
 /// Read every block of the set and say what is damaged (an `Ok` report may still be beyond
 /// repair: see [`DamageReport::repairable`]).
-pub fn check(set: &Set, on_bytes: &(dyn Fn(u64) + Sync)) -> Result<DamageReport, SetError> {
+pub(crate) fn check(set: &Set, on_bytes: &(dyn Fn(u64) + Sync)) -> Result<DamageReport, SetError> {
     Ok(Pass::new(set, None, on_bytes)?.run()?.0)
 }
 
@@ -71,7 +71,7 @@ pub fn repair(
         let mut head = header::area(&set.json, &sig, &set.table, q, g.parts());
         head.resize(g.data_offset as usize, 0);
         let file = t.tmp.file();
-        crate::store::file::write_at(file, &head, 0).map_err(io_err(&t.dest))?;
+        crate::fsio::write_at(file, &head, 0).map_err(io_err(&t.dest))?;
         file.set_len(g.file_len(q)).map_err(io_err(&t.dest))?;
         t.tmp.commit().map_err(io_err(&t.dest))?;
         written.push(t.dest);
@@ -102,7 +102,7 @@ fn rebuild_spread(
         let (p, b) = g.shard_block(i);
         let t = target(p)?;
         let len = g.block_len(p, b).saturating_sub(at).min(bytes.len() as u64) as usize;
-        crate::store::file::write_at(
+        crate::fsio::write_at(
             t.tmp.file(),
             &bytes[..len],
             g.data_offset + b * g.block + at,
@@ -116,7 +116,7 @@ fn rebuild_spread(
         let (p, b) = g.shard_block(i);
         let t = target(p)?;
         let bytes = &mut buf[..g.block_len(p, b) as usize];
-        crate::store::file::read_at(t.tmp.file(), bytes, g.data_offset + b * g.block)
+        crate::fsio::read_at(t.tmp.file(), bytes, g.data_offset + b * g.block)
             .map_err(io_err(&t.dest))?;
         if super::block_digest(bytes) != set.expected(p, b) {
             return Err(SetError::Rebuilt {
@@ -169,7 +169,7 @@ impl Set {
         let mut want = header::area(&self.json, sig, &self.table, q, g.parts());
         want.resize(g.data_offset as usize, 0);
         let mut have = vec![0u8; want.len()];
-        crate::store::file::read_at(file, &mut have, 0).is_ok() && have == want
+        crate::fsio::read_at(file, &mut have, 0).is_ok() && have == want
     }
 
     /// The parts whose header area [`repair`] would write again though opening the set said
@@ -282,16 +282,16 @@ impl<'a> Pass<'a> {
         }
         let tmp = AtomicFile::create(&dest).map_err(io_err(&dest))?;
         let g = &set.geometry;
-        crate::store::file::reserve(tmp.file(), g.file_len(q)).map_err(io_err(&dest))?;
+        crate::fsio::reserve(tmp.file(), g.file_len(q)).map_err(io_err(&dest))?;
         if let (Some(src), true) = (&set.slots[q].file, upto > 0) {
             let mut buf = vec![0u8; 1 << 20];
             let mut at = 0;
             while at < upto {
                 let n = (upto - at).min(buf.len() as u64) as usize;
                 let off = g.data_offset + at;
-                crate::store::file::read_at(src, &mut buf[..n], off)
+                crate::fsio::read_at(src, &mut buf[..n], off)
                     .map_err(io_err(&set.slots[q].path))?;
-                crate::store::file::write_at(tmp.file(), &buf[..n], off).map_err(io_err(&dest))?;
+                crate::fsio::write_at(tmp.file(), &buf[..n], off).map_err(io_err(&dest))?;
                 at += n as u64;
             }
         }
@@ -431,9 +431,9 @@ impl<'a> Pass<'a> {
             let Some(t) = t else { continue };
             let from = (j0 * g.block).min(g.sizes[q]);
             let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
-            crate::store::file::write_at(t.tmp.file(), &bufs[q - q0][..len], g.data_offset + from)
+            crate::fsio::write_at(t.tmp.file(), &bufs[q - q0][..len], g.data_offset + from)
                 .map_err(io_err(&t.dest))?;
-            crate::store::file::start_writeback(t.tmp.file(), g.data_offset + from, len as u64);
+            crate::fsio::start_writeback(t.tmp.file(), g.data_offset + from, len as u64);
         }
         Ok(())
     }
@@ -490,14 +490,14 @@ const AHEAD: u64 = 4;
 type Group = (Unit, Vec<Vec<u8>>, Vec<u64>);
 
 /// Ask the kernel to read stripes `j0..j1` of the parts of `u` ahead (see
-/// [`crate::store::file::will_need`]).
+/// [`crate::fsio::will_need`]).
 fn will_need(set: &Set, u: Unit, j0: u64, j1: u64) {
     let g = &set.geometry;
     for (q, slot) in set.slots.iter().enumerate().take(u.q1).skip(u.q0) {
         if let Some(f) = &slot.file {
             let from = (j0 * g.block).min(g.sizes[q]);
             let to = (j1 * g.block).min(g.sizes[q]);
-            crate::store::file::will_need(f, g.data_offset + from, to - from);
+            crate::fsio::will_need(f, g.data_offset + from, to - from);
         }
     }
 }
@@ -518,13 +518,13 @@ fn read_group(set: &Set, u: Unit, bufs: &mut [Vec<u8>]) -> Vec<u64> {
         let got = match &slot.file {
             Some(f) if on_disk > 0 => {
                 let bytes = &mut buf[..on_disk as usize];
-                if crate::store::file::read_at(f, bytes, at).is_err() {
+                if crate::fsio::read_at(f, bytes, at).is_err() {
                     // A read error (unreadable sectors of a scratched disc): block by block, so
                     // only the blocks that cannot be read count as damaged (zeros fail their
                     // digest).
                     for (i, chunk) in bytes.chunks_mut(g.block as usize).enumerate() {
                         let off = at + i as u64 * g.block;
-                        if crate::store::file::read_at(f, chunk, off).is_err() {
+                        if crate::fsio::read_at(f, chunk, off).is_err() {
                             chunk.fill(0);
                         }
                     }

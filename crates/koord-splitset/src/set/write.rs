@@ -11,10 +11,10 @@ use super::{
     io_err, Geometry, PartEntry, SetError, SetHeader, TableInfo, Unit, ALIGN, BLOCK_DIGEST, CODE,
     CODE_SPREAD, DIGEST_LEN, FORMAT, MAX_PARTS,
 };
-use crate::bundle::atomic::AtomicFile;
-use crate::bundle::parity::{Coder, ParityError, SLICE_BUDGET};
-use crate::bundle::sign;
+use crate::atomic::AtomicFile;
 use crate::oci::Digest;
+use crate::parity::{Coder, ParityError, SLICE_BUDGET};
+use crate::sign;
 use sha2::Digest as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ pub struct SplitOptions<'a> {
     pub size: u64,
     /// Parity parts.
     pub parity: usize,
-    /// The parity parts hold a code over the whole set ([`super::spread`]) rather than one per
+    /// The parity parts hold a code over the whole set (as par2 does) rather than one per
     /// stripe.
     pub spread: bool,
     /// Where the parts go.
@@ -208,7 +208,7 @@ pub fn split_open(
     for i in 0..g.parts() {
         let dest = opts.out_dir.join(super::part_file_name(opts.name, i, g.k));
         let tmp = AtomicFile::create(&dest).map_err(io_err(&dest))?;
-        crate::store::file::reserve(tmp.file(), g.file_len(i)).map_err(io_err(&dest))?;
+        crate::fsio::reserve(tmp.file(), g.file_len(i)).map_err(io_err(&dest))?;
         tmps.push((tmp, dest));
     }
     // The whole bundle's sha256, in order, on a thread of its own (told to stop on a failure),
@@ -218,7 +218,7 @@ pub fn split_open(
         let f = src.try_clone().map_err(io_err(bundle))?;
         let stop = stop.clone();
         std::thread::spawn(move || -> std::io::Result<Digest> {
-            let mut f = crate::store::file::Positioned::new(&f, 0);
+            let mut f = crate::fsio::Positioned::new(&f, 0);
             let mut h = sha2::Sha256::new();
             let mut buf = vec![0u8; 1 << 20];
             loop {
@@ -273,7 +273,7 @@ pub fn split_open(
             });
         }
         head.resize(g.data_offset as usize, 0);
-        crate::store::file::write_at(tmp.file(), &head, 0).map_err(io_err(dest))?;
+        crate::fsio::write_at(tmp.file(), &head, 0).map_err(io_err(dest))?;
         tmp.file().sync_all().map_err(io_err(dest))?;
     }
     // An earlier split of the same bundle in the folder stays whole until the new set is: its
@@ -361,13 +361,9 @@ fn write_stripes(
                     let from = (j0 * g.block).min(g.sizes[q]);
                     let len = ((j1 * g.block).min(g.sizes[q]) - from) as usize;
                     let bytes = &bufs[q - q0][..len];
-                    crate::store::file::write_at(tmp.file(), bytes, g.data_offset + from)
+                    crate::fsio::write_at(tmp.file(), bytes, g.data_offset + from)
                         .map_err(io_err(dest))?;
-                    crate::store::file::start_writeback(
-                        tmp.file(),
-                        g.data_offset + from,
-                        len as u64,
-                    );
+                    crate::fsio::start_writeback(tmp.file(), g.data_offset + from, len as u64);
                 }
                 // Refused only once the coder has ended: the groups it sent are still written
                 // (after a failure, into files that are then dropped).
@@ -389,13 +385,13 @@ fn write_stripes(
                 for i in q0..q1.min(k) {
                     let from = (j1 * g.block).min(g.sizes[i]);
                     let to = ((j1 + per) * g.block).min(g.sizes[i]);
-                    crate::store::file::will_need(src, i as u64 * g.stride() + from, to - from);
+                    crate::fsio::will_need(src, i as u64 * g.stride() + from, to - from);
                 }
                 for i in q0..q1.min(k) {
                     let buf = &mut bufs[i - q0];
                     let from = (j0 * g.block).min(g.sizes[i]);
                     let len = ((j1 * g.block).min(g.sizes[i]) - from) as usize;
-                    crate::store::file::read_at(src, &mut buf[..len], i as u64 * g.stride() + from)
+                    crate::fsio::read_at(src, &mut buf[..len], i as u64 * g.stride() + from)
                         .map_err(io_err(bundle))?;
                     buf[len..].fill(0);
                 }
@@ -452,7 +448,7 @@ fn encode_spread(
     let write = |i: usize, at: u64, bytes: &[u8]| -> Result<(), SetError> {
         let (p, b) = g.shard_block(i);
         let (tmp, dest) = &tmps[p];
-        crate::store::file::write_at(tmp.file(), bytes, g.data_offset + b * g.block + at)
+        crate::fsio::write_at(tmp.file(), bytes, g.data_offset + b * g.block + at)
             .map_err(io_err(dest))
     };
     super::spread::encode(bundle, g, &read, &write)?;
@@ -460,7 +456,7 @@ fn encode_spread(
     for (p, (tmp, dest)) in tmps.iter().enumerate().skip(g.k) {
         for b in 0..g.blocks(p) {
             let bytes = &mut buf[..g.block_len(p, b) as usize];
-            crate::store::file::read_at(tmp.file(), bytes, g.data_offset + b * g.block)
+            crate::fsio::read_at(tmp.file(), bytes, g.data_offset + b * g.block)
                 .map_err(io_err(dest))?;
             let i = g.table_index(p, b);
             table[i * DIGEST_LEN..(i + 1) * DIGEST_LEN]

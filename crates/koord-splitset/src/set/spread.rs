@@ -16,14 +16,14 @@
 //! Two threads take the slices in turn, each with a coder of half the budget.
 
 use super::{Geometry, Set, SetError};
-use crate::bundle::parity::{Coder, ParityError};
+use crate::parity::{Coder, ParityError};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Memory of the column slices of a set-wide code (both threads).
-pub const WIDE_BUDGET: usize = 64 << 20;
+pub(crate) const WIDE_BUDGET: usize = 64 << 20;
 
 /// Bytes of every shard coded at once within `budget`: a multiple of 64 (the slices tile the
 /// block, the last one shorter), at least 64. The memory per byte of slice: the `K + R`
@@ -216,7 +216,7 @@ pub(crate) fn read_padded(
     if have == 0 {
         return Ok(());
     }
-    crate::store::file::read_at(file, &mut buf[..have], start + at)
+    crate::fsio::read_at(file, &mut buf[..have], start + at)
 }
 
 /// Shard bytes as the set's part files hold them ([`read_padded`]).
@@ -236,7 +236,7 @@ pub(crate) fn read_from_parts<'a>(
 /// The damaged data blocks of a set-wide code, rebuilt into a temporary file (unlinked: gone
 /// when the set is dropped) for readers: found by one pass over the set ([`super::check`]) on
 /// the first damaged block read.
-pub struct Spill {
+pub(crate) struct Spill {
     file: File,
     /// Shard → where its block starts in `file`.
     at: HashMap<usize, u64>,
@@ -268,7 +268,7 @@ impl Spill {
                     "shard {i} has no place in the spill file (a bug)"
                 )),
             })?;
-            crate::store::file::write_at(&file, bytes, start + c).map_err(super::io_err(&tmp))
+            crate::fsio::write_at(&file, bytes, start + c).map_err(super::io_err(&tmp))
         };
         // Only the data blocks are needed to read the bundle: lost recovery blocks stay lost.
         rebuild(&set.path, g, &lost, false, &read, &write)?;
@@ -279,7 +279,7 @@ impl Spill {
     pub(crate) fn block(&self, g: &Geometry, p: usize, b: u64) -> Option<Vec<u8>> {
         let start = *self.at.get(&g.table_index(p, b))?;
         let mut buf = vec![0u8; g.block_len(p, b) as usize];
-        crate::store::file::read_at(&self.file, &mut buf, start).ok()?;
+        crate::fsio::read_at(&self.file, &mut buf, start).ok()?;
         Some(buf)
     }
 }
