@@ -6,7 +6,9 @@
 //! tests); [`Mode::DownAfter`] lets that many request bytes through, then "goes down": every
 //! open connection is cut and new ones are closed at once; [`Mode::RewriteTaggedManifests`]
 //! changes every manifest put by tag on its way in; [`Mode::RefuseTagsEnding`] refuses the
-//! manifest puts of some tags, as a registry's tag immutability rule does.
+//! manifest puts of some tags, as a registry's tag immutability rule does;
+//! [`Mode::FailReads`] answers the reads (`GET`, `HEAD`) of some paths with a status of its
+//! choosing, or drops their connection unanswered.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -29,6 +31,8 @@ pub struct Counts {
     pub rewritten: AtomicUsize,
     /// [`Mode::RefuseTagsEnding`]: manifest puts refused.
     pub refused: AtomicUsize,
+    /// [`Mode::FailReads`]: reads failed.
+    pub failed_reads: AtomicUsize,
 }
 
 pub struct FaultProxy {
@@ -51,6 +55,18 @@ pub enum Mode {
     /// Pass everything, but refuse a manifest put by a tag that ends with this suffix as
     /// Harbor refuses a tag its immutability rules cover (412, `PRECONDITION`).
     RefuseTagsEnding(&'static str),
+    /// Pass everything, but fail every read (`GET`, `HEAD`) whose path contains this string
+    /// (a tag, a digest's hex) as [`ReadFault`] says.
+    FailReads(&'static str, ReadFault),
+}
+
+/// How [`Mode::FailReads`] fails a read.
+#[derive(Clone, Copy, Debug)]
+pub enum ReadFault {
+    /// Answer this status, with a registry's error body (and, for 401, a `Basic` challenge).
+    Status(u16),
+    /// Close the connection without an answer.
+    Drop,
 }
 
 struct Rng(u64);
@@ -172,6 +188,39 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             }
             _ => false,
         };
+        let read_fault = match mode {
+            Mode::FailReads(needle, how) => {
+                let mut words = head[0].split(' ');
+                let (method, path) = (words.next(), words.next().unwrap_or(""));
+                (matches!(method, Some("GET" | "HEAD")) && path.contains(needle))
+                    .then_some((how, method == Some("HEAD")))
+            }
+            _ => None,
+        };
+        if let Some((how, head_only)) = read_fault {
+            counts.failed_reads.fetch_add(1, Ordering::SeqCst);
+            if let ReadFault::Status(code) = how {
+                let (reason, code_name, extra) = match code {
+                    401 => (
+                        "Unauthorized",
+                        "UNAUTHORIZED",
+                        "WWW-Authenticate: Basic realm=\"fault-proxy\"\r\n",
+                    ),
+                    403 => ("Forbidden", "DENIED", ""),
+                    404 => ("Not Found", "MANIFEST_UNKNOWN", ""),
+                    _ => ("Internal Server Error", "UNKNOWN", ""),
+                };
+                let body =
+                    format!(r#"{{"errors":[{{"code":"{code_name}","message":"fault proxy"}}]}}"#);
+                write!(client_w, "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n", body.len())?;
+                if !head_only {
+                    client_w.write_all(body.as_bytes())?;
+                }
+                client_w.flush()?;
+            }
+            let _ = client_w.shutdown(Shutdown::Both);
+            return Ok(());
+        }
         let mut length = 0u64;
         let mut out_head = String::new();
         for (i, l) in head.iter().enumerate() {
@@ -196,7 +245,8 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             Mode::StallAfter(_)
             | Mode::DownAfter(_)
             | Mode::RewriteTaggedManifests
-            | Mode::RefuseTagsEnding(_) => 0,
+            | Mode::RefuseTagsEnding(_)
+            | Mode::FailReads(..) => 0,
             Mode::Faults { percent, .. } => {
                 let roll = rng.lock().unwrap().next() % 100;
                 // 1: 503, 2: 429, 3: cut response, 4: cut request body (only when there is one)

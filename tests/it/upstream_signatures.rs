@@ -3,7 +3,8 @@
 //! two platforms each) copied to a fresh prefix of the plain registry and signed there by the
 //! real cosign (v2.6.5, offline: `--tlog-upload=false`), bundled from that prefix, loaded into
 //! another, and checked there with `cosign verify` by digest. A tampered signature, another
-//! key's and a missing one are each refused with `--verify-key`, and no bundle is written.
+//! key's and a missing one are each refused with `--verify-key`, and no bundle is written; so
+//! is one the source fails to serve (the fault proxy), which is never taken for "unsigned".
 
 use crate::common::*;
 use serde_json::Value;
@@ -527,4 +528,230 @@ fn a_tampered_foreign_or_missing_upstream_signature_is_refused_and_nothing_is_wr
         .filter(|e| e.file_name().to_string_lossy().starts_with("tampered.tar"))
         .collect();
     assert!(partial.is_empty(), "{partial:?}");
+}
+
+/// The `(config, first layer)` digests of the signature manifest at `plain/REFERENCE`.
+fn sig_blobs(reference: &str) -> (String, String) {
+    let m: Value = serde_json::from_slice(&manifest_at(reference).unwrap()).unwrap();
+    (
+        m["config"]["digest"].as_str().unwrap().to_string(),
+        m["layers"][0]["digest"].as_str().unwrap().to_string(),
+    )
+}
+
+/// A registry that fails to serve an upstream `.sig` (its tag manifest or a blob of it: a 500,
+/// a dropped connection, 401, 403, or a 404 on one of its blobs) ends `build --with-signatures`
+/// with the image named and no bundle written, whatever the flags: a signature that could not
+/// be read is never taken for "unsigned" (fail closed). Transport failures are exit 3 (retry
+/// later), an auth refusal or a broken tag exit 1. Only a 404 on the tag itself means
+/// unsigned: refused with --verify-key, let through by --allow-unsigned-images.
+#[test]
+fn a_signature_that_cannot_be_read_fails_the_build_and_is_never_taken_for_unsigned() {
+    use crate::fault_proxy::{self, Mode, ReadFault};
+    let h = Home::with_key();
+    let (up_key, up_pub) = key_pair(&h, "upstream");
+    let up = up_pub.to_str().unwrap();
+    let e = env();
+    let src = unique_prefix("upsig-faults");
+    let images = copy_images(&src);
+    for (repo, digest) in &images {
+        sign(
+            &h,
+            &up_key,
+            &format!("{}/{src}/{repo}@{digest}", e.plain),
+            false,
+        );
+    }
+    // The faults hit koord-manager's signature only.
+    let (repo, digest) = &images[1];
+    let tag: &'static str = Box::leak(sig_tag(digest).into_boxed_str());
+    let (config, layer) = sig_blobs(&format!("{src}/{repo}:{tag}"));
+    let hex = |d: &str| -> &'static str {
+        Box::leak(d.trim_start_matches("sha256:").to_string().into_boxed_str())
+    };
+    let (config, layer) = (hex(&config), hex(&layer));
+    let out = h.path().join("faulty.tar");
+    let no_bundle = || {
+        assert!(!out.exists());
+        let left: Vec<_> = std::fs::read_dir(h.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("faulty.tar"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    };
+    let with_key: &[&str] = &["--verify-key", up];
+    let lenient: &[&str] = &["--verify-key", up, "--allow-unsigned-images"];
+    // (what, the path the proxy fails, how, a login for the proxy, flags, exit code, said)
+    type Case<'a> = (
+        &'a str,
+        &'static str,
+        ReadFault,
+        bool,
+        &'a [&'a str],
+        i32,
+        &'a [&'a str],
+    );
+    let cases: [Case; 10] = [
+        (
+            "404 on its config",
+            config,
+            ReadFault::Status(404),
+            false,
+            lenient,
+            1,
+            &[config],
+        ),
+        (
+            "404 on its config, no key",
+            config,
+            ReadFault::Status(404),
+            false,
+            &[],
+            1,
+            &[config],
+        ),
+        (
+            "404 on its layer",
+            layer,
+            ReadFault::Status(404),
+            false,
+            with_key,
+            1,
+            &[layer],
+        ),
+        (
+            "401 on the tag",
+            tag,
+            ReadFault::Status(401),
+            false,
+            lenient,
+            1,
+            &["needs a login"],
+        ),
+        (
+            "401 on the tag, logged in",
+            tag,
+            ReadFault::Status(401),
+            true,
+            lenient,
+            1,
+            &["refused the credentials"],
+        ),
+        (
+            "403 on the tag, logged in",
+            tag,
+            ReadFault::Status(403),
+            true,
+            &[],
+            1,
+            &["denies pull"],
+        ),
+        (
+            "500 on the tag",
+            tag,
+            ReadFault::Status(500),
+            false,
+            lenient,
+            3,
+            &["500", "after 6 attempts"],
+        ),
+        (
+            "dropped on the tag",
+            tag,
+            ReadFault::Drop,
+            false,
+            &[],
+            3,
+            &["after 6 attempts"],
+        ),
+        (
+            "dropped on its layer",
+            layer,
+            ReadFault::Drop,
+            false,
+            lenient,
+            3,
+            &[layer],
+        ),
+        (
+            "dropped on its config",
+            config,
+            ReadFault::Drop,
+            false,
+            with_key,
+            3,
+            &[config],
+        ),
+    ];
+    let docker_config = h.path().join(".docker/config.json");
+    for (what, needle, how, login, flags, code, said) in cases {
+        let proxy = fault_proxy::start(&e.plain, Mode::FailReads(needle, how));
+        let _ = std::fs::remove_file(&docker_config);
+        if login {
+            std::fs::create_dir_all(docker_config.parent().unwrap()).unwrap();
+            // user:secret
+            let auths = format!(
+                r#"{{"auths":{{"{}":{{"auth":"dXNlcjpzZWNyZXQ="}}}}}}"#,
+                proxy.addr
+            );
+            std::fs::write(&docker_config, auths).unwrap();
+        }
+        let o = h
+            .build(VERSION)
+            .source(&format!("{}/{src}", proxy.addr))
+            .out(&out)
+            .arg("--with-signatures")
+            .args(flags)
+            .run();
+        let err = assert_fails(
+            &o,
+            code,
+            &[&["koordinator-sh/koord-manager", tag][..], said].concat(),
+        );
+        println!("{what}: {}", err.lines().last().unwrap_or(""));
+        assert!(!err.contains("no signature upstream"), "{what}: {err}");
+        assert!(
+            proxy
+                .counts
+                .failed_reads
+                .load(std::sync::atomic::Ordering::SeqCst)
+                > 0,
+            "{what}"
+        );
+        no_bundle();
+    }
+    let _ = std::fs::remove_file(&docker_config);
+    // A 404 on the tag: unsigned. Refused with --verify-key, carried without a signature with
+    // --allow-unsigned-images (and said so).
+    let proxy = fault_proxy::start(&e.plain, Mode::FailReads(tag, ReadFault::Status(404)));
+    let build = |flags: &[&str]| {
+        h.build(VERSION)
+            .source(&format!("{}/{src}", proxy.addr))
+            .out(&out)
+            .arg("--with-signatures")
+            .args(flags)
+            .run()
+    };
+    assert_fails(
+        &build(with_key),
+        1,
+        &[
+            "koordinator-sh/koord-manager",
+            digest.as_str(),
+            "no signature upstream",
+            "--allow-unsigned-images",
+        ],
+    );
+    no_bundle();
+    let o = build(lenient);
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        said.contains("koord-manager") && said.contains("has no signature upstream"),
+        "{said}"
+    );
+    let m = bundle_manifest(&out);
+    assert!(image(&m, repo).get("signatures").is_none());
+    assert!(image(&m, IMAGES[0])["signatures"][0]["verifiedWith"].is_string());
 }

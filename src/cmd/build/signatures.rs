@@ -7,6 +7,10 @@
 //! (and a pinned release) pulls it; when a platform filter rewrote the index (a new digest
 //! nobody signed), each kept platform manifest instead. One that is not is refused (fail
 //! closed) unless `--allow-unsigned-images`.
+//!
+//! Only a tag that is not there means "unsigned": a signature that could not be read (the
+//! registry failing, refusing the login, a blob of the tag missing) ends the build, whatever
+//! the flags, as nobody can tell then whether the image is signed.
 
 use super::settings::Settings;
 use crate::admission::attach::{self, Kind};
@@ -16,6 +20,7 @@ use crate::bundle::plan::{CarriedSignature, ImageInput};
 use crate::cli::BuildArgs;
 use crate::oci::Digest;
 use crate::progress::Progress;
+use crate::store::{Reference, Source as _};
 use futures_util::{StreamExt as _, TryStreamExt as _};
 
 /// `--verify-key`, read before anything else is done.
@@ -75,7 +80,7 @@ pub(super) async fn carry(
             .map(|(d, must, kind)| {
                 let (name, repo, budget) = (&name, &repo, &budget);
                 async move {
-                    upstream::fetch(src, name, repo, &d, kind, key, budget)
+                    lookup(src, name, repo, &d, kind, key, budget)
                         .await
                         .map(|f| (d, must, kind, f))
                 }
@@ -146,16 +151,71 @@ pub(super) async fn carry(
     Ok(())
 }
 
+/// The `kind` manifest of `signs` (`upstream::fetch`), `None` only when its tag is not there.
+/// The walk that reads the tag answers "not found" for a blob the tag's manifest names too
+/// (its config): the tag itself is asked for again then, and one that is there is an error,
+/// never "unsigned". A failure to read says which image could not be told signed, and what
+/// to do.
+async fn lookup(
+    src: &crate::store::registry::RegistryStore,
+    image: &str,
+    repo: &str,
+    signs: &Digest,
+    kind: Kind,
+    key: Option<&UpstreamKey>,
+    budget: &crate::copy::Budget,
+) -> anyhow::Result<Option<Found>> {
+    let reference = format!("{repo}:{}", attach::tag_of(signs, kind));
+    let cannot_tell = || {
+        format!(
+            "cannot tell whether image {image} is signed: its {} {reference} could not be read, and a signature that cannot be read is not taken for none; nothing was written (run the build again once the source serves it, or build without --with-signatures)",
+            what(kind)
+        )
+    };
+    let found = match upstream::fetch(src, image, repo, signs, kind, key, budget).await {
+        Ok(f) => f,
+        Err(e @ upstream::UpstreamError::Read { .. }) => {
+            return Err(anyhow::Error::new(e).context(cannot_tell()))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if found.is_some() {
+        return Ok(found);
+    }
+    let tag = Reference::Tag(attach::tag_of(signs, kind));
+    match src.manifest(repo, &tag).await {
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("reading {reference}"))
+            .context(cannot_tell())),
+        Ok(m) => {
+            // Why it could not be read, as the walk says it.
+            let why = match crate::copy::resolve(src, repo, &tag, None, budget).await {
+                Err(e) => e.to_string(),
+                Ok(_) => "it changed while it was read".into(),
+            };
+            Err(anyhow::anyhow!(
+                "image {image}: its {} {reference} (manifest {}) is there, but not all of it can be read ({why}); a signature that cannot be read is not taken for none: nothing was written (have the tag repaired or deleted at the source, or build without --with-signatures)",
+                what(kind),
+                m.digest
+            ))
+        }
+    }
+}
+
+fn what(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Signature => "signature",
+        Kind::Attestation => "attestation",
+    }
+}
+
 /// What the plan carries of a manifest read from upstream.
 fn carried(repository: &str, f: Found) -> CarriedSignature {
     let top = &f.graph.top;
     CarriedSignature {
         record: SignatureRecord {
-            kind: match f.kind {
-                Kind::Signature => "signature",
-                Kind::Attestation => "attestation",
-            }
-            .into(),
+            kind: what(f.kind).into(),
             ref_name: format!("{repository}:{}", f.tag),
             signs: f.signs,
             digest: top.digest.clone(),
