@@ -5,6 +5,7 @@
 //! another, and checked there with `cosign verify` by digest. A tampered signature, another
 //! key's and a missing one are each refused with `--verify-key`, and no bundle is written; so
 //! is one the source fails to serve (the fault proxy), which is never taken for "unsigned".
+//! `inspect` and `diff` show what a bundle carries and what changed.
 
 use crate::common::*;
 use serde_json::Value;
@@ -754,4 +755,246 @@ fn a_signature_that_cannot_be_read_fails_the_build_and_is_never_taken_for_unsign
     let m = bundle_manifest(&out);
     assert!(image(&m, repo).get("signatures").is_none());
     assert!(image(&m, IMAGES[0])["signatures"][0]["verifiedWith"].is_string());
+}
+
+/// sha256 of a PEM public key's DER, by openssl: what the bundle records as `verifiedWith`.
+fn fingerprint(h: &Home, public: &Path) -> String {
+    let der = h.path().join("key.der");
+    assert_ok(&tool(
+        "openssl",
+        &[
+            "pkey",
+            "-pubin",
+            "-in",
+            public.to_str().unwrap(),
+            "-outform",
+            "DER",
+            "-out",
+            der.to_str().unwrap(),
+        ],
+        h.path(),
+    ));
+    sha256(&std::fs::read(der).unwrap())
+}
+
+/// `inspect` (table and --json) lists the carried signatures and attestations per image: what
+/// each signs, how many it holds, and whether it was verified at build and against which key
+/// (the key's DER sha256, as openssl computes it); an image without one says why. `diff`
+/// (table, Markdown, --json) reports them added, removed and changed (another manifest, a lost
+/// verification), with warnings for a signature NEW no longer carries or no longer verified.
+#[test]
+fn carried_signatures_show_in_inspect_and_diff() {
+    let h = Home::with_key();
+    let (up_key, up_pub) = key_pair(&h, "upstream");
+    let (other_key, _) = key_pair(&h, "other");
+    let up = up_pub.to_str().unwrap();
+    let fp = fingerprint(&h, &up_pub);
+    let e = env();
+    let src = unique_prefix("upsig-show");
+    let images = copy_images(&src);
+    let at = |i: usize| format!("{}/{src}/{}@{}", e.plain, images[i].0, images[i].1);
+    // koord-descheduler: its index and both platforms; koord-manager: its index; the others
+    // none.
+    sign(&h, &up_key, &at(0), true);
+    sign(&h, &up_key, &at(1), false);
+    let build = |name: &str, flags: &[&str]| {
+        let out = h.path().join(name);
+        assert_ok(&build(&h, &src, &out, flags));
+        out
+    };
+    let lenient = ["--verify-key", up, "--allow-unsigned-images"];
+    let a = build("a.tar", &lenient);
+    let inspect = |b: &Path| ok(&h.run(&["inspect", b.to_str().unwrap()]));
+    let table = inspect(&a);
+    println!("{table}");
+    let short = |d: &str| format!("sha256:{}", &d.trim_start_matches("sha256:")[..12]);
+    for want in [
+        format!("upstream cosign signatures: 4 manifests carried for 2 of 4 images, each verified at build against the key {fp}"),
+        format!("signature    of index {}  1 signature, verified at build, key {}", short(&images[1].1), short(&fp)),
+        "of linux/amd64 sha256:".to_string(),
+        "of linux/arm64 sha256:".to_string(),
+        "no upstream signature carried: unsigned at its source, let through by --allow-unsigned-images".to_string(),
+    ] {
+        assert!(table.contains(&want), "inspect lacks {want:?}:\n{table}");
+    }
+    let j: Value =
+        serde_json::from_slice(&h.run(&["inspect", a.to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(
+        j["upstreamSignatures"]["manifests"], 4,
+        "{}",
+        j["upstreamSignatures"]
+    );
+    assert_eq!(
+        j["upstreamSignatures"]["verifiedWith"],
+        serde_json::json!([fp])
+    );
+    let of = |j: &Value, repo: &str| -> Vec<Value> {
+        j["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["ref"] == format!("{repo}:{TAG}"))
+            .unwrap()["signatures"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let s = of(&j, IMAGES[1]);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["kind"], "signature");
+    assert_eq!(s[0]["signs"], images[1].1.as_str());
+    assert_eq!(s[0]["signsWhat"], "index");
+    assert_eq!(s[0]["verified"], true);
+    assert_eq!(s[0]["verifiedWith"], fp.as_str());
+    assert_eq!(s[0]["layers"], 1);
+    assert_eq!(of(&j, IMAGES[0]).len(), 3);
+    assert!(of(&j, IMAGES[2]).is_empty());
+
+    // B: koord-scheduler signed since, and koord-manager attested.
+    sign(&h, &up_key, &at(2), false);
+    let predicate = h.path().join("predicate.json");
+    std::fs::write(&predicate, r#"{"built":"upstream"}"#).unwrap();
+    ok(&cosign(
+        &h,
+        &[
+            "attest",
+            "--key",
+            up_key.to_str().unwrap(),
+            "--type",
+            "custom",
+            "--predicate",
+            predicate.to_str().unwrap(),
+            "--tlog-upload=false",
+            "--allow-insecure-registry",
+            "--yes",
+            &at(1),
+        ],
+    ));
+    let b = build("b.tar", &lenient);
+    let diff = |o: &Path, n: &Path, extra: &[&str]| {
+        ok(&h.run(
+            &[
+                &["diff", o.to_str().unwrap(), n.to_str().unwrap()][..],
+                extra,
+            ]
+            .concat(),
+        ))
+    };
+    let json =
+        |o: &Path, n: &Path| -> Value { serde_json::from_str(&diff(o, n, &["--json"])).unwrap() };
+    let r = json(&a, &b);
+    let s = &r["signatures"];
+    assert_eq!(s["unchanged"], 4, "{s}");
+    assert!(
+        s["removed"].as_array().unwrap().is_empty() && s["changed"].as_array().unwrap().is_empty(),
+        "{s}"
+    );
+    let mut added: Vec<(String, String, String)> = s["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            assert_eq!(x["verifiedWith"], fp.as_str(), "{x}");
+            (
+                x["kind"].as_str().unwrap().into(),
+                x["image"].as_str().unwrap().into(),
+                x["signs"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    added.sort();
+    assert_eq!(
+        added,
+        [
+            (
+                "attestation".into(),
+                format!("{}:{TAG}", IMAGES[1]),
+                images[1].1.clone()
+            ),
+            (
+                "signature".into(),
+                format!("{}:{TAG}", IMAGES[2]),
+                images[2].1.clone()
+            ),
+        ]
+    );
+    let t = diff(&a, &b, &[]);
+    println!("{t}");
+    assert!(
+        t.contains("upstream signatures 2 added, 0 removed, 0 changed, 4 unchanged"),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "  + signature {}:{}",
+            IMAGES[2],
+            sig_tag(&images[2].1)
+        )),
+        "{t}"
+    );
+    let md = diff(&a, &b, &["--format", "markdown"]);
+    assert!(
+        md.contains("### Upstream signatures: 2 added, 0 removed, 0 changed, 4 unchanged"),
+        "{md}"
+    );
+    // The other way: removed, and warned about.
+    let r = json(&b, &a);
+    assert_eq!(
+        r["signatures"]["removed"].as_array().unwrap().len(),
+        2,
+        "{}",
+        r["signatures"]
+    );
+    let warned = r["warnings"].to_string();
+    assert!(
+        warned.contains("NEW no longer carries 1 upstream signature OLD carried"),
+        "{warned}"
+    );
+    assert!(warned.contains(&sig_tag(&images[2].1)), "{warned}");
+
+    // C: built without --verify-key, after another key signed koord-manager too (cosign
+    // appends its signature to the same tag: another manifest, two layers).
+    sign(&h, &other_key, &at(1), false);
+    let c = build("c.tar", &[]);
+    let table = inspect(&c);
+    assert!(
+        table.contains("NOT verified at build (built without --verify-key)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("2 signatures, NOT verified (built without --verify-key)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("no upstream signature carried (none at its source)"),
+        "{table}"
+    );
+    let r = json(&b, &c);
+    let s = &r["signatures"];
+    assert_eq!(s["changed"].as_array().unwrap().len(), 6, "{s}");
+    let manager = s["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["ref"] == format!("{}:{}", IMAGES[1], sig_tag(&images[1].1)))
+        .unwrap();
+    assert_eq!(manager["layers"], serde_json::json!({"old": 1, "new": 2}));
+    assert_ne!(manager["digest"]["old"], manager["digest"]["new"]);
+    assert_eq!(
+        manager["verifiedWith"],
+        serde_json::json!({"old": fp, "new": null})
+    );
+    let warned = r["warnings"].to_string();
+    assert!(
+        warned.contains("6 upstream signatures verified at build in OLD are not verified against the same key in NEW"),
+        "{warned}"
+    );
+    let t = diff(&b, &c, &[]);
+    assert!(
+        t.contains(&format!(
+            "layers 1 → 2; verified at build (key {}) → NOT verified at build",
+            short(&fp)
+        )),
+        "{t}"
+    );
 }

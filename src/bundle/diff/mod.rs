@@ -3,14 +3,15 @@
 //! appVersion; images added, removed, re-tagged or changed, per platform; the blobs NEW has
 //! that OLD's site lacks (what `build --since OLD` carries) and their bytes; CRDs added,
 //! removed or changed, down to the fields of their schemas ([`crds`]); the chart's
-//! `values.yaml` defaults ([`values`]); each side's signer. Pure: the caller reads the heads
+//! `values.yaml` defaults ([`values`]); the upstream cosign signatures and attestations carried
+//! (`build --with-signatures`): added, removed, changed; each side's signer. Pure: the caller reads the heads
 //! (and checks them); [`render`] writes the report as a table or Markdown.
 
 pub mod crds;
 pub mod render;
 pub mod values;
 
-use super::manifest::{ImageRecord, PlatformManifest};
+use super::manifest::{ImageRecord, PlatformManifest, SignatureRecord};
 use super::BundleManifest;
 use crate::oci::Digest;
 use serde::Serialize;
@@ -163,6 +164,63 @@ pub struct ImageChanges {
     pub unchanged: usize,
 }
 
+/// An upstream cosign signature or attestation manifest a side carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureEntry {
+    /// The image that carries it (`repository:tag`).
+    pub image: String,
+    /// `signature` or `attestation`.
+    pub kind: String,
+    /// Its tag (`repository:sha256-<hex>.sig`).
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    /// The manifest it signs.
+    pub signs: Digest,
+    /// Its manifest's digest.
+    pub digest: Digest,
+    /// How many signatures (attestations) it holds.
+    pub layers: usize,
+    /// The key (sha256 of its DER) it was verified against at build; `None`: carried unchecked.
+    pub verified_with: Option<Digest>,
+}
+
+/// A signature or attestation tag both sides carry, with another manifest or another check.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureChange {
+    /// The image that carries it in NEW.
+    pub image: String,
+    /// `signature` or `attestation`.
+    pub kind: String,
+    /// Its tag.
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    /// The manifest it signs.
+    pub signs: Digest,
+    /// Its manifest's digest.
+    pub digest: Change<Digest>,
+    /// How many signatures it holds.
+    pub layers: Change<usize>,
+    /// The key it was verified against at build.
+    pub verified_with: Change<Option<Digest>>,
+}
+
+/// The upstream signatures and attestations carried (`build --with-signatures`), matched by
+/// tag (which names the digest signed and the kind).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureChanges {
+    /// In NEW only.
+    pub added: Vec<SignatureEntry>,
+    /// In OLD only.
+    pub removed: Vec<SignatureEntry>,
+    /// The same tag, another manifest or verified otherwise.
+    pub changed: Vec<SignatureChange>,
+    /// The same tag, manifest and key.
+    pub unchanged: usize,
+}
+
 /// What must cross: the blobs NEW's layout needs that OLD's site does not hold (what
 /// `build --since OLD` carries), plus NEW's manifests (always carried).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -192,6 +250,8 @@ pub struct Report {
     pub chart: ChartChange,
     /// The images.
     pub images: ImageChanges,
+    /// The upstream signatures and attestations carried.
+    pub signatures: SignatureChanges,
     /// The bytes to carry.
     pub transfer: Transfer,
     /// The CRDs.
@@ -234,6 +294,8 @@ pub fn compare(old: &Side, new: &Side) -> Report {
             _ => {}
         }
     }
+    let signatures = signatures(o, n);
+    warnings.extend(signatures.warnings());
     Report {
         old: summary(old),
         new: summary(new),
@@ -253,6 +315,7 @@ pub fn compare(old: &Side, new: &Side) -> Report {
             },
         },
         images: images(o, n),
+        signatures,
         transfer: transfer(o, n),
         crds,
         values,
@@ -374,6 +437,109 @@ fn images(o: &BundleManifest, n: &BundleManifest) -> ImageChanges {
         }
     }
     out
+}
+
+/// Every signature record of a manifest by its tag, with the image that carries it (the first,
+/// when two tags of one repository share a digest).
+fn signature_records(m: &BundleManifest) -> BTreeMap<&str, (&ImageRecord, &SignatureRecord)> {
+    let mut out = BTreeMap::new();
+    for i in &m.images {
+        for s in &i.signatures {
+            out.entry(s.ref_name.as_str()).or_insert((i, s));
+        }
+    }
+    out
+}
+
+fn signature_entry(i: &ImageRecord, s: &SignatureRecord) -> SignatureEntry {
+    SignatureEntry {
+        image: i.ref_name.clone(),
+        kind: s.kind.clone(),
+        ref_name: s.ref_name.clone(),
+        signs: s.signs.clone(),
+        digest: s.digest.clone(),
+        layers: s.layers,
+        verified_with: s.verified_with.clone(),
+    }
+}
+
+/// Signatures matched by tag.
+fn signatures(o: &BundleManifest, n: &BundleManifest) -> SignatureChanges {
+    let (so, sn) = (signature_records(o), signature_records(n));
+    let mut out = SignatureChanges::default();
+    for (r, (oi, os)) in &so {
+        match sn.get(r) {
+            None => out.removed.push(signature_entry(oi, os)),
+            Some((_, ns)) if ns.digest == os.digest && ns.verified_with == os.verified_with => {
+                out.unchanged += 1
+            }
+            Some((ni, ns)) => out.changed.push(SignatureChange {
+                image: ni.ref_name.clone(),
+                kind: ns.kind.clone(),
+                ref_name: ns.ref_name.clone(),
+                signs: ns.signs.clone(),
+                digest: Change {
+                    old: os.digest.clone(),
+                    new: ns.digest.clone(),
+                },
+                layers: Change {
+                    old: os.layers,
+                    new: ns.layers,
+                },
+                verified_with: Change {
+                    old: os.verified_with.clone(),
+                    new: ns.verified_with.clone(),
+                },
+            }),
+        }
+    }
+    for (r, (ni, ns)) in &sn {
+        if !so.contains_key(r) {
+            out.added.push(signature_entry(ni, ns));
+        }
+    }
+    out
+}
+
+impl SignatureChanges {
+    /// What an approver must not miss: signatures NEW no longer carries, and signatures OLD
+    /// had verified at build that NEW carries unchecked or checked against another key.
+    fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let gone: Vec<&str> = self
+            .removed
+            .iter()
+            .filter(|s| s.kind == "signature")
+            .map(|s| s.ref_name.as_str())
+            .collect();
+        if !gone.is_empty() {
+            w.push(format!(
+                "NEW no longer carries {} upstream {} OLD carried (a policy naming the upstream key refuses those images at the site unless they are signed there): {}",
+                gone.len(),
+                crate::text::plural(gone.len(), "signature", "signatures"),
+                gone.join(", ")
+            ));
+        }
+        let weaker: Vec<String> = self
+            .changed
+            .iter()
+            .filter(|c| c.verified_with.old.is_some() && c.verified_with.new != c.verified_with.old)
+            .map(|c| match &c.verified_with.new {
+                None => format!("{} (now NOT verified)", c.ref_name),
+                Some(k) => format!("{} (now verified against another key, {k})", c.ref_name),
+            })
+            .collect();
+        if !weaker.is_empty() {
+            w.push(format!(
+                "{} upstream {} verified at build in OLD {} not verified against the same key in NEW (build NEW with --verify-key and the same key): {}",
+                weaker.len(),
+                crate::text::plural(weaker.len(), "signature", "signatures"),
+                crate::text::plural(weaker.len(), "is", "are"),
+                weaker.join(", ")
+            ));
+        }
+        w
+    }
 }
 
 /// The blobs NEW needs that OLD's site lacks, plus NEW's manifests, as `build --since OLD`

@@ -3,7 +3,7 @@
 //! by the caller, and `|` is escaped in Markdown cells.
 
 use super::crds::{CrdChange, VersionDiff};
-use super::{ImageChange, Report, SideSummary, Signature};
+use super::{ImageChange, Report, SideSummary, Signature, SignatureChanges, SignatureEntry};
 use crate::oci::Digest;
 use std::fmt::Write as _;
 
@@ -29,6 +29,72 @@ fn signature(s: &Signature) -> String {
                 .unwrap_or_default()
         ),
     }
+}
+
+/// How a carried upstream signature was checked at build.
+fn checked(k: &Option<Digest>) -> String {
+    match k {
+        Some(k) => format!("verified at build (key {})", short(k)),
+        None => "NOT verified at build".into(),
+    }
+}
+
+/// A carried signature or attestation, one line: kind, tag, what it signs, how it was checked.
+fn signature_entry(s: &SignatureEntry) -> String {
+    format!(
+        "{} {} (of {}, signs {}): {} {}, {}",
+        s.kind,
+        s.ref_name,
+        s.image,
+        short(&s.signs),
+        s.layers,
+        crate::text::plural(s.layers, "layer", "layers"),
+        checked(&s.verified_with)
+    )
+}
+
+/// What changed in a carried signature, one line.
+fn signature_change(c: &super::SignatureChange) -> String {
+    let mut parts = Vec::new();
+    if c.digest.old != c.digest.new {
+        parts.push(format!(
+            "manifest {} → {}",
+            short(&c.digest.old),
+            short(&c.digest.new)
+        ));
+    }
+    if c.layers.old != c.layers.new {
+        parts.push(format!("layers {} → {}", c.layers.old, c.layers.new));
+    }
+    if c.verified_with.old != c.verified_with.new {
+        parts.push(format!(
+            "{} → {}",
+            checked(&c.verified_with.old),
+            checked(&c.verified_with.new)
+        ));
+    }
+    format!(
+        "{} {} (of {}, signs {}): {}",
+        c.kind,
+        c.ref_name,
+        c.image,
+        short(&c.signs),
+        parts.join("; ")
+    )
+}
+
+fn any_signature(s: &SignatureChanges) -> bool {
+    s.added.len() + s.removed.len() + s.changed.len() + s.unchanged > 0
+}
+
+fn signatures_head(s: &SignatureChanges) -> String {
+    format!(
+        "{} added, {} removed, {} changed, {} unchanged",
+        s.added.len(),
+        s.removed.len(),
+        s.changed.len(),
+        s.unchanged
+    )
 }
 
 fn side_kind(s: &SideSummary) -> &'static str {
@@ -176,6 +242,7 @@ pub fn table(r: &Report) -> String {
         c.app_version.new.as_deref().unwrap_or("-")
     );
     table_images(r, &mut o);
+    table_signatures(r, &mut o);
     table_pins(r, &mut o);
     let _ = writeln!(o, "carry    {}", bytes_text(r));
     table_crds(r, &mut o);
@@ -260,6 +327,27 @@ fn table_images(r: &Report, o: &mut String) {
                 d(&p.new)
             );
         }
+    }
+}
+
+fn table_signatures(r: &Report, o: &mut String) {
+    let s = &r.signatures;
+    if !any_signature(s) {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "upstream signatures {} (cosign signatures and attestations carried by build --with-signatures)",
+        signatures_head(s)
+    );
+    for a in &s.added {
+        let _ = writeln!(o, "  + {}", signature_entry(a));
+    }
+    for a in &s.removed {
+        let _ = writeln!(o, "  - {}", signature_entry(a));
+    }
+    for c in &s.changed {
+        let _ = writeln!(o, "  ~ {}", signature_change(c));
     }
 }
 
@@ -424,6 +512,7 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(o, "- ⚠️ {}", text(&w.to_string()));
     }
     markdown_images(r, &mut o);
+    markdown_signatures(r, &mut o);
     markdown_pins(r, &mut o);
     let _ = writeln!(o, "\n### What must cross\n\n{}", bytes_text(r));
     markdown_crds(r, &mut o);
@@ -485,6 +574,27 @@ fn markdown_images(r: &Report, o: &mut String) {
                 text(&platforms_text(x))
             );
         }
+    }
+}
+
+fn markdown_signatures(r: &Report, o: &mut String) {
+    let s = &r.signatures;
+    if !any_signature(s) {
+        return;
+    }
+    let _ = writeln!(o, "\n### Upstream signatures: {}\n", signatures_head(s));
+    if s.added.len() + s.removed.len() + s.changed.len() == 0 {
+        let _ = writeln!(o, "No change.");
+        return;
+    }
+    let _ = writeln!(o, "| change | signature or attestation |\n|---|---|");
+    for (what, list) in [("added", &s.added), ("removed", &s.removed)] {
+        for a in list {
+            let _ = writeln!(o, "| {what} | {} |", text(&signature_entry(a)));
+        }
+    }
+    for c in &s.changed {
+        let _ = writeln!(o, "| changed | {} |", text(&signature_change(c)));
     }
 }
 
