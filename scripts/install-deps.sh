@@ -24,6 +24,11 @@
 #     site's key under the policy `load --sign-images` writes, and refuse the others
 #     (tests/it/admission_policy.rs).
 #
+#   - the referrers registry (tests/referrers-registry: go-containerregistry's pkg/registry with the
+#     OCI 1.1 referrers API on, pinned by its go.mod and go.sum; Go module proxy) in
+#     $KB_TOOLS/referrers-registry-VERSION: scripts/test-env.sh serves it beside the distribution
+#     2.8 registries, which have no referrers API.
+#
 #   scripts/install-deps.sh                # install what is missing
 #   scripts/install-deps.sh --nextest-dir  # print the directory of the pinned cargo-nextest only
 set -euo pipefail
@@ -307,6 +312,30 @@ install_policy_tester() {
 }
 install_policy_tester
 
+# ---------------------------------------------------------------- the referrers registry
+# tests/referrers-registry (go.mod pins go-containerregistry); rebuilt when its sources or the
+# Go that builds them change (build.key), as scripts/control-plane.sh keys its build. GOFLAGS
+# -mod=mod: the module graph comes from the Go module proxy as go.sum pins it, no vendor tree.
+REFERRERS_VERSION="v0.22.1"
+REFERRERS_ROOT="$KB_TOOLS/referrers-registry-$REFERRERS_VERSION"
+install_referrers_registry() {
+    local src="$REPO_ROOT/tests/referrers-registry" key
+    command -v go >/dev/null 2>&1 || die "go is needed to build the referrers registry (Go 1.26: https://go.dev/dl/)"
+    key="$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" <(go version) | sha256sum | cut -d' ' -f1)"
+    if [[ -x "$REFERRERS_ROOT/referrers-registry" && "$(cat "$REFERRERS_ROOT/build.key" 2>/dev/null)" == "$key" ]]; then
+        return 0
+    fi
+    log "building the referrers registry (go-containerregistry $REFERRERS_VERSION, tests/referrers-registry) into $REFERRERS_ROOT (once: about a minute on 2 cores)"
+    rm -rf "$REFERRERS_ROOT.new"
+    mkdir -p "$REFERRERS_ROOT.new"
+    (cd "$src" && CGO_ENABLED=0 GOFLAGS="-mod=mod -trimpath" go build -o "$REFERRERS_ROOT.new/referrers-registry" .) \
+        || die "building tests/referrers-registry failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+    echo "$key" >"$REFERRERS_ROOT.new/build.key"
+    rm -rf "$REFERRERS_ROOT"
+    mv "$REFERRERS_ROOT.new" "$REFERRERS_ROOT"
+}
+install_referrers_registry
+
 log "helm3: $KB_TOOLS/helm3/helm -> $("$KB_TOOLS/helm3/helm" version --short)"
 log "helm4: $KB_TOOLS/helm4/helm -> $("$KB_TOOLS/helm4/helm" version --short)"
 log "kubectl: $KB_TOOLS/kubectl/kubectl -> $(tool_version "$KB_TOOLS/kubectl/kubectl")"
@@ -317,5 +346,6 @@ log "cmarkgfm: $("$KB_TOOLS/markdown/bin/python3" -c 'import importlib.metadata 
 log "cosign: $COSIGN_ROOT/cosign -> $("$COSIGN_ROOT/cosign" version 2>/dev/null | awk '/GitVersion/{print $2}')"
 log "kubectl-kyverno: $KYVERNO_ROOT/kubectl-kyverno -> $("$KYVERNO_ROOT/kubectl-kyverno" version 2>/dev/null | awk '/^Version/{print $2}')"
 log "policy-tester: $POLICY_TESTER_ROOT/policy-tester -> $("$POLICY_TESTER_ROOT/policy-tester" -version 2>/dev/null | awk '/GitVersion/{print $2}')"
+log "referrers-registry: $REFERRERS_ROOT/referrers-registry (go-containerregistry $REFERRERS_VERSION)"
 log "cargo-nextest: $("$NEXTEST_ROOT/bin/cargo-nextest" nextest --version | head -n1)"
 log "all dependencies present"

@@ -6,7 +6,9 @@
 # Harbor stand-in (a fourth distribution 2.8 with token auth behind
 # scripts/token-registry.py harbor: /v2/, /service/token and /api/v2.0/ on one
 # host:port, projects, robot accounts), a Helm chart repository over HTTP, and
-# synthetic images pushed into the first three, and a real Kubernetes control plane
+# synthetic images pushed into the first three, a registry that serves the OCI 1.1 referrers API
+# (go-containerregistry's pkg/registry, tests/referrers-registry, built by
+# scripts/install-deps.sh; empty at start, in memory), and a real Kubernetes control plane
 # (scripts/control-plane.sh: etcd, kube-apiserver and kube-controller-manager, built once from
 # the Go module proxy).
 #
@@ -27,6 +29,7 @@
 #   KB_HARBOR_PORT           Harbor stand-in, HTTPS   (default 15005)
 #   KB_HARBOR_HTTP_PORT      its plain-HTTP entrance  (default 15006)
 #   KB_HARBOR_REGISTRY_PORT  the registry behind it   (default 15007)
+#   KB_REFERRERS_PORT        the referrers registry, plain HTTP (default 15008)
 #   KB_ETCD_PORT, KB_KUBE_PORT, KB_KCM_PORT  the first control plane (default 15010-15013, see
 #                  scripts/control-plane.sh)
 #   KB_CONTROL_PLANES  how many control planes (default 2): the tests that lease a cluster
@@ -54,6 +57,7 @@ KB_CDN_PORT="${KB_CDN_PORT:-15004}"
 KB_HARBOR_PORT="${KB_HARBOR_PORT:-15005}"
 KB_HARBOR_HTTP_PORT="${KB_HARBOR_HTTP_PORT:-15006}"
 KB_HARBOR_REGISTRY_PORT="${KB_HARBOR_REGISTRY_PORT:-15007}"
+KB_REFERRERS_PORT="${KB_REFERRERS_PORT:-15008}"
 KB_CONTROL_PLANES="${KB_CONTROL_PLANES:-2}"
 KB_KUBE_POOL_PORT="${KB_KUBE_POOL_PORT:-15020}"
 [[ "$KB_CONTROL_PLANES" =~ ^[1-9][0-9]*$ ]] || { echo "KB_CONTROL_PLANES must be 1 or more" >&2; exit 2; }
@@ -93,9 +97,11 @@ PLAIN_DIR="$KB_ENV_DIR/registry-plain"
 TLS_DIR="$KB_ENV_DIR/registry-tls"
 TOKEN_DIR="$KB_ENV_DIR/registry-token"
 HARBOR_DIR="$KB_ENV_DIR/registry-harborreg"
+REFERRERS_DIR="$KB_ENV_DIR/registry-referrers"
+REFERRERS_BIN="$KB_TOOLS/referrers-registry-v0.22.1/referrers-registry"
 MARKER="$KB_ENV_DIR/images.pushed"
 
-SERVICES=(plain tls helm auth cdn token harborreg harbor)
+SERVICES=(plain tls helm auth cdn token harborreg harbor referrers)
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
 die() { printf '[test-env] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -110,6 +116,7 @@ port_of() {
         cdn) echo "$KB_CDN_PORT" ;;
         harborreg) echo "$KB_HARBOR_REGISTRY_PORT" ;;
         harbor) echo "$KB_HARBOR_PORT" ;;
+        referrers) echo "$KB_REFERRERS_PORT" ;;
     esac
 }
 # The variable that sets a service's port.
@@ -143,6 +150,7 @@ running_pid() {
             plain | tls | token | harborreg) want="docker-registry" ;;
             helm) want="http.server" ;;
             auth | cdn | harbor) want="token-registry.py $1" ;;
+            referrers) want="referrers-registry" ;;
         esac
         local cmdline
         cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
@@ -192,6 +200,14 @@ healthy() {
             curl -s -o /dev/null -D - --max-time 3 "http://$HOST:$port/v2/" 2>/dev/null \
                 | grep -qi "^www-authenticate: Bearer realm=\"https://$HOST:$KB_HARBOR_PORT/service/token\""
             ;;
+        referrers)
+            # /v2/ answers, and the referrers route is served (a 404 of the API's own
+            # NAME_UNKNOWN for a repository nobody pushed, not a route that is not there).
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://$HOST:$port/v2/" || true)"
+            [[ "$code" == 200 ]] || return 1
+            curl -s --max-time 3 "http://$HOST:$port/v2/kb-health/referrers/sha256:$(printf '0%.0s' {1..64})" 2>/dev/null \
+                | grep -q '"NAME_UNKNOWN"'
+            ;;
         harbor)
             # Both entrances answer systeminfo; /v2/ reaches the registry behind.
             code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$PKI_DIR/ca.crt" \
@@ -226,6 +242,7 @@ need_tools() {
         command -v "$b" >/dev/null 2>&1 || missing+=("$b")
     done
     token_python >/dev/null || missing+=(python3-cryptography)
+    [[ -x "$REFERRERS_BIN" ]] || missing+=("$REFERRERS_BIN")
     ((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (run scripts/install-deps.sh)"
     for v in 3 4; do
         [[ -x "$KB_TOOLS/helm$v/helm" ]] || log "warning: $KB_TOOLS/helm$v/helm missing (run scripts/install-deps.sh)"
@@ -512,6 +529,7 @@ start_service() {
             --key "$PKI_DIR/token-signer.key" --cert "$PKI_DIR/token-signer.crt"
             --issuer "$HARBOR_ISSUER" --service "$HARBOR_SERVICE" --state "$HARBOR_DIR/harbor.json"
             --tls-cert "$PKI_DIR/server.crt" --tls-key "$PKI_DIR/server.key") ;;
+        referrers) cmd=("$REFERRERS_BIN" -addr "$HOST:$port" -blobs "$REFERRERS_DIR/blobs") ;;
     esac
     {
         printf '\n===== %s start: %s\n' "$(date -u +%FT%TZ)" "${cmd[*]}"
@@ -617,7 +635,7 @@ write_env_files() {
     KB_W_HARBOR="$HOST:$KB_HARBOR_PORT" KB_W_HARBOR_HTTP="$HOST:$KB_HARBOR_HTTP_PORT" \
     KB_W_HARBOR_STORAGE="$HARBOR_DIR/data" KB_W_HARBOR_ADMIN="$HARBOR_ADMIN" \
     KB_W_HARBOR_ADMIN_PASSWORD="$HARBOR_ADMIN_PASSWORD" KB_W_ROBOT="$ROBOT_USER" \
-    KB_W_ROBOT_PASSWORD="$ROBOT_PASSWORD" \
+    KB_W_ROBOT_PASSWORD="$ROBOT_PASSWORD" KB_W_REFERRERS="$HOST:$KB_REFERRERS_PORT" \
     python3 - <<'EOF'
 import json, os, shlex
 e = os.environ
@@ -660,6 +678,9 @@ d = {
     "harbor_projects": ["library", "koord"],
     "harbor_robot": {"username": e["KB_W_ROBOT"], "password": e["KB_W_ROBOT_PASSWORD"]},
     "harbor_admin": {"username": e["KB_W_HARBOR_ADMIN"], "password": e["KB_W_HARBOR_ADMIN_PASSWORD"]},
+    # A plain-HTTP registry that serves the OCI 1.1 referrers API (go-containerregistry's
+    # pkg/registry; empty at start, its manifests in memory: the tests push what they need).
+    "referrers_registry": e["KB_W_REFERRERS"],
 }
 # The control planes' part (scripts/control-plane.sh writes one per control plane): kube_server,
 # kube_admin_kubeconfig, kube_ca_file, kube_version, kube_lock, kube_tokens. The first one's at
@@ -684,7 +705,7 @@ names = {
     "KB_HELM4": "helm4", "KB_ENV_DIR": "env_dir", "KB_IMAGES_JSON": "images_json",
     "KB_TOKEN_REGISTRY": "token_registry", "KB_TOKEN_REALM": "token_realm",
     "KB_TOKEN_CDN": "token_cdn_url", "KB_HARBOR_REGISTRY": "harbor_registry",
-    "KB_KUBECONFIG": "kube_admin_kubeconfig",
+    "KB_KUBECONFIG": "kube_admin_kubeconfig", "KB_REFERRERS_REGISTRY": "referrers_registry",
 }
 lines = ["# generated by scripts/test-env.sh; source it"]
 lines += [f"export {k}={shlex.quote(d[v])}" for k, v in names.items() if v in d]
@@ -747,7 +768,7 @@ stop_control_planes() {
 cmd_start() {
     local t0=$SECONDS
     need_tools
-    mkdir -p "$RUN_DIR" "$LOG_DIR" "$PLAIN_DIR" "$TLS_DIR" "$TOKEN_DIR" "$HARBOR_DIR"
+    mkdir -p "$RUN_DIR" "$LOG_DIR" "$PLAIN_DIR" "$TLS_DIR" "$TOKEN_DIR" "$HARBOR_DIR" "$REFERRERS_DIR"
     make_pki
     make_token_pki
     make_htpasswd
@@ -765,7 +786,7 @@ cmd_start() {
     push_images
     start_control_planes
     write_env_files
-    log "ready in $((SECONDS - t0))s: kube=$(python3 -c "import json,sys; print(' '.join(k['kube_server'] for k in json.load(open(sys.argv[1]))['kube_pool']) or 'none')" "$KB_ENV_DIR/env.json") plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT token=$HOST:$KB_TOKEN_PORT (auth $KB_AUTH_PORT, cdn $KB_CDN_PORT) harbor=$HOST:$KB_HARBOR_PORT (http $KB_HARBOR_HTTP_PORT, registry $KB_HARBOR_REGISTRY_PORT) helm=http://$HOST:$KB_HELM_PORT/"
+    log "ready in $((SECONDS - t0))s: kube=$(python3 -c "import json,sys; print(' '.join(k['kube_server'] for k in json.load(open(sys.argv[1]))['kube_pool']) or 'none')" "$KB_ENV_DIR/env.json") plain=$HOST:$KB_PLAIN_PORT tls=$HOST:$KB_TLS_PORT token=$HOST:$KB_TOKEN_PORT (auth $KB_AUTH_PORT, cdn $KB_CDN_PORT) harbor=$HOST:$KB_HARBOR_PORT (http $KB_HARBOR_HTTP_PORT, registry $KB_HARBOR_REGISTRY_PORT) referrers=$HOST:$KB_REFERRERS_PORT helm=http://$HOST:$KB_HELM_PORT/"
     log "env: $KB_ENV_DIR/env.json, $KB_ENV_DIR/env.sh"
 }
 

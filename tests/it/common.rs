@@ -76,6 +76,16 @@ pub fn env() -> &'static Env {
     })
 }
 
+/// `HOST:PORT` of the plain-HTTP registry that serves the OCI 1.1 referrers API
+/// (go-containerregistry's, env.json's `referrers_registry`; empty at start). An environment
+/// started before it existed lacks it: the test fails saying to restart it.
+pub fn referrers_registry() -> String {
+    env_json()["referrers_registry"]
+        .as_str()
+        .unwrap_or_else(|| panic!("env.json lacks referrers_registry: restart the environment (scripts/test-env.sh start, after scripts/install-deps.sh)"))
+        .to_string()
+}
+
 /// Index digest of a synthetic image as pushed by the environment.
 pub fn pushed_digest(repository: &str, tag: &str) -> String {
     env()
