@@ -14,11 +14,15 @@
 //! key's signature (or attestation) of this digest, nothing is pushed: a re-run leaves the tag
 //! as it is.
 //!
-//! OCI 1.1 referrers (`GET /v2/<name>/referrers/<digest>`) are not written: the tag scheme is
-//! what every cosign, Kyverno and policy-controller release reads, and distribution 2.8 (the
-//! registry most air-gapped sites run) has no referrers API.
+//! Where the registry serves the OCI 1.1 referrers API (`GET /v2/<name>/referrers/<digest>`
+//! answers 200 with an index), each signature and attestation is also pushed as a referrer
+//! (`super::referrers`: cosign's own shapes), unless a referrer of that type already holds this
+//! key's signature of the digest. The tag scheme is written always: it is what cosign, Kyverno
+//! and the policy-controller read by default, and distribution 2.8 (the registry most
+//! air-gapped sites run) has no referrers API (404: the tag scheme only, and said so).
 
 use super::cosign::{self, CosignKey};
+use super::referrers;
 use crate::oci::{media, Descriptor, Digest, ImageRef};
 use crate::store::{BlobStream, Opener, Registry, RegistryError, StoreError};
 use futures_util::future::BoxFuture;
@@ -82,6 +86,21 @@ pub struct Attached {
     pub manifest: String,
     /// Whether a layer was added (false: this key's was there already).
     pub added: bool,
+    /// The OCI 1.1 referrer holding the same signature, where the registry serves the
+    /// referrers API (`None`: it does not, the tag scheme only).
+    pub referrer: Option<Referred>,
+}
+
+/// A signature's or an attestation's OCI 1.1 referrer.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Referred {
+    /// `REPOSITORY@<digest of the referrer manifest>`.
+    pub reference: String,
+    /// Its `artifactType`.
+    pub artifact_type: &'static str,
+    /// Whether it was pushed (false: one of this key's was there already).
+    pub added: bool,
 }
 
 /// A signature or attestation that could not be pushed. Messages name the tag.
@@ -104,6 +123,14 @@ pub enum AttachError {
         /// Why.
         #[source]
         source: StoreError,
+    },
+    /// The registry's referrers answer is not a referrers list (or no longer served).
+    #[error("{reference}: {reason}: koord-bundle cannot tell whether the registry serves OCI 1.1 referrers, so it pushed no referrer there (a 200 with an OCI image index means it does, a 404 that it does not); check the registry or what is in front of it, and re-run")]
+    Referrers {
+        /// The referrers URL's subject (`REPOSITORY@DIGEST`).
+        reference: String,
+        /// What the answer was.
+        reason: String,
     },
     /// The tag holds something cosign would not have written there.
     #[error("{reference} holds a manifest that is not a cosign signature image ({reason}): koord-bundle does not change it; remove it (or find who wrote it) and re-run")]
@@ -142,17 +169,65 @@ struct NewLayer {
 pub struct Signer<'a> {
     reg: &'a Arc<Registry>,
     key: &'a CosignKey,
+    /// The time an attestation referrer records (`org.opencontainers.image.created`): the
+    /// bundle's, so that a re-run pushes the same bytes.
+    created: String,
 }
 
 impl<'a> Signer<'a> {
-    /// Sign with `key` through `reg`.
-    pub fn new(reg: &'a Arc<Registry>, key: &'a CosignKey) -> Self {
-        Signer { reg, key }
+    /// Sign with `key` through `reg`; `created` (RFC 3339) dates the attestation referrers.
+    pub fn new(reg: &'a Arc<Registry>, key: &'a CosignKey, created: &str) -> Self {
+        Signer {
+            reg,
+            key,
+            created: created.to_string(),
+        }
+    }
+
+    /// Does the registry serve the OCI 1.1 referrers API for `repo` (asked of `digest`, a
+    /// manifest it holds)? 200 with an OCI image index: yes; 404: no; anything else is an
+    /// error (nothing is claimed either way).
+    pub async fn serves_referrers(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+    ) -> Result<bool, AttachError> {
+        Ok(self.referrers_of(repo, digest).await?.is_some())
+    }
+
+    /// The referrers list of `digest` (`None`: not served).
+    async fn referrers_of(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+    ) -> Result<Option<Vec<referrers::Listed>>, AttachError> {
+        let reference = format!("{}/{}@{digest}", repo.registry, repo.repository);
+        let bytes =
+            self.reg
+                .referrers(repo, digest)
+                .await
+                .map_err(|source| AttachError::Registry {
+                    what: format!("asking for the OCI 1.1 referrers of {reference}"),
+                    source,
+                })?;
+        let Some(bytes) = bytes else { return Ok(None) };
+        referrers::parse_list(&bytes)
+            .map(Some)
+            .map_err(|reason| AttachError::Referrers {
+                reference,
+                reason: format!("the referrers answer is not a referrers list ({reason})"),
+            })
     }
 
     /// Sign `digest` of `repo` (its registry and repository; tag and digest ignored): a
-    /// cosign signature under `sha256-<hex>.sig`, unless this key's is there.
-    pub async fn sign(&self, repo: &ImageRef, digest: &Digest) -> Result<Attached, AttachError> {
+    /// cosign signature under `sha256-<hex>.sig`, unless this key's is there; with `referrer`
+    /// (the registry serves the referrers API), also as an OCI 1.1 referrer.
+    pub async fn sign(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+        referrer: bool,
+    ) -> Result<Attached, AttachError> {
         let repository = format!("{}/{}", repo.registry, repo.repository);
         let payload = cosign::simple_signing_payload(&repository, digest.as_str());
         let sig = cosign::base64(&self.key.sign(&payload));
@@ -171,19 +246,28 @@ impl<'a> Signer<'a> {
             bytes: payload.into(),
             annotations: BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), sig)]),
         };
-        self.append(repo, digest, Kind::Signature, layer, &ours)
-            .await
+        let mut a = self
+            .append(repo, digest, Kind::Signature, &layer, &ours)
+            .await?;
+        if referrer {
+            a.referrer = Some(
+                self.refer(repo, digest, Kind::Signature, &layer, &ours)
+                    .await?,
+            );
+        }
+        Ok(a)
     }
 
     /// Attest `digest` of `repo` with `predicate` of `predicate_type` (an in-toto statement
     /// in a DSSE envelope) under `sha256-<hex>.att`, unless this key attested it with that
-    /// type already.
+    /// type already; with `referrer`, also as an OCI 1.1 referrer.
     pub async fn attest(
         &self,
         repo: &ImageRef,
         digest: &Digest,
         predicate_type: &str,
         predicate: &serde_json::Value,
+        referrer: bool,
     ) -> Result<Attached, AttachError> {
         let repository = format!("{}/{}", repo.registry, repo.repository);
         let statement =
@@ -201,8 +285,163 @@ impl<'a> Signer<'a> {
                 (PREDICATE_ANNOTATION.to_string(), predicate_type.to_string()),
             ]),
         };
-        self.append(repo, digest, Kind::Attestation, layer, &ours)
+        let mut a = self
+            .append(repo, digest, Kind::Attestation, &layer, &ours)
+            .await?;
+        if referrer {
+            a.referrer = Some(
+                self.refer(repo, digest, Kind::Attestation, &layer, &ours)
+                    .await?,
+            );
+        }
+        Ok(a)
+    }
+
+    /// The OCI 1.1 referrer of `digest` holding `layer`, unless one of `kind`'s type already
+    /// holds a layer that is `ours`: the shapes cosign writes (`super::referrers`).
+    async fn refer(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+        kind: Kind,
+        layer: &NewLayer,
+        ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
+    ) -> Result<Referred, AttachError> {
+        let artifact_type = referrers::artifact_type(kind);
+        let subject_ref = ImageRef {
+            tag: None,
+            digest: Some(digest.to_string()),
+            ..repo.clone()
+        };
+        let at = |d: &Digest| format!("{}/{}@{d}", repo.registry, repo.repository);
+        let reg_err = |what: String| move |source| AttachError::Registry { what, source };
+        let listed = self.referrers_of(repo, digest).await?.ok_or_else(|| {
+            AttachError::Referrers {
+                reference: at(digest),
+                reason:
+                    "the registry answered 404 to the referrers API it had served a moment before"
+                        .into(),
+            }
+        })?;
+        let same: Vec<&referrers::Listed> = listed
+            .iter()
+            .filter(|l| l.artifact_type.as_deref() == Some(artifact_type))
+            .collect();
+        if same.len() > referrers::MAX_COSIGN_REFERRERS {
+            return Err(AttachError::Referrers {
+                reference: at(digest),
+                reason: format!(
+                    "{} referrers of type {artifact_type}, more than the {} koord-bundle reads",
+                    same.len(),
+                    referrers::MAX_COSIGN_REFERRERS
+                ),
+            });
+        }
+        for l in same {
+            let r = ImageRef {
+                tag: None,
+                digest: Some(l.digest.to_string()),
+                ..repo.clone()
+            };
+            let (bytes, _) = self
+                .reg
+                .get_manifest(&r)
+                .await
+                .map_err(reg_err(format!("reading the referrer {r}")))?;
+            // Someone else's shapes are not ours to judge here: only a layer of ours counts.
+            let Ok((layers, _)) = read_existing(&bytes) else {
+                continue;
+            };
+            for l in layers {
+                let Ok(d) = serde_json::from_value::<Descriptor>(l) else {
+                    continue;
+                };
+                if d.media_type != kind.media_type() || d.size > MAX_LAYER {
+                    continue;
+                }
+                let b = self.blob(repo, &d).await?;
+                if ours(&d, &b) {
+                    return Ok(Referred {
+                        reference: r.to_string(),
+                        artifact_type,
+                        added: false,
+                    });
+                }
+            }
+        }
+        let (subject_bytes, _, subject_type) = self
+            .reg
+            .get_manifest_typed(&subject_ref)
             .await
+            .map_err(reg_err(format!("reading {subject_ref}")))?;
+        let subject_type = subject_type
+            .filter(|t| media::ALL_MANIFESTS.contains(&t.as_str()))
+            .or_else(|| {
+                crate::oci::Manifest::parse(&subject_bytes, None)
+                    .ok()
+                    .map(|m| m.media_type().to_string())
+            })
+            .unwrap_or_else(|| media::OCI_MANIFEST.to_string());
+        let desc = self
+            .push_blob(repo, layer.media_type, layer.bytes.clone())
+            .await?;
+        let layer_json = serde_json::json!({
+            "mediaType": desc.media_type,
+            "size": desc.size,
+            "digest": desc.digest,
+            "annotations": layer.annotations,
+        });
+        let subject = serde_json::json!({
+            "mediaType": subject_type,
+            "size": subject_bytes.len(),
+            "digest": digest,
+        });
+        let manifest = match kind {
+            // cosign's WriteSignaturesExperimentalOCI: the signature image, its config's media
+            // type the artifact type.
+            Kind::Signature => {
+                let config = signature_config(std::slice::from_ref(&layer_json));
+                let config = self.push_blob(repo, artifact_type, config.into()).await?;
+                serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": media::OCI_MANIFEST,
+                    "config": {"mediaType": artifact_type, "size": config.size, "digest": config.digest},
+                    "layers": [layer_json],
+                    "subject": subject,
+                    "artifactType": artifact_type,
+                })
+            }
+            // cosign's WriteAttestationsReferrer: the empty config, the envelope, a time.
+            Kind::Attestation => {
+                let config = self
+                    .push_blob(repo, referrers::EMPTY_CONFIG_MEDIA, b"{}".as_slice().into())
+                    .await?;
+                serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": media::OCI_MANIFEST,
+                    "config": {"mediaType": referrers::EMPTY_CONFIG_MEDIA, "size": config.size, "digest": config.digest},
+                    "layers": [layer_json],
+                    "annotations": {referrers::CREATED_ANNOTATION: self.created},
+                    "subject": subject,
+                    "artifactType": artifact_type,
+                })
+            }
+        };
+        let bytes = bytes::Bytes::from(serde_json::to_vec(&manifest).unwrap_or_default());
+        let r = ImageRef {
+            tag: None,
+            digest: Some(Digest::of(&bytes).to_string()),
+            ..repo.clone()
+        };
+        self.reg
+            .put_manifest(&r, &bytes, media::OCI_MANIFEST)
+            .await
+            .map_err(reg_err(format!("pushing the referrer {r}")))?;
+        Ok(Referred {
+            reference: r.to_string(),
+            artifact_type,
+            added: true,
+        })
     }
 
     /// The manifest under `digest`'s tag of `kind`, with `layer` appended, unless a layer
@@ -212,7 +451,7 @@ impl<'a> Signer<'a> {
         repo: &ImageRef,
         digest: &Digest,
         kind: Kind,
-        layer: NewLayer,
+        layer: &NewLayer,
         ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
     ) -> Result<Attached, AttachError> {
         let tag = tag_of(digest, kind);
@@ -244,6 +483,7 @@ impl<'a> Signer<'a> {
                             reference,
                             manifest: existing.to_string(),
                             added: false,
+                            referrer: None,
                         });
                     }
                 }
@@ -252,7 +492,9 @@ impl<'a> Signer<'a> {
             Err(e) if e.is_not_found() => (Vec::new(), None),
             Err(e) => return Err(reg_err(format!("reading {reference}"))(e)),
         };
-        let desc = self.push_blob(repo, layer.media_type, layer.bytes).await?;
+        let desc = self
+            .push_blob(repo, layer.media_type, layer.bytes.clone())
+            .await?;
         let mut d = serde_json::json!({
             "mediaType": desc.media_type,
             "digest": desc.digest,
@@ -260,18 +502,7 @@ impl<'a> Signer<'a> {
         });
         d["annotations"] = serde_json::json!(layer.annotations);
         layers.push(d);
-        // The config go-containerregistry's mutate.Append writes: a history entry and a
-        // diff_id (the layer's own digest: not compressed) for each layer.
-        let diff_ids: Vec<serde_json::Value> = layers.iter().map(|l| l["digest"].clone()).collect();
-        let config = serde_json::json!({
-            "architecture": "",
-            "config": {},
-            "created": "0001-01-01T00:00:00Z",
-            "history": vec![serde_json::json!({"created": "0001-01-01T00:00:00Z"}); layers.len()],
-            "os": "",
-            "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        });
-        let config = serde_json::to_vec(&config).unwrap_or_default();
+        let config = signature_config(&layers);
         let config = self.push_blob(repo, CONFIG_MEDIA, config.into()).await?;
         let mut manifest = serde_json::json!({
             "schemaVersion": 2,
@@ -293,6 +524,7 @@ impl<'a> Signer<'a> {
             reference,
             manifest: put.to_string(),
             added: true,
+            referrer: None,
         })
     }
 
@@ -363,6 +595,21 @@ impl<'a> Signer<'a> {
         }
         Ok(desc)
     }
+}
+
+/// The config go-containerregistry's mutate.Append writes for a signature image of `layers`:
+/// a history entry and a diff_id (the layer's own digest: not compressed) for each layer.
+fn signature_config(layers: &[serde_json::Value]) -> Vec<u8> {
+    let diff_ids: Vec<serde_json::Value> = layers.iter().map(|l| l["digest"].clone()).collect();
+    let config = serde_json::json!({
+        "architecture": "",
+        "config": {},
+        "created": "0001-01-01T00:00:00Z",
+        "history": vec![serde_json::json!({"created": "0001-01-01T00:00:00Z"}); layers.len()],
+        "os": "",
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    });
+    serde_json::to_vec(&config).unwrap_or_default()
 }
 
 /// The layers and annotations of the manifest a signature tag holds (an OCI or Docker image

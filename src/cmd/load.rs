@@ -1189,11 +1189,12 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     );
     if let Some(s) = &signed {
         crate::say!(
-            "signed   {} images with the cosign key {} ({} signatures or attestations pushed, {} there already); check one with: cosign verify --key cosign.pub --insecure-ignore-tlog=true IMAGE@DIGEST",
+            "signed   {} images with the cosign key {} ({} signatures or attestations pushed, {} there already; {}); check one with: cosign verify --key cosign.pub --insecure-ignore-tlog=true IMAGE@DIGEST",
             s["images"].as_array().map_or(0, Vec::len),
             settings.cosign.as_ref().map(|k| k.path().display().to_string()).unwrap_or_default(),
             s["pushed"],
-            s["present"]
+            s["present"],
+            s["referrersSaid"].as_str().unwrap_or_default()
         );
     }
     if let Some((_, files)) = &settings.policies {

@@ -8,6 +8,12 @@
 //! index digest an attestation (`sha256-<hex>.att`) of the image's CycloneDX entry of the
 //! bundle's bill of materials. A failure stops the load before helm: the images are in the
 //! registry, unsigned, and a re-run signs what is not signed yet.
+//!
+//! Before anything is signed, each image's repository is asked whether it serves the OCI 1.1
+//! referrers API (`GET /v2/<name>/referrers/<digest>`): where it does (200 with an index), each
+//! signature and attestation is pushed as a referrer too; where it does not (404), the tag
+//! scheme only, and the output says which. Any other answer stops the load before anything is
+//! signed.
 
 use crate::admission::attach::{Attached, Signer};
 use crate::admission::cosign::{self, CosignKey, KeyFile, CYCLONEDX_PREDICATE};
@@ -102,6 +108,8 @@ struct Job {
     digest: Digest,
     /// The predicate of an attestation; `None` for a signature.
     predicate: Option<Value>,
+    /// Push it as an OCI 1.1 referrer too (the repository serves the referrers API).
+    referrer: bool,
 }
 
 /// Each image's digests: its top digest, then every platform manifest (not the attestation
@@ -171,6 +179,7 @@ pub async fn sign_all(
     let bom = crate::bundle::sbom::cyclonedx(m, &[], &[], crate::bundle::sbom::Origin::Build)
         .context("the bill of materials of the bundle")?;
     let bom: Value = serde_json::from_slice(&bom)?;
+    let signer = Signer::new(reg, key, &m.created);
     let mut work = Vec::new();
     let mut shape = Vec::new();
     for (i, img) in m.images.iter().enumerate() {
@@ -178,6 +187,11 @@ pub async fn sign_all(
             .with_context(|| format!("ref name {:?} is not REPOSITORY:TAG", img.ref_name))?;
         let r = store.image(repo, &Reference::Tag(tag.to_string()))?;
         let digests = digests_of(src, img, repo).await?;
+        // Asked before anything is signed: an answer that is neither yes nor no stops here.
+        let referrer = signer
+            .serves_referrers(&r, &img.digest)
+            .await
+            .context("nothing was signed; the images are in the registry, UNSIGNED, and nothing was installed")?;
         for (n, d) in digests.iter().enumerate() {
             let platform = n.checked_sub(1);
             work.push(Job {
@@ -186,6 +200,7 @@ pub async fn sign_all(
                 repo: r.clone(),
                 digest: d.clone(),
                 predicate: None,
+                referrer,
             });
         }
         work.push(Job {
@@ -194,21 +209,21 @@ pub async fn sign_all(
             repo: r.clone(),
             digest: img.digest.clone(),
             predicate: Some(image_bom(&bom, img, &m.created)?),
+            referrer,
         });
-        shape.push((img, r, digests));
+        shape.push((img, r, digests, referrer));
     }
     let bar = progress.count("signing images", work.len() as u64);
-    let signer = Signer::new(reg, key);
     let results: Vec<(usize, Option<usize>, bool, Attached)> =
         futures_util::stream::iter(work.iter())
             .map(|j| {
                 let (signer, bar) = (&signer, &bar);
                 async move {
                     let a = match &j.predicate {
-                        None => signer.sign(&j.repo, &j.digest).await,
+                        None => signer.sign(&j.repo, &j.digest, j.referrer).await,
                         Some(p) => {
                             signer
-                                .attest(&j.repo, &j.digest, CYCLONEDX_PREDICATE, p)
+                                .attest(&j.repo, &j.digest, CYCLONEDX_PREDICATE, p, j.referrer)
                                 .await
                         }
                     }?;
@@ -232,8 +247,30 @@ pub async fn sign_all(
         results.iter().filter(|r| !r.2).count(),
         results.iter().filter(|r| r.2).count(),
     );
+    let referred: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.3.referrer.as_ref())
+        .collect();
+    let ref_added = referred.iter().filter(|r| r.added).count();
+    let no_api: Vec<String> = shape
+        .iter()
+        .filter(|s| !s.3)
+        .map(|(_, r, _, _)| format!("{}/{}", r.registry, r.repository))
+        .collect();
+    let referrers_said = match (referred.is_empty(), no_api.is_empty()) {
+        (true, _) => "the registry serves no OCI 1.1 referrers API (404): in cosign's tag scheme only".to_string(),
+        (false, true) => format!(
+            "as OCI 1.1 referrers too: {ref_added} pushed, {} there already",
+            referred.len() - ref_added
+        ),
+        (false, false) => format!(
+            "as OCI 1.1 referrers too: {ref_added} pushed, {} there already; in the tag scheme only where the registry serves no referrers API (404): {}",
+            referred.len() - ref_added,
+            no_api.join(", ")
+        ),
+    };
     bar.finish(&format!(
-        "{sigs} signatures and {atts} attestations: {added} pushed, {} there already",
+        "{sigs} signatures and {atts} attestations: {added} pushed, {} there already; {referrers_said}",
         results.len() - added
     ));
     let find = |image: usize, platform: Option<usize>, att: bool| {
@@ -245,10 +282,11 @@ pub async fn sign_all(
     let images: Vec<Value> = shape
         .iter()
         .enumerate()
-        .map(|(i, (img, r, digests))| {
+        .map(|(i, (img, r, digests, referrers))| {
             json!({
                 "ref": img.ref_name,
                 "repository": format!("{}/{}", r.registry, r.repository),
+                "referrers": referrers,
                 "index": {"digest": img.digest, "signature": find(i, None, false),
                           "attestation": find(i, None, true)},
                 "platforms": digests.iter().enumerate().skip(1).map(|(n, d)| json!({
@@ -263,6 +301,9 @@ pub async fn sign_all(
         "predicateType": CYCLONEDX_PREDICATE,
         "pushed": added,
         "present": results.len() - added,
+        "referrersPushed": ref_added,
+        "referrersPresent": referred.len() - ref_added,
+        "referrersSaid": referrers_said,
         "images": images,
     }))
 }

@@ -255,6 +255,18 @@ pub trait Source: Store {
         desc: &Descriptor,
         offset: u64,
     ) -> impl Future<Output = Result<BlobStream, StoreError>> + Send;
+
+    /// The OCI 1.1 referrers list of the manifest `subject` in `repo` (a registry's `GET
+    /// /v2/<repo>/referrers/<digest>`): its bytes, not parsed; `None` when the source serves no
+    /// referrers API (a registry's 404, or a store that has none).
+    fn referrers(
+        &self,
+        repo: &str,
+        subject: &Digest,
+    ) -> impl Future<Output = Result<Option<Bytes>, StoreError>> + Send {
+        let _ = (repo, subject);
+        async { Ok(None) }
+    }
 }
 
 /// A source that can list what it holds: what `serve` answers its catalog and tags from.

@@ -8,7 +8,8 @@
 //! changes every manifest put by tag on its way in; [`Mode::RefuseTagsEnding`] refuses the
 //! manifest puts of some tags, as a registry's tag immutability rule does;
 //! [`Mode::FailReads`] answers the reads (`GET`, `HEAD`) of some paths with a status of its
-//! choosing, or drops their connection unanswered.
+//! choosing, or drops their connection unanswered; [`Mode::ReferrersAnswer`] answers the OCI 1.1
+//! referrers API (`GET .../referrers/...`) itself.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,6 +34,8 @@ pub struct Counts {
     pub refused: AtomicUsize,
     /// [`Mode::FailReads`]: reads failed.
     pub failed_reads: AtomicUsize,
+    /// [`Mode::ReferrersAnswer`]: referrers requests answered by the proxy.
+    pub referrers: AtomicUsize,
 }
 
 pub struct FaultProxy {
@@ -55,6 +58,10 @@ pub enum Mode {
     /// Pass everything, but refuse a manifest put by a tag that ends with this suffix as
     /// Harbor refuses a tag its immutability rules cover (412, `PRECONDITION`).
     RefuseTagsEnding(&'static str),
+    /// Pass everything, but answer every `GET /v2/<name>/referrers/<digest>` with this status,
+    /// content type and body (a registry or a proxy in front of it that answers the referrers
+    /// API with something else than a referrers list).
+    ReferrersAnswer(u16, &'static str, &'static str),
     /// Pass everything, but fail every read (`GET`, `HEAD`) whose path contains this string
     /// (a tag, a digest's hex) as [`ReadFault`] says.
     FailReads(&'static str, ReadFault),
@@ -221,6 +228,17 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             let _ = client_w.shutdown(Shutdown::Both);
             return Ok(());
         }
+        if let Mode::ReferrersAnswer(status, content_type, body) = mode {
+            let mut words = head[0].split(' ');
+            if words.next() == Some("GET") && words.next().unwrap_or("").contains("/referrers/") {
+                counts.referrers.fetch_add(1, Ordering::SeqCst);
+                write!(client_w, "HTTP/1.1 {status} Answer\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())?;
+                client_w.write_all(body.as_bytes())?;
+                client_w.flush()?;
+                let _ = client_w.shutdown(Shutdown::Both);
+                return Ok(());
+            }
+        }
         let mut length = 0u64;
         let mut out_head = String::new();
         for (i, l) in head.iter().enumerate() {
@@ -246,7 +264,8 @@ fn handle(client: TcpStream, id: usize, shared: &Shared) -> std::io::Result<()> 
             | Mode::DownAfter(_)
             | Mode::RewriteTaggedManifests
             | Mode::RefuseTagsEnding(_)
-            | Mode::FailReads(..) => 0,
+            | Mode::FailReads(..)
+            | Mode::ReferrersAnswer(..) => 0,
             Mode::Faults { percent, .. } => {
                 let roll = rng.lock().unwrap().next() % 100;
                 // 1: 503, 2: 429, 3: cut response, 4: cut request body (only when there is one)

@@ -46,6 +46,7 @@ mod messages;
 mod parity;
 mod preflight;
 mod reference_reader;
+mod referrers;
 mod serve;
 mod serve_proc;
 mod settings;

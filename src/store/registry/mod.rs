@@ -544,6 +544,51 @@ impl Registry {
         Ok((bytes, digest, content_type))
     }
 
+    /// The OCI 1.1 referrers list of `subject` in `r`'s repository (`GET
+    /// /v2/<name>/referrers/<digest>`, distribution spec 1.1): the body of a 200 (at most
+    /// [`MAX_MANIFEST`], not parsed here), or `None` when the registry answers 404 (it serves no
+    /// referrers API: distribution 2.8 has none). Any other answer is an error.
+    pub async fn referrers(
+        &self,
+        r: &ImageRef,
+        subject: &Digest,
+    ) -> Result<Option<bytes::Bytes>, RegistryError> {
+        let what = format!("the referrers of {}/{}@{subject}", r.registry, r.repository);
+        let req = Req {
+            method: Method::GET,
+            host: &r.registry,
+            url: format!("{}/referrers/{subject}", repo_path(r)),
+            scopes: vec![Scope::repository(&r.repository, &["pull"])],
+            headers: vec![(
+                reqwest::header::ACCEPT,
+                HeaderValue::from_static(media::OCI_INDEX),
+            )],
+            body: None,
+            what: &what,
+        };
+        let got = self
+            .with_retry(&what, || async {
+                let resp = self.transport.send(&req).await?;
+                if resp.status() != StatusCode::OK {
+                    return Err(status_error(&r.registry, &what, resp).await);
+                }
+                read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
+                    BodyError::TooLarge(cap) => RegistryError::Status {
+                        registry: r.registry.clone(),
+                        what: what.clone(),
+                        message: format!("the referrers list is larger than {cap} bytes: refused"),
+                    },
+                    other => other.into_error(&r.registry, &what),
+                })
+            })
+            .await;
+        match got {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// GET a blob, following redirects by hand, and remembering where it was sent, so a resumed
     /// attempt asks there directly. The transport sends credentials only to the registry's own
     /// origin: a redirect to another (S3, R2 and OSS answer 400 to a request that carries the

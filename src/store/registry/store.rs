@@ -86,6 +86,11 @@ impl Source for RegistryStore {
         let r = self.blob_ref(repo, &desc.digest)?;
         Ok(self.reg.clone().blob_stream(r, desc.clone(), offset))
     }
+
+    async fn referrers(&self, repo: &str, subject: &Digest) -> Result<Option<Bytes>, StoreError> {
+        let r = self.blob_ref(repo, subject)?;
+        Ok(self.reg.referrers(&r, subject).await?)
+    }
 }
 
 impl Sink for RegistryStore {
