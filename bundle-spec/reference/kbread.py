@@ -302,6 +302,13 @@ def check_content(files, blobs, facts):
             sd = roots.get(sig.get("ref"))
             if sd is None or sd.get("digest") != sig.get("digest"):
                 raise Refused(f"image {img.get('ref')}: signature {sig.get('ref')}: not in index.json with digest {sig.get('digest')}")
+            # An OCI 1.1 referrer: named <repository>@<digest>, its manifest's subject the
+            # digest it signs.
+            if sig.get("scheme") == "referrer":
+                subject = (json.loads(blobs[sig["digest"]][2]).get("subject") or {}).get("digest")
+                if not sig["ref"].endswith("@" + sig["digest"]) or subject != sig.get("signs"):
+                    raise Refused(f"image {img.get('ref')}: referrer {sig['ref']}: not named by its digest, "
+                                  f"or its subject {subject} is not {sig.get('signs')}")
     oci = chart.get("oci") or {}
     cd = roots.get(oci.get("ref"))
     if cd is None or cd.get("digest") != oci.get("digest"):

@@ -67,6 +67,19 @@ impl Kind {
             Kind::Attestation => DSSE_MEDIA,
         }
     }
+    /// The `artifactType` of its OCI 1.1 referrers.
+    pub fn artifact_type(self) -> &'static str {
+        match self {
+            Kind::Signature => referrers::SIGNATURE_ARTIFACT,
+            Kind::Attestation => referrers::ATTESTATION_ARTIFACT,
+        }
+    }
+    /// The kind of a referrer of `artifact_type` (`None`: not one of cosign's).
+    pub fn of_artifact(artifact_type: Option<&str>) -> Option<Kind> {
+        [Kind::Signature, Kind::Attestation]
+            .into_iter()
+            .find(|k| Some(k.artifact_type()) == artifact_type)
+    }
 }
 
 /// The tag cosign looks under for `digest`'s signatures or attestations.
@@ -307,7 +320,7 @@ impl<'a> Signer<'a> {
         layer: &NewLayer,
         ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
     ) -> Result<Referred, AttachError> {
-        let artifact_type = referrers::artifact_type(kind);
+        let artifact_type = kind.artifact_type();
         let subject_ref = ImageRef {
             tag: None,
             digest: Some(digest.to_string()),
@@ -315,14 +328,15 @@ impl<'a> Signer<'a> {
         };
         let at = |d: &Digest| format!("{}/{}@{d}", repo.registry, repo.repository);
         let reg_err = |what: String| move |source| AttachError::Registry { what, source };
-        let listed = self.referrers_of(repo, digest).await?.ok_or_else(|| {
-            AttachError::Referrers {
-                reference: at(digest),
-                reason:
-                    "the registry answered 404 to the referrers API it had served a moment before"
-                        .into(),
-            }
-        })?;
+        let gone = "the registry answered 404 to the referrers API it had served a moment before";
+        let listed =
+            self.referrers_of(repo, digest)
+                .await?
+                .ok_or_else(|| AttachError::Referrers {
+                    reference: at(digest),
+                    reason: gone.into(),
+                })?;
+
         let same: Vec<&referrers::Listed> = listed
             .iter()
             .filter(|l| l.artifact_type.as_deref() == Some(artifact_type))

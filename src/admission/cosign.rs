@@ -604,6 +604,15 @@ pub fn envelope_attests(
             .is_some_and(|s| s.iter().any(|x| x["digest"]["sha256"] == hex))
 }
 
+/// The `predicateType` of the in-toto statement a DSSE envelope carries (not checked: see
+/// [`envelope_attests`]).
+pub fn envelope_predicate_type(envelope: &[u8]) -> Option<String> {
+    let env: serde_json::Value = serde_json::from_slice(envelope).ok()?;
+    let body = b64().decode(env["payload"].as_str()?).ok()?;
+    let st: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    st["predicateType"].as_str().map(str::to_string)
+}
+
 /// Base64 (standard, padded), as cosign writes signatures in annotations.
 pub fn base64(bytes: &[u8]) -> String {
     b64().encode(bytes)

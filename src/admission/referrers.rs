@@ -18,7 +18,6 @@
 //! not, the spec's fallback is the referrers tag schema: an index under the tag
 //! `sha256-<hex>` of the subject ([`fallback_tag`]), kept by whoever pushes a referrer.
 
-use super::attach::Kind;
 use crate::oci::{media, Digest};
 
 /// The `artifactType` of a cosign signature referrer (cosign's
@@ -48,23 +47,6 @@ pub struct Listed {
     /// Its `artifactType` as the list gives it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifact_type: Option<String>,
-}
-
-/// Which cosign kind an `artifactType` is (`None`: not cosign's).
-pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
-    match artifact_type? {
-        SIGNATURE_ARTIFACT => Some(Kind::Signature),
-        ATTESTATION_ARTIFACT => Some(Kind::Attestation),
-        _ => None,
-    }
-}
-
-/// The `artifactType` of `kind`'s referrers.
-pub fn artifact_type(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Signature => SIGNATURE_ARTIFACT,
-        Kind::Attestation => ATTESTATION_ARTIFACT,
-    }
 }
 
 /// The referrers tag schema's tag of `subject`: `sha256-<hex>`.
@@ -155,10 +137,7 @@ mod tests {
                            "artifactType": SIGNATURE_ARTIFACT}]});
         let l = parse_list(&serde_json::to_vec(&good).unwrap()).unwrap();
         assert_eq!(l.len(), 1);
-        assert_eq!(
-            kind_of(l[0].artifact_type.as_deref()),
-            Some(Kind::Signature)
-        );
+        assert_eq!(l[0].artifact_type.as_deref(), Some(SIGNATURE_ARTIFACT));
         for (bad, needle) in [
             (serde_json::json!([]), "not a JSON object"),
             (

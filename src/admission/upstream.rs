@@ -14,11 +14,18 @@
 //! are carried byte for byte (same digests), so `load` pushes them unchanged and a policy
 //! naming the upstream key admits the images at the site too.
 //!
-//! OCI 1.1 referrers (`GET /v2/<name>/referrers/<digest>`) are not read: no registry
-//! koord-bundle is tested against serves that API, and cosign writes the tag scheme by default.
+//! The OCI 1.1 referrers of each digest are read too ([`fetch_referrers`]): where the source
+//! serves the referrers API (`GET /v2/<name>/referrers/<digest>` answers 200), the entries of
+//! cosign's artifact types (`super::referrers`; others, an SBOM or a notation signature, are
+//! left); where it answers 404, the referrers tag schema's `sha256-<hex>` index if there is
+//! one (what OCI 1.1 clients keep on a registry without the API). A referrer must name the
+//! digest as its `subject` and have the type the list gives it, and is checked like the tag
+//! scheme's manifests; an answer that is not a referrers list is refused. The tag scheme is
+//! read either way (a registry that serves referrers may hold `.sig` tags too).
 
 use super::attach::{self, Kind, DSSE_MEDIA, PREDICATE_ANNOTATION, SIGNATURE_ANNOTATION};
 use super::cosign::{self, CosignError};
+use super::referrers;
 use crate::copy::{self, Budget, Graph, WalkError};
 use crate::oci::{media, Descriptor, Digest};
 use crate::store::{Reference, Source, StoreError};
@@ -47,6 +54,16 @@ pub enum UpstreamError {
         #[source]
         source: StoreError,
     },
+    /// The referrers answer (or the fallback tag) is not a referrers list.
+    #[error("image {image}: the OCI 1.1 referrers of {reference}: {reason}; nothing was written (check the registry, or what is in front of it; build without --with-signatures to carry no signature)")]
+    Referrers {
+        /// The image.
+        image: String,
+        /// `REPOSITORY@DIGEST` (or the fallback tag).
+        reference: String,
+        /// What the answer was.
+        reason: String,
+    },
     /// The tag holds something cosign does not write there.
     #[error("image {image}: {reference} is not a cosign signature manifest ({reason}): nothing was written; remove or re-sign it upstream, or build without --with-signatures")]
     NotCosign {
@@ -72,7 +89,7 @@ pub enum UpstreamError {
         reason: String,
     },
     /// An image the key did not sign (no `.sig` upstream).
-    #[error("image {image}, digest {digest}: no signature upstream ({reference} is not there), and --verify-key {} asks for one; nothing was written (sign it with that key, or pass --allow-unsigned-images to carry it without)", key.display())]
+    #[error("image {image}, digest {digest}: no signature upstream ({reference} is not there, nor a cosign signature among its OCI 1.1 referrers), and --verify-key {} asks for one; nothing was written (sign it with that key, or pass --allow-unsigned-images to carry it without)", key.display())]
     Unsigned {
         /// The image.
         image: String,
@@ -140,13 +157,22 @@ impl UpstreamKey {
     }
 }
 
+/// Where a carried manifest is found, and goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheme {
+    /// Under this tag (`sha256-<hex>.sig`): cosign's tag scheme.
+    Tag(String),
+    /// An OCI 1.1 referrer of the digest it signs (its `subject`), by its own digest.
+    Referrer,
+}
+
 /// A signature or attestation manifest read from the source, with its blobs.
 #[derive(Debug, Clone)]
 pub struct Found {
     /// Signatures or attestations.
     pub kind: Kind,
-    /// Its tag (`sha256-<hex>.sig`).
-    pub tag: String,
+    /// Where it is.
+    pub scheme: Scheme,
     /// The digest it signs.
     pub signs: Digest,
     /// Its graph, every blob inline.
@@ -170,90 +196,237 @@ pub async fn fetch<S: Source>(
 ) -> Result<Option<Found>, UpstreamError> {
     let tag = attach::tag_of(signs, kind);
     let reference = format!("{repo}:{tag}");
-    let not_cosign = |reason: String| UpstreamError::NotCosign {
+    let at = Read {
+        src,
+        image,
+        repo,
+        reference: &reference,
+        signs,
+        kind,
+        key,
+    };
+    let graph = match copy::resolve(src, repo, &Reference::Tag(tag.clone()), None, budget).await {
+        Ok(g) => g,
+        Err(WalkError::Store(e)) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(at.walk_error(e)),
+    };
+    at.checked(graph, Scheme::Tag(tag.clone())).await.map(Some)
+}
+
+/// What [`fetch_referrers`] found for one digest.
+#[derive(Debug, Default)]
+pub struct Referred {
+    /// Where the list came from: the referrers API, the fallback tag, or nowhere (`None`: the
+    /// source answered 404 and holds no `sha256-<hex>` index).
+    pub listed_by: Option<ListedBy>,
+    /// Its cosign signature and attestation referrers, read and checked.
+    pub found: Vec<Found>,
+}
+
+/// Where a referrers list was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedBy {
+    /// `GET /v2/<name>/referrers/<digest>` (200).
+    Api,
+    /// The referrers tag schema's `sha256-<hex>` index (the API answered 404).
+    FallbackTag,
+}
+
+/// The OCI 1.1 referrers of `signs` in `repo` of `src` that are cosign signatures or
+/// attestations (see the module's doc), each read with its blobs and, with `key`, checked.
+pub async fn fetch_referrers<S: Source>(
+    src: &S,
+    image: &str,
+    repo: &str,
+    signs: &Digest,
+    key: Option<&UpstreamKey>,
+    budget: &Budget,
+) -> Result<Referred, UpstreamError> {
+    let subject = format!("{repo}@{signs}");
+    let read = |what: String| {
+        move |source| UpstreamError::Read {
+            what: format!("image {image}: {what}"),
+            source,
+        }
+    };
+    let (bytes, listed_by, reference) = match src.referrers(repo, signs).await.map_err(read(
+        format!("asking for the OCI 1.1 referrers of {subject}"),
+    ))? {
+        Some(b) => (b, ListedBy::Api, subject.clone()),
+        None => {
+            let tag = referrers::fallback_tag(signs);
+            let reference = format!("{repo}:{tag}");
+            match src.manifest(repo, &Reference::Tag(tag)).await {
+                Ok(m) => (m.bytes, ListedBy::FallbackTag, reference),
+                Err(e) if e.is_not_found() => return Ok(Referred::default()),
+                Err(e) => return Err(read(format!("reading {reference}"))(e)),
+            }
+        }
+    };
+    let bad = |reason: String| UpstreamError::Referrers {
         image: image.to_string(),
         reference: reference.clone(),
         reason,
     };
-    // A store that failed is that; anything else the walk refuses is the manifest's.
-    let read_err = |e: WalkError| match e {
-        WalkError::Store(source) => UpstreamError::Read {
-            what: format!("image {image}: reading {reference}"),
-            source,
-        },
-        other => not_cosign(other.to_string()),
-    };
-    let mut graph = match copy::resolve(src, repo, &Reference::Tag(tag.clone()), None, budget).await
-    {
-        Ok(g) => g,
-        Err(WalkError::Store(e)) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(read_err(e)),
-    };
-    // The walk names a platform from the config; a signature image has none (`os`, `arch`
-    // empty).
-    graph.platforms.clear();
-    if !graph.children.is_empty() || media::is_index(&graph.top.media_type) {
-        return Err(not_cosign(format!("a {}", graph.top.media_type)));
-    }
-    let layers = layers_of(&graph.top.bytes).map_err(not_cosign)?;
-    if layers.len() > MAX_LAYERS {
-        return Err(not_cosign(format!(
-            "{} layers, more than the {MAX_LAYERS} koord-bundle carries",
-            layers.len()
+    let listed = referrers::parse_list(&bytes)
+        .map_err(|r| bad(format!("the answer is not a referrers list ({r})")))?;
+    let ours: Vec<(Kind, &referrers::Listed)> = listed
+        .iter()
+        .filter_map(|l| Kind::of_artifact(l.artifact_type.as_deref()).map(|k| (k, l)))
+        .collect();
+    if ours.len() > referrers::MAX_COSIGN_REFERRERS {
+        return Err(bad(format!(
+            "{} cosign referrers, more than the {} koord-bundle carries",
+            ours.len(),
+            referrers::MAX_COSIGN_REFERRERS
         )));
     }
-    for d in graph.blobs.clone() {
-        if graph.inline.contains_key(&d.digest) {
-            continue;
-        }
-        if d.size > MAX_LAYER {
-            return Err(not_cosign(format!(
-                "blob {} of {} bytes, more than a signature's {MAX_LAYER}",
-                d.digest, d.size
+    let mut found = Vec::new();
+    for (kind, l) in ours {
+        let reference = format!("{repo}@{}", l.digest);
+        let at = Read {
+            src,
+            image,
+            repo,
+            reference: &reference,
+            signs,
+            kind,
+            key,
+        };
+        let graph = copy::resolve(
+            src,
+            repo,
+            &Reference::Digest(l.digest.clone()),
+            None,
+            budget,
+        )
+        .await
+        .map_err(|e| at.walk_error(e))?;
+        // What the list says of it must be what it says of itself.
+        let (artifact_type, subject_digest) = referrers::describe(&graph.top.bytes);
+        if artifact_type.as_deref() != l.artifact_type.as_deref() {
+            return Err(at.not_cosign(format!(
+                "the referrers list gives it artifactType {:?}, the manifest {:?}",
+                l.artifact_type, artifact_type
             )));
         }
-        let bytes = read_blob(src, repo, &d).await.map_err(read_err)?;
-        graph.inline.insert(d.digest.clone(), bytes.into());
+        if subject_digest.as_ref() != Some(signs) {
+            return Err(at.not_cosign(format!(
+                "its subject is {}, not {signs}",
+                subject_digest.map_or("missing".to_string(), |d| d.to_string())
+            )));
+        }
+        found.push(at.checked(graph, Scheme::Referrer).await?);
     }
-    let verified_with = match key {
-        None => None,
-        Some(k) => {
-            for (i, l) in layers.iter().enumerate() {
-                let bytes = graph
-                    .inline
-                    .get(&l.digest)
-                    .map(|b| b.to_vec())
-                    .unwrap_or_default();
-                if let Err(reason) = check_layer(&k.key, kind, l, &bytes, signs) {
+    Ok(Referred {
+        listed_by: Some(listed_by),
+        found,
+    })
+}
+
+/// One manifest being read: what messages name, and what it is checked against.
+struct Read<'a, S> {
+    src: &'a S,
+    image: &'a str,
+    repo: &'a str,
+    reference: &'a str,
+    signs: &'a Digest,
+    kind: Kind,
+    key: Option<&'a UpstreamKey>,
+}
+
+impl<S: Source> Read<'_, S> {
+    fn not_cosign(&self, reason: String) -> UpstreamError {
+        UpstreamError::NotCosign {
+            image: self.image.to_string(),
+            reference: self.reference.to_string(),
+            reason,
+        }
+    }
+
+    /// A store that failed is that; anything else the walk refuses is the manifest's.
+    fn walk_error(&self, e: WalkError) -> UpstreamError {
+        match e {
+            WalkError::Store(source) => UpstreamError::Read {
+                what: format!("image {}: reading {}", self.image, self.reference),
+                source,
+            },
+            other => self.not_cosign(other.to_string()),
+        }
+    }
+
+    /// `graph` (a signature or attestation manifest) with its blobs inline, every layer
+    /// checked with the key (if any).
+    async fn checked(&self, mut graph: Graph, scheme: Scheme) -> Result<Found, UpstreamError> {
+        let (image, reference, signs, kind) = (self.image, self.reference, self.signs, self.kind);
+        let not_cosign = |reason: String| self.not_cosign(reason);
+        let read_err = |e: WalkError| self.walk_error(e);
+        // The walk names a platform from the config; a signature image has none (`os`,
+        // `arch` empty).
+        graph.platforms.clear();
+        if !graph.children.is_empty() || media::is_index(&graph.top.media_type) {
+            return Err(not_cosign(format!("a {}", graph.top.media_type)));
+        }
+        let layers = layers_of(&graph.top.bytes).map_err(not_cosign)?;
+        if layers.len() > MAX_LAYERS {
+            return Err(not_cosign(format!(
+                "{} layers, more than the {MAX_LAYERS} koord-bundle carries",
+                layers.len()
+            )));
+        }
+        for d in graph.blobs.clone() {
+            if graph.inline.contains_key(&d.digest) {
+                continue;
+            }
+            if d.size > MAX_LAYER {
+                return Err(not_cosign(format!(
+                    "blob {} of {} bytes, more than a signature's {MAX_LAYER}",
+                    d.digest, d.size
+                )));
+            }
+            let bytes = read_blob(self.src, self.repo, &d).await.map_err(read_err)?;
+            graph.inline.insert(d.digest.clone(), bytes.into());
+        }
+        let verified_with = match self.key {
+            None => None,
+            Some(k) => {
+                for (i, l) in layers.iter().enumerate() {
+                    let bytes = graph
+                        .inline
+                        .get(&l.digest)
+                        .map(|b| b.to_vec())
+                        .unwrap_or_default();
+                    if let Err(reason) = check_layer(&k.key, kind, l, &bytes, signs) {
+                        return Err(UpstreamError::NotVerified {
+                            image: image.to_string(),
+                            digest: signs.clone(),
+                            reference: reference.to_string(),
+                            key: k.path.clone(),
+                            reason: format!("layer {} of {}: {reason}", i + 1, layers.len()),
+                        });
+                    }
+                }
+                if layers.is_empty() {
                     return Err(UpstreamError::NotVerified {
                         image: image.to_string(),
                         digest: signs.clone(),
-                        reference,
+                        reference: reference.to_string(),
                         key: k.path.clone(),
-                        reason: format!("layer {} of {}: {reason}", i + 1, layers.len()),
+                        reason: "it holds no signature".into(),
                     });
                 }
+                Some(k.fingerprint.clone())
             }
-            if layers.is_empty() {
-                return Err(UpstreamError::NotVerified {
-                    image: image.to_string(),
-                    digest: signs.clone(),
-                    reference,
-                    key: k.path.clone(),
-                    reason: "it holds no signature".into(),
-                });
-            }
-            Some(k.fingerprint.clone())
-        }
-    };
-    Ok(Some(Found {
-        kind,
-        tag,
-        signs: signs.clone(),
-        graph,
-        layers: layers.len(),
-        verified_with,
-    }))
+        };
+        Ok(Found {
+            kind,
+            scheme,
+            signs: signs.clone(),
+            graph,
+            layers: layers.len(),
+            verified_with,
+        })
+    }
 }
 
 /// The layers of an image manifest, or why it is not one.
@@ -321,7 +494,11 @@ fn check_layer(
             if l.media_type != DSSE_MEDIA {
                 return Err(format!("a {}, not a DSSE envelope", l.media_type));
             }
-            let pt = annotation(PREDICATE_ANNOTATION).unwrap_or_default();
+            // cosign's attestation referrers carry no layer annotations: the statement's own
+            // predicate type then (it is signed; the annotation is not).
+            let pt = annotation(PREDICATE_ANNOTATION)
+                .or_else(|| cosign::envelope_predicate_type(bytes))
+                .unwrap_or_default();
             if cosign::envelope_attests(key, bytes, signs.as_str(), &pt) {
                 Ok(())
             } else {
@@ -384,5 +561,33 @@ mod tests {
         assert!(check_layer(vk, Kind::Signature, &good, &changed, &digest).is_err());
         let bare = desc(attach::SIMPLE_SIGNING_MEDIA, &payload, None);
         assert!(check_layer(vk, Kind::Signature, &bare, &payload, &digest).is_err());
+    }
+
+    #[test]
+    fn an_attestation_layer_without_annotations_is_checked_by_its_statement() {
+        // cosign's attestation referrers carry no predicateType annotation on the layer.
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k");
+        std::fs::write(&p, cosign::generate(b"").unwrap().0).unwrap();
+        let key = cosign::KeyFile::read(&p).unwrap().open(b"").unwrap();
+        let digest = Digest::of(b"image");
+        let st = cosign::intoto_statement(
+            "r/x",
+            digest.as_str(),
+            cosign::CYCLONEDX_PREDICATE,
+            &serde_json::json!({}),
+        );
+        let env = cosign::dsse_envelope(&key, &st);
+        let bare = desc(DSSE_MEDIA, &env, None);
+        let vk = key.verifying_key();
+        assert_eq!(
+            check_layer(vk, Kind::Attestation, &bare, &env, &digest),
+            Ok(())
+        );
+        assert!(check_layer(vk, Kind::Attestation, &bare, &env, &Digest::of(b"y")).is_err());
+        let mut v: serde_json::Value = serde_json::from_slice(&env).unwrap();
+        v["signatures"][0]["sig"] = cosign::base64(&key.sign(b"other")).into();
+        let forged = serde_json::to_vec(&v).unwrap();
+        assert!(check_layer(vk, Kind::Attestation, &bare, &forged, &digest).is_err());
     }
 }

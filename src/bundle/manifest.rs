@@ -236,17 +236,22 @@ pub struct ImageRecord {
 }
 
 /// A cosign signature (`.sig`) or attestation (`.att`) manifest carried with an image, under
-/// its tag in the image's repository (cosign's tag scheme), byte for byte as its source served
-/// it.
+/// its tag in the image's repository (cosign's tag scheme), or an OCI 1.1 referrer of one of
+/// its manifests (`scheme` [`REFERRER_SCHEME`]), byte for byte as its source served it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SignatureRecord {
     /// `signature` (`.sig`) or `attestation` (`.att`).
     pub kind: String,
     /// Its name in the layout, and the repository and tag `load` pushes it under:
-    /// `<repository>:sha256-<hex>.sig`.
+    /// `<repository>:sha256-<hex>.sig`; for a referrer, `<repository>@<digest>` (pushed by
+    /// digest).
     #[serde(rename = "ref")]
     pub ref_name: String,
+    /// [`REFERRER_SCHEME`] for an OCI 1.1 referrer (its manifest's `subject` is `signs`);
+    /// absent: cosign's tag scheme.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
     /// The image manifest it signs (the image's digest or one of its `manifests`).
     pub signs: Digest,
     /// Its manifest's digest.
@@ -261,6 +266,16 @@ pub struct SignatureRecord {
     /// (`--verify-key`); absent: carried unchecked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified_with: Option<Digest>,
+}
+
+/// The `scheme` of a carried OCI 1.1 referrer.
+pub const REFERRER_SCHEME: &str = "referrer";
+
+impl SignatureRecord {
+    /// Is it an OCI 1.1 referrer (else a manifest of cosign's tag scheme)?
+    pub fn is_referrer(&self) -> bool {
+        self.scheme.as_deref() == Some(REFERRER_SCHEME)
+    }
 }
 
 /// One manifest of an image's index: a platform's image, or an attestation of one.

@@ -345,18 +345,23 @@ fn image_component(img: &ImageRecord) -> Result<(Value, String), SbomError> {
         props.push(prop("image:fallback", f));
     }
     // Carried cosign signatures and attestations (`build --with-signatures`): one property
-    // each, `<ref>@<manifest digest>` (the tag names the digest it signs).
+    // each, `<ref>@<manifest digest>` (the tag names the digest it signs), or a referrer's
+    // `<ref>` alone (`<repository>@<manifest digest>`: its subject is the digest it signs).
     for sig in &img.signatures {
         let name = match sig.kind.as_str() {
             "attestation" => "image:attestation",
             _ => "image:signature",
         };
-        props.push(prop(name, format!("{}@{}", sig.ref_name, sig.digest)));
+        let at = if sig.is_referrer() {
+            sig.ref_name.clone()
+        } else {
+            format!("{}@{}", sig.ref_name, sig.digest)
+        };
         if let Some(k) = &sig.verified_with {
-            props.push(prop(
-                "image:signatureVerifiedWith",
-                format!("{}@{} {}", sig.ref_name, sig.digest, k),
-            ));
+            props.push(prop(name, at.clone()));
+            props.push(prop("image:signatureVerifiedWith", format!("{at} {k}")));
+        } else {
+            props.push(prop(name, at));
         }
     }
     let nested = img

@@ -358,11 +358,17 @@ impl BundleSource {
             .ok_or_else(|| content("no bundle manifest".into()))?;
         let mut tags: BTreeMap<String, BTreeMap<String, (Digest, String)>> = BTreeMap::new();
         let mut tops = Vec::new();
+        let mut referrers = Vec::new();
         for img in &manifest.images {
             tops.push((&img.ref_name, &img.digest, &img.media_type));
-            // Its carried cosign signatures, under their own tags.
+            // Its carried cosign signatures, under their own tags; a carried referrer has no
+            // tag (its ref is `<repository>@<digest>`): read by its digest.
             for s in &img.signatures {
-                tops.push((&s.ref_name, &s.digest, &s.media_type));
+                if s.is_referrer() {
+                    referrers.push((&s.digest, &s.media_type));
+                } else {
+                    tops.push((&s.ref_name, &s.digest, &s.media_type));
+                }
             }
         }
         let oci = &manifest.chart.oci;
@@ -374,6 +380,9 @@ impl BundleSource {
             tags.entry(repo.to_string())
                 .or_default()
                 .insert(tag.to_string(), (d.clone(), mt.clone()));
+            types.insert(d.clone(), mt.clone());
+        }
+        for (d, mt) in referrers {
             types.insert(d.clone(), mt.clone());
         }
         // Child manifests: the media type their parent's descriptor gives.

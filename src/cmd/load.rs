@@ -529,6 +529,9 @@ async fn hash_and_push<K: crate::store::Sink>(
     let stats = push(src, sink, &graphs, args.jobs, args.dry_run, progress)
         .await
         .map_err(|e| push_failed(e, src.manifest(), args.dry_run))?;
+    if !args.dry_run {
+        super::upstream_sigs::list_referrers(&settings.reg, &store, src, progress).await?;
+    }
     Ok((stats, !all_there))
 }
 
@@ -1360,31 +1363,39 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
 }
 
 /// Every graph the bundle names (its images, their carried cosign signatures and
-/// attestations, and the chart artifact), each with the repository and tag it goes under,
-/// resolved by the walk from the verified manifests. A carried signature goes to its own tag
-/// (`sha256-<hex>.sig`) unchanged, before `--sign-images` appends the site's to it.
-async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, String)>> {
+/// attestations, and the chart artifact), each with the repository and the tag (or digest) it
+/// goes under, resolved by the walk from the verified manifests. A carried signature goes to
+/// its own tag (`sha256-<hex>.sig`) unchanged, before `--sign-images` appends the site's to
+/// it; a carried OCI 1.1 referrer by its digest (`upstream_sigs::list_referrers` lists it).
+async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, Reference)>> {
     let m = src.manifest();
     let mut out = Vec::new();
     let budget = copy::Budget::default();
-    for r in m
+    let sigs = m.images.iter().flat_map(|i| &i.signatures);
+    for (r, by_digest) in m
         .images
         .iter()
-        .map(|i| &i.ref_name)
-        .chain(
-            m.images
-                .iter()
-                .flat_map(|i| &i.signatures)
-                .map(|s| &s.ref_name),
-        )
-        .chain(std::iter::once(&m.chart.oci.ref_name))
+        .map(|i| (&i.ref_name, None))
+        .chain(sigs.map(|s| (&s.ref_name, s.is_referrer().then_some(&s.digest))))
+        .chain(std::iter::once((&m.chart.oci.ref_name, None)))
     {
-        let (repo, tag) =
-            split_ref(r).with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?;
-        let g = copy::resolve(src, repo, &Reference::Tag(tag.to_string()), None, &budget)
+        let (repo, reference) = match by_digest {
+            Some(d) => (
+                r.split_once('@')
+                    .map(|(repo, _)| repo)
+                    .with_context(|| format!("ref name {r:?} is not REPOSITORY@DIGEST"))?,
+                Reference::Digest(d.clone()),
+            ),
+            None => {
+                let (repo, tag) = split_ref(r)
+                    .with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?;
+                (repo, Reference::Tag(tag.to_string()))
+            }
+        };
+        let g = copy::resolve(src, repo, &reference, None, &budget)
             .await
-            .with_context(|| format!("{repo}:{tag} in the bundle"))?;
-        out.push((g, repo.to_string(), tag.to_string()));
+            .with_context(|| format!("{} in the bundle", reference.qualify(repo)))?;
+        out.push((g, repo.to_string(), reference));
     }
     Ok(out)
 }
@@ -1392,19 +1403,13 @@ async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, 
 /// Does every tag in the registry already point at its graph's top manifest?
 async fn tags_in_place<K: crate::store::Sink>(
     sink: &K,
-    graphs: &[(copy::Graph, String, String)],
+    graphs: &[(copy::Graph, String, Reference)],
     jobs: usize,
 ) -> anyhow::Result<bool> {
     use futures_util::StreamExt as _;
     let found: Vec<bool> = futures_util::stream::iter(graphs)
-        .map(|(g, repo, tag)| async move {
-            crate::store::Sink::has_manifest(
-                sink,
-                repo,
-                &Reference::Tag(tag.clone()),
-                &g.top.digest,
-            )
-            .await
+        .map(|(g, repo, reference)| async move {
+            crate::store::Sink::has_manifest(sink, repo, reference, &g.top.digest).await
         })
         .buffered(jobs.max(1))
         .try_collect()
@@ -1417,7 +1422,7 @@ async fn tags_in_place<K: crate::store::Sink>(
 async fn push<K: crate::store::Sink>(
     src: &BundleSource,
     sink: &K,
-    graphs: &[(copy::Graph, String, String)],
+    graphs: &[(copy::Graph, String, Reference)],
     jobs: usize,
     dry_run: bool,
     progress: &Progress,
@@ -1425,10 +1430,10 @@ async fn push<K: crate::store::Sink>(
     let m = src.manifest();
     let items: Vec<Item> = graphs
         .iter()
-        .map(|(g, repo, tag)| Item {
+        .map(|(g, repo, reference)| Item {
             graph: g,
             repo: repo.clone(),
-            reference: Reference::Tag(tag.clone()),
+            reference: reference.clone(),
         })
         .collect();
     let omitted = m.omitted_blobs.iter().map(|o| o.digest.clone()).collect();

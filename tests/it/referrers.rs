@@ -249,6 +249,50 @@ fn load_signs_as_oci_referrers_too_where_the_registry_serves_them() {
         assert_eq!(list, before[i], "a re-run changed the referrers");
     }
     ok(&verify(h, &pubkey, &at, false));
+
+    // Built from there with --with-signatures: the referrers (attestations included) are
+    // carried beside the tag scheme's manifests, each checked with the site's key.
+    let out = h.path().join("resigned.tar");
+    let o = h
+        .build("1.8.0")
+        .source(&format!("{rr}/{prefix}"))
+        .out(&out)
+        .args(&[
+            "--with-signatures",
+            "--verify-key",
+            pubkey.to_str().unwrap(),
+        ])
+        .run();
+    assert_ok(&o);
+    let m = bundle_manifest(&out);
+    for img in s["images"].as_array().unwrap() {
+        let path = img["repository"]
+            .as_str()
+            .unwrap()
+            .split_once('/')
+            .unwrap()
+            .1;
+        let repo = path.split_once('/').unwrap().1;
+        let carried = &m["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["repository"] == repo)
+            .unwrap()["signatures"];
+        let count = |scheme: Option<&str>, kind: &str| {
+            carried
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["scheme"].as_str() == scheme && c["kind"] == kind)
+                .count()
+        };
+        let digests = 1 + img["platforms"].as_array().unwrap().len();
+        assert_eq!(count(Some("referrer"), "signature"), digests, "{carried}");
+        assert_eq!(count(Some("referrer"), "attestation"), 1, "{carried}");
+        assert_eq!(count(None, "signature"), digests, "{carried}");
+        assert_eq!(count(None, "attestation"), 1, "{carried}");
+    }
 }
 
 #[test]
@@ -342,4 +386,364 @@ fn a_referrers_answer_that_is_neither_yes_nor_no_signs_nothing() {
         assert_eq!(types(&list.json()), Vec::<String>::new());
         assert!(manifest_at(&rr, &repo, &d).is_some());
     }
+}
+
+const VERSION: &str = "1.4.0";
+const IMAGES: [&str; 4] = [
+    "koordinator-sh/koord-descheduler",
+    "koordinator-sh/koord-manager",
+    "koordinator-sh/koord-scheduler",
+    "koordinator-sh/koordlet",
+];
+const TAG: &str = "v1.4.0";
+
+/// The 1.4.0 images copied (every platform) from the plain registry to `host/PREFIX` (plain
+/// HTTP); each `(repository, index digest)`.
+fn copy_images(host: &str, prefix: &str) -> Vec<(String, String)> {
+    let e = env();
+    IMAGES
+        .iter()
+        .map(|repo| {
+            assert_ok(&tool(
+                "skopeo",
+                &[
+                    "copy",
+                    "-q",
+                    "--all",
+                    "--src-tls-verify=false",
+                    "--dest-tls-verify=false",
+                    &format!("docker://{}/{repo}:{TAG}", e.plain),
+                    &format!("docker://{host}/{prefix}/{repo}:{TAG}"),
+                ],
+                Path::new("/"),
+            ));
+            (repo.to_string(), pushed_digest(repo, TAG))
+        })
+        .collect()
+}
+
+/// `cosign sign --registry-referrers-mode=oci-1-1` of `image` with `key`, offline: the
+/// signature goes as an OCI 1.1 referrer only (no `.sig` tag).
+fn sign_oci11(h: &Home, key: &Path, image: &str) {
+    ok(&cosign(
+        h,
+        "pw",
+        &[
+            "sign",
+            "--key",
+            key.to_str().unwrap(),
+            "--tlog-upload=false",
+            "--allow-insecure-registry",
+            "--yes",
+            "--registry-referrers-mode=oci-1-1",
+            image,
+        ],
+    ));
+}
+
+/// `build 1.4.0 --source HOST/PREFIX --plain-http -o OUT --with-signatures EXTRA...`.
+fn build(h: &Home, source: &str, out: &Path, extra: &[&str]) -> Output {
+    h.build(VERSION)
+        .source(source)
+        .out(out)
+        .arg("--with-signatures")
+        .args(extra)
+        .run()
+}
+
+fn image<'a>(m: &'a Value, repo: &str) -> &'a Value {
+    m["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["repository"] == repo)
+        .unwrap()
+}
+
+/// The referrer records of `repo` in a bundle manifest.
+fn carried_referrers<'a>(m: &'a Value, repo: &str) -> Vec<&'a Value> {
+    image(m, repo)["signatures"]
+        .as_array()
+        .map(|a| a.iter().filter(|s| s["scheme"] == "referrer").collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
+    let h = Home::with_key();
+    let (up_key, up_pub) = key_pair(&h, "upstream");
+    let rr = referrers_registry();
+    let src = unique_prefix("refs-up");
+    let images = copy_images(&rr, &src);
+    for (repo, digest) in &images {
+        sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
+    }
+    let out = h.path().join("referrers.tar");
+    let o = build(
+        &h,
+        &format!("{rr}/{src}"),
+        &out,
+        &["--verify-key", up_pub.to_str().unwrap()],
+    );
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        said.contains("4 of them OCI 1.1 referrers")
+            && said.contains("checked against --verify-key"),
+        "{said}"
+    );
+    let m = bundle_manifest(&out);
+    let mut carried = Vec::new();
+    for (repo, digest) in &images {
+        let refs = carried_referrers(&m, repo);
+        assert_eq!(refs.len(), 1, "{repo}: {refs:?}");
+        let s = refs[0];
+        assert_eq!(s["kind"], "signature");
+        assert_eq!(s["signs"], digest.as_str());
+        assert!(s["verifiedWith"].as_str().unwrap().starts_with("sha256:"));
+        // Byte for byte the upstream referrer, named by its digest.
+        let list = referrers(&rr, &format!("{src}/{repo}"), digest).json();
+        assert_eq!(s["digest"], list["manifests"][0]["digest"], "{repo}");
+        assert_eq!(
+            s["ref"],
+            format!("{repo}@{}", s["digest"].as_str().unwrap())
+        );
+        carried.push((
+            repo.clone(),
+            digest.clone(),
+            s["digest"].as_str().unwrap().to_string(),
+        ));
+    }
+    // The layout, the reference reader, the schema and the BOM know them.
+    assert_ok(&h.run(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--key",
+        h.pubkey().to_str().unwrap(),
+    ]));
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("bundle-spec");
+    let mut c = Command::new("python3");
+    c.arg(spec.join("reference/kbread.py"))
+        .arg(&out)
+        .args(["--key", h.pubkey().to_str().unwrap()]);
+    let read = ok(&output_within(c, Duration::from_secs(60), "kbread.py"));
+    assert!(read.ends_with("verdict: accepted\n"), "{read}");
+    let schema: Value = serde_json::from_slice(
+        &std::fs::read(spec.join("schema/koord-bundle.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let schema = jsonschema::draft202012::new(&schema).unwrap();
+    let errs: Vec<String> = schema.iter_errors(&m).map(|e| e.to_string()).collect();
+    assert!(errs.is_empty(), "{errs:#?}");
+    let mut bad = m.clone();
+    bad["images"][0]["signatures"][0]["scheme"] = "other".into();
+    assert!(!schema.is_valid(&bad));
+    let bom = h.path().join("bom.cdx.json");
+    assert_ok(&h.run(&[
+        "inspect",
+        out.to_str().unwrap(),
+        "--sbom",
+        bom.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&bom).unwrap();
+    for (repo, _, r) in &carried {
+        assert!(
+            text.contains(&format!("\"{repo}@{r}\"")),
+            "{repo}@{r} not in the BOM"
+        );
+    }
+    validate(&bom).unwrap();
+
+    // Loaded where the registry serves referrers: the same manifests, listed by their
+    // subject; cosign verifies each image through them with the upstream key (there is no
+    // .sig tag to fall back on).
+    let site = unique_prefix("refs-site");
+    let o = h
+        .load_cmd(
+            &out,
+            &format!("{rr}/{site}"),
+            &["--no-install", "--plain-http"],
+        )
+        .output()
+        .unwrap();
+    let said = ok(&o) + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("4 listed by the registry's referrers API"),
+        "{said}"
+    );
+    for (repo, digest, r) in &carried {
+        let list = referrers(&rr, &format!("{site}/{repo}"), digest).json();
+        assert_eq!(list["manifests"][0]["digest"], r.as_str(), "{repo}");
+        let at = format!("{rr}/{site}/{repo}@{digest}");
+        ok(&verify(&h, &up_pub, &at, true));
+        refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
+    }
+
+    // Loaded into distribution 2.8 (no referrers API): pushed by digest and listed in the
+    // referrers tag schema's index of the subject, where cosign's OCI 1.1 mode finds them.
+    let plain = &env().plain;
+    let site2 = unique_prefix("refs-site-plain");
+    let load_plain = || {
+        h.load_cmd(
+            &out,
+            &format!("{plain}/{site2}"),
+            &["--no-install", "--plain-http"],
+        )
+        .output()
+        .unwrap()
+    };
+    let o = load_plain();
+    let said = ok(&o) + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("the registry serves no referrers API (404): 4 added to the referrers tag schema's sha256-<hex> index"),
+        "{said}"
+    );
+    let mut indexes = Vec::new();
+    for (repo, digest, r) in &carried {
+        let path = format!("{site2}/{repo}");
+        let there = manifest_at(plain, &path, r).expect("the referrer by its digest");
+        assert_eq!(&sha256(&there), r, "{repo}: changed on the way");
+        let tag = format!("sha256-{}", digest.trim_start_matches("sha256:"));
+        let index = manifest_at(plain, &path, &tag).expect("the fallback index");
+        let v: Value = serde_json::from_slice(&index).unwrap();
+        assert_eq!(v["manifests"][0]["digest"], r.as_str());
+        assert_eq!(v["manifests"][0]["artifactType"], SIG_TYPE);
+        indexes.push((path, tag, index));
+        let at = format!("{plain}/{site2}/{repo}@{digest}");
+        ok(&verify(&h, &up_pub, &at, true));
+        refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
+    }
+    // Again: nothing added, every index as it was.
+    let o = load_plain();
+    let said = ok(&o) + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("0 added") && said.contains("4 listed there already"),
+        "{said}"
+    );
+    for (path, tag, index) in &indexes {
+        assert_eq!(&manifest_at(plain, path, tag).unwrap(), index);
+    }
+    // And built from there: read through the fallback index, the same referrers carried.
+    let again = h.path().join("again.tar");
+    let o = build(
+        &h,
+        &format!("{plain}/{site2}"),
+        &again,
+        &["--verify-key", up_pub.to_str().unwrap()],
+    );
+    assert_ok(&o);
+    let m2 = bundle_manifest(&again);
+    for (repo, _, r) in &carried {
+        let refs = carried_referrers(&m2, repo);
+        assert_eq!(refs.len(), 1, "{repo}");
+        assert_eq!(refs[0]["digest"], r.as_str());
+    }
+}
+
+#[test]
+fn a_referrers_answer_that_is_no_list_or_a_referrer_that_does_not_verify_writes_nothing() {
+    let h = Home::with_key();
+    let (up_key, up_pub) = key_pair(&h, "upstream");
+    let up = up_pub.to_str().unwrap();
+    let rr = referrers_registry();
+    let src = unique_prefix("refs-bad-up");
+    let images = copy_images(&rr, &src);
+    for (repo, digest) in &images {
+        sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
+    }
+    let no_output = |out: &Path| {
+        assert!(!out.exists());
+        let name = out.file_name().unwrap().to_string_lossy().to_string();
+        let partial: Vec<_> = std::fs::read_dir(h.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&name))
+            .collect();
+        assert!(partial.is_empty(), "{partial:?}");
+    };
+
+    // A proxy that answers the referrers API with something else than a referrers list.
+    for (ct, body, needle) in [
+        ("text/html", "<html>login</html>", "not JSON"),
+        (
+            "application/vnd.oci.image.manifest.v1+json",
+            r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#,
+            "not an OCI image index",
+        ),
+    ] {
+        let proxy = fault_proxy::start(&rr, Mode::ReferrersAnswer(200, ct, body));
+        let out = h.path().join("proxied.tar");
+        let o = build(
+            &h,
+            &format!("{}/{src}", proxy.addr),
+            &out,
+            &["--verify-key", up],
+        );
+        assert_fails(
+            &o,
+            1,
+            &[
+                "the OCI 1.1 referrers of",
+                "the answer is not a referrers list",
+                needle,
+                "nothing was written",
+            ],
+        );
+        no_output(&out);
+    }
+
+    // A forged referrer beside the good one (koord-scheduler's, one character of its
+    // signature changed, pushed by digest with the same subject): refused as a whole.
+    let (repo, digest) = &images[2];
+    let path = format!("{src}/{repo}");
+    let good = referrers(&rr, &path, digest).json()["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut sig: Value = serde_json::from_slice(&manifest_at(&rr, &path, &good).unwrap()).unwrap();
+    let ann = &mut sig["layers"][0]["annotations"]["dev.cosignproject.cosign/signature"];
+    let forged = {
+        let mut b = ann.as_str().unwrap().to_string().into_bytes();
+        let i = b.len() / 2;
+        b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+        String::from_utf8(b).unwrap()
+    };
+    *ann = Value::String(forged);
+    let body = serde_json::to_vec(&sig).unwrap();
+    let forged_digest = sha256(&body);
+    let file = h.path().join("forged.json");
+    std::fs::write(&file, &body).unwrap();
+    let put = curl(
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/vnd.oci.image.manifest.v1+json",
+            "--data-binary",
+            &format!("@{}", file.display()),
+        ],
+        &format!("http://{rr}/v2/{path}/manifests/{forged_digest}"),
+    );
+    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    assert_eq!(types(&referrers(&rr, &path, digest).json()).len(), 2);
+    let out = h.path().join("forged.tar");
+    let o = build(&h, &format!("{rr}/{src}"), &out, &["--verify-key", up]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            "koordinator-sh/koord-scheduler",
+            digest.as_str(),
+            &format!("{repo}@{forged_digest}"),
+            "does not verify against --verify-key",
+            "the signature does not verify against the key",
+            "nothing was written",
+        ],
+    );
+    no_output(&out);
+    // Without --verify-key: carried unverified, both, and said so.
+    let o = build(&h, &format!("{rr}/{src}"), &out, &[]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NOT verified"));
+    assert_eq!(carried_referrers(&bundle_manifest(&out), repo).len(), 2);
 }

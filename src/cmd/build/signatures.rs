@@ -1,7 +1,8 @@
 //! `build --with-signatures [--verify-key PUB] [--allow-unsigned-images]`: each image's cosign
-//! signatures and attestations, read from its source in the tag scheme for its index and each
-//! platform manifest (`admission::upstream`), and added to the plan, so that the bundle
-//! carries them and `load` pushes them unchanged.
+//! signatures and attestations, read from its source in the tag scheme and as OCI 1.1
+//! referrers (where the source serves the referrers API, or keeps the referrers tag schema's
+//! index) for its index and each platform manifest (`admission::upstream`), and added to the
+//! plan, so that the bundle carries them and `load` pushes them unchanged.
 //!
 //! Which digests must be signed with `--verify-key`: the image's top manifest, as the chart
 //! (and a pinned release) pulls it; when a platform filter rewrote the index (a new digest
@@ -14,8 +15,8 @@
 
 use super::settings::Settings;
 use crate::admission::attach::{self, Kind};
-use crate::admission::upstream::{self, Found, UpstreamKey};
-use crate::bundle::manifest::SignatureRecord;
+use crate::admission::upstream::{self, Found, ListedBy, Scheme, UpstreamKey};
+use crate::bundle::manifest::{SignatureRecord, REFERRER_SCHEME};
 use crate::bundle::plan::{CarriedSignature, ImageInput};
 use crate::cli::BuildArgs;
 use crate::oci::Digest;
@@ -65,6 +66,8 @@ pub(super) async fn carry(
     let src = &settings.registries;
     let mut unsigned: Vec<String> = Vec::new();
     let (mut manifests, mut signed) = (0usize, 0usize);
+    // Referrers carried; digests whose source served the API, kept the fallback tag, neither.
+    let (mut referred, mut by_api, mut by_tag, mut by_none) = (0usize, 0usize, 0usize, 0usize);
     // Two tags of one repository with the same digest share its signature tag: carried once.
     let mut seen = std::collections::BTreeSet::new();
     for image in images.iter_mut() {
@@ -88,35 +91,67 @@ pub(super) async fn carry(
             .buffered(args.jobs.max(1))
             .try_collect()
             .await?;
-        let mut image_signed = false;
+        let refs: Vec<(Digest, upstream::Referred)> = futures_util::stream::iter(&wanted)
+            .map(|(d, _)| {
+                let (name, repo, budget) = (&name, &repo, &budget);
+                async move {
+                    upstream::fetch_referrers(src, name, repo, d, key, budget)
+                        .await
+                        .map(|r| (d.clone(), r))
+                }
+            })
+            .buffered(args.jobs.max(1))
+            .try_collect()
+            .await?;
+        // The digests a signature was found for, by either scheme.
+        let mut signed_digests = std::collections::BTreeSet::new();
+        let mut keep = |image: &mut ImageInput, f: Found| {
+            if f.kind == Kind::Signature {
+                signed_digests.insert(f.signs.clone());
+            }
+            let c = carried(&image.repository, f);
+            if seen.insert(c.record.ref_name.clone()) {
+                manifests += 1;
+                if c.record.scheme.is_some() {
+                    referred += 1;
+                }
+                image.signatures.push(c);
+            }
+        };
+        for (_, r) in refs {
+            match r.listed_by {
+                Some(ListedBy::Api) => by_api += 1,
+                Some(ListedBy::FallbackTag) => by_tag += 1,
+                None => by_none += 1,
+            }
+            for f in r.found {
+                keep(image, f);
+            }
+        }
+        let mut missing = Vec::new();
         for (d, must, kind, f) in found {
             match f {
-                Some(f) => {
-                    if kind == Kind::Signature {
-                        image_signed = true;
-                    }
-                    let c = carried(&image.repository, f);
-                    if seen.insert(c.record.ref_name.clone()) {
-                        manifests += 1;
-                        image.signatures.push(c);
-                    }
-                }
-                None if kind == Kind::Signature && must => {
-                    let reference = format!("{repo}:{}", attach::tag_of(&d, kind));
-                    match key {
-                        Some(k) if !args.allow_unsigned_images => {
-                            return Err(k.unsigned(&name, &d, &reference).into())
-                        }
-                        Some(_) => progress.warn(format!(
-                            "{name}: {d} has no signature upstream ({reference}): carried without one (--allow-unsigned-images)"
-                        )),
-                        None => {}
-                    }
-                }
+                Some(f) => keep(image, f),
+                None if kind == Kind::Signature && must => missing.push((d, kind)),
                 None => {}
             }
         }
-        if image_signed {
+        for (d, kind) in missing {
+            if signed_digests.contains(&d) {
+                continue;
+            }
+            let reference = format!("{repo}:{}", attach::tag_of(&d, kind));
+            match key {
+                Some(k) if !args.allow_unsigned_images => {
+                    return Err(k.unsigned(&name, &d, &reference).into())
+                }
+                Some(_) => progress.warn(format!(
+                    "{name}: {d} has no signature upstream ({reference}, nor an OCI 1.1 referrer): carried without one (--allow-unsigned-images)"
+                )),
+                None => {}
+            }
+        }
+        if !signed_digests.is_empty() {
             signed += 1;
         } else {
             unsigned.push(name);
@@ -130,8 +165,15 @@ pub(super) async fn carry(
         ),
         None => String::new(),
     };
+    let referrers = match (by_api + by_tag, by_none) {
+        (0, _) => " (the sources serve no OCI 1.1 referrers API: the tag scheme only)".to_string(),
+        (_, 0) => format!(" ({referred} of them OCI 1.1 referrers)"),
+        (_, n) => format!(
+            " ({referred} of them OCI 1.1 referrers; for {n} digests the source serves no referrers API: the tag scheme only)"
+        ),
+    };
     progress.say(format!(
-        "upstream {manifests} cosign signature and attestation {} carried for {signed} of {} images{verified}",
+        "upstream {manifests} cosign signature and attestation {} carried for {signed} of {} images{referrers}{verified}",
         crate::text::plural(manifests, "manifest", "manifests"),
         images.len()
     ));
@@ -213,10 +255,18 @@ fn what(kind: Kind) -> &'static str {
 /// What the plan carries of a manifest read from upstream.
 fn carried(repository: &str, f: Found) -> CarriedSignature {
     let top = &f.graph.top;
+    let (ref_name, scheme) = match &f.scheme {
+        Scheme::Tag(t) => (format!("{repository}:{t}"), None),
+        Scheme::Referrer => (
+            format!("{repository}@{}", top.digest),
+            Some(REFERRER_SCHEME.to_string()),
+        ),
+    };
     CarriedSignature {
         record: SignatureRecord {
             kind: what(f.kind).into(),
-            ref_name: format!("{repository}:{}", f.tag),
+            ref_name,
+            scheme,
             signs: f.signs,
             digest: top.digest.clone(),
             media_type: top.media_type.clone(),
