@@ -176,8 +176,11 @@ running_pid() {
     [[ -f "$pf" ]] || return 0
     pid="$(cat "$pf" 2>/dev/null || true)"
     [[ "$pid" =~ ^[0-9]+$ ]] && alive "$pid" || return 0
+    # The program it runs, symlinks resolved on both sides: KB_TOOLS may name the tools through
+    # <repo>/.tools (a link to the cache) in one shell and directly in another, and a stop that
+    # took the same process for a stranger dropped its pid file and left it running.
     cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
-    [[ "$cmdline" == "$BIN/$1 "* ]] && echo "$pid"
+    [[ -n "$cmdline" && "$(readlink -f "${cmdline%% *}" 2>/dev/null)" == "$(readlink -f "$BIN/$1" 2>/dev/null)" ]] && echo "$pid"
     return 0
 }
 port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
