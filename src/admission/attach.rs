@@ -259,16 +259,8 @@ impl<'a> Signer<'a> {
             bytes: payload.into(),
             annotations: BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), sig)]),
         };
-        let mut a = self
-            .append(repo, digest, Kind::Signature, &layer, &ours)
-            .await?;
-        if referrer {
-            a.referrer = Some(
-                self.refer(repo, digest, Kind::Signature, &layer, &ours)
-                    .await?,
-            );
-        }
-        Ok(a)
+        self.attach(repo, digest, Kind::Signature, &layer, &ours, referrer)
+            .await
     }
 
     /// Attest `digest` of `repo` with `predicate` of `predicate_type` (an in-toto statement
@@ -298,14 +290,25 @@ impl<'a> Signer<'a> {
                 (PREDICATE_ANNOTATION.to_string(), predicate_type.to_string()),
             ]),
         };
-        let mut a = self
-            .append(repo, digest, Kind::Attestation, &layer, &ours)
-            .await?;
+        self.attach(repo, digest, Kind::Attestation, &layer, &ours, referrer)
+            .await
+    }
+
+    /// `layer` appended under `digest`'s tag of `kind` ([`Self::append`]) and, with
+    /// `referrer`, pushed as an OCI 1.1 referrer of it too ([`Self::refer`]); each skipped where
+    /// a layer that is `ours` is there already.
+    async fn attach(
+        &self,
+        repo: &ImageRef,
+        digest: &Digest,
+        kind: Kind,
+        layer: &NewLayer,
+        ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
+        referrer: bool,
+    ) -> Result<Attached, AttachError> {
+        let mut a = self.append(repo, digest, kind, layer, ours).await?;
         if referrer {
-            a.referrer = Some(
-                self.refer(repo, digest, Kind::Attestation, &layer, &ours)
-                    .await?,
-            );
+            a.referrer = Some(self.refer(repo, digest, kind, layer, ours).await?);
         }
         Ok(a)
     }
