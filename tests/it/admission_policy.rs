@@ -102,20 +102,7 @@ impl Site {
 fn copy_image(dest: &str) -> String {
     let e = env();
     let src = format!("docker://{}/koordinator-sh/koord-manager:v1.8.0", e.plain);
-    let o = tool(
-        "skopeo",
-        &[
-            "copy",
-            "-q",
-            "--all",
-            "--src-tls-verify=false",
-            "--dest-tls-verify=false",
-            &src,
-            &format!("docker://{dest}"),
-        ],
-        Path::new("/"),
-    );
-    assert_ok(&o);
+    skopeo_copy_plain(&src, &format!("docker://{dest}"));
     pushed_digest("koordinator-sh/koord-manager", "v1.8.0")
 }
 

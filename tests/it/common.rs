@@ -432,6 +432,119 @@ pub fn cosign_bin() -> PathBuf {
     }
 }
 
+/// The real cosign ([`cosign_bin`]) in a home of its own, `h/cosign-home` (`HOME`, `TUF_ROOT`),
+/// run in `h`: nothing of the caller's environment but `PATH=/usr/bin:/bin`, plus `envs`;
+/// within 120 s.
+pub fn cosign_with(h: &Home, envs: &[(&str, &std::ffi::OsStr)], args: &[&str]) -> Output {
+    let home = cosign_home(h);
+    let mut c = Command::new(cosign_bin());
+    c.args(args)
+        .current_dir(h.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("TUF_ROOT", home.join("tuf"))
+        .envs(envs.iter().copied());
+    output_within(c, Duration::from_secs(120), "cosign")
+}
+
+/// The home [`cosign_with`] gives cosign (created).
+pub fn cosign_home(h: &Home) -> PathBuf {
+    let home = h.path().join("cosign-home");
+    std::fs::create_dir_all(&home).unwrap();
+    home
+}
+
+/// `cosign generate-key-pair --output-key-prefix NAME` in `h` with `password`:
+/// (NAME.key, NAME.pub).
+pub fn cosign_key_pair(h: &Home, name: &str, password: &str) -> (PathBuf, PathBuf) {
+    ok(&cosign_with(
+        h,
+        &[("COSIGN_PASSWORD", password.as_ref())],
+        &["generate-key-pair", "--output-key-prefix", name],
+    ));
+    (
+        h.path().join(format!("{name}.key")),
+        h.path().join(format!("{name}.pub")),
+    )
+}
+
+/// cosign refused what `what` names (it exited non-zero); its stderr.
+pub fn cosign_refused(o: &Output, what: &str) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        !o.status.success(),
+        "{what}: cosign accepted it\nstdout:\n{}\nstderr:\n{err}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    err
+}
+
+/// A cosign signature manifest with one base64 character of its first layer's signature
+/// changed (a tampered or forged signature).
+pub fn forge_signature(manifest: &mut Value) {
+    let ann = &mut manifest["layers"][0]["annotations"]["dev.cosignproject.cosign/signature"];
+    let mut b = ann.as_str().unwrap().to_string().into_bytes();
+    let i = b.len() / 2;
+    b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+    *ann = Value::String(String::from_utf8(b).unwrap());
+}
+
+/// `skopeo copy --all` of `src` to `dest` (`docker://` references), plain HTTP both sides.
+pub fn skopeo_copy_plain(src: &str, dest: &str) {
+    assert_ok(&tool(
+        "skopeo",
+        &[
+            "copy",
+            "-q",
+            "--all",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            src,
+            dest,
+        ],
+        Path::new("/"),
+    ));
+}
+
+/// The entry of `repo` (`images[].repository`) in a bundle manifest.
+pub fn bundle_image<'a>(m: &'a Value, repo: &str) -> &'a Value {
+    m["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["repository"] == repo)
+        .unwrap_or_else(|| panic!("no image {repo} in the bundle manifest"))
+}
+
+/// The bundle at `bundle` (its manifest `m`) verified with `h`'s key by `verify` and by the
+/// reference reader (bundle-spec/reference/kbread.py), and `m` valid under the spec's JSON
+/// schema; the schema, for the caller's own checks.
+pub fn spec_accepts(h: &Home, bundle: &Path, m: &Value) -> jsonschema::Validator {
+    let key = h.pubkey();
+    assert_ok(&h.run(&[
+        "verify",
+        bundle.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ]));
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("bundle-spec");
+    let mut c = Command::new("python3");
+    c.arg(spec.join("reference/kbread.py"))
+        .arg(bundle)
+        .args(["--key", key.to_str().unwrap()]);
+    let read = ok(&output_within(c, Duration::from_secs(60), "kbread.py"));
+    assert!(read.ends_with("verdict: accepted\n"), "{read}");
+    let schema: Value = serde_json::from_slice(
+        &std::fs::read(spec.join("schema/koord-bundle.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let schema = jsonschema::draft202012::new(&schema).unwrap();
+    let errs: Vec<String> = schema.iter_errors(m).map(|e| e.to_string()).collect();
+    assert!(errs.is_empty(), "{errs:#?}");
+    schema
+}
+
 /// The command exited with `code` and its stderr holds every one of `needles`; its stderr.
 pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();

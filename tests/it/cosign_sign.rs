@@ -8,9 +8,8 @@
 use crate::common::*;
 use crate::fault_proxy::{self, Mode};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::path::Path;
+use std::process::Output;
 
 /// cosign, run in a home of its own that reaches nothing: `HOME` and `TUF_ROOT` in `h`, the
 /// TLS registry's CA (`SSL_CERT_FILE`) and login (a `DOCKER_CONFIG` of the test registry's
@@ -18,8 +17,7 @@ use std::time::Duration;
 fn cosign(h: &Home, password: Option<&str>, args: &[&str]) -> Output {
     use base64::Engine as _;
     let e = env();
-    let home = h.path().join("cosign-home");
-    let docker = home.join("docker");
+    let docker = cosign_home(h).join("docker");
     std::fs::create_dir_all(&docker).unwrap();
     let auth =
         base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", e.username, e.password));
@@ -28,29 +26,14 @@ fn cosign(h: &Home, password: Option<&str>, args: &[&str]) -> Output {
         format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, e.tls),
     )
     .unwrap();
-    let mut c = Command::new(cosign_bin());
-    c.args(args)
-        .current_dir(h.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &home)
-        .env("TUF_ROOT", home.join("tuf"))
-        .env("DOCKER_CONFIG", &docker)
-        .env("SSL_CERT_FILE", &e.ca_file);
+    let mut envs = vec![
+        ("DOCKER_CONFIG", docker.as_os_str()),
+        ("SSL_CERT_FILE", e.ca_file.as_ref()),
+    ];
     if let Some(p) = password {
-        c.env("COSIGN_PASSWORD", p);
+        envs.push(("COSIGN_PASSWORD", p.as_ref()));
     }
-    output_within(c, Duration::from_secs(120), "cosign")
-}
-
-fn refused(o: &Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(
-        !o.status.success(),
-        "{what}: cosign accepted it\nstdout:\n{}\nstderr:\n{err}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    err
+    cosign_with(h, &envs, args)
 }
 
 /// `load BUNDLE --registry <TLS>/PREFIX --no-install --json --ca-file CA` with the TLS
@@ -73,19 +56,6 @@ fn load_tls(b: &Built, prefix: &str, password: Option<&str>, extra: &[&str]) -> 
         c.env("COSIGN_PASSWORD", p);
     }
     c.output().unwrap()
-}
-
-/// `cosign generate-key-pair --output-key-prefix NAME` in the home: (NAME.key, NAME.pub).
-fn cosign_pair(h: &Home, name: &str, password: &str) -> (PathBuf, PathBuf) {
-    ok(&cosign(
-        h,
-        Some(password),
-        &["generate-key-pair", "--output-key-prefix", name],
-    ));
-    (
-        h.path().join(format!("{name}.key")),
-        h.path().join(format!("{name}.pub")),
-    )
 }
 
 /// Every `IMAGE@DIGEST` load says it signed: (reference, is an index with an attestation).
@@ -185,13 +155,13 @@ fn keygen_cosign_writes_a_pair_the_real_cosign_reads_and_never_overwrites() {
         )
     };
     ok(&verify_blob(&pubkey));
-    let (_, other_pub) = cosign_pair(&h, "other", "x");
-    refused(
+    let (_, other_pub) = cosign_key_pair(&h, "other", "x");
+    cosign_refused(
         &verify_blob(&other_pub),
         "a signature checked with another key",
     );
     // The wrong password: cosign refuses it too (the key is really encrypted).
-    refused(
+    cosign_refused(
         &cosign(
             &h,
             Some("nope"),
@@ -215,8 +185,8 @@ fn load_signs_and_attests_every_image_cosign_verifies_each_by_digest() {
     let b = Built::new();
     let h = &b.home;
     // The site's key, made by cosign itself.
-    let (key, pubkey) = cosign_pair(h, "site", "site-pw");
-    let (other_key, other_pub) = cosign_pair(h, "other", "other-pw");
+    let (key, pubkey) = cosign_key_pair(h, "site", "site-pw");
+    let (other_key, other_pub) = cosign_key_pair(h, "other", "other-pw");
     let prefix = unique_prefix("cosign");
     let o = load_tls(
         &b,
@@ -288,7 +258,7 @@ fn load_signs_and_attests_every_image_cosign_verifies_each_by_digest() {
     }
     // Another key's check refuses every one of them.
     let (first, _) = &refs[0];
-    let err = refused(
+    let err = cosign_refused(
         &verify(h, &other_pub, first),
         "our signature, checked with another key",
     );
@@ -358,7 +328,7 @@ fn load_signs_and_attests_every_image_cosign_verifies_each_by_digest() {
         ],
     ));
     ok(&verify(h, &other_pub, &target));
-    let err = refused(
+    let err = cosign_refused(
         &verify(h, &pubkey, &target),
         "an image signed by another key",
     );
@@ -380,15 +350,8 @@ fn load_signs_and_attests_every_image_cosign_verifies_each_by_digest() {
         .map(|(t, _)| t.clone())
         .unwrap();
     let mut sig: Value = serde_json::from_slice(&raw_manifest(&sig_tag)).unwrap();
-    let ann = &mut sig["layers"][0]["annotations"]["dev.cosignproject.cosign/signature"];
     // One base64 character of the signature changed.
-    let forged = {
-        let mut b = ann.as_str().unwrap().to_string().into_bytes();
-        let i = b.len() / 2;
-        b[i] = if b[i] == b'A' { b'B' } else { b'A' };
-        String::from_utf8(b).unwrap()
-    };
-    *ann = Value::String(forged);
+    forge_signature(&mut sig);
     let body = serde_json::to_vec(&sig).unwrap();
     let body_file = h.path().join("tampered.json");
     std::fs::write(&body_file, &body).unwrap();
@@ -419,7 +382,7 @@ fn load_signs_and_attests_every_image_cosign_verifies_each_by_digest() {
         tag.trim_start_matches("sha256-").trim_end_matches(".sig")
     );
     let image = format!("{}/{repo}@{signed_digest}", e.tls);
-    let err = refused(&verify(h, &pubkey, &image), "a tampered signature");
+    let err = cosign_refused(&verify(h, &pubkey, &image), "a tampered signature");
     println!("cosign verify {image} (tampered signature): {err}");
 }
 
@@ -442,7 +405,7 @@ fn tag_lists(prefix: &str) -> Vec<(String, Value)> {
 fn a_wrong_password_or_a_file_that_is_no_cosign_key_pushes_nothing() {
     let b = Built::new();
     let h = &b.home;
-    let (key, pubkey) = cosign_pair(h, "site", "site-pw");
+    let (key, pubkey) = cosign_key_pair(h, "site", "site-pw");
     let prefix = unique_prefix("cosign-bad");
     let registry = format!("{}/{prefix}", env().plain);
     let load = |password: &str, key: &Path| {
@@ -540,7 +503,7 @@ fn a_wrong_password_or_a_file_that_is_no_cosign_key_pushes_nothing() {
 fn a_registry_that_refuses_the_signature_tag_stops_the_load_before_helm() {
     let b = Built::new();
     let h = &b.home;
-    let (key, _) = cosign_pair(h, "site", "site-pw");
+    let (key, _) = cosign_key_pair(h, "site", "site-pw");
     let kube = crate::cluster::lease();
     kube.seed_nodes("kubeadm");
     let proxy = fault_proxy::start(&env().plain, Mode::RefuseTagsEnding(".sig"));

@@ -18,40 +18,27 @@ use crate::common::*;
 use crate::fault_proxy::{self, Mode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
 const SIG_TYPE: &str = "application/vnd.dev.cosign.artifact.sig.v1+json";
 const ATT_TYPE: &str = "application/vnd.in-toto+json";
 
-/// cosign in a home of its own that reaches nothing but the test registries (plain HTTP),
-/// `COSIGN_EXPERIMENTAL=1` (what its OCI 1.1 flags ask for), `COSIGN_PASSWORD` as given.
+/// cosign reaching nothing but the test registries (plain HTTP), `COSIGN_EXPERIMENTAL=1`
+/// (what its OCI 1.1 flags ask for), `COSIGN_PASSWORD` as given.
 fn cosign(h: &Home, password: &str, args: &[&str]) -> Output {
-    let home = h.path().join("cosign-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let mut c = Command::new(cosign_bin());
-    c.args(args)
-        .current_dir(h.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &home)
-        .env("TUF_ROOT", home.join("tuf"))
-        .env("COSIGN_EXPERIMENTAL", "1")
-        .env("COSIGN_PASSWORD", password);
-    output_within(c, Duration::from_secs(120), "cosign")
+    cosign_with(
+        h,
+        &[
+            ("COSIGN_EXPERIMENTAL", "1".as_ref()),
+            ("COSIGN_PASSWORD", password.as_ref()),
+        ],
+        args,
+    )
 }
 
 /// A key pair made by cosign: (NAME.key, NAME.pub), password `pw`.
 fn key_pair(h: &Home, name: &str) -> (PathBuf, PathBuf) {
-    ok(&cosign(
-        h,
-        "pw",
-        &["generate-key-pair", "--output-key-prefix", name],
-    ));
-    (
-        h.path().join(format!("{name}.key")),
-        h.path().join(format!("{name}.pub")),
-    )
+    cosign_key_pair(h, name, "pw")
 }
 
 /// `cosign verify` of `image` (`HOST/REPO@DIGEST`) with `key`, by the tag scheme, or with
@@ -69,16 +56,6 @@ fn verify(h: &Home, key: &Path, image: &str, oci11: bool) -> Output {
     }
     a.push(image);
     cosign(h, "", &a)
-}
-
-fn refused(o: &Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(
-        !o.status.success(),
-        "{what}: cosign accepted it\nstdout:\n{}\nstderr:\n{err}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    err
 }
 
 /// The referrers list of `digest` in `repo` (`PREFIX/REPO`) of `host` (plain HTTP): status
@@ -200,11 +177,11 @@ fn load_signs_as_oci_referrers_too_where_the_registry_serves_them() {
         &format!("http://{rr}/v2/{path}/manifests/{sig_tag}"),
     );
     assert_eq!(del.status, 202, "{}", String::from_utf8_lossy(&del.body));
-    let err = refused(&verify(h, &pubkey, &at, false), "no .sig tag");
+    let err = cosign_refused(&verify(h, &pubkey, &at, false), "no .sig tag");
     assert!(err.contains("no signatures found"), "{err}");
     let out = ok(&verify(h, &pubkey, &at, true));
     assert!(out.contains(index), "{out}");
-    refused(&verify(h, &other_pub, &at, true), "another key");
+    cosign_refused(&verify(h, &other_pub, &at, true), "another key");
     // cosign's tree lists both referrers by type.
     let tree = ok(&cosign(
         h,
@@ -404,19 +381,10 @@ fn copy_images(host: &str, prefix: &str) -> Vec<(String, String)> {
     IMAGES
         .iter()
         .map(|repo| {
-            assert_ok(&tool(
-                "skopeo",
-                &[
-                    "copy",
-                    "-q",
-                    "--all",
-                    "--src-tls-verify=false",
-                    "--dest-tls-verify=false",
-                    &format!("docker://{}/{repo}:{TAG}", e.plain),
-                    &format!("docker://{host}/{prefix}/{repo}:{TAG}"),
-                ],
-                Path::new("/"),
-            ));
+            skopeo_copy_plain(
+                &format!("docker://{}/{repo}:{TAG}", e.plain),
+                &format!("docker://{host}/{prefix}/{repo}:{TAG}"),
+            );
             (repo.to_string(), pushed_digest(repo, TAG))
         })
         .collect()
@@ -451,18 +419,9 @@ fn build(h: &Home, source: &str, out: &Path, extra: &[&str]) -> Output {
         .run()
 }
 
-fn image<'a>(m: &'a Value, repo: &str) -> &'a Value {
-    m["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["repository"] == repo)
-        .unwrap()
-}
-
 /// The referrer records of `repo` in a bundle manifest.
 fn carried_referrers<'a>(m: &'a Value, repo: &str) -> Vec<&'a Value> {
-    image(m, repo)["signatures"]
+    bundle_image(m, repo)["signatures"]
         .as_array()
         .map(|a| a.iter().filter(|s| s["scheme"] == "referrer").collect())
         .unwrap_or_default()
@@ -515,26 +474,7 @@ fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
         ));
     }
     // The layout, the reference reader, the schema and the BOM know them.
-    assert_ok(&h.run(&[
-        "verify",
-        out.to_str().unwrap(),
-        "--key",
-        h.pubkey().to_str().unwrap(),
-    ]));
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("bundle-spec");
-    let mut c = Command::new("python3");
-    c.arg(spec.join("reference/kbread.py"))
-        .arg(&out)
-        .args(["--key", h.pubkey().to_str().unwrap()]);
-    let read = ok(&output_within(c, Duration::from_secs(60), "kbread.py"));
-    assert!(read.ends_with("verdict: accepted\n"), "{read}");
-    let schema: Value = serde_json::from_slice(
-        &std::fs::read(spec.join("schema/koord-bundle.schema.json")).unwrap(),
-    )
-    .unwrap();
-    let schema = jsonschema::draft202012::new(&schema).unwrap();
-    let errs: Vec<String> = schema.iter_errors(&m).map(|e| e.to_string()).collect();
-    assert!(errs.is_empty(), "{errs:#?}");
+    let schema = spec_accepts(&h, &out, &m);
     let mut bad = m.clone();
     bad["images"][0]["signatures"][0]["scheme"] = "other".into();
     assert!(!schema.is_valid(&bad));
@@ -576,7 +516,7 @@ fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
         assert_eq!(list["manifests"][0]["digest"], r.as_str(), "{repo}");
         let at = format!("{rr}/{site}/{repo}@{digest}");
         ok(&verify(&h, &up_pub, &at, true));
-        refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
+        cosign_refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
     }
 
     // Loaded into distribution 2.8 (no referrers API): pushed by digest and listed in the
@@ -611,7 +551,7 @@ fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
         indexes.push((path, tag, index));
         let at = format!("{plain}/{site2}/{repo}@{digest}");
         ok(&verify(&h, &up_pub, &at, true));
-        refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
+        cosign_refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
     }
     // Again: nothing added, every index as it was.
     let o = load_plain();
@@ -701,14 +641,7 @@ fn a_referrers_answer_that_is_no_list_or_a_referrer_that_does_not_verify_writes_
         .unwrap()
         .to_string();
     let mut sig: Value = serde_json::from_slice(&manifest_at(&rr, &path, &good).unwrap()).unwrap();
-    let ann = &mut sig["layers"][0]["annotations"]["dev.cosignproject.cosign/signature"];
-    let forged = {
-        let mut b = ann.as_str().unwrap().to_string().into_bytes();
-        let i = b.len() / 2;
-        b[i] = if b[i] == b'A' { b'B' } else { b'A' };
-        String::from_utf8(b).unwrap()
-    };
-    *ann = Value::String(forged);
+    forge_signature(&mut sig);
     let body = serde_json::to_vec(&sig).unwrap();
     let forged_digest = sha256(&body);
     let file = h.path().join("forged.json");

@@ -10,8 +10,7 @@
 use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
 const VERSION: &str = "1.4.0";
 const IMAGES: [&str; 4] = [
@@ -22,31 +21,14 @@ const IMAGES: [&str; 4] = [
 ];
 const TAG: &str = "v1.4.0";
 
-/// cosign in a home of its own that reaches nothing but the plain registry.
+/// cosign (`COSIGN_PASSWORD` the upstream keys'), reaching nothing but the plain registry.
 fn cosign(h: &Home, args: &[&str]) -> Output {
-    let home = h.path().join("cosign-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let mut c = Command::new(cosign_bin());
-    c.args(args)
-        .current_dir(h.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &home)
-        .env("TUF_ROOT", home.join("tuf"))
-        .env("COSIGN_PASSWORD", "upstream-pw");
-    output_within(c, Duration::from_secs(120), "cosign")
+    cosign_with(h, &[("COSIGN_PASSWORD", "upstream-pw".as_ref())], args)
 }
 
 /// A key pair made by cosign: (NAME.key, NAME.pub).
 fn key_pair(h: &Home, name: &str) -> (PathBuf, PathBuf) {
-    ok(&cosign(
-        h,
-        &["generate-key-pair", "--output-key-prefix", name],
-    ));
-    (
-        h.path().join(format!("{name}.key")),
-        h.path().join(format!("{name}.pub")),
-    )
+    cosign_key_pair(h, name, "upstream-pw")
 }
 
 /// `cosign sign` `image` (`HOST/REPO@DIGEST`) with `key`, offline; `recursive`: each platform
@@ -67,26 +49,39 @@ fn sign(h: &Home, key: &Path, image: &str, recursive: bool) {
     ok(&cosign(h, &a));
 }
 
+/// `cosign attest --type custom` of `image` with `key`, offline (the predicate
+/// `{"built":"upstream"}`).
+fn attest(h: &Home, key: &Path, image: &str) {
+    let predicate = h.path().join("predicate.json");
+    std::fs::write(&predicate, r#"{"built":"upstream"}"#).unwrap();
+    ok(&cosign(
+        h,
+        &[
+            "attest",
+            "--key",
+            key.to_str().unwrap(),
+            "--type",
+            "custom",
+            "--predicate",
+            predicate.to_str().unwrap(),
+            "--tlog-upload=false",
+            "--allow-insecure-registry",
+            "--yes",
+            image,
+        ],
+    ));
+}
+
 /// The 1.4.0 images copied (every platform) under `plain/PREFIX`; each `(repository, digest)`.
 fn copy_images(prefix: &str) -> Vec<(String, String)> {
     let e = env();
     IMAGES
         .iter()
         .map(|repo| {
-            let o = tool(
-                "skopeo",
-                &[
-                    "copy",
-                    "-q",
-                    "--all",
-                    "--src-tls-verify=false",
-                    "--dest-tls-verify=false",
-                    &format!("docker://{}/{repo}:{TAG}", e.plain),
-                    &format!("docker://{}/{prefix}/{repo}:{TAG}", e.plain),
-                ],
-                Path::new("/"),
+            skopeo_copy_plain(
+                &format!("docker://{}/{repo}:{TAG}", e.plain),
+                &format!("docker://{}/{prefix}/{repo}:{TAG}", e.plain),
             );
-            assert_ok(&o);
             (repo.to_string(), pushed_digest(repo, TAG))
         })
         .collect()
@@ -115,15 +110,6 @@ fn build(h: &Home, prefix: &str, out: &Path, extra: &[&str]) -> Output {
         .run()
 }
 
-fn image<'a>(m: &'a Value, repo: &str) -> &'a Value {
-    m["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["repository"] == repo)
-        .unwrap()
-}
-
 #[test]
 fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     let h = Home::with_key();
@@ -142,25 +128,12 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
         );
     }
     // One attestation (koord-manager's index), as `cosign attest` writes it.
-    let predicate = h.path().join("predicate.json");
-    std::fs::write(&predicate, r#"{"built":"upstream"}"#).unwrap();
     let (att_repo, att_digest) = &images[1];
-    ok(&cosign(
+    attest(
         &h,
-        &[
-            "attest",
-            "--key",
-            up_key.to_str().unwrap(),
-            "--type",
-            "custom",
-            "--predicate",
-            predicate.to_str().unwrap(),
-            "--tlog-upload=false",
-            "--allow-insecure-registry",
-            "--yes",
-            &format!("{}/{src}/{att_repo}@{att_digest}", e.plain),
-        ],
-    ));
+        &up_key,
+        &format!("{}/{src}/{att_repo}@{att_digest}", e.plain),
+    );
 
     let out = h.path().join("signed.tar");
     let o = build(&h, &src, &out, &["--verify-key", up_pub.to_str().unwrap()]);
@@ -170,7 +143,7 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     let m = bundle_manifest(&out);
     let mut carried = Vec::new();
     for (n, (repo, digest)) in images.iter().enumerate() {
-        let img = image(&m, repo);
+        let img = bundle_image(&m, repo);
         let sigs = img["signatures"].as_array().expect("signatures recorded");
         let index_sig = sigs
             .iter()
@@ -205,26 +178,7 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     // The layout names them, and verify checks them like every other manifest; so does the
     // reference reader, and the manifest matches the spec's schema (which knows the member:
     // another `kind` is refused).
-    assert_ok(&h.run(&[
-        "verify",
-        out.to_str().unwrap(),
-        "--key",
-        h.pubkey().to_str().unwrap(),
-    ]));
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("bundle-spec");
-    let mut c = Command::new("python3");
-    c.arg(spec.join("reference/kbread.py"))
-        .arg(&out)
-        .args(["--key", h.pubkey().to_str().unwrap()]);
-    let read = ok(&output_within(c, Duration::from_secs(60), "kbread.py"));
-    assert!(read.ends_with("verdict: accepted\n"), "{read}");
-    let schema: Value = serde_json::from_slice(
-        &std::fs::read(spec.join("schema/koord-bundle.schema.json")).unwrap(),
-    )
-    .unwrap();
-    let schema = jsonschema::draft202012::new(&schema).unwrap();
-    let errs: Vec<String> = schema.iter_errors(&m).map(|e| e.to_string()).collect();
-    assert!(errs.is_empty(), "{errs:#?}");
+    let schema = spec_accepts(&h, &out, &m);
     let mut bad = m.clone();
     bad["images"][0]["signatures"][0]["kind"] = "other".into();
     assert!(!schema.is_valid(&bad));
@@ -286,7 +240,7 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     );
     assert_ok(&o);
     let fm = bundle_manifest(&filtered);
-    let sigs: Vec<&str> = image(&fm, IMAGES[0])["signatures"]
+    let sigs: Vec<&str> = bundle_image(&fm, IMAGES[0])["signatures"]
         .as_array()
         .unwrap()
         .iter()
@@ -466,8 +420,8 @@ fn a_tampered_foreign_or_missing_upstream_signature_is_refused_and_nothing_is_wr
         "{said}"
     );
     let m = bundle_manifest(&out);
-    assert!(image(&m, IMAGES[0]).get("signatures").is_none());
-    let s = &image(&m, IMAGES[1])["signatures"][0];
+    assert!(bundle_image(&m, IMAGES[0]).get("signatures").is_none());
+    let s = &bundle_image(&m, IMAGES[1])["signatures"][0];
     assert_eq!(s["signs"], images[1].1.as_str());
     assert!(s.get("verifiedWith").is_none(), "{s}");
 
@@ -486,14 +440,7 @@ fn a_tampered_foreign_or_missing_upstream_signature_is_refused_and_nothing_is_wr
     let (repo, digest) = &images[2];
     let tag = format!("{tampered}/{repo}:{}", sig_tag(digest));
     let mut sig: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
-    let ann = &mut sig["layers"][0]["annotations"]["dev.cosignproject.cosign/signature"];
-    let forged = {
-        let mut b = ann.as_str().unwrap().to_string().into_bytes();
-        let i = b.len() / 2;
-        b[i] = if b[i] == b'A' { b'B' } else { b'A' };
-        String::from_utf8(b).unwrap()
-    };
-    *ann = Value::String(forged);
+    forge_signature(&mut sig);
     let body = h.path().join("tampered.json");
     std::fs::write(&body, serde_json::to_vec(&sig).unwrap()).unwrap();
     let (r, t) = tag.rsplit_once(':').unwrap();
@@ -753,8 +700,8 @@ fn a_signature_that_cannot_be_read_fails_the_build_and_is_never_taken_for_unsign
         "{said}"
     );
     let m = bundle_manifest(&out);
-    assert!(image(&m, repo).get("signatures").is_none());
-    assert!(image(&m, IMAGES[0])["signatures"][0]["verifiedWith"].is_string());
+    assert!(bundle_image(&m, repo).get("signatures").is_none());
+    assert!(bundle_image(&m, IMAGES[0])["signatures"][0]["verifiedWith"].is_string());
 }
 
 /// sha256 of a PEM public key's DER, by openssl: what the bundle records as `verifiedWith`.
@@ -852,24 +799,7 @@ fn carried_signatures_show_in_inspect_and_diff() {
 
     // B: koord-scheduler signed since, and koord-manager attested.
     sign(&h, &up_key, &at(2), false);
-    let predicate = h.path().join("predicate.json");
-    std::fs::write(&predicate, r#"{"built":"upstream"}"#).unwrap();
-    ok(&cosign(
-        &h,
-        &[
-            "attest",
-            "--key",
-            up_key.to_str().unwrap(),
-            "--type",
-            "custom",
-            "--predicate",
-            predicate.to_str().unwrap(),
-            "--tlog-upload=false",
-            "--allow-insecure-registry",
-            "--yes",
-            &at(1),
-        ],
-    ));
+    attest(&h, &up_key, &at(1));
     let b = build("b.tar", &lenient);
     let diff = |o: &Path, n: &Path, extra: &[&str]| {
         ok(&h.run(
