@@ -67,6 +67,13 @@ impl Kind {
             Kind::Attestation => DSSE_MEDIA,
         }
     }
+    /// Its name in messages and in the bundle manifest (`signature`, `attestation`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Signature => "signature",
+            Kind::Attestation => "attestation",
+        }
+    }
     /// The `artifactType` of its OCI 1.1 referrers.
     pub fn artifact_type(self) -> &'static str {
         match self {

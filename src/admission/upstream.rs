@@ -54,6 +54,20 @@ pub enum UpstreamError {
         #[source]
         source: StoreError,
     },
+    /// The tag is there, but a blob its manifest names cannot be found.
+    #[error("image {image}: its {} {reference} (manifest {manifest}) is there, but not all of it can be read ({why}); a signature that cannot be read is not taken for none: nothing was written (have the tag repaired or deleted at the source, or build without --with-signatures)", kind.word())]
+    Incomplete {
+        /// The image.
+        image: String,
+        /// Signature or attestation.
+        kind: Kind,
+        /// `REPOSITORY:sha256-<hex>.sig` (or `.att`).
+        reference: String,
+        /// The digest of the manifest the tag holds.
+        manifest: Digest,
+        /// What the walk could not find.
+        why: String,
+    },
     /// The referrers answer (or the fallback tag) is not a referrers list.
     #[error("image {image}: the OCI 1.1 referrers of {reference}: {reason}; nothing was written (check the registry, or what is in front of it; build without --with-signatures to carry no signature)")]
     Referrers {
@@ -207,7 +221,25 @@ pub async fn fetch<S: Source>(
     };
     let graph = match copy::resolve(src, repo, &Reference::Tag(tag.clone()), None, budget).await {
         Ok(g) => g,
-        Err(WalkError::Store(e)) if e.is_not_found() => return Ok(None),
+        // The walk says "not found" for a blob the tag's manifest names (its config, a layer)
+        // as for the tag itself: only a tag that is not there means unsigned. One that is
+        // there but cannot be read whole is never taken for none.
+        Err(WalkError::Store(missing)) if missing.is_not_found() => {
+            return match src.manifest(repo, &Reference::Tag(tag.clone())).await {
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(source) => Err(UpstreamError::Read {
+                    what: format!("image {image}: reading {reference}"),
+                    source,
+                }),
+                Ok(m) => Err(UpstreamError::Incomplete {
+                    image: image.to_string(),
+                    kind,
+                    reference,
+                    manifest: m.digest,
+                    why: missing.to_string(),
+                }),
+            }
+        }
         Err(e) => return Err(at.walk_error(e)),
     };
     at.checked(graph, Scheme::Tag(tag.clone())).await.map(Some)

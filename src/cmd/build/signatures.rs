@@ -21,7 +21,6 @@ use crate::bundle::plan::{CarriedSignature, ImageInput};
 use crate::cli::BuildArgs;
 use crate::oci::Digest;
 use crate::progress::Progress;
-use crate::store::{Reference, Source as _};
 use futures_util::{StreamExt as _, TryStreamExt as _};
 
 /// `--verify-key`, read before anything else is done.
@@ -193,11 +192,8 @@ pub(super) async fn carry(
     Ok(())
 }
 
-/// The `kind` manifest of `signs` (`upstream::fetch`), `None` only when its tag is not there.
-/// The walk that reads the tag answers "not found" for a blob the tag's manifest names too
-/// (its config): the tag itself is asked for again then, and one that is there is an error,
-/// never "unsigned". A failure to read says which image could not be told signed, and what
-/// to do.
+/// The `kind` manifest of `signs` (`upstream::fetch`: `None` only when its tag is not there).
+/// A failure to read says which image could not be told signed, and what to do.
 async fn lookup(
     src: &crate::store::registry::RegistryStore,
     image: &str,
@@ -207,48 +203,13 @@ async fn lookup(
     key: Option<&UpstreamKey>,
     budget: &crate::copy::Budget,
 ) -> anyhow::Result<Option<Found>> {
-    let reference = format!("{repo}:{}", attach::tag_of(signs, kind));
-    let cannot_tell = || {
-        format!(
-            "cannot tell whether image {image} is signed: its {} {reference} could not be read, and a signature that cannot be read is not taken for none; nothing was written (run the build again once the source serves it, or build without --with-signatures)",
-            what(kind)
-        )
-    };
-    let found = match upstream::fetch(src, image, repo, signs, kind, key, budget).await {
-        Ok(f) => f,
-        Err(e @ upstream::UpstreamError::Read { .. }) => {
-            return Err(anyhow::Error::new(e).context(cannot_tell()))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if found.is_some() {
-        return Ok(found);
-    }
-    let tag = Reference::Tag(attach::tag_of(signs, kind));
-    match src.manifest(repo, &tag).await {
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(anyhow::Error::new(e)
-            .context(format!("reading {reference}"))
-            .context(cannot_tell())),
-        Ok(m) => {
-            // Why it could not be read, as the walk says it.
-            let why = match crate::copy::resolve(src, repo, &tag, None, budget).await {
-                Err(e) => e.to_string(),
-                Ok(_) => "it changed while it was read".into(),
-            };
-            Err(anyhow::anyhow!(
-                "image {image}: its {} {reference} (manifest {}) is there, but not all of it can be read ({why}); a signature that cannot be read is not taken for none: nothing was written (have the tag repaired or deleted at the source, or build without --with-signatures)",
-                what(kind),
-                m.digest
-            ))
-        }
-    }
-}
-
-fn what(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Signature => "signature",
-        Kind::Attestation => "attestation",
+    match upstream::fetch(src, image, repo, signs, kind, key, budget).await {
+        Err(e @ upstream::UpstreamError::Read { .. }) => Err(anyhow::Error::new(e).context(format!(
+            "cannot tell whether image {image} is signed: its {} {repo}:{} could not be read, and a signature that cannot be read is not taken for none; nothing was written (run the build again once the source serves it, or build without --with-signatures)",
+            kind.word(),
+            attach::tag_of(signs, kind)
+        ))),
+        other => Ok(other?),
     }
 }
 
@@ -264,7 +225,7 @@ fn carried(repository: &str, f: Found) -> CarriedSignature {
     };
     CarriedSignature {
         record: SignatureRecord {
-            kind: what(f.kind).into(),
+            kind: f.kind.word().into(),
             ref_name,
             scheme,
             signs: f.signs,
