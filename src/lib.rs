@@ -68,12 +68,11 @@ macro_rules! tell {
 
 // The modules that use nothing of the rest live in crates/koord-base (issue 44); they keep
 // their paths here, so `crate::oci`, `koord_bundle::sign`, … read as before.
-pub use koord_base::{bounded, exit, fsio, oci, sign, text};
+pub use koord_base::{bounded, child, exit, fsio, oci, secret, sign, text};
 
 pub mod admission;
 pub mod bundle;
 pub mod chart;
-pub mod child;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
@@ -81,7 +80,6 @@ pub mod copy;
 pub mod crd;
 pub mod helm;
 pub mod progress;
-pub mod secret;
 pub mod serve;
 pub mod sources;
 pub mod store;

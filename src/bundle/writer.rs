@@ -16,7 +16,7 @@
 use super::pack::{header, PackError, PackStats};
 use super::reuse::Donors;
 use super::{CHECKSUMS_FILE, SIGNATURE_FILE};
-use crate::oci::{size, Descriptor, Digest};
+use crate::oci::{size, BlobCheck, BlobMismatch, Descriptor, Digest};
 use crate::store::cache::Tee;
 use crate::store::{
     BlobCache, Have, OnBytes, Opener, RawManifest, Reference, Sink, Store, StoreError,
@@ -756,14 +756,14 @@ impl<'a> BundleWriter<'a> {
 
     /// Where a download of `desc` starts: the cache's partial download continued (its prefix
     /// copied into the region and hashed) when the source resumes at its end, else from 0.
-    /// Returns the cache's partial file (when there is a cache), the hash so far and the
-    /// position.
+    /// Returns the cache's partial file (when there is a cache) and the check of the blob,
+    /// at the position it goes on from.
     async fn resume(
         &self,
         desc: &Descriptor,
         offset: u64,
         region: u64,
-    ) -> Result<(Option<Tee>, sha2::Sha256, u64), StoreError> {
+    ) -> Result<(Option<Tee>, BlobCheck), StoreError> {
         let mut tee: Option<Tee> = match self.cache {
             Some(c) => Some(c.tee(&desc.digest, desc.size)?),
             None => None,
@@ -783,7 +783,7 @@ impl<'a> BundleWriter<'a> {
                     .and_then(|mut p| p.remove(&desc.digest));
                 if let Some((n, hasher)) = cut.filter(|(n, _)| *n == offset && offset > 0) {
                     self.counts.resumed.fetch_add(n, Ordering::Relaxed);
-                    return Ok((None, hasher, n));
+                    return Ok((None, BlobCheck::resumed(&desc.digest, desc.size, hasher, n)));
                 }
                 0
             }
@@ -794,30 +794,32 @@ impl<'a> BundleWriter<'a> {
                     .copy_from_cache(t.path().to_path_buf(), start, region, None)
                     .await?;
                 self.counts.from_cache.fetch_add(start, Ordering::Relaxed);
-                Ok((tee, hasher, start))
+                Ok((
+                    tee,
+                    BlobCheck::resumed(&desc.digest, desc.size, hasher, start),
+                ))
             }
-            _ => Ok((tee, sha2::Sha256::new(), 0)),
+            _ => Ok((tee, BlobCheck::new(&desc.digest, desc.size))),
         }
     }
 
-    /// Receive the rest of `desc` from `stream` (which starts at `pos`), hashing it here and
-    /// writing it on a thread of the blocking pool, a few MiB behind the download: receiving
-    /// and hashing on one core, writing on another. What is in flight is bounded in bytes, not
+    /// Receive the rest of `desc` from `stream` (which starts where `got` stands), checking it
+    /// here and writing it on a thread of the blocking pool, a few MiB behind the download:
+    /// receiving and hashing on one core, writing on another. What is in flight is bounded in bytes, not
     /// pieces (a piece is up to ~400 KiB on a fast link): the receiver holds a permit per KiB
     /// until the writer has written its piece.
     async fn receive(
         &self,
         desc: &Descriptor,
         region: u64,
-        mut pos: u64,
         mut got: Received,
         mut stream: crate::store::BlobStream,
         on_bytes: &OnBytes,
-    ) -> Result<(u64, Received), StoreError> {
-        let size = desc.size;
+    ) -> Result<Received, StoreError> {
         let budget = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_KIB));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let writes = spawn_writes(self.file.clone(), region + pos, got.tee.take(), rx);
+        let start = region + got.check.received();
+        let writes = spawn_writes(self.file.clone(), start, got.tee.take(), rx);
         let mut failed: Option<StoreError> = None;
         while let Some(piece) = stream.next().await {
             let piece = match piece {
@@ -827,13 +829,10 @@ impl<'a> BundleWriter<'a> {
                     break;
                 }
             };
-            let next = pos.saturating_add(piece.len() as u64);
-            if next > size {
-                failed = Some(self.size_mismatch(desc, next));
+            if let Err(m) = got.check.update(&piece) {
+                failed = Some(self.mismatch(desc, m));
                 break;
             }
-            got.hasher.update(&piece);
-            pos = next;
             on_bytes(piece.len() as u64);
             self.counts
                 .received
@@ -869,42 +868,23 @@ impl<'a> BundleWriter<'a> {
             }
             return Err(e);
         }
-        Ok((pos, got))
+        Ok(got)
     }
 
-    fn size_mismatch(&self, desc: &Descriptor, actual: u64) -> StoreError {
-        StoreError::SizeMismatch {
-            store: self.describe(),
-            what: format!("blob {}", desc.digest),
-            expected: desc.size,
-            actual,
-        }
+    /// What the blob check found wrong with `desc`, as this store says it.
+    fn mismatch(&self, desc: &Descriptor, m: BlobMismatch) -> StoreError {
+        StoreError::mismatch(self.describe(), format!("blob {}", desc.digest), m)
     }
 
     /// The whole blob arrived: it must be `desc`'s size and digest (else what the cache got is
     /// dropped too); the cache's copy is committed.
-    fn finish_blob(
-        &self,
-        desc: &Descriptor,
-        (pos, got): (u64, Received),
-    ) -> Result<(), StoreError> {
-        let Received { hasher, mut tee } = got;
-        let actual = Digest::from_hasher(hasher);
-        if pos != desc.size || actual != desc.digest {
+    fn finish_blob(&self, desc: &Descriptor, got: Received) -> Result<(), StoreError> {
+        let Received { check, mut tee } = got;
+        if let Err(m) = check.finish() {
             if let Some(t) = tee.take() {
                 t.discard();
             }
-            return Err(if pos != desc.size {
-                self.size_mismatch(desc, pos)
-            } else {
-                StoreError::DigestMismatch {
-                    store: self.describe(),
-                    what: format!("blob {}", desc.digest),
-                    expected: desc.digest.clone(),
-                    actual,
-                    size: pos,
-                }
-            });
+            return Err(self.mismatch(desc, m));
         }
         if let Some(t) = tee {
             t.commit()?;
@@ -914,9 +894,9 @@ impl<'a> BundleWriter<'a> {
     }
 }
 
-/// A blob being received: its hash so far and the cache's partial file it also goes to.
+/// A blob being received: its check so far and the cache's partial file it also goes to.
 struct Received {
-    hasher: sha2::Sha256,
+    check: BlobCheck,
     tee: Option<Tee>,
 }
 
@@ -1050,17 +1030,11 @@ impl Sink for BundleWriter<'_> {
             self.mark_done(&desc.digest);
             return Ok(());
         }
-        let (tee, hasher, pos) = self.resume(desc, offset, region).await?;
+        let (tee, check) = self.resume(desc, offset, region).await?;
+        let pos = check.received();
         let stream = data.open(pos).await?;
         let got = self
-            .receive(
-                desc,
-                region,
-                pos,
-                Received { hasher, tee },
-                stream,
-                on_bytes,
-            )
+            .receive(desc, region, Received { check, tee }, stream, on_bytes)
             .await;
         let own_prefix = self.cache.is_none() && pos > 0;
         match got.and_then(|got| self.finish_blob(desc, got)) {
@@ -1071,11 +1045,11 @@ impl Sink for BundleWriter<'_> {
             {
                 let stream = data.open(0).await?;
                 let received = Received {
-                    hasher: sha2::Sha256::new(),
+                    check: BlobCheck::new(&desc.digest, desc.size),
                     tee: None,
                 };
                 let got = self
-                    .receive(desc, region, 0, received, stream, on_bytes)
+                    .receive(desc, region, received, stream, on_bytes)
                     .await?;
                 self.finish_blob(desc, got)
             }

@@ -429,6 +429,7 @@ pub struct DiffArgs {
 
 /// `verify`.
 #[derive(Debug, Args)]
+#[command(mut_group("kube", |g| g.requires("cluster")))]
 pub struct VerifyArgs {
     /// The bundle, or a part of a split bundle (any part; the first, NAME.part000, of an older
     /// set): every block of every part is checked against the signed header, and damaged or
@@ -446,22 +447,30 @@ pub struct VerifyArgs {
     /// started).
     #[arg(long)]
     pub cluster: bool,
-    /// Release name (with --cluster).
-    #[arg(long, default_value = "koordinator", requires = "cluster")]
+    /// The release and the cluster (with --cluster).
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// The release and the cluster it is in: load's, and verify's with --cluster (which refuses
+/// them without it).
+#[derive(Debug, Clone, Args)]
+#[group(id = "kube", multiple = true)]
+pub struct KubeArgs {
+    /// Release name.
+    #[arg(long, default_value = "koordinator")]
     pub release: String,
-    /// Release namespace, where helm keeps its records (with --cluster).
-    #[arg(
-        long,
-        value_name = "NS",
-        default_value = "default",
-        requires = "cluster"
-    )]
-    pub namespace: String,
-    /// Kubeconfig, one file (with --cluster) [default: $KUBECONFIG, else ~/.kube/config].
-    #[arg(long, value_name = "FILE", requires = "cluster")]
+    /// Release namespace: where helm keeps its release records [default: default, as
+    /// Koordinator's guide installs it; load: or the namespace where release NAME already is].
+    /// The chart puts its own objects into koordinator-system whatever this is.
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Kubeconfig, one file [default: the $KUBECONFIG list, merged as kubectl merges it, else
+    /// ~/.kube/config]. helm gets the same files.
+    #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context (with --cluster) [default: the current context].
-    #[arg(long, value_name = "NAME", requires = "cluster")]
+    /// Kubeconfig context [default: the current context]; helm gets the context used.
+    #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 }
 
@@ -527,14 +536,9 @@ pub struct LoadArgs {
     /// The helm binary [default: helm on PATH].
     #[arg(long, value_name = "PATH")]
     pub helm: Option<PathBuf>,
-    /// Release name.
-    #[arg(long, default_value = "koordinator")]
-    pub release: String,
-    /// Release namespace: where helm keeps its release records [default: default, as
-    /// Koordinator's guide installs it, or the namespace where release NAME already is]. The
-    /// chart puts its own objects into koordinator-system whatever this is.
-    #[arg(long, value_name = "NS")]
-    pub namespace: Option<String>,
+    /// `--release`, `--namespace`, `--kubeconfig`, `--context`.
+    #[command(flatten)]
+    pub kube: KubeArgs,
     /// Values file passed to helm (after the generated values). Repeatable.
     #[arg(long = "values", short = 'f', value_name = "FILE")]
     pub values: Vec<PathBuf>,
@@ -554,13 +558,6 @@ pub struct LoadArgs {
     /// Image pull secret for the workloads. Repeatable.
     #[arg(long, value_name = "NAME")]
     pub image_pull_secret: Vec<String>,
-    /// Kubeconfig, one file [default: the $KUBECONFIG list, merged as kubectl merges it, else
-    /// ~/.kube/config]. helm gets the same files.
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context [default: the current context]; helm gets the context used.
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
     /// Fail the pre-flight instead of working around conflicts (CRDs without Helm ownership),
     /// on custom resources that an upgrade of their CRD would refuse or prune (pruned fields
     /// are refused anyway, unless --allow-field-loss), and on images of the bundle the chart
@@ -632,5 +629,43 @@ mod tests {
             panic!("expected build")
         };
         assert_eq!(b.version, "latest");
+    }
+
+    /// verify and load take the release and cluster flags from one struct; verify refuses them
+    /// without --cluster (they would be ignored), and the release's default is not "given".
+    #[test]
+    fn kube_args_are_shared() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["koord-bundle"], args].concat());
+        for flag in ["--release", "--namespace", "--kubeconfig", "--context"] {
+            let e = parse(&["verify", "b.tar", flag, "x"]).expect_err(flag);
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "{flag}"
+            );
+            assert!(e.to_string().contains("--cluster"), "{flag}: {e}");
+        }
+        let Command::Verify(v) = parse(&["verify", "b.tar"]).unwrap().command else {
+            panic!("expected verify")
+        };
+        assert_eq!(
+            (v.kube.release.as_str(), v.kube.namespace),
+            ("koordinator", None)
+        );
+        let Command::Verify(v) = parse(&["verify", "b.tar", "--cluster", "--namespace", "ns"])
+            .unwrap()
+            .command
+        else {
+            panic!("expected verify")
+        };
+        assert_eq!(v.kube.namespace.as_deref(), Some("ns"));
+        let Command::Load(l) = parse(&["load", "--registry", "r", "--context", "c"])
+            .unwrap()
+            .command
+        else {
+            panic!("expected load")
+        };
+        assert_eq!(l.kube.context.as_deref(), Some("c"));
+        assert_eq!(l.kube.release, "koordinator");
     }
 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 /// The release namespace of Koordinator's install guide (`helm install koordinator
 /// koordinator-sh/koordinator`): helm keeps its release records there.
-const DEFAULT_RELEASE_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_RELEASE_NAMESPACE: &str = "default";
 /// The namespace the chart creates and fills (`installation.namespace`).
 const CHART_NAMESPACE: &str = "koordinator-system";
 
@@ -366,8 +366,10 @@ struct KubeTarget {
 fn kube_client(
     args: &LoadArgs,
 ) -> Result<(cluster::KubeClient, KubeTarget), cluster::ClusterError> {
-    let (client, files, kc) =
-        super::kube_client(args.kubeconfig.as_deref(), args.context.as_deref())?;
+    let (client, files, kc) = super::kube_client(
+        args.kube.kubeconfig.as_deref(),
+        args.kube.context.as_deref(),
+    )?;
     Ok((
         client,
         KubeTarget {
@@ -425,6 +427,7 @@ async fn preflight(
     // The release namespace: Koordinator's guide installs into `default`; the chart's objects
     // go to its own namespace whatever this is (see cluster::preflight).
     let namespace = args
+        .kube
         .namespace
         .clone()
         .unwrap_or_else(|| DEFAULT_RELEASE_NAMESPACE.to_string());
@@ -457,9 +460,9 @@ async fn preflight(
         bundle_platforms: &platforms,
         crds: &crds,
         namespace: &namespace,
-        namespace_explicit: args.namespace.is_some(),
+        namespace_explicit: args.kube.namespace.is_some(),
         chart_namespace: CHART_NAMESPACE,
-        release: &args.release,
+        release: &args.kube.release,
         strict: args.strict,
         host_network: args.host_network,
         chart_version: &manifest.chart.version,
@@ -737,7 +740,7 @@ async fn plan(
     };
     let existing = preflight.and_then(|r| r.existing_release.as_ref());
     let plan = InstallPlan {
-        release: args.release.clone(),
+        release: args.kube.release.clone(),
         namespace: pre.namespace.clone(),
         create_namespace: preflight.is_some_and(|r| r.create_namespace),
         chart: chart_source,
@@ -765,7 +768,7 @@ async fn plan(
             .target
             .as_ref()
             .map(|t| t.context.clone())
-            .or_else(|| args.context.clone()),
+            .or_else(|| args.kube.context.clone()),
         registry: Some(registry_access(args, settings)),
         wait: false,
         timeout: None,
@@ -904,7 +907,7 @@ async fn install(
     // The helm the printed commands name: the bundle's, copied next to the kept files (the
     // copy this load runs goes when it ends), else the one found here.
     let mut shown = h.clone();
-    match command_dir(&settings.bundle, &args.release) {
+    match command_dir(&settings.bundle, &args.kube.release) {
         Ok(dir) => {
             if settings._carried.is_some() {
                 shown.path = keep_helm(&h.path, &dir)?;
@@ -1230,7 +1233,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
             } else {
                 "installed"
             },
-            args.release,
+            args.kube.release,
             namespace
         );
     }

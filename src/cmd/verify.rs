@@ -161,8 +161,13 @@ async fn check_cluster(
                 .collect(),
         })
         .collect();
-    let (client, _, _) = super::kube_client(args.kubeconfig.as_deref(), args.context.as_deref())?;
-    let r = cluster::running::check(&client, &args.namespace, &args.release, &carried)
+    let kube = &args.kube;
+    let (client, _, _) = super::kube_client(kube.kubeconfig.as_deref(), kube.context.as_deref())?;
+    let namespace = kube
+        .namespace
+        .as_deref()
+        .unwrap_or(super::load::DEFAULT_RELEASE_NAMESPACE);
+    let r = cluster::running::check(&client, namespace, &kube.release, &carried)
         .await
         .context("cannot check the cluster against the bundle")?;
     Ok(r)

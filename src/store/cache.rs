@@ -4,7 +4,7 @@
 //! partial file and is an error, so nothing unverified ever reaches `blobs/`. Blobs are not
 //! fsynced one by one; a reused blob is re-hashed when a bundle is written.
 
-use crate::oci::Digest;
+use crate::oci::{BlobCheck, BlobMismatch, Digest};
 use sha2::{Digest as _, Sha256};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -47,6 +47,28 @@ pub enum CacheError {
         /// Bytes that arrived (so far).
         actual: u64,
     },
+}
+
+impl CacheError {
+    /// What [`BlobCheck`] found wrong with blob `digest`, as the cache says it.
+    fn mismatch(digest: &Digest, m: BlobMismatch) -> Self {
+        match m {
+            BlobMismatch::Size { expected, actual } => CacheError::SizeMismatch {
+                digest: digest.clone(),
+                expected,
+                actual,
+            },
+            BlobMismatch::Digest {
+                expected,
+                actual,
+                size,
+            } => CacheError::DigestMismatch {
+                expected,
+                actual,
+                size,
+            },
+        }
+    }
 }
 
 impl super::StoreFailure for CacheError {
@@ -146,12 +168,8 @@ impl BlobCache {
             }
             hasher.update(&buf[..n]);
         }
-        Ok(PartialBlob {
-            tee,
-            hasher,
-            digest: d.clone(),
-            size,
-        })
+        let check = BlobCheck::resumed(d, size, hasher, tee.written);
+        Ok(PartialBlob { tee, check })
     }
 
     /// Where a download of `d` in progress is kept.
@@ -163,9 +181,7 @@ impl BlobCache {
 /// A blob being written to the cache, hashed here as it is written.
 pub struct PartialBlob {
     tee: Tee,
-    hasher: Sha256,
-    digest: Digest,
-    size: u64,
+    check: BlobCheck,
 }
 
 impl PartialBlob {
@@ -177,47 +193,27 @@ impl PartialBlob {
     /// Throw away what is held and start at zero.
     pub fn restart(&mut self) -> Result<(), CacheError> {
         self.tee.restart()?;
-        self.hasher = Sha256::new();
+        self.check.restart();
         Ok(())
     }
 
     /// Append a chunk; more bytes than the descriptor's size is an error (and the partial file
     /// is discarded).
     pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
-        let actual = self.tee.written + chunk.len() as u64;
-        if actual > self.size {
+        if let Err(m) = self.check.update(chunk) {
             let _ = fs::remove_file(&self.tee.path);
-            return Err(CacheError::SizeMismatch {
-                digest: self.digest.clone(),
-                expected: self.size,
-                actual,
-            });
+            return Err(CacheError::mismatch(self.check.digest(), m));
         }
-        self.tee.write(chunk)?;
-        self.hasher.update(chunk);
-        Ok(())
+        self.tee.write(chunk)
     }
 
     /// Check size and digest, and move into `blobs/`. On mismatch the partial file is deleted
     /// and nothing is kept.
     pub fn commit(self) -> Result<(), CacheError> {
-        let written = self.tee.written;
-        if written != self.size {
+        let digest = self.check.digest().clone();
+        if let Err(m) = self.check.finish() {
             self.tee.discard();
-            return Err(CacheError::SizeMismatch {
-                digest: self.digest,
-                expected: self.size,
-                actual: written,
-            });
-        }
-        let actual = Digest::from_hasher(self.hasher);
-        if actual != self.digest {
-            self.tee.discard();
-            return Err(CacheError::DigestMismatch {
-                expected: self.digest,
-                actual,
-                size: written,
-            });
+            return Err(CacheError::mismatch(&digest, m));
         }
         // No fsync per blob: a blob torn by a power loss is caught when it is reused (the pack
         // re-hashes every blob it did not verify on arrival in the same run).

@@ -176,6 +176,34 @@ impl StoreError {
         }
     }
 
+    /// What [`crate::oci::BlobCheck`] found wrong with `what` arriving at `store`.
+    pub fn mismatch(
+        store: impl Into<String>,
+        what: impl Into<String>,
+        m: crate::oci::BlobMismatch,
+    ) -> StoreError {
+        let (store, what) = (store.into(), what.into());
+        match m {
+            crate::oci::BlobMismatch::Size { expected, actual } => StoreError::SizeMismatch {
+                store,
+                what,
+                expected,
+                actual,
+            },
+            crate::oci::BlobMismatch::Digest {
+                expected,
+                actual,
+                size,
+            } => StoreError::DigestMismatch {
+                store,
+                what,
+                expected,
+                actual,
+                size,
+            },
+        }
+    }
+
     /// Wrap any error of a store.
     pub fn other(
         store: impl Into<String>,

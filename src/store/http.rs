@@ -2,7 +2,7 @@
 //! policy as registry calls. A repository may also be a local directory.
 
 use super::error_chain as chain;
-use super::retry::RetryPolicy;
+use super::retry::{self, Failure, RetryPolicy};
 use std::path::PathBuf;
 
 /// A fetch failure, naming the URL.
@@ -76,14 +76,18 @@ impl HttpFetcher {
                 .and_then(|f| crate::bounded::read_bounded(f, max))
                 .map_err(|e| err(e.to_string(), false));
         }
-        let mut attempt = 0;
-        // Why an attempt failed: worth another try, transient (a try later may work), the text.
+        // Why an attempt failed: what the retry policy reads, transient (a try later may
+        // work), the text.
         struct Fail {
-            retry: bool,
+            failure: Failure,
             transient: bool,
             message: String,
-            after: Option<std::time::Duration>,
         }
+        let final_fail = |message: String| Fail {
+            failure: Failure::FINAL,
+            transient: false,
+            message,
+        };
         let transport = |e: &reqwest::Error| {
             // As for registries: refused on a loopback address or no such host is said at
             // once, with a hint, instead of after every retry.
@@ -94,86 +98,67 @@ impl HttpFetcher {
                 crate::store::RegistryError::Transport {
                     message, retryable, ..
                 } => Fail {
-                    retry: retryable,
+                    failure: Failure {
+                        retryable,
+                        ..Failure::FINAL
+                    },
                     transient: true,
                     message,
-                    after: None,
                 },
-                _ => Fail {
-                    retry: false,
-                    transient: false,
-                    message: chain(e),
-                    after: None,
-                },
+                _ => final_fail(chain(e)),
             }
         };
-        loop {
-            attempt += 1;
-            let res = async {
-                let resp = self
-                    .client
-                    .get(url)
-                    .send()
-                    .await
-                    .map_err(|e| transport(&e))?;
-                let status = resp.status();
-                if !status.is_success() {
-                    // The registries' rules: which statuses are worth another try, and
-                    // Retry-After in seconds or as an HTTP date.
-                    let transient = crate::store::registry::is_transient_status(status);
-                    let after = resp
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| {
-                            crate::store::registry::parse_retry_after(
-                                v,
-                                std::time::SystemTime::now(),
-                            )
-                        });
-                    return Err(Fail {
-                        retry: transient,
-                        transient,
-                        message: format!("HTTP {status}"),
-                        after,
+        let attempt = || async {
+            let resp = self
+                .client
+                .get(url)
+                .send()
+                .await
+                .map_err(|e| transport(&e))?;
+            let status = resp.status();
+            if !status.is_success() {
+                // The registries' rules: which statuses are worth another try, and
+                // Retry-After in seconds or as an HTTP date.
+                let transient = crate::store::registry::is_transient_status(status);
+                let retry_after = resp
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| {
+                        crate::store::registry::parse_retry_after(v, std::time::SystemTime::now())
                     });
-                }
-                match crate::store::registry::body::read_capped(resp, max).await {
-                    Ok(body) => Ok(body.to_vec()),
-                    Err(crate::store::registry::body::BodyError::Read(e)) => Err(transport(&e)),
-                    Err(crate::store::registry::body::BodyError::TooLarge(_)) => Err(Fail {
-                        retry: false,
-                        transient: false,
-                        message: format!("larger than the {max} bytes allowed for it"),
-                        after: None,
-                    }),
-                }
+                return Err(Fail {
+                    failure: Failure {
+                        retryable: transient,
+                        retry_after,
+                        throttled: status == reqwest::StatusCode::TOO_MANY_REQUESTS,
+                    },
+                    transient,
+                    message: format!("HTTP {status}"),
+                });
             }
-            .await;
-            match res {
-                Ok(b) => return Ok(b),
-                Err(f) if f.retry && attempt < self.retry.tries => {
-                    let wait = self.retry.backoff(attempt);
-                    let wait = f
-                        .after
-                        .map(|a| a.min(std::time::Duration::from_secs(60)).max(wait))
-                        .unwrap_or(wait);
-                    tokio::time::sleep(wait).await
-                }
-                Err(f) => {
-                    let tries = match attempt {
-                        1 => "gave up after 1 attempt".to_string(),
-                        n => format!("after {n} attempts"),
-                    };
-                    let message = if f.transient {
-                        format!("{} ({tries})", f.message)
-                    } else {
-                        f.message
-                    };
-                    return Err(err(message, f.transient));
-                }
+            match crate::store::registry::body::read_capped(resp, max).await {
+                Ok(body) => Ok(body.to_vec()),
+                Err(crate::store::registry::body::BodyError::Read(e)) => Err(transport(&e)),
+                Err(crate::store::registry::body::BodyError::TooLarge(_)) => Err(final_fail(
+                    format!("larger than the {max} bytes allowed for it"),
+                )),
             }
-        }
+        };
+        retry::run(&self.retry, url, attempt, |f| f.failure, |_, _, _| {})
+            .await
+            .map_err(|(f, made)| {
+                let tries = match made {
+                    1 => "gave up after 1 attempt".to_string(),
+                    n => format!("after {n} attempts"),
+                };
+                let message = if f.transient {
+                    format!("{} ({tries})", f.message)
+                } else {
+                    f.message
+                };
+                err(message, f.transient)
+            })
     }
 }
 

@@ -11,10 +11,9 @@ use super::content::{
     BlobStream, Catalog, Have, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
 use super::registry::MAX_MANIFEST;
-use crate::oci::{Descriptor, Digest, Manifest};
+use crate::oci::{BlobCheck, Descriptor, Digest, Manifest};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use sha2::Digest as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -215,37 +214,15 @@ impl Sink for MemoryStore {
         }
         let mut data = data.open(0).await?;
         let mut buf = Vec::new();
+        let mut check = BlobCheck::new(&desc.digest, desc.size);
+        let mismatch = |m| StoreError::mismatch(self.describe(), what.clone(), m);
         while let Some(piece) = data.next().await {
             let piece = piece?;
-            if (buf.len() + piece.len()) as u64 > desc.size {
-                return Err(StoreError::SizeMismatch {
-                    store: self.describe(),
-                    what,
-                    expected: desc.size,
-                    actual: (buf.len() + piece.len()) as u64,
-                });
-            }
+            check.update(&piece).map_err(mismatch)?;
             on_bytes(piece.len() as u64);
             buf.extend_from_slice(&piece);
         }
-        if buf.len() as u64 != desc.size {
-            return Err(StoreError::SizeMismatch {
-                store: self.describe(),
-                what,
-                expected: desc.size,
-                actual: buf.len() as u64,
-            });
-        }
-        let actual = Digest::from_hasher(sha2::Sha256::new_with_prefix(&buf));
-        if actual != desc.digest {
-            return Err(StoreError::DigestMismatch {
-                store: self.describe(),
-                what,
-                expected: desc.digest.clone(),
-                actual,
-                size: buf.len() as u64,
-            });
-        }
+        check.finish().map_err(mismatch)?;
         let mut i = self.lock();
         i.log
             .push(("put_blob".into(), repo.into(), desc.digest.to_string()));

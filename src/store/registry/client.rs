@@ -17,7 +17,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Largest token service answer read (a JWT with an `x5c` chain is a few KiB).
 const MAX_TOKEN_BODY: usize = 256 * 1024;
@@ -747,25 +747,6 @@ pub(crate) fn classify_send_error(host: &str, what: &str, e: &reqwest::Error) ->
         String::new()
     };
     RegistryError::transport(host, what, message, hint, true)
-}
-
-/// Wait to use before a retry of `e`, at attempt `attempt`.
-pub(crate) fn retry_wait(
-    e: &RegistryError,
-    policy: &crate::store::retry::RetryPolicy,
-    attempt: u32,
-) -> Duration {
-    let d = policy.backoff(attempt);
-    match e {
-        RegistryError::Transport {
-            retry_after: Some(ra),
-            ..
-        } => (*ra).min(Duration::from_secs(60)).max(d),
-        RegistryError::Transport {
-            throttled: true, ..
-        } => d.max(Duration::from_secs(1)),
-        _ => d,
-    }
 }
 
 #[cfg(test)]

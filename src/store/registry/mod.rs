@@ -110,11 +110,11 @@ pub mod fuzzing {
 }
 
 use super::auth::{AuthError, Credentials};
-use super::retry::RetryPolicy;
+use super::retry::{Failure, RetryPolicy};
 use crate::oci::{media, Digest, ImageRef};
 use auth::Scope;
 use body::{read_capped, BodyError};
-use client::{retry_wait, status_error, Req, Transport};
+use client::{status_error, Req, Transport};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::future::Future;
@@ -333,18 +333,24 @@ impl RegistryError {
     }
     /// Worth another attempt?
     pub fn should_retry(&self) -> bool {
-        matches!(
-            self,
-            RegistryError::Transport {
-                retryable: true,
-                ..
-            }
-        )
+        self.failure().retryable
     }
-    /// How long to wait before the next try: the backoff, or the registry's `Retry-After`
-    /// (up to a minute), and at least a second after a 429.
-    pub fn retry_delay(&self, policy: &RetryPolicy, attempt: u32) -> Duration {
-        retry_wait(self, policy, attempt)
+    /// What this failure says to the retry policy: worth another try, the registry's
+    /// `Retry-After`, a 429.
+    pub fn failure(&self) -> Failure {
+        match self {
+            RegistryError::Transport {
+                retryable,
+                retry_after,
+                throttled,
+                ..
+            } => Failure {
+                retryable: *retryable,
+                retry_after: *retry_after,
+                throttled: *throttled,
+            },
+            _ => Failure::FINAL,
+        }
     }
     /// Is this "the thing is not there" (so another source may have it)?
     pub fn is_not_found(&self) -> bool {
@@ -450,28 +456,18 @@ impl Registry {
     }
 
     /// Run `f` until it succeeds, fails for good, or the tries are spent; report each retry.
-    async fn with_retry<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T, RegistryError>
+    async fn with_retry<T, F, Fut>(&self, what: &str, f: F) -> Result<T, RegistryError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, RegistryError>>,
     {
-        let tries = self.opts.retry.tries.max(1);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match f().await {
-                Err(e) if e.should_retry() && attempt < tries => {
-                    let wait = e.retry_delay(&self.opts.retry, attempt);
-                    self.report(&e, what, attempt, wait);
-                    tokio::time::sleep(wait).await;
-                }
-                Err(mut e) => {
-                    e.set_attempts(attempt);
-                    return Err(e);
-                }
-                Ok(v) => return Ok(v),
-            }
-        }
+        let report = |e: &RegistryError, made, wait| self.report(e, what, made, wait);
+        super::retry::run(&self.opts.retry, what, f, RegistryError::failure, report)
+            .await
+            .map_err(|(mut e, made)| {
+                e.set_attempts(made);
+                e
+            })
     }
 
     /// Fetch a manifest's raw bytes by tag or digest (at most [`MAX_MANIFEST`], checked while

@@ -6,6 +6,7 @@ use super::auth::Scope;
 use super::client::{status_error, Req};
 use super::{repo_path, Mount, Registry, RegistryError};
 use crate::oci::{Descriptor, Digest, ImageRef, Manifest};
+use crate::store::retry::Tries;
 use crate::store::{
     BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
@@ -172,7 +173,8 @@ struct Download {
     resp: Option<reqwest::Response>,
     /// Where the registry sent the GET (a resumed attempt asks there).
     redirected: Option<Url>,
-    attempt: u32,
+    /// The tries of this download (a broken transfer is asked for again from `pos`).
+    tries: Tries,
     /// `pos` when the current attempt began (progress does not spend a try).
     attempt_start: u64,
     /// Bytes still to drop from the response (a server that ignored the range).
@@ -186,6 +188,7 @@ impl Registry {
     pub fn blob_stream(self: Arc<Self>, r: ImageRef, desc: Descriptor, offset: u64) -> BlobStream {
         let what = format!("blob {} of {}", desc.digest, r.repository);
         let state = Download {
+            tries: Tries::new(&self.opts.retry, &what),
             reg: self,
             r,
             desc,
@@ -193,7 +196,6 @@ impl Registry {
             pos: offset,
             resp: None,
             redirected: None,
-            attempt: 0,
             attempt_start: offset,
             skip: 0,
         };
@@ -254,18 +256,15 @@ impl Registry {
                         st.skip = 0;
                         if st.pos > st.attempt_start {
                             // Progress was made: this failure does not spend a try.
-                            st.attempt = st.attempt.saturating_sub(1);
+                            st.tries.progressed();
                         }
-                        st.attempt += 1;
                         st.attempt_start = st.pos;
-                        let tries = st.reg.opts.retry.tries.max(1);
-                        if !e.should_retry() || st.attempt >= tries {
+                        let Some(wait) = st.tries.failed(e.failure()) else {
                             let mut e = e;
-                            e.set_attempts(st.attempt);
+                            e.set_attempts(st.tries.made());
                             return Some((Err(e.into()), None));
-                        }
-                        let wait = e.retry_delay(&st.reg.opts.retry, st.attempt);
-                        st.reg.report(&e, &st.what, st.attempt, wait);
+                        };
+                        st.reg.report(&e, &st.what, st.tries.made(), wait);
                         tokio::time::sleep(wait).await;
                     }
                 }

@@ -117,6 +117,99 @@ impl<W: std::io::Write> std::io::Write for Sha256Writer<W> {
     }
 }
 
+/// An incoming blob checked against its descriptor as it arrives: never a byte past its size
+/// (refused as soon as it would be), and at the end exactly its size and digest. The one check
+/// of what comes in, whoever receives it (the bundle writer, the blob cache, the in-memory
+/// store); each words the mismatch in its own error.
+#[derive(Clone)]
+pub struct BlobCheck {
+    digest: Digest,
+    size: u64,
+    hasher: Sha256,
+    got: u64,
+}
+
+/// What an incoming blob got wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobMismatch {
+    /// More bytes than its size (`actual` so far), or fewer at the end.
+    Size {
+        /// The descriptor's size.
+        expected: u64,
+        /// The bytes that came.
+        actual: u64,
+    },
+    /// The right size, another digest.
+    Digest {
+        /// The descriptor's digest.
+        expected: Digest,
+        /// The digest of what came.
+        actual: Digest,
+        /// Its size.
+        size: u64,
+    },
+}
+
+impl BlobCheck {
+    /// Expect `size` bytes that hash to `digest`.
+    pub fn new(digest: &Digest, size: u64) -> Self {
+        Self::resumed(digest, size, Sha256::new(), 0)
+    }
+    /// Go on from `got` bytes already received and hashed into `hasher`.
+    pub fn resumed(digest: &Digest, size: u64, hasher: Sha256, got: u64) -> Self {
+        BlobCheck {
+            digest: digest.clone(),
+            size,
+            hasher,
+            got,
+        }
+    }
+    /// Take the next piece: refused, and not counted, when it would pass the size.
+    pub fn update(&mut self, piece: &[u8]) -> Result<(), BlobMismatch> {
+        let next = self.got.saturating_add(piece.len() as u64);
+        if next > self.size {
+            return Err(BlobMismatch::Size {
+                expected: self.size,
+                actual: next,
+            });
+        }
+        self.hasher.update(piece);
+        self.got = next;
+        Ok(())
+    }
+    /// The digest expected.
+    pub fn digest(&self) -> &Digest {
+        &self.digest
+    }
+    /// Bytes taken so far.
+    pub fn received(&self) -> u64 {
+        self.got
+    }
+    /// Throw away what was taken: the blob comes again from its first byte.
+    pub fn restart(&mut self) {
+        self.hasher = Sha256::new();
+        self.got = 0;
+    }
+    /// All of it came: its size and digest must be the descriptor's.
+    pub fn finish(self) -> Result<(), BlobMismatch> {
+        if self.got != self.size {
+            return Err(BlobMismatch::Size {
+                expected: self.size,
+                actual: self.got,
+            });
+        }
+        let actual = Digest::from_hasher(self.hasher);
+        if actual != self.digest {
+            return Err(BlobMismatch::Digest {
+                expected: self.digest,
+                actual,
+                size: self.got,
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +226,45 @@ mod tests {
         assert!(format!("sha256:{}/", &d.hex()[1..])
             .parse::<Digest>()
             .is_err());
+    }
+
+    /// The blob check: a piece past the size is refused at once (and not counted), a short or
+    /// altered blob at the end; a resumed check goes on from the hasher it is given.
+    #[test]
+    fn blob_check() {
+        let d = Digest::of(b"hello");
+        let mut c = BlobCheck::new(&d, 5);
+        c.update(b"hel").unwrap();
+        assert_eq!(
+            c.clone().update(b"lo!"),
+            Err(BlobMismatch::Size {
+                expected: 5,
+                actual: 6
+            })
+        );
+        assert_eq!(
+            c.clone().finish(),
+            Err(BlobMismatch::Size {
+                expected: 5,
+                actual: 3
+            })
+        );
+        let mut resumed = BlobCheck::resumed(&d, 5, c.hasher.clone(), c.received());
+        c.update(b"lo").unwrap();
+        c.finish().unwrap();
+        resumed.update(b"lp").unwrap();
+        assert_eq!(
+            resumed.finish(),
+            Err(BlobMismatch::Digest {
+                expected: d.clone(),
+                actual: Digest::of(b"hellp"),
+                size: 5
+            })
+        );
+        let mut again = BlobCheck::new(&d, 5);
+        again.update(b"xx").unwrap();
+        again.restart();
+        again.update(b"hello").unwrap();
+        again.finish().unwrap();
     }
 }

@@ -7,7 +7,7 @@ mod reference;
 pub mod size;
 mod target;
 
-pub use digest::{Digest, DigestError, Sha256Writer};
+pub use digest::{BlobCheck, BlobMismatch, Digest, DigestError, Sha256Writer};
 pub use manifest::{Descriptor, Manifest, ManifestError, Platform};
 pub use reference::{pinned, ImageRef, RefError};
 pub use target::{split_host_port, HostPort, Target, TargetError};

@@ -1,5 +1,5 @@
 //! Credential holders that never show their value in `Debug` or `Display`: registry passwords
-//! and tokens, kubeconfig tokens and keys, helm's registry login. Layer 0: the registry store,
+//! and tokens, kubeconfig tokens and keys, helm's registry login. Layer 1: the registry store,
 //! the cluster client and helm all hold them.
 
 use std::fmt;

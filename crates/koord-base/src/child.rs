@@ -415,10 +415,10 @@ pub async fn run_async(
         })
 }
 
-/// For tests (here, of `cluster::exec` and of `helm`): whether the process whose pid a child
-/// wrote into `pid_file` is gone (ended, or a zombie waiting for init) within 2 s.
-#[cfg(test)]
-pub(crate) fn pid_in_file_is_gone(pid_file: &std::path::Path) -> bool {
+/// Whether the process whose pid a child wrote into `pid_file` is gone (ended, or a zombie
+/// waiting for init) within 2 s. For the tests of every runner of children (here, and the
+/// root crate's `cluster::exec` and `helm`): nothing a child started outlives it.
+pub fn pid_in_file_is_gone(pid_file: &std::path::Path) -> bool {
     let pid: i32 = std::fs::read_to_string(pid_file)
         .expect("the child wrote its pid")
         .trim()
