@@ -20,7 +20,7 @@ use crate::admission::referrers;
 use crate::bundle::manifest::SignatureRecord;
 use crate::bundle::source::BundleSource;
 use crate::copy::Graph;
-use crate::oci::{media, Digest};
+use crate::oci::{media, Digest, ImageRef};
 use crate::progress::Progress;
 use crate::store::registry::RegistryStore;
 use crate::store::{Reference, Registry};
@@ -107,7 +107,8 @@ pub(super) async fn keep_appended(
 /// After the push: each carried OCI 1.1 referrer listed where clients look for it (see the
 /// module's doc): by the registry itself where it serves the referrers API, else in the
 /// `sha256-<hex>` index of its subject, added to what that index lists (nothing is pushed when
-/// it lists them all). Says which.
+/// it lists them all). Says which. Fails closed: a registry whose referrers API does not list
+/// a referrer it accepted (asked again after [`RELIST_WAITS`]) is an error, before the install.
 pub(super) async fn list_referrers(
     reg: &Registry,
     store: &RegistryStore,
@@ -135,7 +136,9 @@ pub(super) async fn list_referrers(
     if by_subject.is_empty() {
         return Ok(());
     }
-    let (mut by_api, mut unlisted, mut indexed, mut there) = (0usize, Vec::new(), 0usize, 0usize);
+    let (mut by_api, mut indexed, mut there) = (0usize, 0usize, 0usize);
+    // Referrers the registry's API does not list yet: (subject, its digest, their records).
+    let mut unlisted = Vec::new();
     for ((repo, signs), recs) in &by_subject {
         let subject = store.image(repo, &Reference::Digest(signs.clone()))?;
         let not_a_list = |what: &str, reason: String| {
@@ -151,12 +154,12 @@ pub(super) async fn list_referrers(
         if let Some(bytes) = answer {
             let listed = referrers::parse_list(&bytes)
                 .map_err(|r| not_a_list("the registry's referrers answer", r))?;
-            for r in recs {
-                if listed.iter().any(|l| l.digest == r.digest) {
-                    by_api += 1;
-                } else {
-                    unlisted.push(format!("{}/{}", subject.registry, r.ref_name));
-                }
+            let (found, missing): (Vec<&SignatureRecord>, _) = recs
+                .iter()
+                .partition(|r| listed.iter().any(|l| l.digest == r.digest));
+            by_api += found.len();
+            if !missing.is_empty() {
+                unlisted.push((subject, signs.clone(), missing));
             }
             continue;
         }
@@ -204,6 +207,23 @@ pub(super) async fn list_referrers(
             indexed += added;
         }
     }
+    by_api += listed_later(reg, &mut unlisted).await?;
+    if !unlisted.is_empty() {
+        let names: Vec<String> = unlisted
+            .iter()
+            .flat_map(|(subject, _, recs)| {
+                recs.iter()
+                    .map(move |r| format!("{}/{}", subject.registry, r.ref_name))
+            })
+            .collect();
+        anyhow::bail!(
+            "the registry serves the OCI 1.1 referrers API but does not list {} of the carried referrers it accepted, asked {} times over {} s: {}; OCI 1.1 clients, and admission policies that look there, will not find them. Nothing was installed (what was pushed stays). Check the registry's referrers support, and any proxy in front of it, or load a bundle built without --with-signatures",
+            names.len(),
+            RELIST_WAITS.len() + 1,
+            RELIST_WAITS.iter().sum::<u64>(),
+            names.join(", ")
+        );
+    }
     let n: usize = by_subject.values().map(Vec::len).sum();
     let mut line = format!(
         "upstream {n} OCI 1.1 {} carried by the bundle: pushed unchanged by digest",
@@ -220,12 +240,42 @@ pub(super) async fn list_referrers(
         ));
     }
     progress.say(line);
-    if !unlisted.is_empty() {
-        progress.warn(format!(
-            "the registry serves the referrers API but does not list {} of the carried referrers it was given (OCI 1.1 clients will not find them): {}",
-            unlisted.len(),
-            unlisted.join(", ")
-        ));
-    }
     Ok(())
+}
+
+/// Waits (seconds) before asking again for referrers the registry's API did not list at
+/// once: a registry may index a manifest's subject a moment after it accepted the manifest.
+const RELIST_WAITS: [u64; 3] = [1, 2, 4];
+
+/// Ask the referrers API again, after each of [`RELIST_WAITS`], for the referrers it did not
+/// list; those it lists now leave `unlisted`. Returns how many did.
+async fn listed_later(
+    reg: &Registry,
+    unlisted: &mut Vec<(ImageRef, Digest, Vec<&SignatureRecord>)>,
+) -> anyhow::Result<usize> {
+    let mut found = 0;
+    for wait in RELIST_WAITS {
+        if unlisted.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+        for (subject, signs, recs) in unlisted.iter_mut() {
+            let answer = reg
+                .referrers(subject, signs)
+                .await
+                .with_context(|| format!("asking again for the OCI 1.1 referrers of {subject}"))?;
+            // The API answered at first: a 404 now says the same as an empty list.
+            let listed = match answer {
+                Some(bytes) => referrers::parse_list(&bytes).map_err(|r| {
+                    anyhow::anyhow!("the registry's referrers answer for {subject} is not a referrers list ({r})")
+                })?,
+                None => Vec::new(),
+            };
+            let before = recs.len();
+            recs.retain(|r| !listed.iter().any(|l| l.digest == r.digest));
+            found += before - recs.len();
+        }
+        unlisted.retain(|(_, _, recs)| !recs.is_empty());
+    }
+    Ok(found)
 }

@@ -427,6 +427,42 @@ fn carried_referrers<'a>(m: &'a Value, repo: &str) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
+/// A registry that serves the referrers API but does not list what it accepted (a proxy
+/// answering every subject with an empty list): asked again, then refused, exit 1, before any
+/// install; "no" is not read as done. `referrer` is one of the bundle's carried referrers.
+fn unlisted_referrers_stop_the_load(h: &Home, out: &Path, rr: &str, referrer: &str) {
+    let empty = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+    let proxy = fault_proxy::start(
+        rr,
+        Mode::ReferrersAnswer(200, "application/vnd.oci.image.index.v1+json", empty),
+    );
+    let o = h
+        .load_cmd(
+            out,
+            &format!("{}/{}", proxy.addr, unique_prefix("refs-unlisted")),
+            &["--no-install", "--plain-http"],
+        )
+        .output()
+        .unwrap();
+    assert_fails(
+        &o,
+        1,
+        &[
+            "serves the OCI 1.1 referrers API but does not list 4 of the carried referrers it accepted",
+            "asked 4 times over 7 s",
+            referrer,
+            "Nothing was installed",
+        ],
+    );
+    assert!(
+        proxy
+            .counts
+            .referrers
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 4 * 4
+    );
+}
+
 #[test]
 fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
     let h = Home::with_key();
@@ -518,6 +554,8 @@ fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
         ok(&verify(&h, &up_pub, &at, true));
         cosign_refused(&verify(&h, &up_pub, &at, false), "no .sig tag");
     }
+
+    unlisted_referrers_stop_the_load(&h, &out, &rr, &carried[0].2);
 
     // Loaded into distribution 2.8 (no referrers API): pushed by digest and listed in the
     // referrers tag schema's index of the subject, where cosign's OCI 1.1 mode finds them.
