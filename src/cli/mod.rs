@@ -448,7 +448,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub cluster: bool,
     /// The release and the cluster (with --cluster).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "With --cluster")]
     pub kube: KubeArgs,
 }
 
@@ -461,15 +461,15 @@ pub struct KubeArgs {
     #[arg(long, default_value = "koordinator")]
     pub release: String,
     /// Release namespace: where helm keeps its release records [default: default, as
-    /// Koordinator's guide installs it; load: or the namespace where release NAME already is].
-    /// The chart puts its own objects into koordinator-system whatever this is.
+    /// Koordinator's guide installs it; load also finds the namespace release NAME is in]. The
+    /// chart puts its own objects into koordinator-system whatever this is.
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
     /// Kubeconfig, one file [default: the $KUBECONFIG list, merged as kubectl merges it, else
-    /// ~/.kube/config]. helm gets the same files.
+    /// ~/.kube/config]. load's helm gets the same files.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context [default: the current context]; helm gets the context used.
+    /// Kubeconfig context [default: the current context]; load's helm gets the context used.
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 }
