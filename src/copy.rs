@@ -54,6 +54,11 @@ const MAX_CONFIG_PEEK: u64 = 1024 * 1024;
 /// Why a copy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WalkError {
+    /// The reference the walk starts from is not in the store: "not there", as opposed to a
+    /// manifest that is there but names a child or blob the store lacks (that is
+    /// [`WalkError::Store`], with the store's own not-found).
+    #[error(transparent)]
+    NotFound(StoreError),
     /// A store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -333,7 +338,13 @@ async fn resolve_in<S: Source>(
     w: &mut Walk<'_>,
 ) -> Result<Graph, WalkError> {
     w.budget.manifest(&w.image, &mut w.taken)?;
-    let upstream = src.manifest(repo, reference).await?;
+    let upstream = src.manifest(repo, reference).await.map_err(|e| {
+        if e.is_not_found() {
+            WalkError::NotFound(e)
+        } else {
+            WalkError::Store(e)
+        }
+    })?;
     w.budget
         .manifest_bytes(&w.image, upstream.bytes.len() as u64, &mut w.taken)?;
     let name = w.image.clone();
@@ -1596,6 +1607,38 @@ mod tests {
         );
         store.add_manifest(repo, Some(tag), idx.clone());
         idx
+    }
+
+    /// A reference that is not there is [`WalkError::NotFound`]; a manifest that is there but
+    /// names a child the store lacks is the store's not-found ([`WalkError::Store`]): "not
+    /// there" and "broken" are told apart by the walk itself, without a second read.
+    #[tokio::test]
+    async fn a_missing_reference_is_not_a_missing_child() {
+        let src = MemoryStore::new("src");
+        let budget = Budget::default();
+        let e = resolve(&src, "a", &tag("none"), None, &budget)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, WalkError::NotFound(ref s) if s.is_not_found()),
+            "{e}"
+        );
+        let absent = image(&MemoryStore::new("other"), "a", "amd64", b"x");
+        let m = RawManifest::new(
+            serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": media::OCI_INDEX,
+                "manifests": [absent.descriptor()]}))
+            .unwrap(),
+            media::OCI_INDEX,
+        );
+        src.add_manifest("a", Some("broken"), m);
+        let e = resolve(&src, "a", &tag("broken"), None, &budget)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, WalkError::Store(ref s) if s.is_not_found()),
+            "{e}"
+        );
+        assert!(e.to_string().contains(absent.digest.as_str()), "{e}");
     }
 
     #[tokio::test]

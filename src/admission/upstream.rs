@@ -55,7 +55,7 @@ pub enum UpstreamError {
         source: StoreError,
     },
     /// The tag is there, but a blob its manifest names cannot be found.
-    #[error("image {image}: its {} {reference} (manifest {manifest}) is there, but not all of it can be read ({why}); a signature that cannot be read is not taken for none: nothing was written (have the tag repaired or deleted at the source, or build without --with-signatures)", kind.word())]
+    #[error("image {image}: its {} {reference} is there, but not all of it can be read ({why}); a signature that cannot be read is not taken for none: nothing was written (have the tag repaired or deleted at the source, or build without --with-signatures)", kind.word())]
     Incomplete {
         /// The image.
         image: String,
@@ -63,8 +63,6 @@ pub enum UpstreamError {
         kind: Kind,
         /// `REPOSITORY:sha256-<hex>.sig` (or `.att`).
         reference: String,
-        /// The digest of the manifest the tag holds.
-        manifest: Digest,
         /// What the walk could not find.
         why: String,
     },
@@ -221,24 +219,16 @@ pub async fn fetch<S: Source>(
     };
     let graph = match copy::resolve(src, repo, &Reference::Tag(tag.clone()), None, budget).await {
         Ok(g) => g,
-        // The walk says "not found" for a blob the tag's manifest names (its config, a layer)
-        // as for the tag itself: only a tag that is not there means unsigned. One that is
-        // there but cannot be read whole is never taken for none.
+        // Only a tag that is not there means unsigned. One that is there but names a blob
+        // (its config, a layer) the source lacks is never taken for none.
+        Err(WalkError::NotFound(_)) => return Ok(None),
         Err(WalkError::Store(missing)) if missing.is_not_found() => {
-            return match src.manifest(repo, &Reference::Tag(tag.clone())).await {
-                Err(e) if e.is_not_found() => Ok(None),
-                Err(source) => Err(UpstreamError::Read {
-                    what: format!("image {image}: reading {reference}"),
-                    source,
-                }),
-                Ok(m) => Err(UpstreamError::Incomplete {
-                    image: image.to_string(),
-                    kind,
-                    reference,
-                    manifest: m.digest,
-                    why: missing.to_string(),
-                }),
-            }
+            return Err(UpstreamError::Incomplete {
+                image: image.to_string(),
+                kind,
+                reference,
+                why: missing.to_string(),
+            })
         }
         Err(e) => return Err(at.walk_error(e)),
     };
@@ -379,7 +369,7 @@ impl<S: Source> Read<'_, S> {
     /// A store that failed is that; anything else the walk refuses is the manifest's.
     fn walk_error(&self, e: WalkError) -> UpstreamError {
         match e {
-            WalkError::Store(source) => UpstreamError::Read {
+            WalkError::NotFound(source) | WalkError::Store(source) => UpstreamError::Read {
                 what: format!("image {}: reading {}", self.image, self.reference),
                 source,
             },

@@ -212,10 +212,12 @@ pub async fn check_layout(src: &BundleSource) -> Result<usize, VerifyError> {
         let graph = copy::resolve(src, "", &reference, None, &budget)
             .await
             .map_err(|e| match e {
-                copy::WalkError::Store(s) if s.is_not_found() => content(format!(
-                    "{s}: a manifest {} references is not in the bundle",
-                    root.digest
-                )),
+                copy::WalkError::NotFound(s) | copy::WalkError::Store(s) if s.is_not_found() => {
+                    content(format!(
+                        "{s}: a manifest {} references is not in the bundle",
+                        root.digest
+                    ))
+                }
                 other => content(other.to_string()),
             })?;
         for m in graph.manifests() {

@@ -725,7 +725,7 @@ fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     if let Some(e) = c.downcast_ref::<WalkError>() {
         return match e {
-            WalkError::Store(s) => store_code(s),
+            WalkError::NotFound(s) | WalkError::Store(s) => store_code(s),
             // A graph that cannot be walked, a platform filter that leaves nothing, blobs an
             // incremental bundle needs: the input.
             _ => Some(EXIT_USER),

@@ -141,7 +141,7 @@ pub async fn resolve_image<S: Source>(
                     fallbacks,
                 })
             }
-            Err(WalkError::Store(e)) => {
+            Err(WalkError::NotFound(e) | WalkError::Store(e)) => {
                 unreachable |= e.is_transient();
                 fallbacks.push(format!("{label} ({r}): {e}"))
             }
