@@ -152,12 +152,9 @@ pub(super) async fn list_referrers(
             .await
             .with_context(|| format!("asking for the OCI 1.1 referrers of {subject}"))?;
         if let Some(bytes) = answer {
-            let listed = referrers::parse_list(&bytes)
+            let missing = not_listed(&bytes, recs)
                 .map_err(|r| not_a_list("the registry's referrers answer", r))?;
-            let (found, missing): (Vec<&SignatureRecord>, _) = recs
-                .iter()
-                .partition(|r| listed.iter().any(|l| l.digest == r.digest));
-            by_api += found.len();
+            by_api += recs.len() - missing.len();
             if !missing.is_empty() {
                 unlisted.push((subject, signs.clone(), missing));
             }
@@ -265,17 +262,30 @@ async fn listed_later(
                 .await
                 .with_context(|| format!("asking again for the OCI 1.1 referrers of {subject}"))?;
             // The API answered at first: a 404 now says the same as an empty list.
-            let listed = match answer {
-                Some(bytes) => referrers::parse_list(&bytes).map_err(|r| {
+            let still = match answer {
+                Some(bytes) => not_listed(&bytes, recs).map_err(|r| {
                     anyhow::anyhow!("the registry's referrers answer for {subject} is not a referrers list ({r})")
                 })?,
-                None => Vec::new(),
+                None => recs.clone(),
             };
-            let before = recs.len();
-            recs.retain(|r| !listed.iter().any(|l| l.digest == r.digest));
-            found += before - recs.len();
+            found += recs.len() - still.len();
+            *recs = still;
         }
         unlisted.retain(|(_, _, recs)| !recs.is_empty());
     }
     Ok(found)
+}
+
+/// The records of `recs` that a referrers answer (`bytes`) does not list; why it is not a
+/// referrers list, if it is not one.
+fn not_listed<'a>(
+    bytes: &[u8],
+    recs: &[&'a SignatureRecord],
+) -> Result<Vec<&'a SignatureRecord>, String> {
+    let listed = referrers::parse_list(bytes)?;
+    Ok(recs
+        .iter()
+        .copied()
+        .filter(|r| !listed.iter().any(|l| l.digest == r.digest))
+        .collect())
 }

@@ -810,13 +810,13 @@ mod tests {
             let addr = answering(answer);
             let e = get(&addr).await;
             assert!(matches!(e, RegistryError::Malformed { .. }), "{e:?}");
-            assert!(!e.should_retry() && !e.is_transient(), "{e:?}");
+            assert!(!e.failure().retryable && !e.is_transient(), "{e:?}");
             assert!(e.to_string().contains(&addr), "{e}");
         }
         // Closed before any answer (a reset, a proxy restarting): transient, retried.
         let addr = answering(Vec::new());
         let e = get(&addr).await;
-        assert!(e.should_retry() && e.is_transient(), "{e:?}");
+        assert!(e.failure().retryable && e.is_transient(), "{e:?}");
         // Whatever the URL spells: words of an upload token are not the error's.
         for query in ["_state=CTLsJVuFYTOH1ek", "x=handshake", "x=certificate"] {
             let e = reqwest::Client::new()
@@ -826,7 +826,7 @@ mod tests {
                 .unwrap_err();
             let e = classify_send_error(&addr, "upload", &e);
             assert!(!matches!(e, RegistryError::Tls { .. }), "{query}: {e:?}");
-            assert!(e.should_retry() && e.is_transient(), "{query}: {e:?}");
+            assert!(e.failure().retryable && e.is_transient(), "{query}: {e:?}");
         }
     }
 }

@@ -331,10 +331,6 @@ impl RegistryError {
     pub fn is_transient(&self) -> bool {
         matches!(self, RegistryError::Transport { .. })
     }
-    /// Worth another attempt?
-    pub fn should_retry(&self) -> bool {
-        self.failure().retryable
-    }
     /// What this failure says to the retry policy: worth another try, the registry's
     /// `Retry-After`, a 429.
     pub fn failure(&self) -> Failure {
