@@ -36,8 +36,9 @@
 //! 8. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.
 //!
-//! [`exit`], [`oci`], [`text`], [`bounded`], [`sign`] and [`fsio`] live in the workspace's
-//! `crates/koord-base` (they use nothing of the rest) and are re-exported here at their paths;
+//! [`exit`], [`oci`], [`text`], [`bounded`], [`secret`], [`child`], [`sign`] and [`fsio`] live
+//! in the workspace's `crates/koord-base` (they use nothing of the rest); [`store`] and [`copy`]
+//! in `crates/koord-store` (over koord-base only). Both are re-exported here at their paths;
 //! `crates/koord-splitset` (over koord-base only) is used by its own name.
 //!
 //! Where things go: a new store implements [`store::Source`] and/or [`store::Sink`] in
@@ -69,6 +70,8 @@ macro_rules! tell {
 // The modules that use nothing of the rest live in crates/koord-base (issue 44); they keep
 // their paths here, so `crate::oci`, `koord_bundle::sign`, … read as before.
 pub use koord_base::{bounded, child, exit, fsio, oci, secret, sign, text};
+// The stores and the graph walk live in crates/koord-store (issue 47), at their old paths too.
+pub use koord_store::{copy, store};
 
 pub mod admission;
 pub mod bundle;
@@ -76,11 +79,9 @@ pub mod chart;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
-pub mod copy;
 pub mod crd;
 pub mod helm;
 pub mod progress;
 pub mod serve;
 pub mod sources;
-pub mod store;
 pub mod yaml;

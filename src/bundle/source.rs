@@ -587,6 +587,16 @@ impl Source for BundleSource {
             })?;
         self.range_stream(&format!("blob {}", desc.digest), at, size, offset)
     }
+
+    /// No referrers API: a bundle holds what it carries under tags and digests (`serve`
+    /// answers 404 to `/referrers/`), so a reader falls back to the referrers tag schema.
+    async fn referrers(
+        &self,
+        _repo: &str,
+        _subject: &Digest,
+    ) -> Result<Option<bytes::Bytes>, StoreError> {
+        Ok(None)
+    }
 }
 
 impl BundleSource {

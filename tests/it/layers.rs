@@ -55,10 +55,11 @@ fn layer(module: &str) -> Option<u8> {
 
 /// `(file's module, used module, line)` for every use of `crate::X` against the direction.
 fn violations(files: &[(String, String)]) -> Vec<String> {
-    // `koord_base::X` (the workspace's base crate, re-exported at the old paths) is a module
-    // of the same layers as `crate::X`; `koord_splitset::` (no re-export: the root names its
-    // items) is the crate as a whole, layer `splitset`.
-    let re = regex::Regex::new(r"(?:crate|koord_base)::([a-z_]+)|\bkoord_(splitset)::").unwrap();
+    // `koord_base::X` and `koord_store::X` (workspace crates, re-exported at the old paths) are
+    // modules of the same layers as `crate::X`; `koord_splitset::` (no re-export: the root names
+    // its items) is the crate as a whole, layer `splitset`.
+    let re = regex::Regex::new(r"(?:crate|koord_base|koord_store)::([a-z_]+)|\bkoord_(splitset)::")
+        .unwrap();
     let mut bad = Vec::new();
     for (path, text) in files {
         let module = module_of(path);
@@ -289,8 +290,16 @@ fn the_check_finds_a_use_against_the_direction() {
         "crates/koord-splitset/src/set/w.rs".to_string(),
         "use crate::parts::BundleFile;\n".to_string(),
     ));
+    files.push((
+        "crates/koord-base/src/sign.rs".to_string(),
+        "fn f() { koord_store::copy::transfer(); }\n".to_string(),
+    ));
     let bad = violations(&files);
-    assert_eq!(bad.len(), 8, "{bad:?}");
+    assert_eq!(bad.len(), 9, "{bad:?}");
+    assert!(
+        bad[8].contains("crates/koord-base/src/sign.rs:1: sign (layer 2) uses copy (layer 4)"),
+        "a path through koord_store: {bad:?}"
+    );
     assert!(
         bad[6].contains("src/copy.rs:1: copy (layer 4) uses splitset (layer 5)"),
         "a path through koord_splitset: {bad:?}"

@@ -23,7 +23,7 @@ pub use content::{
 pub use memory::MemoryStore;
 pub use registry::{Mount, Registry, RegistryError, RegistryOptions, RetryEvent, RetryReporter};
 
-pub(crate) use crate::text::error_chain;
+pub(crate) use koord_base::text::error_chain;
 
 /// A CA bundle: the system's whole bundle is about 200 KiB.
 const MAX_CA_FILE: usize = 16 * 1024 * 1024;
@@ -37,7 +37,7 @@ pub(crate) fn read_ca_files(
     let mut certs = Vec::new();
     for f in files {
         // Opened as every input file is: a FIFO or a device is refused, not waited on.
-        let data = crate::bounded::read_file_bounded(f, MAX_CA_FILE)
+        let data = koord_base::bounded::read_file_bounded(f, MAX_CA_FILE)
             .map_err(|e| format!("cannot read CA file {}: {e}", f.display()))?;
         if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
             return Err(format!("CA file {} holds no PEM certificate", f.display()));

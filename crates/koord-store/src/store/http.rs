@@ -72,8 +72,8 @@ impl HttpFetcher {
             .strip_prefix("file://")
             .or_else(|| (!url.contains("://")).then_some(url))
         {
-            return crate::bounded::open_input(std::path::Path::new(path))
-                .and_then(|f| crate::bounded::read_bounded(f, max))
+            return koord_base::bounded::open_input(std::path::Path::new(path))
+                .and_then(|f| koord_base::bounded::read_bounded(f, max))
                 .map_err(|e| err(e.to_string(), false));
         }
         // Why an attempt failed: what the retry policy reads, transient (a try later may

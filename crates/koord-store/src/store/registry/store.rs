@@ -5,13 +5,13 @@
 use super::auth::Scope;
 use super::client::{status_error, Req};
 use super::{repo_path, Mount, Registry, RegistryError};
-use crate::oci::{Descriptor, Digest, ImageRef, Manifest};
 use crate::store::retry::Tries;
 use crate::store::{
     BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
+use koord_base::oci::{Descriptor, Digest, ImageRef, Manifest};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::sync::{Arc, Mutex};
@@ -64,7 +64,7 @@ impl Source for RegistryStore {
         let r = self.image(repo, reference)?;
         let (bytes, digest, content_type) = self.reg.get_manifest_typed(&r).await?;
         let media_type = content_type
-            .filter(|t| crate::oci::media::ALL_MANIFESTS.contains(&t.as_str()))
+            .filter(|t| koord_base::oci::media::ALL_MANIFESTS.contains(&t.as_str()))
             .or_else(|| {
                 Manifest::parse(&bytes, None)
                     .ok()

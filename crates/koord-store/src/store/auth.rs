@@ -13,13 +13,13 @@
 //! broken helper, has no timeout for a helper that hangs, and returns plain `String` secrets. The
 //! protocol is small (one JSON object in, one out), so it lives here, with those points covered.
 //!
-//! A helper is an outside program: it runs through [`crate::child`] (30 s, 64 KiB of output
+//! A helper is an outside program: it runs through [`koord_base::child`] (30 s, 64 KiB of output
 //! read with the cap, its process group killed with it), at most once per host per command,
 //! its failure kept like its answer: concurrent look-ups of a host wait for the one run.
 
-use crate::child::{self, ChildError, Limits, StderrMode};
-use crate::secret::Secret;
 use base64::Engine as _;
+use koord_base::child::{self, ChildError, Limits, StderrMode};
+use koord_base::secret::Secret;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -370,7 +370,7 @@ fn said(stdout: &[u8], stderr: &[u8]) -> String {
         if is_json(stream) || is_json(line.as_bytes()) || line.starts_with('{') {
             return ": its output is JSON, not shown (it may hold a secret)".into();
         }
-        return format!(": \"{}\"", crate::text::printable(&line));
+        return format!(": \"{}\"", koord_base::text::printable(&line));
     }
     String::new()
 }
@@ -384,8 +384,8 @@ fn read_file(path: &Path) -> Result<AuthFile, AuthError> {
         reason,
     };
     // Opened as every input file is (a FIFO is refused, not waited on), read to a bound.
-    let bytes =
-        crate::bounded::read_file_bounded(path, MAX_AUTH_FILE).map_err(|e| err(e.to_string()))?;
+    let bytes = koord_base::bounded::read_file_bounded(path, MAX_AUTH_FILE)
+        .map_err(|e| err(e.to_string()))?;
     // Never quote the content: the parser's message has a position, not the text.
     let doc: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| err(format!("not JSON ({e})")))?;

@@ -1,5 +1,5 @@
 //! Byte ranges of files as blob streams: what the blob cache and a bundle read in place serve.
-//! The file primitives under them are `crate::fsio`'s, re-exported here.
+//! The file primitives under them are `koord_base::fsio`'s, re-exported here.
 
 use super::content::{BlobStream, StoreError};
 use bytes::Bytes;
@@ -9,7 +9,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use crate::fsio::{
+pub use koord_base::fsio::{
     create_new, open_or_replace, open_own, read_at, reserve, space, start_writeback, will_need,
     write_at, HardLinked, Positioned,
 };
@@ -68,9 +68,9 @@ pub struct FileOpener {
 }
 
 impl FileOpener {
-    /// Open `path` (a regular file only, never blocking: [`crate::bounded::open_input`]).
+    /// Open `path` (a regular file only, never blocking: [`koord_base::bounded::open_input`]).
     pub fn open(path: &std::path::Path) -> io::Result<FileOpener> {
-        let file = crate::bounded::open_input(path)?;
+        let file = koord_base::bounded::open_input(path)?;
         let len = file.metadata()?.len();
         Ok(FileOpener {
             region: Region {

@@ -124,7 +124,7 @@ impl Transport {
         host: &str,
         scopes: &[Scope],
         what: &str,
-    ) -> Result<Option<crate::secret::Secret>, RegistryError> {
+    ) -> Result<Option<koord_base::secret::Secret>, RegistryError> {
         match self.host_auth(host, what).await? {
             HostAuth::Bearer { realm, service } => Ok(Some(
                 self.fetch_token(host, &realm, service.as_deref(), scopes, what)

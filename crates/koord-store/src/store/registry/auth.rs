@@ -1,7 +1,7 @@
 //! The pure half of registry auth: `WWW-Authenticate` challenges, token scopes, the token cache
 //! and the token service's answer. No I/O here; the client drives it.
 
-use crate::secret::Secret;
+use koord_base::secret::Secret;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

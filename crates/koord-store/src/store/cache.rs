@@ -4,7 +4,7 @@
 //! partial file and is an error, so nothing unverified ever reaches `blobs/`. Blobs are not
 //! fsynced one by one; a reused blob is re-hashed when a bundle is written.
 
-use crate::oci::{BlobCheck, BlobMismatch, Digest};
+use koord_base::oci::{BlobCheck, BlobMismatch, Digest};
 use sha2::{Digest as _, Sha256};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};

@@ -7,10 +7,10 @@
 //! digests ([`Reference`]) name manifests. Content-addressed stores (the blob cache, the bundle)
 //! hold every blob once, whatever the repository.
 
-use crate::oci::{Descriptor, Digest};
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
+use koord_base::oci::{Descriptor, Digest};
 use std::fmt;
 use std::future::Future;
 
@@ -176,21 +176,21 @@ impl StoreError {
         }
     }
 
-    /// What [`crate::oci::BlobCheck`] found wrong with `what` arriving at `store`.
+    /// What [`koord_base::oci::BlobCheck`] found wrong with `what` arriving at `store`.
     pub fn mismatch(
         store: impl Into<String>,
         what: impl Into<String>,
-        m: crate::oci::BlobMismatch,
+        m: koord_base::oci::BlobMismatch,
     ) -> StoreError {
         let (store, what) = (store.into(), what.into());
         match m {
-            crate::oci::BlobMismatch::Size { expected, actual } => StoreError::SizeMismatch {
+            koord_base::oci::BlobMismatch::Size { expected, actual } => StoreError::SizeMismatch {
                 store,
                 what,
                 expected,
                 actual,
             },
-            crate::oci::BlobMismatch::Digest {
+            koord_base::oci::BlobMismatch::Digest {
                 expected,
                 actual,
                 size,
@@ -286,15 +286,13 @@ pub trait Source: Store {
 
     /// The OCI 1.1 referrers list of the manifest `subject` in `repo` (a registry's `GET
     /// /v2/<repo>/referrers/<digest>`): its bytes, not parsed; `None` when the source serves no
-    /// referrers API (a registry's 404, or a store that has none).
+    /// referrers API (a registry's 404, or a store that has none), and the reader falls back to
+    /// the referrers tag schema. No default: each store says which it is.
     fn referrers(
         &self,
         repo: &str,
         subject: &Digest,
-    ) -> impl Future<Output = Result<Option<Bytes>, StoreError>> + Send {
-        let _ = (repo, subject);
-        async { Ok(None) }
-    }
+    ) -> impl Future<Output = Result<Option<Bytes>, StoreError>> + Send;
 }
 
 /// A source that can list what it holds: what `serve` answers its catalog and tags from.

@@ -28,13 +28,13 @@
 //! The bundle-wide bounds are kept by a [`Budget`] every [`resolve`] of one bundle shares. A
 //! digest declared with two sizes is refused as well ([`totals`] across graphs).
 
-use crate::oci::{media, size, Descriptor, Digest, Manifest, ManifestError, Platform};
 use crate::store::{
     BlobStream, Have, OnBytes, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, TryStreamExt};
+use koord_base::oci::{media, size, Descriptor, Digest, Manifest, ManifestError, Platform};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -204,11 +204,11 @@ impl Budget {
                 image,
                 format!(
                     "its manifests bring the bundle's past {}",
-                    crate::text::human_bytes(MAX_MANIFEST_BYTES)
+                    koord_base::text::human_bytes(MAX_MANIFEST_BYTES)
                 ),
                 format!(
                     "{} of manifests in one bundle",
-                    crate::text::human_bytes(MAX_MANIFEST_BYTES)
+                    koord_base::text::human_bytes(MAX_MANIFEST_BYTES)
                 ),
             ));
         }
@@ -760,7 +760,8 @@ enum Done {
 /// Copy resolved graphs from `src` into `sink`: blobs first (each once, largest first), then
 /// manifests children first, the tag last. A graph whose tag already points at its top manifest
 /// is taken as complete (a registry accepts a manifest only with everything it references).
-/// A dry run reads the sink's state but writes through [`DryRun`].
+/// A dry run reads the sink's state but writes nothing: every blob counts as uploaded, every
+/// mount as done, every manifest as put.
 pub async fn transfer<S: Source, K: Sink>(
     src: &S,
     sink: &K,

@@ -11,9 +11,9 @@ use super::content::{
     BlobStream, Catalog, Have, Opener, RawManifest, Reference, Sink, Source, Store, StoreError,
 };
 use super::registry::MAX_MANIFEST;
-use crate::oci::{BlobCheck, Descriptor, Digest, Manifest};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use koord_base::oci::{BlobCheck, Descriptor, Digest, Manifest};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -174,6 +174,12 @@ impl Source for MemoryStore {
             .map(|a| Ok(bytes.slice(a..(a + PIECE).min(bytes.len()))))
             .collect();
         Ok(futures_util::stream::iter(pieces).boxed())
+    }
+
+    /// No referrers API: a reader falls back to the referrers tag schema, as with a registry
+    /// that answers 404.
+    async fn referrers(&self, _repo: &str, _subject: &Digest) -> Result<Option<Bytes>, StoreError> {
+        Ok(None)
     }
 }
 
@@ -342,8 +348,8 @@ impl Sink for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oci::media;
     use futures_util::future::BoxFuture;
+    use koord_base::oci::media;
     use serde_json::json;
 
     /// The bytes of one blob, as an upload source.

@@ -111,10 +111,10 @@ pub mod fuzzing {
 
 use super::auth::{AuthError, Credentials};
 use super::retry::{Failure, RetryPolicy};
-use crate::oci::{media, Digest, ImageRef};
 use auth::Scope;
 use body::{read_capped, BodyError};
 use client::{status_error, Req, Transport};
+use koord_base::oci::{media, Digest, ImageRef};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use std::future::Future;
@@ -656,7 +656,7 @@ impl Registry {
     pub async fn blob_exists(
         &self,
         r: &ImageRef,
-        desc: &crate::oci::Descriptor,
+        desc: &koord_base::oci::Descriptor,
     ) -> Result<bool, RegistryError> {
         let digest = &desc.digest;
         let what = format!("blob {digest} in {}", r.repository);
