@@ -42,9 +42,10 @@
 //! `crates/koord-splitset` (over koord-base only) is used by its own name.
 //!
 //! Where things go: a new store implements [`store::Source`] and/or [`store::Sink`] in
-//! `store/` (or, when it knows the bundle format, in `bundle/`); a new command gets its flags in
-//! `cli/`, a `cmd/<name>.rs` that resolves its settings and calls the engine, and a test in
-//! `tests/it/` that runs the binary against the real peers of the test environment.
+//! koord-store's `store/` (or, when it knows the bundle format, in `bundle/`); a new command
+//! gets its flags in `cli/`, a `cmd/<name>.rs` that resolves its settings and calls the engine,
+//! and a test in `tests/it/` that runs the binary against the real peers of the test
+//! environment.
 #![deny(missing_docs)]
 
 /// One line of a command's words on stdout, made safe for a terminal ([`text::terminal_safe`]):

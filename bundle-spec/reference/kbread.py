@@ -12,8 +12,8 @@ its size and digest) and the reader limits (LIMITS). Prints one line per check, 
 """
 import base64, gzip, hashlib, json, os, re, sys, tarfile
 
-# The reader limits. Not yet in the spec's prose: these are koord-bundle's (src/copy.rs,
-# src/bundle/reader.rs), see README.md beside this file.
+# The reader limits. Not yet in the spec's prose: these are koord-bundle's
+# (crates/koord-store/src/copy.rs, src/bundle/reader.rs), see README.md beside this file.
 LIMITS = {"children": 256,             # entries of one index (manifest list)
           "depth": 4,                  # an index nested this deep (top index: 0) is refused
           "manifests": 1000,           # manifests walked per bundle (each image's walk counts its own)

@@ -300,37 +300,37 @@ fn the_spec_states_the_limits_the_reader_enforces() {
         ),
         (
             "max-manifest-size",
-            "src/store/registry/mod.rs",
+            "crates/koord-store/src/store/registry/mod.rs",
             "MAX_MANIFEST",
             registry::MAX_MANIFEST as u64,
         ),
         (
             "max-manifests",
-            "src/copy.rs",
+            "crates/koord-store/src/copy.rs",
             "MAX_MANIFESTS",
             copy::MAX_MANIFESTS as u64,
         ),
         (
             "max-manifest-bytes",
-            "src/copy.rs",
+            "crates/koord-store/src/copy.rs",
             "MAX_MANIFEST_BYTES",
             copy::MAX_MANIFEST_BYTES,
         ),
         (
             "max-index-children",
-            "src/copy.rs",
+            "crates/koord-store/src/copy.rs",
             "MAX_CHILDREN",
             copy::MAX_CHILDREN as u64,
         ),
         (
             "max-index-depth",
-            "src/copy.rs",
+            "crates/koord-store/src/copy.rs",
             "MAX_DEPTH",
             copy::MAX_DEPTH as u64,
         ),
         (
             "max-blobs",
-            "src/copy.rs",
+            "crates/koord-store/src/copy.rs",
             "MAX_BLOBS",
             copy::MAX_BLOBS as u64,
         ),
@@ -505,7 +505,7 @@ fn the_spec_states_the_limits_the_reader_enforces() {
             "the words of a damage report",
         ),
         (
-            "src/copy.rs",
+            "crates/koord-store/src/copy.rs",
             "MAX_CONFIG_PEEK",
             "a larger config leaves the platform unknown; nothing is refused",
         ),
@@ -542,7 +542,7 @@ fn the_spec_states_the_limits_the_reader_enforces() {
     )
     .unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = vec![root.join("src/copy.rs")];
+    let mut files = vec![root.join("crates/koord-store/src/copy.rs")];
     let mut dirs = vec![root.join("src/bundle")];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
@@ -573,7 +573,7 @@ fn the_spec_states_the_limits_the_reader_enforces() {
         .iter()
         .map(|k| (k.1, k.2))
         .chain(not_limits.iter().map(|k| (k.0, k.1)))
-        .filter(|(f, _)| f.starts_with("src/bundle/") || *f == "src/copy.rs")
+        .filter(|(f, _)| f.starts_with("src/bundle/") || *f == "crates/koord-store/src/copy.rs")
     {
         if !seen.contains(&(file.to_string(), c.to_string())) {
             bad.push(format!("{file} declares no constant {c} any more"));
