@@ -121,6 +121,9 @@ pub struct Referred {
     pub artifact_type: &'static str,
     /// Whether it was pushed (false: one of this key's was there already).
     pub added: bool,
+    /// The referrer manifest's digest (in `reference` too).
+    #[serde(skip)]
+    pub digest: Digest,
 }
 
 /// A signature or attestation that could not be pushed. Messages name the tag.
@@ -361,10 +364,10 @@ impl<'a> Signer<'a> {
                 ),
             });
         }
-        for l in same {
+        for entry in same {
             let r = ImageRef {
                 tag: None,
-                digest: Some(l.digest.to_string()),
+                digest: Some(entry.digest.to_string()),
                 ..repo.clone()
             };
             let (bytes, _) = self
@@ -389,6 +392,7 @@ impl<'a> Signer<'a> {
                         reference: r.to_string(),
                         artifact_type,
                         added: false,
+                        digest: entry.digest.clone(),
                     });
                 }
             }
@@ -452,9 +456,10 @@ impl<'a> Signer<'a> {
             }
         };
         let bytes = bytes::Bytes::from(serde_json::to_vec(&manifest).unwrap_or_default());
+        let digest = Digest::of(&bytes);
         let r = ImageRef {
             tag: None,
-            digest: Some(Digest::of(&bytes).to_string()),
+            digest: Some(digest.to_string()),
             ..repo.clone()
         };
         self.reg
@@ -465,6 +470,7 @@ impl<'a> Signer<'a> {
             reference: r.to_string(),
             artifact_type,
             added: true,
+            digest,
         })
     }
 

@@ -6,6 +6,7 @@ pub mod diff;
 pub mod discover;
 pub mod inspect;
 pub mod keygen;
+mod listed;
 pub mod load;
 pub mod post_render;
 mod registry_check;

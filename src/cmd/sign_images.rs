@@ -13,19 +13,23 @@
 //! referrers API (`GET /v2/<name>/referrers/<digest>`): where it does (200 with an index), each
 //! signature and attestation is pushed as a referrer too; where it does not (404), the tag
 //! scheme only, and the output says which. Any other answer stops the load before anything is
-//! signed.
+//! signed. After the signing, the referrers API must list every referrer pushed (`listed`),
+//! else the load stops before helm.
 
+use super::listed;
 use crate::admission::attach::{Attached, Signer};
 use crate::admission::cosign::{self, CosignKey, KeyFile, CYCLONEDX_PREDICATE};
+use crate::bundle::manifest::ImageRecord;
 use crate::bundle::source::{split_ref, BundleSource};
 use crate::cli::KeygenArgs;
-use crate::oci::Digest;
+use crate::oci::{Digest, ImageRef};
 use crate::progress::Progress;
 use crate::store::registry::RegistryStore;
 use crate::store::{Reference, Registry};
 use anyhow::Context as _;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -214,7 +218,7 @@ pub async fn sign_all(
         shape.push((img, r, digests, referrer));
     }
     let bar = progress.count("signing images", work.len() as u64);
-    let results: Vec<(usize, Option<usize>, bool, Attached)> =
+    let results: Vec<(usize, Option<usize>, bool, Attached, &Digest)> =
         futures_util::stream::iter(work.iter())
             .map(|j| {
                 let (signer, bar) = (&signer, &bar);
@@ -233,6 +237,7 @@ pub async fn sign_all(
                         j.platform,
                         j.predicate.is_some(),
                         a,
+                        &j.digest,
                     ))
                 }
             })
@@ -273,6 +278,7 @@ pub async fn sign_all(
         "{sigs} signatures and {atts} attestations: {added} pushed, {} there already; {referrers_said}",
         results.len() - added
     ));
+    referrers_listed(reg, &results, &shape).await?;
     let find = |image: usize, platform: Option<usize>, att: bool| {
         results
             .iter()
@@ -306,4 +312,46 @@ pub async fn sign_all(
         "referrersSaid": referrers_said,
         "images": images,
     }))
+}
+
+/// Every referrer this load pushed is listed by the registry's referrers API (asked at once
+/// and again after each of [`listed::RELIST_WAITS`]), else an error before the install: a
+/// cluster's admission policy that looks there would not find it.
+async fn referrers_listed(
+    reg: &Registry,
+    results: &[(usize, Option<usize>, bool, Attached, &Digest)],
+    shape: &[(&ImageRecord, ImageRef, Vec<Digest>, bool)],
+) -> anyhow::Result<()> {
+    let mut want: BTreeMap<(usize, &Digest), Vec<(Digest, String)>> = BTreeMap::new();
+    for (image, _, att, a, signs) in results {
+        if let Some(r) = a.referrer.as_ref().filter(|r| r.added) {
+            let kind = if *att { "attestation" } else { "signature" };
+            want.entry((*image, *signs))
+                .or_default()
+                .push((r.digest.clone(), format!("{} ({kind})", r.reference)));
+        }
+    }
+    let mut unlisted: listed::Wanted = want
+        .into_iter()
+        .map(|((image, signs), refs)| {
+            let subject = ImageRef {
+                tag: None,
+                digest: Some(signs.to_string()),
+                ..shape[image].1.clone()
+            };
+            (subject, signs.clone(), refs)
+        })
+        .collect();
+    let waits: Vec<u64> = std::iter::once(0).chain(listed::RELIST_WAITS).collect();
+    listed::ask_until_listed(reg, &mut unlisted, &waits).await?;
+    if unlisted.is_empty() {
+        return Ok(());
+    }
+    Err(listed::unlisted_error(
+        &unlisted,
+        "the referrers load --sign-images pushed",
+        waits.len(),
+        waits.iter().sum(),
+        "The signatures in cosign's tag scheme (sha256-<hex>.sig, .att) are pushed. Check the registry's referrers support, and any proxy in front of it, and re-run",
+    ))
 }

@@ -16,11 +16,12 @@
 //! its bytes (another digest), and the upstream may have signed through referrers only
 //! (`cosign sign --registry-referrers-mode=oci-1-1` writes no `.sig` tag).
 
+use super::listed;
 use crate::admission::referrers;
 use crate::bundle::manifest::SignatureRecord;
 use crate::bundle::source::BundleSource;
 use crate::copy::Graph;
-use crate::oci::{media, Digest, ImageRef};
+use crate::oci::{media, Digest};
 use crate::progress::Progress;
 use crate::store::registry::RegistryStore;
 use crate::store::{Reference, Registry};
@@ -108,7 +109,8 @@ pub(super) async fn keep_appended(
 /// module's doc): by the registry itself where it serves the referrers API, else in the
 /// `sha256-<hex>` index of its subject, added to what that index lists (nothing is pushed when
 /// it lists them all). Says which. Fails closed: a registry whose referrers API does not list
-/// a referrer it accepted (asked again after [`RELIST_WAITS`]) is an error, before the install.
+/// a referrer it accepted (asked again after [`listed::RELIST_WAITS`]) is an error, before the
+/// install.
 pub(super) async fn list_referrers(
     reg: &Registry,
     store: &RegistryStore,
@@ -137,8 +139,8 @@ pub(super) async fn list_referrers(
         return Ok(());
     }
     let (mut by_api, mut indexed, mut there) = (0usize, 0usize, 0usize);
-    // Referrers the registry's API does not list yet: (subject, its digest, their records).
-    let mut unlisted = Vec::new();
+    // Referrers the registry's API does not list yet.
+    let mut unlisted = listed::Wanted::new();
     for ((repo, signs), recs) in &by_subject {
         let subject = store.image(repo, &Reference::Digest(signs.clone()))?;
         let not_a_list = |what: &str, reason: String| {
@@ -152,7 +154,16 @@ pub(super) async fn list_referrers(
             .await
             .with_context(|| format!("asking for the OCI 1.1 referrers of {subject}"))?;
         if let Some(bytes) = answer {
-            let missing = not_listed(&bytes, recs)
+            let want: Vec<(Digest, String)> = recs
+                .iter()
+                .map(|r| {
+                    (
+                        r.digest.clone(),
+                        format!("{}/{}", subject.registry, r.ref_name),
+                    )
+                })
+                .collect();
+            let missing = listed::not_listed(&bytes, &want)
                 .map_err(|r| not_a_list("the registry's referrers answer", r))?;
             by_api += recs.len() - missing.len();
             if !missing.is_empty() {
@@ -204,22 +215,15 @@ pub(super) async fn list_referrers(
             indexed += added;
         }
     }
-    by_api += listed_later(reg, &mut unlisted).await?;
+    by_api += listed::ask_until_listed(reg, &mut unlisted, &listed::RELIST_WAITS).await?;
     if !unlisted.is_empty() {
-        let names: Vec<String> = unlisted
-            .iter()
-            .flat_map(|(subject, _, recs)| {
-                recs.iter()
-                    .map(move |r| format!("{}/{}", subject.registry, r.ref_name))
-            })
-            .collect();
-        anyhow::bail!(
-            "the registry serves the OCI 1.1 referrers API but does not list {} of the carried referrers it accepted, asked {} times over {} s: {}; OCI 1.1 clients, and admission policies that look there, will not find them. Nothing was installed (what was pushed stays). Check the registry's referrers support, and any proxy in front of it, or load a bundle built without --with-signatures",
-            names.len(),
-            RELIST_WAITS.len() + 1,
-            RELIST_WAITS.iter().sum::<u64>(),
-            names.join(", ")
-        );
+        return Err(listed::unlisted_error(
+            &unlisted,
+            "the carried referrers it accepted",
+            listed::RELIST_WAITS.len() + 1,
+            listed::RELIST_WAITS.iter().sum(),
+            "Check the registry's referrers support, and any proxy in front of it, or load a bundle built without --with-signatures",
+        ));
     }
     let n: usize = by_subject.values().map(Vec::len).sum();
     let mut line = format!(
@@ -238,54 +242,4 @@ pub(super) async fn list_referrers(
     }
     progress.say(line);
     Ok(())
-}
-
-/// Waits (seconds) before asking again for referrers the registry's API did not list at
-/// once: a registry may index a manifest's subject a moment after it accepted the manifest.
-const RELIST_WAITS: [u64; 3] = [1, 2, 4];
-
-/// Ask the referrers API again, after each of [`RELIST_WAITS`], for the referrers it did not
-/// list; those it lists now leave `unlisted`. Returns how many did.
-async fn listed_later(
-    reg: &Registry,
-    unlisted: &mut Vec<(ImageRef, Digest, Vec<&SignatureRecord>)>,
-) -> anyhow::Result<usize> {
-    let mut found = 0;
-    for wait in RELIST_WAITS {
-        if unlisted.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
-        for (subject, signs, recs) in unlisted.iter_mut() {
-            let answer = reg
-                .referrers(subject, signs)
-                .await
-                .with_context(|| format!("asking again for the OCI 1.1 referrers of {subject}"))?;
-            // The API answered at first: a 404 now says the same as an empty list.
-            let still = match answer {
-                Some(bytes) => not_listed(&bytes, recs).map_err(|r| {
-                    anyhow::anyhow!("the registry's referrers answer for {subject} is not a referrers list ({r})")
-                })?,
-                None => recs.clone(),
-            };
-            found += recs.len() - still.len();
-            *recs = still;
-        }
-        unlisted.retain(|(_, _, recs)| !recs.is_empty());
-    }
-    Ok(found)
-}
-
-/// The records of `recs` that a referrers answer (`bytes`) does not list; why it is not a
-/// referrers list, if it is not one.
-fn not_listed<'a>(
-    bytes: &[u8],
-    recs: &[&'a SignatureRecord],
-) -> Result<Vec<&'a SignatureRecord>, String> {
-    let listed = referrers::parse_list(bytes)?;
-    Ok(recs
-        .iter()
-        .copied()
-        .filter(|r| !listed.iter().any(|l| l.digest == r.digest))
-        .collect())
 }

@@ -365,6 +365,45 @@ fn a_referrers_answer_that_is_neither_yes_nor_no_signs_nothing() {
     }
 }
 
+#[test]
+fn referrers_the_registry_does_not_list_after_signing_stop_the_load() {
+    let b = Built::new();
+    let (key, _) = key_pair(&b.home, "site");
+    let rr = referrers_registry();
+    // The API answers, and lists nothing: what load --sign-images pushes never shows there.
+    let empty = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+    let proxy = fault_proxy::start(
+        &rr,
+        Mode::ReferrersAnswer(200, "application/vnd.oci.image.index.v1+json", empty),
+    );
+    let prefix = unique_prefix("refs-sign-unlisted");
+    let o = load_signing(&b, &format!("{}/{prefix}", proxy.addr), &key);
+    let err = assert_fails(
+        &o,
+        1,
+        &[
+            "serves the OCI 1.1 referrers API but does not list",
+            "of the referrers load --sign-images pushed",
+            "asked 4 times over 7 s",
+            "@sha256:",
+            "(signature)",
+            "(attestation)",
+            "Nothing was installed",
+        ],
+    );
+    println!("{err}");
+    // They were pushed (the registry itself lists them; only the proxy's answer hides them),
+    // and so were the signatures in cosign's tag scheme.
+    let repo = format!("{prefix}/koordinator-sh/koordlet");
+    let d = pushed_digest("koordinator-sh/koordlet", "v1.8.0");
+    let list = referrers(&rr, &repo, &d).json();
+    assert!(
+        types(&list).contains(&"application/vnd.dev.cosign.artifact.sig.v1+json".to_string()),
+        "{list}"
+    );
+    assert!(tags(&rr, &repo).iter().any(|t| t.ends_with(".sig")));
+}
+
 const VERSION: &str = "1.4.0";
 const IMAGES: [&str; 4] = [
     "koordinator-sh/koord-descheduler",
