@@ -289,6 +289,53 @@ fn load_into_token_registry_as_push_user_under_a_prefix_mounts_and_reloads_nothi
     assert_eq!(count(&cdn_stats(), "refused_authorization"), 0);
 }
 
+#[test]
+fn load_signs_images_behind_token_auth_in_the_tag_scheme() {
+    let b = TokenBuilt::new();
+    let t = tenv();
+    let (key, _) = cosign_key_pair(&b.home, "site", "pw");
+    let prefix = unique_prefix("token-sign");
+    let o = load_token(
+        &b,
+        &prefix,
+        &[
+            "--username",
+            &t.push_user.0,
+            "--password-stdin",
+            "--sign-images",
+            key.to_str().unwrap(),
+        ],
+        Some(&format!("{}\n", t.push_user.1)),
+        &[("COSIGN_PASSWORD", "pw")],
+    );
+    assert_ok(&o);
+    let s = serde_json::from_slice::<Value>(&o.stdout).unwrap()["signed"].clone();
+    // distribution 2.8 behind the token service serves no referrers API: asked with a token
+    // (pull scope), it answers 404, and the signatures go to cosign's tag scheme only.
+    assert!(s["referrersSaid"].as_str().unwrap().contains("404"), "{s}");
+    assert_eq!(s["referrersPushed"], 0, "{s}");
+    let images = s["images"].as_array().unwrap();
+    assert_eq!(images.len(), b.images.len(), "{s}");
+    // Each index signature and attestation is where `signed` says, read back by skopeo as the
+    // push user: the manifest it names.
+    let skopeo = Skopeo::tls(&t.ca_dir, &t.push_user.0, &t.push_user.1);
+    for i in images {
+        assert_eq!(i["referrers"], false, "{i}");
+        for kind in ["signature", "attestation"] {
+            let a = &i["index"][kind];
+            assert_eq!(a["added"], true, "{i}");
+            assert_digest(
+                &format!("docker://{}", a["reference"].as_str().unwrap()),
+                &skopeo,
+                a["manifest"].as_str().unwrap(),
+            );
+        }
+    }
+    let stats = token_stats(&prefix);
+    assert_eq!(count(&stats, "refused"), 0, "{stats}");
+    assert_eq!(count(&stats, "anonymous_tokens"), 0, "{stats}");
+}
+
 /// Blob links the registry holds under `prefix` (one per blob in each repository).
 fn layer_links(prefix: &str) -> usize {
     fn walk(p: &Path, n: &mut usize) {
