@@ -117,23 +117,11 @@ impl HttpFetcher {
                 .map_err(|e| transport(&e))?;
             let status = resp.status();
             if !status.is_success() {
-                // The registries' rules: which statuses are worth another try, and
-                // Retry-After in seconds or as an HTTP date.
-                let transient = crate::store::registry::is_transient_status(status);
-                let retry_after = resp
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| {
-                        crate::store::registry::parse_retry_after(v, std::time::SystemTime::now())
-                    });
+                // The registries' rules: which statuses are worth another try, Retry-After.
+                let failure = crate::store::registry::status_failure(&resp);
                 return Err(Fail {
-                    failure: Failure {
-                        retryable: transient,
-                        retry_after,
-                        throttled: status == reqwest::StatusCode::TOO_MANY_REQUESTS,
-                    },
-                    transient,
+                    failure,
+                    transient: failure.retryable,
                     message: format!("HTTP {status}"),
                 });
             }

@@ -12,6 +12,7 @@ use super::body::read_capped;
 use super::RegistryError;
 use crate::store::auth::{Credential, Credentials, Lookup};
 use crate::store::error_chain as chain;
+use crate::store::retry::Failure;
 use base64::Engine as _;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
@@ -546,6 +547,22 @@ pub(crate) fn host_of<'a>(url: &Url, fallback: &'a str) -> std::borrow::Cow<'a, 
     }
 }
 
+/// What an error answer means to the retry policy, for registries and Helm repositories alike:
+/// worth another try ([`is_transient_status`]), the server's `Retry-After` (seconds or an HTTP
+/// date), throttled (429).
+pub(crate) fn status_failure(resp: &reqwest::Response) -> Failure {
+    let status = resp.status();
+    Failure {
+        retryable: is_transient_status(status),
+        retry_after: resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
+        throttled: status == StatusCode::TOO_MANY_REQUESTS,
+    }
+}
+
 /// 408, 429 and 5xx are worth another try.
 pub(crate) fn is_transient_status(s: StatusCode) -> bool {
     matches!(s.as_u16(), 408 | 429) || s.is_server_error()
@@ -559,11 +576,7 @@ pub(crate) async fn status_error(
     resp: reqwest::Response,
 ) -> RegistryError {
     let status = resp.status();
-    let retry_after = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+    let failure = status_failure(&resp);
     let body = read_capped(resp, MAX_ERROR_BODY).await.unwrap_or_default();
     let message = error_text(status, &body);
     if status == StatusCode::NOT_FOUND {
@@ -572,16 +585,16 @@ pub(crate) async fn status_error(
             registry: registry.to_string(),
         };
     }
-    if is_transient_status(status) {
+    if failure.retryable {
         let mut e = RegistryError::transport(registry, what, message, String::new(), true);
         if let RegistryError::Transport {
             throttled,
-            retry_after: ra,
+            retry_after,
             ..
         } = &mut e
         {
-            *throttled = status.as_u16() == 429;
-            *ra = retry_after;
+            *throttled = failure.throttled;
+            *retry_after = failure.retry_after;
         }
         return e;
     }

@@ -23,8 +23,7 @@
 mod auth;
 pub(crate) mod body;
 mod client;
-pub(crate) use auth::parse_retry_after;
-pub(crate) use client::{classify_send_error, host_of, is_transient_status};
+pub(crate) use client::{classify_send_error, host_of, is_transient_status, status_failure};
 mod harbor;
 mod probe;
 mod store;
