@@ -99,7 +99,7 @@ pub fn tag_of(digest: &Digest, kind: Kind) -> String {
 #[serde(rename_all = "camelCase")]
 pub struct Attached {
     /// The signed digest.
-    pub digest: String,
+    pub digest: Digest,
     /// `REPOSITORY:sha256-<hex>.sig` (or `.att`).
     pub reference: String,
     /// The digest of the manifest the tag holds now.
@@ -509,7 +509,7 @@ impl<'a> Signer<'a> {
                     let bytes = self.blob(repo, &d).await?;
                     if ours(&d, &bytes) {
                         return Ok(Attached {
-                            digest: digest.to_string(),
+                            digest: digest.clone(),
                             reference,
                             manifest: existing.to_string(),
                             added: false,
@@ -550,7 +550,7 @@ impl<'a> Signer<'a> {
             .await
             .map_err(reg_err(format!("pushing {reference}")))?;
         Ok(Attached {
-            digest: digest.to_string(),
+            digest: digest.clone(),
             reference,
             manifest: put.to_string(),
             added: true,

@@ -3,16 +3,17 @@
 //! client (`cosign verify --experimental-oci11`, an admission policy) finds a referrer only
 //! there, so one it does not list stops the load before the install (fails closed). A
 //! registry may index a manifest's subject a moment after it accepted the manifest: each
-//! subject is asked again after [`RELIST_WAITS`] before it counts as not listed.
+//! subject is asked at once and again after each wait of [`ASK_WAITS`] before it counts as not
+//! listed.
 
 use crate::admission::referrers;
 use crate::oci::{Digest, ImageRef};
 use crate::store::Registry;
 use anyhow::Context as _;
 
-/// Waits (seconds) before asking again for referrers the registry's API did not list at
-/// once.
-pub(super) const RELIST_WAITS: [u64; 3] = [1, 2, 4];
+/// Waits (seconds) before each ask: the first at once, then again for what the API did not
+/// list yet. A caller that made the first ask itself passes `&ASK_WAITS[1..]`.
+pub(super) const ASK_WAITS: [u64; 4] = [0, 1, 2, 4];
 
 /// Referrers the registry's API must list: each subject (its image, its digest) with its
 /// referrers (the referrer manifest's digest, and the name it is reported by).
@@ -68,15 +69,10 @@ pub(super) async fn ask_until_listed(
     Ok(found)
 }
 
-/// The error for referrers still not listed after `asks` asks over `seconds`: `which` says
+/// The error for referrers still not listed after every ask of [`ASK_WAITS`]: `which` says
 /// whose they are ("the carried referrers it accepted"), `fix` what to do.
-pub(super) fn unlisted_error(
-    unlisted: &Wanted,
-    which: &str,
-    asks: usize,
-    seconds: u64,
-    fix: &str,
-) -> anyhow::Error {
+pub(super) fn unlisted_error(unlisted: &Wanted, which: &str, fix: &str) -> anyhow::Error {
+    let (asks, seconds) = (ASK_WAITS.len(), ASK_WAITS.iter().sum::<u64>());
     let names: Vec<&str> = unlisted
         .iter()
         .flat_map(|(_, _, want)| want.iter().map(|(_, name)| name.as_str()))

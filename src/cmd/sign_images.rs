@@ -218,7 +218,7 @@ pub async fn sign_all(
         shape.push((img, r, digests, referrer));
     }
     let bar = progress.count("signing images", work.len() as u64);
-    let results: Vec<(usize, Option<usize>, bool, Attached, &Digest)> =
+    let results: Vec<(usize, Option<usize>, bool, Attached)> =
         futures_util::stream::iter(work.iter())
             .map(|j| {
                 let (signer, bar) = (&signer, &bar);
@@ -237,7 +237,6 @@ pub async fn sign_all(
                         j.platform,
                         j.predicate.is_some(),
                         a,
-                        &j.digest,
                     ))
                 }
             })
@@ -314,19 +313,19 @@ pub async fn sign_all(
     }))
 }
 
-/// Every referrer this load pushed is listed by the registry's referrers API (asked at once
-/// and again after each of [`listed::RELIST_WAITS`]), else an error before the install: a
+/// Every referrer this load pushed is listed by the registry's referrers API (asked at the
+/// times of [`listed::ASK_WAITS`]), else an error before the install: a
 /// cluster's admission policy that looks there would not find it.
 async fn referrers_listed(
     reg: &Registry,
-    results: &[(usize, Option<usize>, bool, Attached, &Digest)],
+    results: &[(usize, Option<usize>, bool, Attached)],
     shape: &[(&ImageRecord, ImageRef, Vec<Digest>, bool)],
 ) -> anyhow::Result<()> {
     let mut want: BTreeMap<(usize, &Digest), Vec<(Digest, String)>> = BTreeMap::new();
-    for (image, _, att, a, signs) in results {
+    for (image, _, att, a) in results {
         if let Some(r) = a.referrer.as_ref().filter(|r| r.added) {
             let kind = if *att { "attestation" } else { "signature" };
-            want.entry((*image, *signs))
+            want.entry((*image, &a.digest))
                 .or_default()
                 .push((r.digest.clone(), format!("{} ({kind})", r.reference)));
         }
@@ -342,16 +341,13 @@ async fn referrers_listed(
             (subject, signs.clone(), refs)
         })
         .collect();
-    let waits: Vec<u64> = std::iter::once(0).chain(listed::RELIST_WAITS).collect();
-    listed::ask_until_listed(reg, &mut unlisted, &waits).await?;
+    listed::ask_until_listed(reg, &mut unlisted, &listed::ASK_WAITS).await?;
     if unlisted.is_empty() {
         return Ok(());
     }
     Err(listed::unlisted_error(
         &unlisted,
         "the referrers load --sign-images pushed",
-        waits.len(),
-        waits.iter().sum(),
         "The signatures in cosign's tag scheme (sha256-<hex>.sig, .att) are pushed. Check the registry's referrers support, and any proxy in front of it, and re-run",
     ))
 }

@@ -109,8 +109,8 @@ pub(super) async fn keep_appended(
 /// module's doc): by the registry itself where it serves the referrers API, else in the
 /// `sha256-<hex>` index of its subject, added to what that index lists (nothing is pushed when
 /// it lists them all). Says which. Fails closed: a registry whose referrers API does not list
-/// a referrer it accepted (asked again after [`listed::RELIST_WAITS`]) is an error, before the
-/// install.
+/// a referrer it accepted (asked again after the waits of [`listed::ASK_WAITS`]) is an error,
+/// before the install.
 pub(super) async fn list_referrers(
     reg: &Registry,
     store: &RegistryStore,
@@ -215,13 +215,12 @@ pub(super) async fn list_referrers(
             indexed += added;
         }
     }
-    by_api += listed::ask_until_listed(reg, &mut unlisted, &listed::RELIST_WAITS).await?;
+    // Asked once above.
+    by_api += listed::ask_until_listed(reg, &mut unlisted, &listed::ASK_WAITS[1..]).await?;
     if !unlisted.is_empty() {
         return Err(listed::unlisted_error(
             &unlisted,
             "the carried referrers it accepted",
-            listed::RELIST_WAITS.len() + 1,
-            listed::RELIST_WAITS.iter().sum(),
             "Check the registry's referrers support, and any proxy in front of it, or load a bundle built without --with-signatures",
         ));
     }
