@@ -783,6 +783,25 @@ mod tests {
         );
     }
 
+    /// What the registry client and the Helm repository fetcher read from an error answer.
+    #[test]
+    fn status_failure_reads_status_and_retry_after() {
+        let answer = |status: u16, retry_after: Option<&str>| {
+            let mut b = http::Response::builder().status(status);
+            if let Some(v) = retry_after {
+                b = b.header("retry-after", v);
+            }
+            status_failure(&reqwest::Response::from(b.body("").unwrap()))
+        };
+        let f = answer(429, Some("3"));
+        assert!(f.retryable && f.throttled, "{f:?}");
+        assert_eq!(f.retry_after, Some(std::time::Duration::from_secs(3)));
+        let f = answer(503, None);
+        assert!(f.retryable && !f.throttled && f.retry_after.is_none(), "{f:?}");
+        let f = answer(404, Some("3"));
+        assert!(!f.retryable && !f.throttled, "{f:?}");
+    }
+
     /// A server on 127.0.0.1 that answers every connection with `answer` (then closes it).
     fn answering(answer: Vec<u8>) -> String {
         use std::io::{Read as _, Write as _};
