@@ -242,15 +242,16 @@ impl<'a> Signer<'a> {
             })
     }
 
-    /// Sign `digest` of `repo` (its registry and repository; tag and digest ignored): a
-    /// cosign signature under `sha256-<hex>.sig`, unless this key's is there; with `referrer`
-    /// (the registry serves the referrers API), also as an OCI 1.1 referrer.
+    /// Sign the manifest `subject` of `repo` (its registry and repository; tag and digest
+    /// ignored): a cosign signature under `sha256-<hex>.sig`, unless this key's is there; with
+    /// `referrer` (the registry serves the referrers API), also as an OCI 1.1 referrer.
     pub async fn sign(
         &self,
         repo: &ImageRef,
-        digest: &Digest,
+        subject: &Descriptor,
         referrer: bool,
     ) -> Result<Attached, AttachError> {
+        let digest = &subject.digest;
         let repository = format!("{}/{}", repo.registry, repo.repository);
         let payload = cosign::simple_signing_payload(&repository, digest.as_str());
         let sig = cosign::base64(&self.key.sign(&payload));
@@ -269,21 +270,22 @@ impl<'a> Signer<'a> {
             bytes: payload.into(),
             annotations: BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), sig)]),
         };
-        self.attach(repo, digest, Kind::Signature, &layer, &ours, referrer)
+        self.attach(repo, subject, Kind::Signature, &layer, &ours, referrer)
             .await
     }
 
-    /// Attest `digest` of `repo` with `predicate` of `predicate_type` (an in-toto statement
-    /// in a DSSE envelope) under `sha256-<hex>.att`, unless this key attested it with that
-    /// type already; with `referrer`, also as an OCI 1.1 referrer.
+    /// Attest the manifest `subject` of `repo` with `predicate` of `predicate_type` (an in-toto
+    /// statement in a DSSE envelope) under `sha256-<hex>.att`, unless this key attested it with
+    /// that type already; with `referrer`, also as an OCI 1.1 referrer.
     pub async fn attest(
         &self,
         repo: &ImageRef,
-        digest: &Digest,
+        subject: &Descriptor,
         predicate_type: &str,
         predicate: &serde_json::Value,
         referrer: bool,
     ) -> Result<Attached, AttachError> {
+        let digest = &subject.digest;
         let repository = format!("{}/{}", repo.registry, repo.repository);
         let statement =
             cosign::intoto_statement(&repository, digest.as_str(), predicate_type, predicate);
@@ -300,7 +302,7 @@ impl<'a> Signer<'a> {
                 (PREDICATE_ANNOTATION.to_string(), predicate_type.to_string()),
             ]),
         };
-        self.attach(repo, digest, Kind::Attestation, &layer, &ours, referrer)
+        self.attach(repo, subject, Kind::Attestation, &layer, &ours, referrer)
             .await
     }
 
@@ -310,35 +312,35 @@ impl<'a> Signer<'a> {
     async fn attach(
         &self,
         repo: &ImageRef,
-        digest: &Digest,
+        subject: &Descriptor,
         kind: Kind,
         layer: &NewLayer,
         ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
         referrer: bool,
     ) -> Result<Attached, AttachError> {
-        let mut a = self.append(repo, digest, kind, layer, ours).await?;
+        let mut a = self
+            .append(repo, &subject.digest, kind, layer, ours)
+            .await?;
         if referrer {
-            a.referrer = Some(self.refer(repo, digest, kind, layer, ours).await?);
+            a.referrer = Some(self.refer(repo, subject, kind, layer, ours).await?);
         }
         Ok(a)
     }
 
-    /// The OCI 1.1 referrer of `digest` holding `layer`, unless one of `kind`'s type already
-    /// holds a layer that is `ours`: the shapes cosign writes (`super::referrers`).
+    /// The OCI 1.1 referrer of the manifest `subject` holding `layer`, unless one of `kind`'s
+    /// type already holds a layer that is `ours`: the shapes cosign writes
+    /// (`super::referrers`). The subject's media type and size are the caller's (the bundle's
+    /// record of the manifest it pushed by that digest), not read back from the registry.
     async fn refer(
         &self,
         repo: &ImageRef,
-        digest: &Digest,
+        subject: &Descriptor,
         kind: Kind,
         layer: &NewLayer,
         ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
     ) -> Result<Referred, AttachError> {
+        let digest = &subject.digest;
         let artifact_type = kind.artifact_type();
-        let subject_ref = ImageRef {
-            tag: None,
-            digest: Some(digest.to_string()),
-            ..repo.clone()
-        };
         let at = |d: &Digest| format!("{}/{}@{d}", repo.registry, repo.repository);
         let reg_err = |what: String| move |source| AttachError::Registry { what, source };
         let gone = "the registry answered 404 to the referrers API it had served a moment before";
@@ -397,19 +399,6 @@ impl<'a> Signer<'a> {
                 }
             }
         }
-        let (subject_bytes, _, subject_type) = self
-            .reg
-            .get_manifest_typed(&subject_ref)
-            .await
-            .map_err(reg_err(format!("reading {subject_ref}")))?;
-        let subject_type = subject_type
-            .filter(|t| media::ALL_MANIFESTS.contains(&t.as_str()))
-            .or_else(|| {
-                crate::oci::Manifest::parse(&subject_bytes, None)
-                    .ok()
-                    .map(|m| m.media_type().to_string())
-            })
-            .unwrap_or_else(|| media::OCI_MANIFEST.to_string());
         let desc = self
             .push_blob(repo, layer.media_type, layer.bytes.clone())
             .await?;
@@ -420,8 +409,8 @@ impl<'a> Signer<'a> {
             "annotations": layer.annotations,
         });
         let subject = serde_json::json!({
-            "mediaType": subject_type,
-            "size": subject_bytes.len(),
+            "mediaType": subject.media_type,
+            "size": subject.size,
             "digest": digest,
         });
         let manifest = match kind {

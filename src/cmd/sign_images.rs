@@ -22,7 +22,7 @@ use crate::admission::cosign::{self, CosignKey, KeyFile, CYCLONEDX_PREDICATE};
 use crate::bundle::manifest::ImageRecord;
 use crate::bundle::source::{split_ref, BundleSource};
 use crate::cli::KeygenArgs;
-use crate::oci::{Digest, ImageRef};
+use crate::oci::{Descriptor, Digest, ImageRef};
 use crate::progress::Progress;
 use crate::store::registry::RegistryStore;
 use crate::store::{Reference, Registry};
@@ -109,20 +109,22 @@ struct Job {
     /// Index of the platform manifest, `None` for the image's top digest.
     platform: Option<usize>,
     repo: crate::oci::ImageRef,
-    digest: Digest,
+    /// The manifest signed.
+    subject: Descriptor,
     /// The predicate of an attestation; `None` for a signature.
     predicate: Option<Value>,
     /// Push it as an OCI 1.1 referrer too (the repository serves the referrers API).
     referrer: bool,
 }
 
-/// Each image's digests: its top digest, then every platform manifest (not the attestation
-/// manifests of an index).
-async fn digests_of(
+/// Each image's manifests: its top manifest, then every platform manifest (not the attestation
+/// manifests of an index), as the bundle holds them and load pushed them (media type, digest,
+/// size: what a referrer's `subject` names).
+async fn manifests_of(
     src: &BundleSource,
     img: &crate::bundle::manifest::ImageRecord,
     repo: &str,
-) -> anyhow::Result<Vec<Digest>> {
+) -> anyhow::Result<Vec<Descriptor>> {
     let mut manifests = img.manifests.clone();
     if manifests.is_empty() {
         // A bundle written before the manifest listed them: read the index.
@@ -134,11 +136,24 @@ async fn digests_of(
             img.platforms.first().map(String::as_str),
         );
     }
-    let mut out = vec![img.digest.clone()];
+    let mut digests = vec![img.digest.clone()];
     for m in manifests.iter().filter(|m| m.attestation_of.is_none()) {
-        if !out.contains(&m.digest) {
-            out.push(m.digest.clone());
+        if !digests.contains(&m.digest) {
+            digests.push(m.digest.clone());
         }
+    }
+    let mut out = Vec::with_capacity(digests.len());
+    for d in digests {
+        let m = crate::store::Source::manifest(src, repo, &Reference::Digest(d))
+            .await
+            .with_context(|| format!("{} in the bundle", img.ref_name))?;
+        out.push(Descriptor {
+            media_type: m.media_type,
+            size: m.bytes.len() as u64,
+            digest: m.digest,
+            platform: None,
+            annotations: None,
+        });
     }
     Ok(out)
 }
@@ -190,19 +205,19 @@ pub async fn sign_all(
         let (repo, tag) = split_ref(&img.ref_name)
             .with_context(|| format!("ref name {:?} is not REPOSITORY:TAG", img.ref_name))?;
         let r = store.image(repo, &Reference::Tag(tag.to_string()))?;
-        let digests = digests_of(src, img, repo).await?;
+        let manifests = manifests_of(src, img, repo).await?;
         // Asked before anything is signed: an answer that is neither yes nor no stops here.
         let referrer = signer
             .serves_referrers(&r, &img.digest)
             .await
             .context("nothing was signed; the images are in the registry, UNSIGNED, and nothing was installed")?;
-        for (n, d) in digests.iter().enumerate() {
+        for (n, d) in manifests.iter().enumerate() {
             let platform = n.checked_sub(1);
             work.push(Job {
                 image: i,
                 platform,
                 repo: r.clone(),
-                digest: d.clone(),
+                subject: d.clone(),
                 predicate: None,
                 referrer,
             });
@@ -211,10 +226,11 @@ pub async fn sign_all(
             image: i,
             platform: None,
             repo: r.clone(),
-            digest: img.digest.clone(),
+            subject: manifests[0].clone(),
             predicate: Some(image_bom(&bom, img, &m.created)?),
             referrer,
         });
+        let digests = manifests.into_iter().map(|d| d.digest).collect();
         shape.push((img, r, digests, referrer));
     }
     let bar = progress.count("signing images", work.len() as u64);
@@ -224,10 +240,10 @@ pub async fn sign_all(
                 let (signer, bar) = (&signer, &bar);
                 async move {
                     let a = match &j.predicate {
-                        None => signer.sign(&j.repo, &j.digest, j.referrer).await,
+                        None => signer.sign(&j.repo, &j.subject, j.referrer).await,
                         Some(p) => {
                             signer
-                                .attest(&j.repo, &j.digest, CYCLONEDX_PREDICATE, p, j.referrer)
+                                .attest(&j.repo, &j.subject, CYCLONEDX_PREDICATE, p, j.referrer)
                                 .await
                         }
                     }?;

@@ -151,6 +151,18 @@ fn load_signs_as_oci_referrers_too_where_the_registry_serves_them() {
         let list = referrers(&rr, path, index);
         assert_eq!(list.status, 200);
         assert_eq!(types(&list.json()), [SIG_TYPE, ATT_TYPE].map(String::from));
+        // Each names its subject as the registry holds the index: media type, size, digest.
+        let top = manifest_at(&rr, path, index).unwrap();
+        let top_type = serde_json::from_slice::<Value>(&top).unwrap()["mediaType"].clone();
+        for m in list.json()["manifests"].as_array().unwrap() {
+            let bytes = manifest_at(&rr, path, m["digest"].as_str().unwrap()).unwrap();
+            let subject = serde_json::from_slice::<Value>(&bytes).unwrap()["subject"].clone();
+            assert_eq!(
+                subject,
+                serde_json::json!({"mediaType": top_type, "size": top.len(), "digest": index}),
+                "{m}"
+            );
+        }
         for p in img["platforms"].as_array().unwrap() {
             let d = p["digest"].as_str().unwrap();
             assert_eq!(types(&referrers(&rr, path, d).json()), [SIG_TYPE]);

@@ -797,7 +797,10 @@ mod tests {
         assert!(f.retryable && f.throttled, "{f:?}");
         assert_eq!(f.retry_after, Some(std::time::Duration::from_secs(3)));
         let f = answer(503, None);
-        assert!(f.retryable && !f.throttled && f.retry_after.is_none(), "{f:?}");
+        assert!(
+            f.retryable && !f.throttled && f.retry_after.is_none(),
+            "{f:?}"
+        );
         let f = answer(404, Some("3"));
         assert!(!f.retryable && !f.throttled, "{f:?}");
     }
