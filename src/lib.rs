@@ -36,8 +36,8 @@
 //! 8. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.
 //!
-//! [`exit`], [`oci`], [`text`], [`bounded`], [`secret`], [`child`], [`sign`] and [`fsio`] live
-//! in the workspace's `crates/koord-base` (they use nothing of the rest); [`store`] and [`copy`]
+//! [`exit`], [`oci`], [`text`], [`yaml`], [`bounded`], [`secret`], [`child`], [`sign`], [`fsio`]
+//! and [`crd`] live in the workspace's `crates/koord-base` (they use nothing of the rest); [`store`] and [`copy`]
 //! in `crates/koord-store` (over koord-base only). Both are re-exported here at their paths;
 //! `crates/koord-splitset` (over koord-base only) is used by its own name.
 //!
@@ -70,7 +70,7 @@ macro_rules! tell {
 
 // The modules that use nothing of the rest live in crates/koord-base (issue 44); they keep
 // their paths here, so `crate::oci`, `koord_bundle::sign`, … read as before.
-pub use koord_base::{bounded, child, exit, fsio, oci, secret, sign, text};
+pub use koord_base::{bounded, child, crd, exit, fsio, oci, secret, sign, text, yaml};
 // The stores and the graph walk live in crates/koord-store (issue 47), at their old paths too.
 pub use koord_store::{copy, store};
 
@@ -80,9 +80,7 @@ pub mod chart;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
-pub mod crd;
 pub mod helm;
 pub mod progress;
 pub mod serve;
 pub mod sources;
-pub mod yaml;

@@ -354,19 +354,19 @@ fn the_spec_states_the_limits_the_reader_enforces() {
         ),
         (
             "max-crd-bytes",
-            "src/yaml.rs",
+            "crates/koord-base/src/yaml.rs",
             "CRD.max_bytes",
             yaml::CRD.max_bytes as u64,
         ),
         (
             "max-crd-depth",
-            "src/yaml.rs",
+            "crates/koord-base/src/yaml.rs",
             "CRD.max_depth",
             yaml::CRD.max_depth as u64,
         ),
         (
             "max-crd-nodes",
-            "src/yaml.rs",
+            "crates/koord-base/src/yaml.rs",
             "CRD.max_nodes",
             yaml::CRD.max_nodes as u64,
         ),

@@ -11,20 +11,25 @@
 //! - [`child`]: the one way a child process is run (its own process group, killed with its
 //!   parent, output bounded, limits set);
 //! - [`secret`]: a string that never prints (passwords, tokens);
+//! - [`yaml`]: the one bounded YAML entry (size, depth, nodes, aliases as expanded) every YAML
+//!   input goes through; [`crd`]: CustomResourceDefinition schemas read through it (bundle, the
+//!   chart reader and the cluster's upgrade checks all compare them, so it sits below the three);
 //! - [`exit`]: the exit codes, and the [`exit::Classify`] trait by which each error type says
 //!   its own class next to its definition; [`class`] finds this crate's types in an error chain.
 //!
 //! The root crate re-exports each module at its old path (`koord_bundle::oci`, …), and
 //! `tests/it/layers.rs` holds these modules to the same layers as the root crate's (0: exit;
-//! 1: oci, text, bounded, child, secret; 2: sign, fsio; 3: class).
+//! 1: oci, text, yaml, bounded, child, secret; 2: sign, fsio; 3: class, crd).
 #![deny(missing_docs)]
 
 pub mod bounded;
 pub mod child;
 pub mod class;
+pub mod crd;
 pub mod exit;
 pub mod fsio;
 pub mod oci;
 pub mod secret;
 pub mod sign;
 pub mod text;
+pub mod yaml;

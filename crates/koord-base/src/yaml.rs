@@ -21,7 +21,29 @@
 //! hundred bytes of it. Aliases are counted as what they expand to (depth and nodes), so an
 //! alias bomb is refused too. Only then is the document given to `serde_yaml_ng`.
 //!
-//! The only `unsafe` code of the crate is the small libyaml driver in this module ([`Driver`]).
+//! The `unsafe` code here is the small libyaml driver (`Driver`: 4 blocks, each a call into
+//! libyaml's C-shaped API on a parser that never moves); koord-base's other two are in `fsio`
+//! and `child`.
+//!
+//! # Why libyaml, and not serde-saphyr's budgets (measured)
+//!
+//! serde-saphyr (safe Rust, already in the tree through kube) refuses over-deep or over-large
+//! input with its `Budget`, and gives the same values as this module on every real input
+//! (all 36 YAML files of the 1.8.0 chart, the upstream index). It refuses deep nesting faster
+//! (300 000 `[`: 0.02 ms against 1.3–1.6 ms here). But it charges an alias to the node budget
+//! only by replaying what the alias expands to, so the cost of refusing an alias bomb grows
+//! with the limit: the 406-byte billion-laughs file (9 anchors × 9 aliases) is refused here in
+//! 0.012 ms under every [`Limits`], and by the budget after 0.8–1.1 s and 486 MB ([`VALUES`]),
+//! 3.9–4.6 s and 1.9 GB ([`MANIFESTS`]), and not at all under [`INDEX`] (out of memory at a
+//! 4 GB cap). Capping the replay at 100 000 events fixes the cost (≤ 0.12 s) but is a new
+//! limit unrelated to `max_nodes` that a legitimate input can hit. Parse times of real input
+//! are close: the 1.8.0 chart's 36 files 11–15 ms here against 13–21 ms; its largest file (the
+//! nodeslos CRD, 109 KB) 2.6–3.3 ms against 2.8–3.7 ms. serde-saphyr also has no public
+//! event API with byte offsets, which `koord_bundle::chart`'s index scan needs. A safe port
+//! of [`events`]' counting onto its parser (granit-parser) refuses every bomb in 0.02–0.05 ms
+//! but parses 1.5–3× slower and changes four behaviours (custom tags dropped, integers past
+//! u64 read as floats, `1e999` as infinity, every error text). Reproduce: `bench/yaml-budgets/
+//! run.sh` (its README has the whole table, 2-core machine, medians of 5 runs).
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -67,7 +89,7 @@ pub const CRD: Limits = Limits {
     max_nodes: 2_000_000,
 };
 /// A Helm repository `index.yaml` (scanned in full, parsed only for the charts asked for:
-/// see [`crate::chart::RepoIndex`]). Big public repositories serve 20–30 MB.
+/// see `koord_bundle::chart::RepoIndex`). Big public repositories serve 20–30 MB.
 pub const INDEX: Limits = Limits {
     max_bytes: 128 * MIB,
     max_depth: DEPTH,
@@ -156,7 +178,7 @@ impl YamlError {
 
 /// What kind of event [`events`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// `---` (or the implicit start of a document).
     DocumentStart,
     /// The end of a document.
@@ -177,7 +199,8 @@ pub(crate) enum Kind {
 
 /// One parser event: where it is, and for scalars their value.
 #[derive(Debug, Clone)]
-pub(crate) struct Event {
+pub struct Event {
+    /// What the event is.
     pub kind: Kind,
     /// Byte offset (in the text given to [`events`]) where the node starts (its anchor or tag
     /// included).
@@ -198,11 +221,7 @@ pub(crate) struct Event {
 
 /// The text of `bytes` for parsing: size checked, UTF-8 checked, a leading byte-order mark
 /// dropped.
-pub(crate) fn text_of<'a>(
-    what: &str,
-    bytes: &'a [u8],
-    limits: &Limits,
-) -> Result<&'a str, YamlError> {
+pub fn text_of<'a>(what: &str, bytes: &'a [u8], limits: &Limits) -> Result<&'a str, YamlError> {
     if bytes.len() > limits.max_bytes {
         return Err(YamlError::TooLarge {
             what: what.to_string(),
@@ -229,7 +248,7 @@ struct Open {
 /// [`check`]) with `limits` enforced, calling `on_event` for every event in order. Stops at
 /// the first event past a limit, at a syntax error, or when `on_event` returns an error.
 /// Returns the number of documents.
-pub(crate) fn events(
+pub fn events(
     what: &str,
     text: &str,
     limits: &Limits,
@@ -391,7 +410,7 @@ pub fn parse_documents(what: &str, bytes: &[u8], limits: &Limits) -> Result<Vec<
     Ok(out)
 }
 
-/// The libyaml event parser over one text. The only `unsafe` code of the crate.
+/// The libyaml event parser over one text: the `unsafe` code of this module.
 struct Driver<'a> {
     /// Boxed: libyaml keeps a pointer to the parser in the parser (`read_handler_data`), so
     /// it must not move once initialised.
