@@ -150,9 +150,9 @@ fi
 # the examples in them (koord-splitset's README) run. nextest runs no doctests.
 if ((!quick)); then
     stage "docs and doctests of the library crates"
-    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p koord-base -p koord-splitset -p koord-store --quiet \
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p koord-base -p koord-splitset -p koord-store -p koord-kube --quiet \
         || { log "ERROR: the library crates' docs have warnings"; exit 1; }
-    cargo test --doc -p koord-base -p koord-splitset -p koord-store --quiet \
+    cargo test --doc -p koord-base -p koord-splitset -p koord-store -p koord-kube --quiet \
         || { log "ERROR: a doctest of the library crates failed"; exit 1; }
 fi
 

@@ -37,9 +37,10 @@
 //!    environment; settings are resolved there once, before any I/O.
 //!
 //! [`exit`], [`oci`], [`text`], [`yaml`], [`bounded`], [`secret`], [`child`], [`sign`], [`fsio`]
-//! and [`crd`] live in the workspace's `crates/koord-base` (they use nothing of the rest); [`store`] and [`copy`]
-//! in `crates/koord-store` (over koord-base only). Both are re-exported here at their paths;
-//! `crates/koord-splitset` (over koord-base only) is used by its own name.
+//! and [`crd`] live in the workspace's `crates/koord-base` (they use nothing of the rest);
+//! [`store`] and [`copy`] in `crates/koord-store` (over koord-base only); [`chart`], [`cluster`]
+//! and [`helm`] in `crates/koord-kube` (over koord-base and koord-store). All are re-exported
+//! here at their paths; `crates/koord-splitset` (over koord-base only) is used by its own name.
 //!
 //! Where things go: a new store implements [`store::Source`] and/or [`store::Sink`] in
 //! koord-store's `store/` (or, when it knows the bundle format, in `bundle/`); a new command
@@ -73,14 +74,13 @@ macro_rules! tell {
 pub use koord_base::{bounded, child, crd, exit, fsio, oci, secret, sign, text, yaml};
 // The stores and the graph walk live in crates/koord-store (issue 47), at their old paths too.
 pub use koord_store::{copy, store};
+// The chart, helm and the cluster side live in crates/koord-kube (issue 47), at their old paths.
+pub use koord_kube::{chart, cluster, helm};
 
 pub mod admission;
 pub mod bundle;
-pub mod chart;
 pub mod cli;
-pub mod cluster;
 pub mod cmd;
-pub mod helm;
 pub mod progress;
 pub mod serve;
 pub mod sources;

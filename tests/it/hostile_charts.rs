@@ -1,6 +1,6 @@
 //! Issue 17, through the binary: the hostile charts of the issue, each a few hundred bytes to
 //! a few KB, which aborted `build` (exit 134) or ran for minutes in the built-in template
-//! engine. helm renders every chart now, bounded (`src/helm.rs`: 120 s, 64 MiB of output, a
+//! engine. helm renders every chart now, bounded (koord-kube's `helm.rs`: 120 s, 64 MiB of output, a
 //! 4 GiB address space, its process group killed with it): each ends with exit 1 and a message
 //! saying what happened, and nothing is written at the output path. The figures (time, peak
 //! memory of koord-bundle and of helm, before and after) are in the issue's closing note, not

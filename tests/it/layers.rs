@@ -55,11 +55,13 @@ fn layer(module: &str) -> Option<u8> {
 
 /// `(file's module, used module, line)` for every use of `crate::X` against the direction.
 fn violations(files: &[(String, String)]) -> Vec<String> {
-    // `koord_base::X` and `koord_store::X` (workspace crates, re-exported at the old paths) are
-    // modules of the same layers as `crate::X`; `koord_splitset::` (no re-export: the root names
-    // its items) is the crate as a whole, layer `splitset`.
-    let re = regex::Regex::new(r"(?:crate|koord_base|koord_store)::([a-z_]+)|\bkoord_(splitset)::")
-        .unwrap();
+    // `koord_base::X`, `koord_store::X` and `koord_kube::X` (workspace crates, re-exported at
+    // the old paths) are modules of the same layers as `crate::X`; `koord_splitset::` (no
+    // re-export: the root names its items) is the crate as a whole, layer `splitset`.
+    let re = regex::Regex::new(
+        r"(?:crate|koord_base|koord_store|koord_kube)::([a-z_]+)|\bkoord_(splitset)::",
+    )
+    .unwrap();
     let mut bad = Vec::new();
     for (path, text) in files {
         let module = module_of(path);
@@ -294,8 +296,17 @@ fn the_check_finds_a_use_against_the_direction() {
         "crates/koord-base/src/sign.rs".to_string(),
         "fn f() { koord_store::copy::transfer(); }\n".to_string(),
     ));
+    files.push((
+        "crates/koord-kube/src/chart/x.rs".to_string(),
+        "fn f() { koord_kube::cluster::list(); }\n".to_string(),
+    ));
     let bad = violations(&files);
-    assert_eq!(bad.len(), 9, "{bad:?}");
+    assert_eq!(bad.len(), 10, "{bad:?}");
+    assert!(
+        bad[9]
+            .contains("crates/koord-kube/src/chart/x.rs:1: chart (layer 6) uses cluster (layer 6)"),
+        "a path through koord_kube, side by side: {bad:?}"
+    );
     assert!(
         bad[8].contains("crates/koord-base/src/sign.rs:1: sign (layer 2) uses copy (layer 4)"),
         "a path through koord_store: {bad:?}"

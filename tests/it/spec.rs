@@ -342,13 +342,13 @@ fn the_spec_states_the_limits_the_reader_enforces() {
         ),
         (
             "max-chart-bytes",
-            "src/chart/archive.rs",
+            "crates/koord-kube/src/chart/archive.rs",
             "MAX_UNCOMPRESSED",
             archive::MAX_UNCOMPRESSED,
         ),
         (
             "max-chart-entries",
-            "src/chart/archive.rs",
+            "crates/koord-kube/src/chart/archive.rs",
             "MAX_ENTRIES",
             archive::MAX_ENTRIES as u64,
         ),

@@ -21,14 +21,14 @@
 //! carries the command line with every argument and the plugin's whole output (the token
 //! included) in its `Debug` form. A plugin that prints forever grew koord-bundle to 22.6 GB in
 //! 80 s before the kernel killed it (issue 17, with the hand-written runner of that time, which
-//! read the same way). So the plugin runs through [`crate::child`] (time limit, standard output
+//! read the same way). So the plugin runs through [`koord_base::child`] (time limit, standard output
 //! capped at [`MAX_OUTPUT`] while it is read, its process group killed at the end, timeout
 //! included) and kube gets only the resulting token.
 
 use super::ClusterError;
-use crate::child::{self, ChildError, Limits, StderrMode};
-use crate::secret::Secret;
 use base64::Engine as _;
+use koord_base::child::{self, ChildError, Limits, StderrMode};
+use koord_base::secret::Secret;
 use serde::Deserialize;
 use std::time::{Duration, SystemTime};
 
@@ -84,7 +84,7 @@ pub struct ExecToken {
 }
 
 impl ExecToken {
-    /// Still usable (not within [`EXPIRY_SKEW`] of its expiry).
+    /// Still usable (not within `EXPIRY_SKEW` of its expiry).
     pub fn fresh(&self, now: SystemTime) -> bool {
         self.expires.is_none_or(|e| now + EXPIRY_SKEW < e)
     }
@@ -409,7 +409,7 @@ mod tests {
         assert!(m.contains("did not finish within 2 s"), "{m}");
         // Killed with its group; reaped by init soon after (a zombie until then).
         assert!(
-            crate::child::pid_in_file_is_gone(&pid_file),
+            koord_base::child::pid_in_file_is_gone(&pid_file),
             "the plugin's child outlived the timeout"
         );
     }

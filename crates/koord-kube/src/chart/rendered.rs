@@ -49,7 +49,7 @@ pub(crate) fn split_documents(text: &str) -> Vec<(String, String)> {
 /// The documents of rendered manifests (helm's multi-document YAML), within the manifests'
 /// size limit: (the template each came from, its text). Read each with [`read_document`].
 pub(crate) fn documents(manifests: &str) -> Result<Vec<(String, String)>, ChartError> {
-    let limits = crate::yaml::MANIFESTS;
+    let limits = koord_base::yaml::MANIFESTS;
     if manifests.len() > limits.max_bytes {
         return Err(ChartError::InvalidYaml {
             file: "rendered manifests".into(),
@@ -77,12 +77,10 @@ pub(crate) fn read_document(
     } else {
         format!("rendered document {} ({source})", i + 1)
     };
-    let mut v =
-        crate::yaml::parse_value(&what, doc.as_bytes(), &crate::yaml::MANIFESTS).map_err(|e| {
-            ChartError::InvalidYaml {
-                file: what.clone(),
-                reason: e.reason(),
-            }
+    let mut v = koord_base::yaml::parse_value(&what, doc.as_bytes(), &koord_base::yaml::MANIFESTS)
+        .map_err(|e| ChartError::InvalidYaml {
+            file: what.clone(),
+            reason: e.reason(),
         })?;
     super::merge::resolve(doc, &mut v).map_err(|reason| ChartError::InvalidYaml {
         file: what.clone(),

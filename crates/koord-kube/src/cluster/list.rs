@@ -136,7 +136,7 @@ where
         let mut page_path = format!("{path}{sep}limit={}", bounds.page_limit);
         if let Some(t) = &token {
             page_path.push_str("&continue=");
-            page_path.push_str(&crate::text::percent_encode(t));
+            page_path.push_str(&koord_base::text::percent_encode(t));
         }
         let stop = |message: String| ClusterError::Api {
             url: client.url(path),
@@ -191,7 +191,7 @@ where
         let mut page_path = format!("{path}{sep}limit={}", bounds.page_limit);
         if let Some(t) = &token {
             page_path.push_str("&continue=");
-            page_path.push_str(&crate::text::percent_encode(t));
+            page_path.push_str(&koord_base::text::percent_encode(t));
         }
         let stop = |message: String| ClusterError::Api {
             url: client.url(path),

@@ -5,7 +5,7 @@
 //! | `token`, `tokenFile` | a bearer token; `tokenFile` wins over `token` (client-go's rule), read bounded |
 //! | `username` / `password` | basic authentication |
 //! | `client-certificate(-data)`, `client-key(-data)` | the TLS client identity (`*-data` wins) |
-//! | `exec` | an exec credential plugin, run through [`crate::child`] ([`super::exec`]) |
+//! | `exec` | an exec credential plugin, run through [`koord_base::child`] ([`super::exec`]) |
 //! | `auth-provider: oidc` | its `id-token` as the bearer token; an expired one is refused with what to run |
 //! | `auth-provider: gcp`, `azure` | refused with client-go's own advice: client-go removed both in 1.26, so helm and kubectl (1.26+) refuse them too |
 //! | `as`, `as-uid`, `as-groups`, `as-user-extra` | impersonation headers (kube sends them) |
@@ -16,8 +16,8 @@
 
 use super::exec::{ExecConfig, API_VERSIONS};
 use super::ClusterError;
-use crate::secret::{Secret, SecretBytes};
 use base64::Engine as _;
+use koord_base::secret::{Secret, SecretBytes};
 use kube::config::{AuthInfo, AuthProviderConfig, ExecInteractiveMode};
 use secrecy::ExposeSecret as _;
 use std::collections::BTreeMap;
@@ -111,7 +111,7 @@ impl Entry<'_> {
     /// it), read bounded.
     fn file(&self, what: &str, file: &str) -> Result<Vec<u8>, ClusterError> {
         let path = PathBuf::from(file);
-        crate::bounded::read_file_bounded(&path, MAX_CREDENTIAL_FILE).map_err(|source| {
+        koord_base::bounded::read_file_bounded(&path, MAX_CREDENTIAL_FILE).map_err(|source| {
             ClusterError::CredentialFile {
                 kubeconfig: self.kubeconfig.to_string(),
                 what: format!("user {:?} {what}", self.user),

@@ -17,13 +17,13 @@
 //! - **The user**: see [`super::auth`] (tokens, basic, client certificates, exec plugins,
 //!   the oidc auth-provider, impersonation).
 //!
-//! Each file is bounded like every YAML input ([`crate::yaml::KUBECONFIG`]) and parsed by
-//! [`crate::yaml`] into kube's types. `tests/it/kubeconfig.rs` compares the merged view
+//! Each file is bounded like every YAML input ([`koord_base::yaml::KUBECONFIG`]) and parsed by
+//! [`koord_base::yaml`] into kube's types. `tests/it/kubeconfig.rs` compares the merged view
 //! ([`Merged::minified`]) with `kubectl config view --minify --flatten` for several lists.
 
 use super::auth::{self, ClientIdentity, Credentials, Entry, Impersonation};
 use super::ClusterError;
-use crate::secret::Secret;
+use koord_base::secret::Secret;
 use kube::config::{Cluster, Context, Kubeconfig as Raw};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -182,11 +182,12 @@ pub fn read(files: &Files) -> Result<Merged, ClusterError> {
         if files.origin == Origin::Env && !path.exists() {
             continue;
         }
-        let bytes = crate::bounded::read_file_bounded(path, crate::yaml::KUBECONFIG.max_bytes)
-            .map_err(|source| ClusterError::ReadKubeconfig {
-                path: path.clone(),
-                source,
-            })?;
+        let bytes =
+            koord_base::bounded::read_file_bounded(path, koord_base::yaml::KUBECONFIG.max_bytes)
+                .map_err(|source| ClusterError::ReadKubeconfig {
+                    path: path.clone(),
+                    source,
+                })?;
         let one = parse_raw(&bytes, path)?;
         merged = merged
             .merge(one)
@@ -215,7 +216,7 @@ fn parse_raw(bytes: &[u8], path: &Path) -> Result<Raw, ClusterError> {
         // kubectl reads an empty file as an empty configuration.
         return Ok(Raw::default());
     }
-    let mut raw: Raw = crate::yaml::parse("kubeconfig", bytes, &crate::yaml::KUBECONFIG)
+    let mut raw: Raw = koord_base::yaml::parse("kubeconfig", bytes, &koord_base::yaml::KUBECONFIG)
         .map_err(|e| invalid(format!("not a valid kubeconfig: {}", e.reason())))?;
     if raw.current_context.as_deref().is_some_and(str::is_empty) {
         raw.current_context = None;
@@ -256,10 +257,13 @@ pub fn load(path: &Path, context: Option<&str>) -> Result<Kubeconfig, ClusterErr
 /// Resolve kubeconfig `text` as the file `path` (whose directory anchors relative paths).
 pub fn parse(text: &str, path: &Path, context: Option<&str>) -> Result<Kubeconfig, ClusterError> {
     let files = Files::one(path);
-    let raw = if text.len() > crate::yaml::KUBECONFIG.max_bytes {
+    let raw = if text.len() > koord_base::yaml::KUBECONFIG.max_bytes {
         return Err(ClusterError::InvalidKubeconfig {
             kubeconfig: files.display(),
-            message: format!("larger than {} bytes", crate::yaml::KUBECONFIG.max_bytes),
+            message: format!(
+                "larger than {} bytes",
+                koord_base::yaml::KUBECONFIG.max_bytes
+            ),
         });
     } else {
         parse_raw(text.as_bytes(), path)?
@@ -414,7 +418,7 @@ impl Merged {
             }),
             (None, Some(file)) => {
                 let file = PathBuf::from(file);
-                crate::bounded::read_file_bounded(&file, 4 * 1024 * 1024)
+                koord_base::bounded::read_file_bounded(&file, 4 * 1024 * 1024)
                     .map(Some)
                     .map_err(|source| ClusterError::CredentialFile {
                         kubeconfig: self.files.display(),

@@ -55,7 +55,7 @@ pub(super) async fn kubelet_cgroup_roots(
     for n in nodes {
         let path = format!(
             "/api/v1/nodes/{}/proxy/configz",
-            crate::text::percent_encode(&n.name)
+            koord_base::text::percent_encode(&n.name)
         );
         let root = match client.get::<Configz>(&path).await {
             Ok(Some(c)) => Some(c.cgroup_root()),
@@ -92,7 +92,7 @@ pub(super) async fn daemonsets(client: &KubeClient) -> Result<Vec<String>, Clust
 fn release_selector(release: &str) -> String {
     format!(
         "labelSelector=owner%3Dhelm%2Cname%3D{}",
-        crate::text::percent_encode(release)
+        koord_base::text::percent_encode(release)
     )
 }
 
@@ -105,7 +105,7 @@ pub(super) async fn release_secrets(
     let base = match namespace {
         Some(ns) => format!(
             "/api/v1/namespaces/{}/secrets",
-            crate::text::percent_encode(ns)
+            koord_base::text::percent_encode(ns)
         ),
         None => "/api/v1/secrets".to_string(),
     };
@@ -135,7 +135,7 @@ pub(super) async fn crd(
     client
         .get(&format!(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{}",
-            crate::text::percent_encode(name)
+            koord_base::text::percent_encode(name)
         ))
         .await
 }
@@ -148,7 +148,7 @@ pub(super) async fn namespace(
     client
         .get(&format!(
             "/api/v1/namespaces/{}",
-            crate::text::percent_encode(name)
+            koord_base::text::percent_encode(name)
         ))
         .await
 }

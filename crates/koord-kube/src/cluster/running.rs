@@ -290,7 +290,7 @@ impl Report {
         if problems > 0 {
             parts.push(format!(
                 "{problems} {} with a problem",
-                crate::text::plural(problems, "workload", "workloads")
+                koord_base::text::plural(problems, "workload", "workloads")
             ));
         }
         if self.workloads.is_empty() {
@@ -302,7 +302,7 @@ impl Report {
             "{} of {} {} verified",
             c.carried,
             c.total(),
-            crate::text::plural(c.total(), "container", "containers")
+            koord_base::text::plural(c.total(), "container", "containers")
         );
         if !parts.is_empty() {
             line.push_str(&format!(" ({})", parts.join(", ")));
@@ -523,10 +523,10 @@ fn pod_spec<'v>(kind: &str, v: &'v Value) -> &'v Value {
 /// The workloads of a release manifest, at most [`MAX_WORKLOADS`], and how many more it
 /// renders. Their names and images are kept cut to [`MAX_FIELD`] bytes.
 fn workloads(manifest: &str, namespace: &str) -> Result<(Vec<Workload>, usize), String> {
-    let docs = crate::yaml::parse_documents(
+    let docs = koord_base::yaml::parse_documents(
         "the release's manifest",
         manifest.as_bytes(),
-        &crate::yaml::MANIFESTS,
+        &koord_base::yaml::MANIFESTS,
     )
     .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -584,8 +584,8 @@ fn object_path(kind: &str, ns: &str, name: &str) -> String {
     };
     format!(
         "/{group}/namespaces/{}/{plural}/{}",
-        crate::text::percent_encode(ns),
-        crate::text::percent_encode(name)
+        koord_base::text::percent_encode(ns),
+        koord_base::text::percent_encode(name)
     )
 }
 
@@ -842,7 +842,7 @@ async fn workload(
         let mut more = 0usize;
         let jobs_path = format!(
             "/apis/batch/v1/namespaces/{}/jobs",
-            crate::text::percent_encode(&w.namespace)
+            koord_base::text::percent_encode(&w.namespace)
         );
         list::list_json(client, &jobs_path, JOB_BOUNDS, |page| {
             for j in page {
@@ -895,8 +895,8 @@ async fn workload(
         };
         let path = format!(
             "/api/v1/namespaces/{}/pods?labelSelector={}",
-            crate::text::percent_encode(&w.namespace),
-            crate::text::percent_encode(&query)
+            koord_base::text::percent_encode(&w.namespace),
+            koord_base::text::percent_encode(&query)
         );
         list::list::<Pod, _>(client, &path, POD_BOUNDS, |page| {
             for p in &page {

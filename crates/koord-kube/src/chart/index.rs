@@ -236,7 +236,7 @@ impl RepoIndex {
     }
 
     /// Like [`RepoIndex::parse`], but only the versions of `chart` are read: the index is
-    /// scanned event by event (bounded: [`crate::yaml::INDEX`]) and only the entries of
+    /// scanned event by event (bounded: [`koord_base::yaml::INDEX`]) and only the entries of
     /// `chart` are parsed into values, so memory stays near the size of the input however
     /// many other charts the repository lists. [`RepoIndex::charts`] still names them all.
     pub fn parse_chart(bytes: &[u8], chart: &str) -> Result<Self, ChartError> {
@@ -245,9 +245,9 @@ impl RepoIndex {
 
     fn parse_charts(bytes: &[u8], only: Option<&str>) -> Result<Self, ChartError> {
         let invalid = |reason: String| ChartError::InvalidIndex { reason };
-        let limits = crate::yaml::INDEX;
-        let text =
-            crate::yaml::text_of("index.yaml", bytes, &limits).map_err(|e| invalid(e.reason()))?;
+        let limits = koord_base::yaml::INDEX;
+        let text = koord_base::yaml::text_of("index.yaml", bytes, &limits)
+            .map_err(|e| invalid(e.reason()))?;
         let scan = scan_index(text, &limits).map_err(|e| invalid(e.reason()))?;
         match scan.api_version.as_deref() {
             Some("v1") => {}
@@ -278,7 +278,7 @@ impl RepoIndex {
             let mut doc = " ".repeat(span.column);
             doc.push_str(&text[span.start..span.end]);
             let what = format!("index.yaml entries of {}", span.name);
-            let list = crate::yaml::parse_value(&what, doc.as_bytes(), &limits)
+            let list = koord_base::yaml::parse_value(&what, doc.as_bytes(), &limits)
                 .map_err(|e| invalid(e.to_string()))?;
             let Value::Sequence(list) = list else {
                 skipped.push(format!("{}: entries are not a list", span.name));
@@ -388,8 +388,8 @@ struct Frame {
     keys: std::collections::BTreeSet<String>,
 }
 
-fn yaml_err(reason: String) -> crate::yaml::YamlError {
-    crate::yaml::YamlError::Invalid {
+fn yaml_err(reason: String) -> koord_base::yaml::YamlError {
+    koord_base::yaml::YamlError::Invalid {
         what: "index.yaml".into(),
         reason,
     }
@@ -399,14 +399,14 @@ fn yaml_err(reason: String) -> crate::yaml::YamlError {
 /// `entries.<chart>` value starts and ends. Nothing else is kept.
 fn scan_index(
     text: &str,
-    limits: &crate::yaml::Limits,
-) -> Result<IndexScan, crate::yaml::YamlError> {
-    use crate::yaml::Kind;
+    limits: &koord_base::yaml::Limits,
+) -> Result<IndexScan, koord_base::yaml::YamlError> {
+    use koord_base::yaml::Kind;
     let mut out = IndexScan::default();
     let mut stack: Vec<Frame> = Vec::new();
     let mut documents = 0usize;
     let mut root_seen = false;
-    crate::yaml::events("index.yaml", text, limits, &mut |ev| {
+    koord_base::yaml::events("index.yaml", text, limits, &mut |ev| {
         match ev.kind {
             Kind::DocumentStart => {
                 documents += 1;
@@ -757,8 +757,8 @@ pub fn index_url(repo_url: &str) -> String {
 mod tests {
     use super::*;
 
-    const LOCAL: &[u8] = include_bytes!("../../tests/fixtures/charts/index.yaml");
-    const UPSTREAM: &[u8] = include_bytes!("../../tests/fixtures/charts/index.upstream.yaml");
+    const LOCAL: &[u8] = include_bytes!("../../../../tests/fixtures/charts/index.yaml");
+    const UPSTREAM: &[u8] = include_bytes!("../../../../tests/fixtures/charts/index.upstream.yaml");
 
     fn v(s: &str) -> semver::Version {
         semver::Version::parse(s).expect("test version")

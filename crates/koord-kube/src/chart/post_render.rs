@@ -55,7 +55,7 @@ impl PostRender {
 }
 
 /// `ref@digest`: how a pinned image is written.
-pub use crate::oci::pinned;
+pub use koord_base::oci::pinned;
 
 /// Apply `how` to the rendered `manifests` (helm's multi-document YAML). Errors name the
 /// template a document came from.

@@ -1,8 +1,8 @@
 //! Checks made against the target cluster before installing the chart, read-only, after the
-//! Koordinator compatibility notes and Helm's install rules. Reading the cluster ([`read`]) is
+//! Koordinator compatibility notes and Helm's install rules. Reading the cluster (`read`) is
 //! apart from judging it: each check is a pure rule over the typed objects read (k8s-openapi's
 //! `Node`, `Namespace`, `CustomResourceDefinition`, `Secret`, version `Info`), one file per
-//! check ([`version`], [`nodes`], [`platform`], [`release`], [`crds`], [`namespace`]), each
+//! check (`version`, `nodes`, `platform`, `release`, `crds`, `namespace`), each
 //! unit-tested on typed objects without a server.
 //!
 //! | check | reads | finds |
@@ -166,7 +166,8 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub(crate) fn new(
+    /// A finding of `check` at `level`, about nothing in particular until [`Finding::about`].
+    pub fn new(
         level: Level,
         check: &'static str,
         message: impl Into<String>,
@@ -182,7 +183,7 @@ impl Finding {
     }
 
     /// The finding, about `subject` (see [`Finding::subject`]).
-    pub(crate) fn about(mut self, subject: impl Into<String>) -> Self {
+    pub fn about(mut self, subject: impl Into<String>) -> Self {
         self.subject = subject.into();
         self
     }
@@ -444,7 +445,7 @@ pub(crate) mod tests {
     /// A fixture object (tests/fixtures/kube/...), typed.
     pub(crate) fn fixture<T: serde::de::DeserializeOwned>(p: &str) -> T {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/kube")
+            .join("../../tests/fixtures/kube")
             .join(p);
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()))

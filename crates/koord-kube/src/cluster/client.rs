@@ -1,6 +1,6 @@
 //! A read-only Kubernetes API client over [`kube::Client`]: GET a path, get a typed object back
 //! (or `None` on 404), every answer capped while it is read. The one other request is a
-//! server-side apply as a dry run ([`KubeClient::apply_dry_run`]: `dryRun=All`, refused without
+//! server-side apply as a dry run (`KubeClient::apply_dry_run`: `dryRun=All`, refused without
 //! it), which the API server validates and admits but never persists.
 //!
 //! kube does the transport: TLS against the kubeconfig's CA (only it: the system roots are not
@@ -150,7 +150,7 @@ impl KubeClient {
         &self,
         exec: &super::exec::ExecConfig,
         refresh: bool,
-    ) -> Result<crate::secret::Secret, ClusterError> {
+    ) -> Result<koord_base::secret::Secret, ClusterError> {
         let mut cache = self.exec_cache.lock().await;
         if !refresh {
             if let Some(t) = cache.as_ref().filter(|t| t.fresh(SystemTime::now())) {
@@ -379,7 +379,7 @@ impl KubeClient {
     }
 
     fn transport_error(&self, e: &kube::Error) -> ClusterError {
-        let message = crate::text::error_chain(e);
+        let message = koord_base::text::error_chain(e);
         let lower = message.to_ascii_lowercase();
         if lower.contains("certificate")
             || lower.contains("tls")
@@ -475,7 +475,7 @@ fn kube_config(cfg: &Kubeconfig, t: &Timeouts) -> Result<kube::Config, ClusterEr
 
 /// What a failed client setup says, with no key material: a bad key is only said to be bad.
 fn setup_message(e: &kube::Error, user: &str) -> String {
-    let text = crate::text::error_chain(e);
+    let text = koord_base::text::error_chain(e);
     let lower = text.to_ascii_lowercase();
     if lower.contains("private key") || lower.contains("identity") {
         format!(

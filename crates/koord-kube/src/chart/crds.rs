@@ -188,8 +188,8 @@ fn parse_crd(
     } else {
         String::new()
     };
-    // Bounded in size, depth and nodes before the parser builds anything (crate::yaml).
-    let v = crate::yaml::parse_value(file, yaml.as_bytes(), &crate::yaml::CRD)
+    // Bounded in size, depth and nodes before the parser builds anything (koord_base::yaml).
+    let v = koord_base::yaml::parse_value(file, yaml.as_bytes(), &koord_base::yaml::CRD)
         .map_err(|e| invalid(file, format!("{which}{}", e.reason())))?;
     let need = |path: &[&str]| {
         str_at(&v, path)
@@ -229,7 +229,7 @@ fn parse_crd(
             format!("{which}spec.group {group:?} is not a DNS subdomain (lower-case letters, digits, '-' and '.')"),
         ));
     }
-    if !crate::text::is_dns_label(&plural) {
+    if !koord_base::text::is_dns_label(&plural) {
         return Err(invalid(
             file,
             format!("{which}spec.names.plural {plural:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"),
@@ -249,7 +249,7 @@ fn parse_crd(
 
 /// An RFC 1123 subdomain: dot-separated labels, at most 253 characters.
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(crate::text::is_dns_label)
+    s.len() <= 253 && s.split('.').all(koord_base::text::is_dns_label)
 }
 
 /// The CRDs of a chart, in file order (`crds/` first, then `templates/`). See the module
@@ -339,7 +339,7 @@ mod tests {
                     "{version}"
                 );
                 let v: Value =
-                    crate::yaml::parse_value("crd", c.yaml.as_bytes(), &crate::yaml::CRD)
+                    koord_base::yaml::parse_value("crd", c.yaml.as_bytes(), &koord_base::yaml::CRD)
                         .expect("yaml");
                 assert_eq!(v["kind"], "CustomResourceDefinition");
                 // The 1.6+ wrappers name the CRD's switch; older ones only `crds.managed`.

@@ -101,11 +101,11 @@ fn split_path(raw: &[u8]) -> Result<(String, String), ChartError> {
 }
 
 fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
-    // Bounded in size, depth and nodes before the parser builds anything (crate::yaml).
+    // Bounded in size, depth and nodes before the parser builds anything (koord_base::yaml).
     let limits = if file == "Chart.yaml" {
-        crate::yaml::CHART_YAML
+        koord_base::yaml::CHART_YAML
     } else {
-        crate::yaml::VALUES
+        koord_base::yaml::VALUES
     };
     let invalid = |reason: String| ChartError::InvalidYaml {
         file: file.to_string(),
@@ -113,7 +113,8 @@ fn parse_yaml(file: &str, bytes: &[u8]) -> Result<Value, ChartError> {
     };
     // Values are only read for the names of components' image repositories (helm renders
     // the chart): YAML 1.1's booleans (`enabled: no`) need no special reading.
-    let mut v = crate::yaml::parse_value(file, bytes, &limits).map_err(|e| invalid(e.reason()))?;
+    let mut v =
+        koord_base::yaml::parse_value(file, bytes, &limits).map_err(|e| invalid(e.reason()))?;
     v.apply_merge()
         .map_err(|e| invalid(format!("merge keys: {e}")))?;
     Ok(v)
@@ -306,15 +307,15 @@ pub(crate) mod tests {
     use std::io::Write;
 
     pub(crate) const V041: &[u8] =
-        include_bytes!("../../tests/fixtures/charts/koordinator-0.4.1.tgz");
+        include_bytes!("../../../../tests/fixtures/charts/koordinator-0.4.1.tgz");
     pub(crate) const V111: &[u8] =
-        include_bytes!("../../tests/fixtures/charts/koordinator-1.1.1.tgz");
+        include_bytes!("../../../../tests/fixtures/charts/koordinator-1.1.1.tgz");
     pub(crate) const V141: &[u8] =
-        include_bytes!("../../tests/fixtures/charts/koordinator-1.4.1.tgz");
+        include_bytes!("../../../../tests/fixtures/charts/koordinator-1.4.1.tgz");
     pub(crate) const V160: &[u8] =
-        include_bytes!("../../tests/fixtures/charts/koordinator-1.6.0.tgz");
+        include_bytes!("../../../../tests/fixtures/charts/koordinator-1.6.0.tgz");
     pub(crate) const V180: &[u8] =
-        include_bytes!("../../tests/fixtures/charts/koordinator-1.8.0.tgz");
+        include_bytes!("../../../../tests/fixtures/charts/koordinator-1.8.0.tgz");
 
     pub(crate) const ALL: [(&str, &[u8]); 5] = [
         ("0.4.1", V041),
@@ -329,127 +330,127 @@ pub(crate) mod tests {
     pub(crate) const EVERY: [(&str, &[u8], usize, usize); 21] = [
         (
             "0.1.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.1.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.1.0.tgz"),
             3,
             3,
         ),
         (
             "0.2.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.2.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.2.0.tgz"),
             3,
             3,
         ),
         (
             "0.3.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.3.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.3.0.tgz"),
             3,
             3,
         ),
         (
             "0.3.1",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.3.1.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.3.1.tgz"),
             3,
             3,
         ),
         (
             "0.4.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.4.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.4.0.tgz"),
             3,
             3,
         ),
         (
             "0.4.1",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.4.1.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.4.1.tgz"),
             3,
             3,
         ),
         (
             "0.5.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.5.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.5.0.tgz"),
             3,
             4,
         ),
         (
             "0.6.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.6.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.6.0.tgz"),
             4,
             7,
         ),
         (
             "0.6.2",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.6.2.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.6.2.tgz"),
             4,
             7,
         ),
         (
             "0.7.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-0.7.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-0.7.0.tgz"),
             4,
             9,
         ),
         (
             "1.0.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.0.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.0.0.tgz"),
             4,
             9,
         ),
         (
             "1.1.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.1.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.1.0.tgz"),
             4,
             9,
         ),
         (
             "1.1.1",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.1.1.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.1.1.tgz"),
             4,
             9,
         ),
         (
             "1.2.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.2.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.2.0.tgz"),
             4,
             9,
         ),
         (
             "1.3.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.3.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.3.0.tgz"),
             4,
             9,
         ),
         (
             "1.4.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.4.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.4.0.tgz"),
             4,
             10,
         ),
         (
             "1.4.1",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.4.1.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.4.1.tgz"),
             4,
             10,
         ),
         (
             "1.5.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.5.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.5.0.tgz"),
             4,
             11,
         ),
         (
             "1.6.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.6.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.6.0.tgz"),
             4,
             11,
         ),
         (
             "1.7.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.7.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.7.0.tgz"),
             5,
             13,
         ),
         (
             "1.8.0",
-            include_bytes!("../../tests/fixtures/charts/koordinator-1.8.0.tgz"),
+            include_bytes!("../../../../tests/fixtures/charts/koordinator-1.8.0.tgz"),
             5,
             13,
         ),

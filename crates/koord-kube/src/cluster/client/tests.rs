@@ -1,5 +1,5 @@
 use super::*;
-use crate::secret::Secret;
+use koord_base::secret::Secret;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -175,7 +175,7 @@ async fn bad_ca_and_identity_are_setup_errors_without_key_material() {
     let mut k = cfg("https://k:6443".into(), Credentials::None);
     k.client_identity = Some(crate::cluster::ClientIdentity {
         certificate_pem: b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_vec(),
-        key_pem: crate::secret::SecretBytes::new(
+        key_pem: koord_base::secret::SecretBytes::new(
             b"-----BEGIN PRIVATE KEY-----\nU0VDUkVU\n-----END PRIVATE KEY-----\n".to_vec(),
         ),
     });

@@ -26,7 +26,7 @@
 //!   command with `Command::output()` (whole output in memory, no time limit, children left
 //!   behind, the output and arguments in its error's `Debug`), and it would send credentials to
 //!   a plain `http://` server, which client-go never does. So credentials are resolved here,
-//!   plugins run through [`crate::child`], and the `Authorization` header is set per request,
+//!   plugins run through [`koord_base::child`], and the `Authorization` header is set per request,
 //!   over TLS only;
 //! - **reading answers** ([`client`], [`list`]): kube's typed calls (`Api::get`, `Api::list`)
 //!   read a whole body before any size check, and paging is left to the caller; here every
@@ -46,7 +46,7 @@
 //!
 //! Of the +4.7 MB (symbol sizes from `nm -S`): kube's own YAML parser (serde-saphyr, granit-parser,
 //! annotate-snippets: ~0.7 MB, linked through kube's error types although kubeconfigs are parsed
-//! by [`crate::yaml`] here), k8s-openapi 0.32 MB, kube-client 0.27 MB, kube's auth layer's
+//! by [`koord_base::yaml`] here), k8s-openapi 0.32 MB, kube-client 0.27 MB, kube's auth layer's
 //! jsonpath and pest 0.25 MB (never run here: no exec or auth-provider entry reaches kube),
 //! hyper-util/tower/tower-http 0.3 MB, and more monomorphised serde_json and core code.
 //!

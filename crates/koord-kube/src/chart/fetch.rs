@@ -3,9 +3,9 @@
 //! hand. Prints nothing: what the command should say comes back as data.
 
 use super::{index_url, resolve_chart_url, ChartError, RepoIndex, VersionSpec};
-use crate::bounded::read_file_bounded;
-use crate::oci::Digest;
-use crate::store::http::{HttpError, HttpFetcher};
+use koord_base::bounded::read_file_bounded;
+use koord_base::oci::Digest;
+use koord_store::store::http::{HttpError, HttpFetcher};
 use std::path::{Path, PathBuf};
 
 /// The chart's name in Koordinator's repository.
@@ -114,7 +114,7 @@ pub async fn from_repository(
 ) -> Result<FetchedChart, FetchError> {
     let url = index_url(repo);
     let index_bytes = http
-        .get(&url, crate::yaml::INDEX.max_bytes)
+        .get(&url, koord_base::yaml::INDEX.max_bytes)
         .await
         .map_err(|source| FetchError::Index {
             url: url.clone(),

@@ -12,7 +12,7 @@
 //! apart ([`ObjectChange::server_filled`]), and an object that differs only in them is no
 //! change ([`ObjectChange::only_server_filled`]).
 
-use crate::crd;
+use koord_base::crd;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,7 +52,7 @@ pub struct ObjectChange {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub only_metadata: bool,
     /// Fields the cluster filled in, which the release's record does not set and the new
-    /// render copies from the live object ([`server_filled`]): not changes, and not in
+    /// render copies from the live object (`server_filled`): not changes, and not in
     /// `details`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub server_filled: Vec<String>,

@@ -118,8 +118,9 @@ mod tests {
     use super::*;
 
     fn resolved(text: &str) -> Result<serde_json::Value, String> {
-        let mut v = crate::yaml::parse_value("test", text.as_bytes(), &crate::yaml::MANIFESTS)
-            .map_err(|e| e.to_string())?;
+        let mut v =
+            koord_base::yaml::parse_value("test", text.as_bytes(), &koord_base::yaml::MANIFESTS)
+                .map_err(|e| e.to_string())?;
         resolve(text, &mut v)?;
         serde_json::to_value(&v).map_err(|e| e.to_string())
     }

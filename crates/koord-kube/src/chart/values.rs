@@ -57,7 +57,8 @@ mod tests {
     use super::*;
 
     fn y(s: &str) -> Value {
-        crate::yaml::parse_value("test", s.as_bytes(), &crate::yaml::VALUES).expect("yaml")
+        koord_base::yaml::parse_value("test", s.as_bytes(), &koord_base::yaml::VALUES)
+            .expect("yaml")
     }
 
     #[test]

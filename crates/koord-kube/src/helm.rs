@@ -16,7 +16,7 @@
 //! # Bounds
 //!
 //! helm is an outside program, and `helm template` is fed an untrusted chart: every run goes
-//! through [`crate::child::run`], in a process group of its own that is killed with it, with a
+//! through [`koord_base::child::run`], in a process group of its own that is killed with it, with a
 //! time limit, a cap on each output stream (checked while reading) and an address space of
 //! [`HELM_MEMORY`]. Passing a bound ends helm with [`HelmError::Stopped`] naming it; helm
 //! crashing on its own (Go's "fatal error: out of memory", a stack overflow) is
@@ -25,7 +25,7 @@
 //! | run                              | time limit                 | stdout cap | stderr cap |
 //! |----------------------------------|----------------------------|------------|------------|
 //! | `version`, `registry login --help` | 30 s                     | 64 KiB     | 64 KiB     |
-//! | `template` (chart archive)       | 120 s                      | 64 MiB (= [`crate::yaml::MANIFESTS`]) | 4 MiB |
+//! | `template` (chart archive)       | 120 s                      | 64 MiB (= [`koord_base::yaml::MANIFESTS`]) | 4 MiB |
 //! | `template` (OCI chart)           | 300 s                      | 64 MiB     | 4 MiB      |
 //! | `pull`, `registry login`         | 300 s                      | 1 MiB      | 4 MiB      |
 //! | `upgrade --install`              | helm's `--timeout` (default 5 min) + 5 min | 64 MiB | 16 MiB |
@@ -64,8 +64,8 @@
 
 // The Koordinator chart's values and the images of rendered manifests are chart logic: they
 // live in `crate::chart` (`generated_values`, `rendered_images`), not here.
-use crate::child::{self, ChildError, Limits, LineSink, StderrMode};
-use crate::secret::Secret;
+use koord_base::child::{self, ChildError, Limits, LineSink, StderrMode};
+use koord_base::secret::Secret;
 use regex::Regex;
 use semver::Version;
 use serde_yaml_ng::Value;
@@ -165,8 +165,10 @@ pub enum HelmError {
         path: PathBuf,
         /// Its version.
         version: Version,
-        /// What it was needed for.
-        need: Need,
+        /// What it was needed for (boxed: with the path and version beside it, this variant
+        /// made every `Result<_, HelmError>` 128 bytes, which clippy's result_large_err refuses
+        /// in the crates that return it).
+        need: Box<Need>,
     },
 
     /// helm passed a bound koord-bundle sets on it (time, output) and was stopped, with
@@ -1196,8 +1198,16 @@ impl Job {
     fn limits(self) -> Limits {
         let (timeout, max_stdout, max_stderr) = match self {
             Job::Probe => (PROBE_TIME, 64 * KIB, 64 * KIB),
-            Job::Template => (TEMPLATE_TIME, crate::yaml::MANIFESTS.max_bytes, 4 * MIB),
-            Job::TemplateFromRegistry => (REGISTRY_TIME, crate::yaml::MANIFESTS.max_bytes, 4 * MIB),
+            Job::Template => (
+                TEMPLATE_TIME,
+                koord_base::yaml::MANIFESTS.max_bytes,
+                4 * MIB,
+            ),
+            Job::TemplateFromRegistry => (
+                REGISTRY_TIME,
+                koord_base::yaml::MANIFESTS.max_bytes,
+                4 * MIB,
+            ),
             Job::Registry => (REGISTRY_TIME, MIB, 4 * MIB),
             Job::Install(own) => (own.saturating_add(INSTALL_HEADROOM), 64 * MIB, 16 * MIB),
         };
@@ -1473,7 +1483,7 @@ impl Helm {
             return Err(HelmError::TooOld {
                 path,
                 version,
-                need: need.clone(),
+                need: Box::new(need.clone()),
             });
         }
         Ok(Helm { path, version })
@@ -1855,10 +1865,10 @@ mod tests {
             // What `chart::generated_values` gives for a prefixed registry, a feature gate, one
             // CRD off, the host network and a pull secret; written out here, as helm sits
             // beside chart and does not use it (tests/it/layers.rs).
-            crate::yaml::parse_value(
+            koord_base::yaml::parse_value(
                 "the test's values",
                 b"imageRepositoryHost: reg.example:5000/prefix\nfeatureGates: A=true\ncrds: {reservations: false}\nmanager: {hostNetwork: true}\nimagePullSecrets: [{name: regcred}]\n",
-                &crate::yaml::VALUES,
+                &koord_base::yaml::VALUES,
             )
             .expect("the test's values parse"),
         );
@@ -2334,7 +2344,7 @@ mod tests {
             "{e}"
         );
         assert!(
-            crate::child::pid_in_file_is_gone(&pid),
+            koord_base::child::pid_in_file_is_gone(&pid),
             "helm's child outlived it"
         );
     }
@@ -2452,12 +2462,12 @@ mod tests {
         assert_eq!(Job::Install(HELM_DEFAULT_TIMEOUT).limits().timeout, s(600));
         assert_eq!(
             Job::Template.limits().max_stdout,
-            crate::yaml::MANIFESTS.max_bytes
+            koord_base::yaml::MANIFESTS.max_bytes
         );
         let oci = Job::TemplateFromRegistry.limits();
         assert_eq!(
             (oci.timeout, oci.max_stdout),
-            (REGISTRY_TIME, crate::yaml::MANIFESTS.max_bytes)
+            (REGISTRY_TIME, koord_base::yaml::MANIFESTS.max_bytes)
         );
     }
 

@@ -6,7 +6,7 @@
 //! | `crd-stored-versions` | versions in the live CRD's `status.storedVersions` that the new CRD no longer lists: the API server refuses the new CRD in the middle of `helm upgrade` (a failed release): **Fail**, one per CRD however many versions it drops (the lists cut to ten, the rest counted), naming them, how many objects exist, and the steps that migrate them |
 //! | `crd-storage-version` | the stored version changes: existing objects stay stored in the old one until rewritten (**Warn** when there are some, else Info), with what to run before a later chart drops it |
 //! | `crd-downgrade` | the live CRD has fields the new one does not, and the new one none that the live one lacks: the CRD in the cluster comes from a newer chart (kept by `helm uninstall`, or left by another install), and installing replaces it with an older one, with a release or without: **Warn**, naming the fields (objects that set them are a `crd-objects` Fail) |
-//! | `crd-objects` | objects that the new schema prunes fields of (**Fail**, **Warn** with `--allow-field-loss`), that lack a newly required field, or use an `enum` value that is gone (**Warn**, **Fail** under `--strict`) ([`crate::crd::VersionSchema::check_object`], the rule `diff` applies to the schemas) |
+//! | `crd-objects` | objects that the new schema prunes fields of (**Fail**, **Warn** with `--allow-field-loss`), that lack a newly required field, or use an `enum` value that is gone (**Warn**, **Fail** under `--strict`) ([`koord_base::crd::VersionSchema::check_object`], the rule `diff` applies to the schemas) |
 //!
 //! Older or newer is told by the schemas, not by a version: the chart's CRDs carry no chart
 //! version, and after `helm uninstall` no record says which chart installed them.
@@ -17,7 +17,7 @@ use super::super::client::KubeClient;
 use super::super::list::{list_json, Bounds};
 use super::super::preflight::{names, Finding, Level};
 use super::super::ClusterError;
-use crate::crd::{self, CrdSchema};
+use koord_base::crd::{self, CrdSchema};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -128,7 +128,7 @@ pub(crate) async fn dry_run(
                 let exists = client
                     .get_json(&format!(
                         "/api/v1/namespaces/{}",
-                        crate::text::percent_encode(&n)
+                        koord_base::text::percent_encode(&n)
                     ))
                     .await?
                     .is_some();
@@ -145,10 +145,10 @@ pub(crate) async fn dry_run(
             "{}{}/{}/{}?dryRun=All&fieldManager=helm&force=true",
             gv_path(api),
             ns.as_deref()
-                .map(|n| format!("/namespaces/{}", crate::text::percent_encode(n)))
+                .map(|n| format!("/namespaces/{}", koord_base::text::percent_encode(n)))
                 .unwrap_or_default(),
             res.plural,
-            crate::text::percent_encode(name)
+            koord_base::text::percent_encode(name)
         );
         let a = client.apply_dry_run(&path, &obj).await?;
         if a.status.is_success() {

@@ -1,0 +1,19 @@
+//! koord-kube: the chart and the cluster, each reached through the real tool of its field.
+//!
+//! - [`chart`]: a Helm repository's `index.yaml` (version constraints, chart URLs), chart
+//!   archives read in memory under caps, the values koord-bundle sets, the images of rendered
+//!   manifests, the CRDs a chart ships, what the post-renderer changes;
+//! - [`helm`]: the only module that runs `helm` (install, upgrade, template, pull, registry
+//!   login), every run bounded in time, output and memory, passwords never in argv;
+//! - [`cluster`]: kubeconfig as kubectl reads it, the user's credentials, the API client over
+//!   kube, the pre-flight and the checks of an upgrade (read-only: helm writes).
+//!
+//! The three are side by side (none uses another); they use koord-base (YAML, CRD schemas,
+//! child processes, secrets) and koord-store (the Helm repository fetcher). The root crate
+//! re-exports each module at its old path (`koord_bundle::chart`, …), and `tests/it/layers.rs`
+//! holds them to the same layer as before (6: the domain).
+#![deny(missing_docs)]
+
+pub mod chart;
+pub mod cluster;
+pub mod helm;
