@@ -188,6 +188,18 @@ struct NewLayer {
     annotations: BTreeMap<String, String>,
 }
 
+/// One signature or attestation of a manifest, as `attach`, `append` and `refer` take it.
+struct Attachment<'a> {
+    /// The registry and repository (tag and digest ignored).
+    repo: &'a ImageRef,
+    /// The signed manifest, as the bundle recorded it.
+    subject: &'a Descriptor,
+    kind: Kind,
+    layer: NewLayer,
+    /// Whether a layer found there is this key's, for this subject (and predicate type).
+    ours: &'a (dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
+}
+
 /// Where signatures go: the registry and the image's repository.
 pub struct Signer<'a> {
     reg: &'a Arc<Registry>,
@@ -270,8 +282,14 @@ impl<'a> Signer<'a> {
             bytes: payload.into(),
             annotations: BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), sig)]),
         };
-        self.attach(repo, subject, Kind::Signature, &layer, &ours, referrer)
-            .await
+        let a = Attachment {
+            repo,
+            subject,
+            kind: Kind::Signature,
+            layer,
+            ours: &ours,
+        };
+        self.attach(&a, referrer).await
     }
 
     /// Attest the manifest `subject` of `repo` with `predicate` of `predicate_type` (an in-toto
@@ -302,44 +320,68 @@ impl<'a> Signer<'a> {
                 (PREDICATE_ANNOTATION.to_string(), predicate_type.to_string()),
             ]),
         };
-        self.attach(repo, subject, Kind::Attestation, &layer, &ours, referrer)
-            .await
+        let a = Attachment {
+            repo,
+            subject,
+            kind: Kind::Attestation,
+            layer,
+            ours: &ours,
+        };
+        self.attach(&a, referrer).await
     }
 
-    /// `layer` appended under `digest`'s tag of `kind` ([`Self::append`]) and, with
+    /// `a`'s layer appended under its subject's tag of its kind ([`Self::append`]) and, with
     /// `referrer`, pushed as an OCI 1.1 referrer of it too ([`Self::refer`]); each skipped where
-    /// a layer that is `ours` is there already.
-    async fn attach(
-        &self,
-        repo: &ImageRef,
-        subject: &Descriptor,
-        kind: Kind,
-        layer: &NewLayer,
-        ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
-        referrer: bool,
-    ) -> Result<Attached, AttachError> {
-        let mut a = self
-            .append(repo, &subject.digest, kind, layer, ours)
-            .await?;
+    /// a layer that is ours is there already.
+    async fn attach(&self, a: &Attachment<'_>, referrer: bool) -> Result<Attached, AttachError> {
+        let mut attached = self.append(a).await?;
         if referrer {
-            a.referrer = Some(self.refer(repo, subject, kind, layer, ours).await?);
+            attached.referrer = Some(self.refer(a).await?);
         }
-        Ok(a)
+        Ok(attached)
     }
 
-    /// The OCI 1.1 referrer of the manifest `subject` holding `layer`, unless one of `kind`'s
-    /// type already holds a layer that is `ours`: the shapes cosign writes
-    /// (`super::referrers`). The subject's media type and size are the caller's (the bundle's
-    /// record of the manifest it pushed by that digest), not read back from the registry.
-    async fn refer(
+    /// Whether one of `layers` (a manifest's, as JSON) is a layer of `a`'s kind that is ours.
+    async fn holds_ours(
         &self,
-        repo: &ImageRef,
-        subject: &Descriptor,
-        kind: Kind,
-        layer: &NewLayer,
-        ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
-    ) -> Result<Referred, AttachError> {
-        let digest = &subject.digest;
+        a: &Attachment<'_>,
+        layers: &[serde_json::Value],
+    ) -> Result<bool, AttachError> {
+        for l in layers {
+            let Ok(d) = serde_json::from_value::<Descriptor>(l.clone()) else {
+                continue;
+            };
+            if d.media_type != a.kind.media_type() || d.size > MAX_LAYER {
+                continue;
+            }
+            let bytes = self.blob(a.repo, &d).await?;
+            if (a.ours)(&d, &bytes) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// `a`'s layer pushed as a blob; its entry for a manifest's `layers`.
+    async fn push_layer(&self, a: &Attachment<'_>) -> Result<serde_json::Value, AttachError> {
+        let desc = self
+            .push_blob(a.repo, a.layer.media_type, a.layer.bytes.clone())
+            .await?;
+        Ok(serde_json::json!({
+            "mediaType": desc.media_type,
+            "size": desc.size,
+            "digest": desc.digest,
+            "annotations": a.layer.annotations,
+        }))
+    }
+
+    /// The OCI 1.1 referrer of `a`'s subject holding its layer, unless one of its kind's type
+    /// already holds a layer that is ours: the shapes cosign writes (`super::referrers`). The
+    /// subject's media type and size are the caller's (the bundle's record of the manifest it
+    /// pushed by that digest), not read back from the registry.
+    async fn refer(&self, a: &Attachment<'_>) -> Result<Referred, AttachError> {
+        let (repo, kind) = (a.repo, a.kind);
+        let digest = &a.subject.digest;
         let artifact_type = kind.artifact_type();
         let at = |d: &Digest| format!("{}/{}@{d}", repo.registry, repo.repository);
         let reg_err = |what: String| move |source| AttachError::Registry { what, source };
@@ -381,36 +423,19 @@ impl<'a> Signer<'a> {
             let Ok((layers, _)) = read_existing(&bytes) else {
                 continue;
             };
-            for l in layers {
-                let Ok(d) = serde_json::from_value::<Descriptor>(l) else {
-                    continue;
-                };
-                if d.media_type != kind.media_type() || d.size > MAX_LAYER {
-                    continue;
-                }
-                let b = self.blob(repo, &d).await?;
-                if ours(&d, &b) {
-                    return Ok(Referred {
-                        reference: r.to_string(),
-                        artifact_type,
-                        added: false,
-                        digest: entry.digest.clone(),
-                    });
-                }
+            if self.holds_ours(a, &layers).await? {
+                return Ok(Referred {
+                    reference: r.to_string(),
+                    artifact_type,
+                    added: false,
+                    digest: entry.digest.clone(),
+                });
             }
         }
-        let desc = self
-            .push_blob(repo, layer.media_type, layer.bytes.clone())
-            .await?;
-        let layer_json = serde_json::json!({
-            "mediaType": desc.media_type,
-            "size": desc.size,
-            "digest": desc.digest,
-            "annotations": layer.annotations,
-        });
+        let layer_json = self.push_layer(a).await?;
         let subject = serde_json::json!({
-            "mediaType": subject.media_type,
-            "size": subject.size,
+            "mediaType": a.subject.media_type,
+            "size": a.subject.size,
             "digest": digest,
         });
         let manifest = match kind {
@@ -463,17 +488,11 @@ impl<'a> Signer<'a> {
         })
     }
 
-    /// The manifest under `digest`'s tag of `kind`, with `layer` appended, unless a layer
-    /// there is `ours`.
-    async fn append(
-        &self,
-        repo: &ImageRef,
-        digest: &Digest,
-        kind: Kind,
-        layer: &NewLayer,
-        ours: &(dyn Fn(&Descriptor, &[u8]) -> bool + Sync),
-    ) -> Result<Attached, AttachError> {
-        let tag = tag_of(digest, kind);
+    /// The manifest under `a`'s subject's tag of its kind, with its layer appended, unless a
+    /// layer there is ours.
+    async fn append(&self, a: &Attachment<'_>) -> Result<Attached, AttachError> {
+        let (repo, digest) = (a.repo, &a.subject.digest);
+        let tag = tag_of(digest, a.kind);
         let tagged = ImageRef {
             tag: Some(tag.clone()),
             digest: None,
@@ -488,39 +507,21 @@ impl<'a> Signer<'a> {
                         reference: reference.clone(),
                         reason,
                     })?;
-                for l in &layers {
-                    let Ok(d) = serde_json::from_value::<Descriptor>(l.clone()) else {
-                        continue;
-                    };
-                    if d.media_type != kind.media_type() || d.size > MAX_LAYER {
-                        continue;
-                    }
-                    let bytes = self.blob(repo, &d).await?;
-                    if ours(&d, &bytes) {
-                        return Ok(Attached {
-                            digest: digest.clone(),
-                            reference,
-                            manifest: existing.to_string(),
-                            added: false,
-                            referrer: None,
-                        });
-                    }
+                if self.holds_ours(a, &layers).await? {
+                    return Ok(Attached {
+                        digest: digest.clone(),
+                        reference,
+                        manifest: existing.to_string(),
+                        added: false,
+                        referrer: None,
+                    });
                 }
                 (layers, annotations)
             }
             Err(e) if e.is_not_found() => (Vec::new(), None),
             Err(e) => return Err(reg_err(format!("reading {reference}"))(e)),
         };
-        let desc = self
-            .push_blob(repo, layer.media_type, layer.bytes.clone())
-            .await?;
-        let mut d = serde_json::json!({
-            "mediaType": desc.media_type,
-            "digest": desc.digest,
-            "size": desc.size,
-        });
-        d["annotations"] = serde_json::json!(layer.annotations);
-        layers.push(d);
+        layers.push(self.push_layer(a).await?);
         let config = signature_config(&layers);
         let config = self.push_blob(repo, CONFIG_MEDIA, config.into()).await?;
         let mut manifest = serde_json::json!({
