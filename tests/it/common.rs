@@ -469,6 +469,57 @@ pub fn cosign_key_pair(h: &Home, name: &str, password: &str) -> (PathBuf, PathBu
     )
 }
 
+/// The chart version whose images [`copy_140_images`] copies: the tests of upstream
+/// signatures sign these (`V140_IMAGES` at `V140_TAG`).
+pub const V140: &str = "1.4.0";
+/// The images of the 1.4.0 chart.
+pub const V140_IMAGES: [&str; 4] = [
+    "koordinator-sh/koord-descheduler",
+    "koordinator-sh/koord-manager",
+    "koordinator-sh/koord-scheduler",
+    "koordinator-sh/koordlet",
+];
+/// Their tag.
+pub const V140_TAG: &str = "v1.4.0";
+
+/// The 1.4.0 images copied (every platform) from the plain registry to `host/PREFIX` (plain
+/// HTTP), for upstream signatures to be put on them; each `(repository, index digest)`.
+pub fn copy_140_images(host: &str, prefix: &str) -> Vec<(String, String)> {
+    let e = env();
+    V140_IMAGES
+        .iter()
+        .map(|repo| {
+            skopeo_copy_plain(
+                &format!("docker://{}/{repo}:{V140_TAG}", e.plain),
+                &format!("docker://{host}/{prefix}/{repo}:{V140_TAG}"),
+            );
+            (repo.to_string(), pushed_digest(repo, V140_TAG))
+        })
+        .collect()
+}
+
+/// `cosign sign --registry-referrers-mode=oci-1-1` of `image` with `key` (password `pw`),
+/// offline, plain HTTP: the signature goes as an OCI 1.1 referrer only (no `.sig` tag).
+pub fn cosign_sign_oci11(h: &Home, key: &Path, image: &str) {
+    ok(&cosign_with(
+        h,
+        &[
+            ("COSIGN_EXPERIMENTAL", "1".as_ref()),
+            ("COSIGN_PASSWORD", "pw".as_ref()),
+        ],
+        &[
+            "sign",
+            "--key",
+            key.to_str().unwrap(),
+            "--tlog-upload=false",
+            "--allow-insecure-registry",
+            "--yes",
+            "--registry-referrers-mode=oci-1-1",
+            image,
+        ],
+    ));
+}
+
 /// cosign refused what `what` names (it exited non-zero); its stderr.
 pub fn cosign_refused(o: &Output, what: &str) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();

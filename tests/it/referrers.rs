@@ -416,50 +416,7 @@ fn referrers_the_registry_does_not_list_after_signing_stop_the_load() {
     assert!(tags(&rr, &repo).iter().any(|t| t.ends_with(".sig")));
 }
 
-const VERSION: &str = "1.4.0";
-const IMAGES: [&str; 4] = [
-    "koordinator-sh/koord-descheduler",
-    "koordinator-sh/koord-manager",
-    "koordinator-sh/koord-scheduler",
-    "koordinator-sh/koordlet",
-];
-const TAG: &str = "v1.4.0";
-
-/// The 1.4.0 images copied (every platform) from the plain registry to `host/PREFIX` (plain
-/// HTTP); each `(repository, index digest)`.
-fn copy_images(host: &str, prefix: &str) -> Vec<(String, String)> {
-    let e = env();
-    IMAGES
-        .iter()
-        .map(|repo| {
-            skopeo_copy_plain(
-                &format!("docker://{}/{repo}:{TAG}", e.plain),
-                &format!("docker://{host}/{prefix}/{repo}:{TAG}"),
-            );
-            (repo.to_string(), pushed_digest(repo, TAG))
-        })
-        .collect()
-}
-
-/// `cosign sign --registry-referrers-mode=oci-1-1` of `image` with `key`, offline: the
-/// signature goes as an OCI 1.1 referrer only (no `.sig` tag).
-fn sign_oci11(h: &Home, key: &Path, image: &str) {
-    ok(&cosign(
-        h,
-        "pw",
-        &[
-            "sign",
-            "--key",
-            key.to_str().unwrap(),
-            "--tlog-upload=false",
-            "--allow-insecure-registry",
-            "--yes",
-            "--registry-referrers-mode=oci-1-1",
-            image,
-        ],
-    ));
-}
-
+const VERSION: &str = V140;
 /// `build 1.4.0 --source HOST/PREFIX --plain-http -o OUT --with-signatures EXTRA...`.
 fn build(h: &Home, source: &str, out: &Path, extra: &[&str]) -> Output {
     h.build(VERSION)
@@ -520,9 +477,9 @@ fn build_carries_upstream_referrers_checked_and_load_pushes_them_unchanged() {
     let (up_key, up_pub) = key_pair(&h, "upstream");
     let rr = referrers_registry();
     let src = unique_prefix("refs-up");
-    let images = copy_images(&rr, &src);
+    let images = copy_140_images(&rr, &src);
     for (repo, digest) in &images {
-        sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
+        cosign_sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
     }
     let out = h.path().join("referrers.tar");
     let o = build(
@@ -676,9 +633,9 @@ fn a_referrers_answer_that_is_no_list_or_a_referrer_that_does_not_verify_writes_
     let up = up_pub.to_str().unwrap();
     let rr = referrers_registry();
     let src = unique_prefix("refs-bad-up");
-    let images = copy_images(&rr, &src);
+    let images = copy_140_images(&rr, &src);
     for (repo, digest) in &images {
-        sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
+        cosign_sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
     }
     let no_output = |out: &Path| {
         assert!(!out.exists());

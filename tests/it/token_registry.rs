@@ -336,6 +336,101 @@ fn load_signs_images_behind_token_auth_in_the_tag_scheme() {
     assert_eq!(count(&stats, "anonymous_tokens"), 0, "{stats}");
 }
 
+/// Referrers a bundle carries (upstream cosign signatures in OCI 1.1 form, `build
+/// --with-signatures`) loaded behind token auth: distribution 2.8 serves no referrers API (asked
+/// with a pull token: 404), so each goes by its digest, byte for byte, and into the referrers
+/// tag schema's `sha256-<hex>` index of its subject, both with the push user's token; a second
+/// load adds nothing and changes no index.
+#[test]
+fn load_pushes_carried_referrers_behind_token_auth() {
+    let t = tenv();
+    let h = Home::with_key();
+    let (up_key, up_pub) = cosign_key_pair(&h, "upstream", "pw");
+    let rr = referrers_registry();
+    let src = unique_prefix("token-refs-up");
+    for (repo, digest) in copy_140_images(&rr, &src) {
+        cosign_sign_oci11(&h, &up_key, &format!("{rr}/{src}/{repo}@{digest}"));
+    }
+    let out = h.path().join("referrers.tar");
+    assert_ok(
+        &h.build(V140)
+            .source(&format!("{rr}/{src}"))
+            .out(&out)
+            .args(&[
+                "--with-signatures",
+                "--verify-key",
+                up_pub.to_str().unwrap(),
+            ])
+            .run(),
+    );
+    // (repository, subject digest, referrer digest) of each carried referrer.
+    let m = bundle_manifest(&out);
+    let carried: Vec<(String, String, String)> = V140_IMAGES
+        .iter()
+        .flat_map(|repo| {
+            let sigs = bundle_image(&m, repo)["signatures"].as_array().unwrap();
+            sigs.iter()
+                .filter(|s| s["scheme"] == "referrer")
+                .map(|s| {
+                    let field = |k: &str| s[k].as_str().unwrap().to_string();
+                    (repo.to_string(), field("signs"), field("digest"))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(carried.len(), V140_IMAGES.len(), "{carried:?}");
+
+    let prefix = unique_prefix("token-refs");
+    let load = || {
+        let mut c = h.load_cmd(
+            &out,
+            &format!("{}/{prefix}", t.registry),
+            &[
+                "--ca-file",
+                t.ca_file.to_str().unwrap(),
+                "--no-install",
+                "--username",
+                &t.push_user.0,
+                "--password-stdin",
+            ],
+        );
+        let o = run_with_stdin(&mut c, &format!("{}\n", t.push_user.1));
+        ok(&o) + &String::from_utf8_lossy(&o.stderr)
+    };
+    let said = load();
+    assert!(
+        said.contains("the registry serves no referrers API (404): 4 added to the referrers tag schema's sha256-<hex> index"),
+        "{said}"
+    );
+    let skopeo = Skopeo::tls(&t.ca_dir, &t.push_user.0, &t.push_user.1);
+    let mut indexes = Vec::new();
+    for (repo, subject, referrer) in &carried {
+        let at = format!("docker://{}/{prefix}/{repo}", t.registry);
+        assert_digest(&format!("{at}@{referrer}"), &skopeo, referrer);
+        let tag = format!("{at}:sha256-{}", subject.trim_start_matches("sha256:"));
+        let index = skopeo_raw(&tag, &skopeo);
+        let v: Value = serde_json::from_slice(&index).unwrap();
+        assert_eq!(v["manifests"][0]["digest"], referrer.as_str(), "{tag}: {v}");
+        assert_eq!(
+            v["manifests"][0]["artifactType"],
+            "application/vnd.dev.cosign.artifact.sig.v1+json"
+        );
+        indexes.push((tag, index));
+    }
+    let stats = token_stats(&prefix);
+    assert!(count(&stats, "user_tokens") > 0, "{stats}");
+    assert_eq!(count(&stats, "refused"), 0, "{stats}");
+
+    let said = load();
+    assert!(
+        said.contains("0 added") && said.contains("4 listed there already"),
+        "{said}"
+    );
+    for (tag, index) in &indexes {
+        assert_eq!(&skopeo_raw(tag, &skopeo), index, "{tag} changed");
+    }
+}
+
 /// Blob links the registry holds under `prefix` (one per blob in each repository).
 fn layer_links(prefix: &str) -> usize {
     fn walk(p: &Path, n: &mut usize) {

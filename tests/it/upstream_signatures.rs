@@ -12,14 +12,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-const VERSION: &str = "1.4.0";
-const IMAGES: [&str; 4] = [
-    "koordinator-sh/koord-descheduler",
-    "koordinator-sh/koord-manager",
-    "koordinator-sh/koord-scheduler",
-    "koordinator-sh/koordlet",
-];
-const TAG: &str = "v1.4.0";
+const VERSION: &str = V140;
+const IMAGES: [&str; 4] = V140_IMAGES;
+const TAG: &str = V140_TAG;
 
 /// cosign (`COSIGN_PASSWORD` the upstream keys'), reaching nothing but the plain registry.
 fn cosign(h: &Home, args: &[&str]) -> Output {
@@ -74,17 +69,7 @@ fn attest(h: &Home, key: &Path, image: &str) {
 
 /// The 1.4.0 images copied (every platform) under `plain/PREFIX`; each `(repository, digest)`.
 fn copy_images(prefix: &str) -> Vec<(String, String)> {
-    let e = env();
-    IMAGES
-        .iter()
-        .map(|repo| {
-            skopeo_copy_plain(
-                &format!("docker://{}/{repo}:{TAG}", e.plain),
-                &format!("docker://{}/{prefix}/{repo}:{TAG}", e.plain),
-            );
-            (repo.to_string(), pushed_digest(repo, TAG))
-        })
-        .collect()
+    copy_140_images(&env().plain, prefix)
 }
 
 /// The raw manifest at `plain/REFERENCE` (`REPO:TAG`), or `None` when not there.
