@@ -1,7 +1,7 @@
 //! Running the `helm` binary: finding it, installing the chart from the private OCI registry
 //! (or from the chart archive), rendering it, pulling it back.
 //!
-//! This is the only module of the crate that spawns `helm`.
+//! This is the only module of the workspace that spawns `helm`.
 //!
 //! # Passwords
 //!

@@ -36,8 +36,9 @@
 //!   credential ([`ClusterError`]).
 //!
 //! What kube costs, measured with two clean `cargo build --release --locked` (`lto = "thin"`,
-//! `codegen-units = 4`) of this crate before and after, each from a fresh target directory on
-//! this 2-core machine while other engineers' builds ran (load average 9–12 in both), 2026-12-01:
+//! `codegen-units = 4`) of the koord-bundle crate (which held this module then) before and
+//! after, each from a fresh target directory on this 2-core machine while other engineers'
+//! builds ran (load average 9–12 in both), 2026-12-01:
 //!
 //! | | wall clock | CPU (user + sys) | binary | crates (`cargo tree --prefix none --no-dedupe \| sort -u`) |
 //! |---|---|---|---|---|
