@@ -134,6 +134,20 @@ impl Settings {
         // The values files helm will read, opened as build opens its inputs (a FIFO or a device
         // is refused here, not handed to helm to block on) and checked as bounded YAML.
         super::check_helm_inputs(&args.values, &args.set)?;
+        if !args.no_install {
+            let set = super::helm_env_conflicts(|n| std::env::var_os(n));
+            if !set.is_empty() {
+                let (is, it) = if set.len() == 1 {
+                    ("is", "it")
+                } else {
+                    ("are", "them")
+                };
+                bail!(
+                    "{} {is} set: helm reads {it}, and would then keep the release elsewhere, or reach another cluster or user, than the checks koord-bundle makes before it (they read the release from helm's Secrets, through the kubeconfig and --context); unset {it} for this load (pass --context for a context), or load with --no-install and run helm yourself: nothing was verified or pushed",
+                    set.join(", "),
+                );
+            }
+        }
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
         let head = koord_splitset::BundleFile::open(&bundle)
             .and_then(|bf| bf.read_range(0, 2))

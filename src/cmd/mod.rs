@@ -42,6 +42,21 @@ pub mod env {
     /// The kubeconfig files of `load` (a list, merged as kubectl merges it) when
     /// `--kubeconfig` is not given; helm gets the same list.
     pub const KUBECONFIG: &str = "KUBECONFIG";
+    /// helm's release store: `load`'s checks read a release from helm's Secrets (helm's
+    /// default driver), so another driver is refused ([`super::helm_env_conflicts`]).
+    pub const HELM_DRIVER: &str = "HELM_DRIVER";
+    /// helm's own ways to reach another cluster, or as another user, than the kubeconfig and
+    /// context `load`'s checks read: refused while set ([`super::helm_env_conflicts`]).
+    pub const HELM_CLUSTER: [&str; 8] = [
+        "HELM_KUBECONTEXT",
+        "HELM_KUBEAPISERVER",
+        "HELM_KUBETOKEN",
+        "HELM_KUBEASUSER",
+        "HELM_KUBEASGROUPS",
+        "HELM_KUBECAFILE",
+        "HELM_KUBETLS_SERVER_NAME",
+        "HELM_KUBEINSECURE_SKIP_TLS_VERIFY",
+    ];
     /// Tests only, and only in debug builds: `main`, `task`, `blocking` or `thread` makes the
     /// binary panic there before it runs its command, so the tests see that a panic anywhere
     /// ends as [`super::install_panic_hook`] says (no input reaches a panic otherwise: each one
@@ -481,6 +496,45 @@ pub fn check_helm_inputs(values: &[PathBuf], sets: &[String]) -> anyhow::Result<
     Ok(())
 }
 
+/// The variables of helm's environment (read through `var`) that would make the helm `load`
+/// runs keep the release elsewhere, or reach another cluster or another user, than the checks
+/// before it read (the release in helm's Secrets, through the kubeconfig and `--context`): each
+/// as `NAME=value` (a token's value withheld), in the order helm documents them. helm reads them
+/// itself, so a conflict is refused rather than passed on, or dropped behind the user's back.
+/// What helm takes as unset is not a conflict: an empty value, `HELM_DRIVER=secret`/`secrets`,
+/// `HELM_KUBEINSECURE_SKIP_TLS_VERIFY` that Go's `ParseBool` does not read as true.
+pub fn helm_env_conflicts(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<String> {
+    let mut out = Vec::new();
+    let value = |name: &str| {
+        var(name)
+            .map(|v| v.to_string_lossy().into_owned())
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(d) = value(env::HELM_DRIVER) {
+        if d != "secret" && d != "secrets" {
+            out.push(format!(
+                "{}={}",
+                env::HELM_DRIVER,
+                crate::text::printable(&d)
+            ));
+        }
+    }
+    for name in env::HELM_CLUSTER {
+        let Some(v) = value(name) else { continue };
+        let shown = match name {
+            "HELM_KUBETOKEN" => format!("{name} (a token)"),
+            "HELM_KUBEINSECURE_SKIP_TLS_VERIFY"
+                if !matches!(v.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True") =>
+            {
+                continue
+            }
+            _ => format!("{name}={}", crate::text::printable(&v)),
+        };
+        out.push(shown);
+    }
+    out
+}
+
 /// The blobs of a bundle, in the same words in every command (`build`, its dry run,
 /// `inspect`, `verify`, `load`, `serve`): `43 blobs in the bundle (874.0 KiB)`, every blob its
 /// manifest counts, image manifests included.
@@ -885,6 +939,43 @@ fn verify_code(e: &crate::bundle::reader::VerifyError) -> Option<i32> {
 mod tests {
     use super::*;
     use crate::store::{RegistryError, StoreError};
+
+    /// What helm takes as unset is no conflict; every other driver, and any of helm's own
+    /// cluster or user settings, is one; a token's value is never repeated.
+    #[test]
+    fn helm_env_conflicts_name_what_helm_would_read_and_withhold_a_token() {
+        let with = |vars: &'static [(&'static str, &'static str)]| {
+            helm_env_conflicts(move |n| {
+                vars.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            })
+        };
+        assert!(with(&[]).is_empty());
+        assert!(with(&[
+            ("HELM_DRIVER", "secret"),
+            ("HELM_KUBECONTEXT", ""),
+            ("HELM_KUBEINSECURE_SKIP_TLS_VERIFY", "false"),
+            ("HELM_NAMESPACE", "elsewhere"),
+        ])
+        .is_empty());
+        assert!(with(&[("HELM_DRIVER", "secrets")]).is_empty());
+        assert_eq!(
+            with(&[
+                ("HELM_KUBETOKEN", "tok-123"),
+                ("HELM_DRIVER", "configmap"),
+                ("HELM_KUBEINSECURE_SKIP_TLS_VERIFY", "1"),
+                ("HELM_KUBEAPISERVER", "https://10.0.0.1:6443"),
+            ]),
+            [
+                "HELM_DRIVER=configmap",
+                "HELM_KUBEAPISERVER=https://10.0.0.1:6443",
+                "HELM_KUBETOKEN (a token)",
+                "HELM_KUBEINSECURE_SKIP_TLS_VERIFY=1",
+            ]
+        );
+        assert_eq!(with(&[("HELM_DRIVER", "memory")]), ["HELM_DRIVER=memory"]);
+    }
 
     /// The progress of reading a split set counts the joined bundle's bytes: a bar sized by
     /// the part given (its file's length) sat at its end after the first part.

@@ -384,6 +384,55 @@ fn bad_bundles_are_refused_before_any_push() {
     assert!(repos_under(&prefix).is_empty());
 }
 
+/// helm reads its own environment: a release store other than Secrets, or another cluster or
+/// user, would make the helm load runs act on something the checks before it never read (a
+/// downgrade guard that finds no release, an install into another cluster). Refused before
+/// anything is verified or pushed, naming each variable, never a token's value; with
+/// `--no-install` helm is not run and the same environment loads.
+#[test]
+fn helm_settings_in_the_environment_that_the_checks_would_not_see_stop_the_load() {
+    let b = Built::new();
+    let prefix = unique_prefix("helm-env");
+    let registry = format!("{}/{prefix}", env().plain);
+    let vars = [
+        ("HELM_DRIVER", "configmap"),
+        ("HELM_KUBETOKEN", "tok-never-shown"),
+        ("HELM_KUBEINSECURE_SKIP_TLS_VERIFY", "false"),
+    ];
+    let o = b
+        .home
+        .load_cmd(&b.bundle, &registry, &["--plain-http"])
+        .envs(vars)
+        .output()
+        .unwrap();
+    let err = assert_fails(
+        &o,
+        1,
+        &[
+            "HELM_DRIVER=configmap, HELM_KUBETOKEN (a token) are set",
+            "helm's Secrets",
+            "--no-install",
+            "nothing was verified or pushed",
+        ],
+    );
+    assert!(
+        !err.contains("tok-never-shown") && !err.contains("SKIP_TLS"),
+        "{err}"
+    );
+    assert!(
+        repos_under(&prefix).is_empty(),
+        "{:?}",
+        repos_under(&prefix)
+    );
+    let o = b
+        .home
+        .load_cmd(&b.bundle, &registry, &["--plain-http", "--no-install"])
+        .envs(vars)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+}
+
 #[test]
 fn unsigned_bundle_needs_the_explicit_flag() {
     let h = Home::with_key();
