@@ -371,12 +371,9 @@ fn the_api_server_takes_the_policies_under_the_engines_crds() {
         // client-side apply keeps.
         kube.kubectl(&["apply", "--server-side", "-f", crd.to_str().unwrap()]);
     }
-    kube.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/imagevalidatingpolicies.policies.kyverno.io",
-        "crd/clusterimagepolicies.policy.sigstore.dev",
+    kube.wait_established(&[
+        "imagevalidatingpolicies.policies.kyverno.io",
+        "clusterimagepolicies.policy.sigstore.dev",
     ]);
 
     // Values YAML would misread if they were not quoted: a name of digits, a prefix of digits,

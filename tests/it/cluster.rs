@@ -715,16 +715,30 @@ impl Cluster {
             crds.push(c);
         }
         self.seed(Value::Array(crds));
-        // Polled rather than `kubectl wait --for=condition=Established crd --all`: that fails at
-        // once ("accessor error: <nil>") on a CRD whose status has no conditions yet, which a
-        // just-created CRD may not have (a flake of install::helm3::ack, once in a full run).
+        self.wait_established(&[]);
+    }
+
+    /// Wait (60 s) until every CRD named (every CRD, with no name) is Established. Polled
+    /// rather than `kubectl wait --for=condition=Established`: that fails at once ("accessor
+    /// error: <nil>") on a CRD whose status has no conditions yet, which a just-created CRD may
+    /// not have (a flake of install::helm3::ack, and of admission_policy's engine CRDs, once
+    /// each in a full run).
+    pub fn wait_established(&self, names: &[&str]) {
+        let mut args = vec!["get", "crd"];
+        args.extend_from_slice(names);
+        args.extend_from_slice(&["-o", "json"]);
         wait_until(
-            "the seeded CRDs to be Established",
+            "the CRDs to be Established",
             Duration::from_secs(60),
             || {
-                let out = self.kubectl(&["get", "crd", "-o", "json"]);
-                let list: Value = serde_json::from_str(&out).unwrap();
-                list["items"].as_array().unwrap().iter().all(|crd| {
+                let out = self.kubectl(&args);
+                let got: Value = serde_json::from_str(&out).unwrap();
+                // One name gives the object, several (or none) a list.
+                let crds = match got["items"].as_array() {
+                    Some(items) => items.clone(),
+                    None => vec![got],
+                };
+                crds.iter().all(|crd| {
                     crd["status"]["conditions"].as_array().is_some_and(|c| {
                         c.iter()
                             .any(|c| c["type"] == "Established" && c["status"] == "True")
