@@ -45,6 +45,8 @@ RESOURCES = {
     ("", "v1", "secrets"): ("Secret", True),
     ("", "v1", "pods"): ("Pod", True),
     ("apps", "v1", "deployments"): ("Deployment", True),
+    ("apps", "v1", "daemonsets"): ("DaemonSet", True),
+    ("batch", "v1", "jobs"): ("Job", True),
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): ("CustomResourceDefinition", False),
 }
 NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")

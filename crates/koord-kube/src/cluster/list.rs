@@ -117,14 +117,16 @@ impl Pager {
 }
 
 /// List `path` (a collection, maybe with a `?labelSelector=...` query) page by page within
-/// `bounds`, handing each page's objects to `each`. `Ok(false)` when the server has no such
-/// collection (404).
+/// `bounds`, handing each page's objects to `each`. A 404 is an error ([`not_served`]): an API
+/// server answers a list of what it serves with 200, an empty list included, so a 404 says
+/// that something (a proxy, another server) did not answer the question, not that nothing is
+/// there; read as "none", it passed a release, a workload's pods or a CRD's objects as absent.
 pub async fn list<T, F>(
     client: &KubeClient,
     path: &str,
     bounds: Bounds,
     mut each: F,
-) -> Result<bool, ClusterError>
+) -> Result<(), ClusterError>
 where
     T: ListableResource + serde::de::DeserializeOwned,
     F: FnMut(Vec<T>),
@@ -147,8 +149,8 @@ where
         let answer = tokio::time::timeout(left, client.fetch(&page_path, bounds.max_page_bytes))
             .await
             .map_err(|_| stop(format!("not complete after {} s", bounds.time.as_secs())))??;
-        if answer.status == http::StatusCode::NOT_FOUND && token.is_none() {
-            return Ok(false);
+        if answer.status == http::StatusCode::NOT_FOUND {
+            return Err(not_served(client, path));
         }
         client.check(&page_path, &answer)?;
         let page: k8s_openapi::List<T> = client.decode(&page_path, &answer)?;
@@ -160,8 +162,18 @@ where
             .map_err(stop)?
         {
             Some(t) => token = Some(t),
-            None => return Ok(true),
+            None => return Ok(()),
         }
+    }
+}
+
+/// The error of a list answered 404: the API server does not serve `path`'s collection, so
+/// what is there cannot be told.
+fn not_served(client: &KubeClient, path: &str) -> ClusterError {
+    ClusterError::Api {
+        url: client.url(path),
+        message: "HTTP 404: the API server does not serve this collection, so koord-bundle cannot tell what is in it (a server that serves it answers 200, an empty list included); check that the kubeconfig's server is the API server itself, not a proxy that answers for it".into(),
+        transient: false,
     }
 }
 
@@ -180,7 +192,7 @@ pub async fn list_json<F>(
     path: &str,
     bounds: Bounds,
     mut each: F,
-) -> Result<bool, ClusterError>
+) -> Result<(), ClusterError>
 where
     F: FnMut(Vec<serde_json::Value>),
 {
@@ -202,8 +214,8 @@ where
         let answer = tokio::time::timeout(left, client.fetch(&page_path, bounds.max_page_bytes))
             .await
             .map_err(|_| stop(format!("not complete after {} s", bounds.time.as_secs())))??;
-        if answer.status == http::StatusCode::NOT_FOUND && token.is_none() {
-            return Ok(false);
+        if answer.status == http::StatusCode::NOT_FOUND {
+            return Err(not_served(client, path));
         }
         client.check(&page_path, &answer)?;
         let page: JsonList = client.decode(&page_path, &answer)?;
@@ -215,7 +227,7 @@ where
             .map_err(stop)?
         {
             Some(t) => token = Some(t),
-            None => return Ok(true),
+            None => return Ok(()),
         }
     }
 }
