@@ -117,7 +117,7 @@ impl Pager {
 }
 
 /// List `path` (a collection, maybe with a `?labelSelector=...` query) page by page within
-/// `bounds`, handing each page's objects to `each`. A 404 is an error ([`not_served`]): an API
+/// `bounds`, handing each page's objects to `each`. A 404 is an error (`not_served`): an API
 /// server answers a list of what it serves with 200, an empty list included, so a 404 says
 /// that something (a proxy, another server) did not answer the question, not that nothing is
 /// there; read as "none", it passed a release, a workload's pods or a CRD's objects as absent.
