@@ -283,4 +283,42 @@ mod tests {
         // The last page is taken even when the time is up.
         assert_eq!(Pager::new(b).next(None, 1).unwrap(), None);
     }
+
+    /// A list answered 404 is "could not tell", never "none": an API server answers a list of what
+    /// it serves with 200, an empty list included (read as none, a 404 passed a release, a
+    /// workload's pods or a CRD's objects as absent).
+    #[tokio::test]
+    async fn a_list_answered_404_is_an_error_not_an_empty_list() {
+        use crate::cluster::test_server::{cfg, serve};
+        use crate::cluster::{Credentials, KubeClient};
+        use k8s_openapi::api::core::v1::Secret as KubeSecret;
+        let not_found = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#;
+        let (url, _) = serve("404 Not Found", not_found);
+        let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
+        let mut seen = 0;
+        let path = "/api/v1/namespaces/x/secrets?labelSelector=owner%3Dhelm";
+        let e = list::<KubeSecret, _>(&c, path, Bounds::SECRETS, |p| seen += p.len())
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("does not serve this collection"),
+            "{e}"
+        );
+        let e = list_json(&c, "/apis/example.com/v1/things", Bounds::CUSTOM, |p| {
+            seen += p.len()
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("cannot tell what is in it"), "{e}");
+        // The same list answered 200 and empty is none.
+        let (url, _) = serve(
+            "200 OK",
+            r#"{"kind":"SecretList","apiVersion":"v1","metadata":{},"items":[]}"#,
+        );
+        let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
+        list::<KubeSecret, _>(&c, path, Bounds::SECRETS, |p| seen += p.len())
+            .await
+            .unwrap();
+        assert_eq!(seen, 0);
+    }
 }

@@ -66,6 +66,8 @@ pub mod kubeconfig;
 pub mod list;
 pub mod preflight;
 pub mod running;
+#[cfg(test)]
+pub(crate) mod test_server;
 pub mod upgrade;
 
 pub use auth::{ClientIdentity, Credentials, Impersonation};

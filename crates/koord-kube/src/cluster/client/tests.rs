@@ -1,53 +1,7 @@
 use super::*;
+use crate::cluster::test_server::{cfg, serve};
 use koord_base::secret::Secret;
-use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
-
-fn cfg(server: String, credentials: Credentials) -> Kubeconfig {
-    Kubeconfig {
-        kubeconfig: "/tmp/kc".into(),
-        context: "ctx".into(),
-        cluster: "c".into(),
-        user: "ci-bot".into(),
-        namespace: None,
-        server,
-        ca_pem: None,
-        insecure_skip_tls_verify: false,
-        tls_server_name: None,
-        proxy_url: None,
-        credentials,
-        client_identity: None,
-        impersonation: Default::default(),
-    }
-}
-
-/// One-shot HTTP server: answers each connection with `status` and `body`, records the
-/// request heads.
-fn serve(status: &'static str, body: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten().take(8) {
-            let mut c = c;
-            let mut buf = [0u8; 4096];
-            let mut head = Vec::new();
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match c.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            s2.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&head).to_string());
-            let _ = write!(c, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-        }
-    });
-    (url, seen)
-}
 
 #[tokio::test]
 async fn ok_404_and_no_credentials_over_plain_http() {
@@ -209,41 +163,4 @@ fn status_message_falls_back_to_text() {
         Some("404 page not found")
     );
     assert_eq!(status_message(b"").as_deref(), None);
-}
-
-/// A list answered 404 is "could not tell", never "none": an API server answers a list of what
-/// it serves with 200, an empty list included (read as none, a 404 passed a release, a
-/// workload's pods or a CRD's objects as absent).
-#[tokio::test]
-async fn a_list_answered_404_is_an_error_not_an_empty_list() {
-    use crate::cluster::list::{list, list_json, Bounds};
-    use k8s_openapi::api::core::v1::Secret as KubeSecret;
-    let not_found = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#;
-    let (url, _) = serve("404 Not Found", not_found);
-    let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
-    let mut seen = 0;
-    let path = "/api/v1/namespaces/x/secrets?labelSelector=owner%3Dhelm";
-    let e = list::<KubeSecret, _>(&c, path, Bounds::SECRETS, |p| seen += p.len())
-        .await
-        .unwrap_err();
-    assert!(
-        e.to_string().contains("does not serve this collection"),
-        "{e}"
-    );
-    let e = list_json(&c, "/apis/example.com/v1/things", Bounds::CUSTOM, |p| {
-        seen += p.len()
-    })
-    .await
-    .unwrap_err();
-    assert!(e.to_string().contains("cannot tell what is in it"), "{e}");
-    // The same list answered 200 and empty is none.
-    let (url, _) = serve(
-        "200 OK",
-        r#"{"kind":"SecretList","apiVersion":"v1","metadata":{},"items":[]}"#,
-    );
-    let c = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
-    list::<KubeSecret, _>(&c, path, Bounds::SECRETS, |p| seen += p.len())
-        .await
-        .unwrap();
-    assert_eq!(seen, 0);
 }
