@@ -621,10 +621,10 @@ pub fn request_line(r: &Value) -> String {
 
 impl Cluster {
     /// Wait until no namespace is Terminating (the namespace controller emptied and removed
-    /// every deleted one).
+    /// every deleted one) and no CRD is being deleted.
     pub fn wait_namespaces_finalized(&self) {
         wait_until(
-            "deleted namespaces to be gone",
+            "deleted namespaces and CRDs to be gone",
             Duration::from_secs(120),
             || {
                 let out = self.kubectl(&[
@@ -633,7 +633,16 @@ impl Cluster {
                     "-o",
                     "jsonpath={.items[*].status.phase}",
                 ]);
-                !out.contains("Terminating")
+                // A CRD helm uninstalled stays, with its release's annotations, until its
+                // objects are gone: a pre-flight then reads it as the old release's (a flake
+                // of install::helm4::old_namespace_choice, once in a full run).
+                let crds = self.kubectl(&[
+                    "get",
+                    "crd",
+                    "-o",
+                    "jsonpath={.items[*].metadata.deletionTimestamp}",
+                ]);
+                !out.contains("Terminating") && crds.trim().is_empty()
             },
         );
     }
