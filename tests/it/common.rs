@@ -166,18 +166,10 @@ impl Home {
             .env_remove("DOCKER_CONFIG")
             .env_remove("REGISTRY_AUTH_FILE")
             .env_remove("SOURCE_DATE_EPOCH");
-        // helm's own release store and cluster settings, which load refuses while set.
-        for v in [
-            "HELM_DRIVER",
-            "HELM_KUBECONTEXT",
-            "HELM_KUBEAPISERVER",
-            "HELM_KUBETOKEN",
-            "HELM_KUBEASUSER",
-            "HELM_KUBEASGROUPS",
-            "HELM_KUBECAFILE",
-            "HELM_KUBETLS_SERVER_NAME",
-            "HELM_KUBEINSECURE_SKIP_TLS_VERIFY",
-        ] {
+        // helm's own release store and cluster settings, which load refuses while set: the
+        // binary's own list.
+        use koord_bundle::cmd::env::{HELM_CLUSTER, HELM_DRIVER};
+        for v in std::iter::once(HELM_DRIVER).chain(HELM_CLUSTER) {
             c.env_remove(v);
         }
         c
