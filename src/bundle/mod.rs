@@ -7,6 +7,7 @@ pub mod diff;
 pub mod emit;
 pub mod layout;
 pub mod manifest;
+pub mod opened;
 pub mod pack;
 pub mod plan;
 pub mod reader;
@@ -19,6 +20,7 @@ pub mod tools;
 pub mod writer;
 
 pub use manifest::BundleManifest;
+pub use opened::OpenedBundle;
 
 /// Name of the bundle manifest inside the tar.
 pub const MANIFEST_FILE: &str = "koord-bundle.json";

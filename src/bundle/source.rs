@@ -9,11 +9,11 @@
 
 use super::reader::{self, SignaturePolicy, Unhashed, VerifyError, VerifyReport};
 use super::BundleManifest;
+use super::OpenedBundle;
 use crate::oci::{Descriptor, Digest, Manifest};
 use crate::store::file::{self, Region};
 use crate::store::{BlobStream, Catalog, RawManifest, Reference, Source, Store, StoreError};
 use futures_util::StreamExt;
-use koord_splitset::BundleFile;
 use koord_splitset::Set;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -138,6 +138,20 @@ pub async fn verify(
     Ok(report)
 }
 
+/// [`verify`] of a bundle opened already, with the key it was given
+/// ([`OpenedBundle::set_trust`]).
+pub async fn verify_opened(
+    b: &OpenedBundle,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<VerifyReport, VerifyError> {
+    let (report, unhashed) = tokio::task::block_in_place(|| {
+        reader::read_entries_of(b.path(), b.file(), b.policy(), on_bytes)
+    })?;
+    let report = checked_in_memory(b.path(), report).await?;
+    tokio::task::block_in_place(|| unhashed.hash(on_bytes))?;
+    Ok(report)
+}
+
 /// [`verify`] over any byte stream (`path` only names it in messages), every byte hashed as it
 /// streams by. Blob locations are offsets in that stream.
 pub async fn verify_from(
@@ -250,18 +264,17 @@ pub fn split_ref(r: &str) -> Option<(&str, &str)> {
 }
 
 impl BundleSource {
-    /// Verify the bundle at `path` (a file or the first part of a split bundle) completely, then
-    /// open it for reading in place. A gzip bundle is refused before verification (it cannot be
+    /// Verify the bundle `b` (a file or a split set, opened) completely, with the key it was
+    /// given, then open it for reading in place. A gzip bundle is refused before verification (it cannot be
     /// read in place).
     ///
     /// The passes over the file block this task's thread (`block_in_place`): call it on tokio's
     /// multi-threaded runtime.
     pub async fn open(
-        path: &Path,
-        policy: SignaturePolicy<'_>,
+        b: &OpenedBundle,
         on_bytes: &(dyn Fn(u64) + Sync),
     ) -> Result<BundleSource, SourceError> {
-        let (src, unhashed) = Self::open_unhashed(path, policy, on_bytes).await?;
+        let (src, unhashed) = Self::open_unhashed(b, on_bytes).await?;
         tokio::task::block_in_place(|| unhashed.hash(on_bytes))?;
         Ok(src)
     }
@@ -271,27 +284,21 @@ impl BundleSource {
     /// [`Unhashed::hash`] before it reads them, or knows it will not read them (a re-load that
     /// finds every tag in place pushes nothing).
     pub async fn open_unhashed(
-        path: &Path,
-        policy: SignaturePolicy<'_>,
+        b: &OpenedBundle,
         on_bytes: &(dyn Fn(u64) + Sync),
     ) -> Result<(BundleSource, Unhashed), SourceError> {
-        let (mut src, unhashed) =
-            tokio::task::block_in_place(|| Self::read_unhashed(path, policy, on_bytes))?;
+        let (mut src, unhashed) = tokio::task::block_in_place(|| Self::read_unhashed(b, on_bytes))?;
         src.report.manifests = check_layout(&src).await?;
         Ok((src, unhashed))
     }
 
     /// The pass over the file of [`BundleSource::open_unhashed`], before the layout walk.
     fn read_unhashed(
-        path: &Path,
-        policy: SignaturePolicy<'_>,
+        b: &OpenedBundle,
         on_bytes: &(dyn Fn(u64) + Sync),
     ) -> Result<(BundleSource, Unhashed), SourceError> {
-        let bf = BundleFile::open(path).map_err(|source| VerifyError::Parts {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if reader::is_gzip(path, &bf)? {
+        let (path, bf) = (b.path(), b.file());
+        if b.is_gzip()? {
             return Err(compressed(path));
         }
         // A v2 set checks every block it reads: no stamps (its parts may even be missing).
@@ -309,7 +316,7 @@ impl BundleSource {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Verified through the same parts that are read afterwards.
-        let (report, unhashed) = reader::read_entries_of(path, &bf, policy, on_bytes)?;
+        let (report, unhashed) = reader::read_entries_of(path, bf, b.policy(), on_bytes)?;
         if report.compressed {
             return Err(compressed(path));
         }

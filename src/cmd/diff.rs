@@ -5,11 +5,10 @@
 //! whatever it found; 1 when an input is not a bundle or fails its checksums.
 
 use crate::bundle::diff::{self, InputKind, Side, Signature};
-use crate::bundle::{reader, sign, BundleManifest, FORMAT_VERSION};
+use crate::bundle::{reader, sign, BundleManifest, OpenedBundle, FORMAT_VERSION};
 use crate::cli::DiffArgs;
 use crate::oci::Digest;
 use anyhow::{bail, Context as _};
-use koord_splitset::BundleFile;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -101,12 +100,9 @@ fn read_side(
             },
         });
     }
-    let bf = BundleFile::open(path).map_err(|source| reader::VerifyError::Parts {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let head = reader::read_whole_head(&bf)?;
-    super::sets::tell_repairs(progress, &bf);
+    let b = OpenedBundle::open(path)?;
+    let head = b.whole_head()?;
+    super::sets::tell_repairs(progress, b.file());
     head.check(path)?;
     let manifest_bytes = head.manifest(path)?;
     let manifest = parse_manifest(path, manifest_bytes)?;
@@ -127,7 +123,7 @@ fn read_side(
         .collect();
     Ok(Side {
         input,
-        kind: if bf.is_split() {
+        kind: if b.is_split() {
             InputKind::SplitSet
         } else {
             InputKind::Bundle

@@ -1,7 +1,7 @@
 //! `koord-bundle inspect`: the head of a bundle, no verification.
 
 use crate::bundle::manifest::{ImageRecord, SignatureRecord};
-use crate::bundle::{reader, sign, BundleManifest};
+use crate::bundle::{reader, sign, BundleManifest, OpenedBundle};
 use crate::cli::InspectArgs;
 use anyhow::Context as _;
 use std::collections::BTreeSet;
@@ -17,26 +17,21 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         super::output_dir_of(Some(out), true)?;
         super::refuse_existing(out, args.force)?;
     }
-    let bf = koord_splitset::BundleFile::open(&args.bundle).map_err(|source| {
-        reader::VerifyError::Parts {
-            path: args.bundle.clone(),
-            source,
-        }
-    })?;
+    let b = OpenedBundle::open(&args.bundle)?;
     // A file asked for (--sbom FILE, --manifest FILE) is the output: a line saying where it
     // went, and the table only when nothing was written (--json prints its document still).
     let table = !files.iter().flatten().any(|o| o.as_os_str() != "-");
     if let Some(out) = &args.sbom {
-        write_sbom(&args, &bf, out, &progress)?;
+        write_sbom(&args, &b, out, &progress)?;
         if out.as_os_str() == "-" || (args.manifest.is_none() && !args.json) {
             return Ok(());
         }
     }
-    let head = reader::read_head_of(&bf)?;
-    reader::check_complete(&bf, &head)?;
+    let head = b.head()?;
+    b.check_complete()?;
     // (write_sbom said it already.)
     if args.sbom.is_none() {
-        super::sets::tell_repairs(&progress, &bf);
+        super::sets::tell_repairs(&progress, b.file());
     }
     let m: BundleManifest = serde_json::from_slice(&head.manifest).with_context(|| {
         format!(
@@ -306,13 +301,13 @@ fn write_atomic(out: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// to `out` (`-`: standard output).
 fn write_sbom(
     args: &InspectArgs,
-    bf: &koord_splitset::BundleFile,
+    b: &OpenedBundle,
     out: &std::path::Path,
     progress: &crate::progress::Progress,
 ) -> anyhow::Result<()> {
     use crate::bundle::sbom;
     let path = &args.bundle;
-    let head = reader::read_whole_head(bf)?;
+    let head = b.whole_head()?;
     head.check(path)?;
     let manifest = head.manifest(path)?;
     let bytes = match head.file(sbom::SBOM_FILE) {
@@ -325,12 +320,12 @@ fn write_sbom(
             // The index manifests are among the blobs: the layout is read (and its small
             // files checked) in place, the large blobs skipped.
             let (report, _) =
-                reader::read_entries_of(path, bf, reader::SignaturePolicy::Skip, &|_| {})?;
+                reader::read_entries_of(path, b.file(), reader::SignaturePolicy::Skip, &|_| {})?;
             sbom::derive(manifest, &head.files, &report.small_blobs)
                 .with_context(|| format!("{}: cannot derive a bill of materials", path.display()))?
         }
     };
-    super::sets::tell_repairs(progress, bf);
+    super::sets::tell_repairs(progress, b.file());
     if out.as_os_str() == "-" {
         use std::io::Write as _;
         // The file asked for (`-o -`), byte for byte: a document for a pipe, not words.

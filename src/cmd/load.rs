@@ -2,9 +2,9 @@
 //! Nothing is pushed before verification (and, when installing, helm and the pre-flight)
 //! passed; nothing is installed after a failed push.
 
-use crate::bundle::reader::{self, Unhashed};
+use crate::bundle::reader::Unhashed;
 use crate::bundle::source::{split_ref, BundleSource};
-use crate::bundle::BundleManifest;
+use crate::bundle::{BundleManifest, OpenedBundle};
 use crate::cli::LoadArgs;
 use crate::cluster;
 use crate::copy::{self, Item};
@@ -101,9 +101,9 @@ async fn extract_chart(src: &BundleSource, dir: &Path) -> anyhow::Result<PathBuf
 /// or anything is sent: which bundle, where it goes, the key, the registry's login, helm, and
 /// the cluster's kubeconfig. An error in any of them costs no verification and no request.
 struct Settings {
-    bundle: PathBuf,
+    /// The bundle, opened, with the key its signature is checked with.
+    bundle: OpenedBundle,
     target: Target,
-    key: Option<minisign::PublicKey>,
     /// The registry client (credentials read, `--password-stdin` taken).
     reg: Arc<Registry>,
     /// The login helm gets (a user and password; an identity token stays with koord-bundle).
@@ -149,15 +149,20 @@ impl Settings {
             }
         }
         // A gzip bundle cannot be read in place: say so before spending a verification on it.
-        let head = koord_splitset::BundleFile::open(&bundle)
-            .and_then(|bf| bf.read_range(0, 2))
+        // Opened once: every later read of the bundle goes through this handle.
+        let bf = koord_splitset::BundleFile::open(&bundle)
+            .with_context(|| format!("cannot read {}", bundle.display()))?;
+        let head = bf
+            .read_range(0, 2)
             .with_context(|| format!("cannot read {}", bundle.display()))?;
         if head.starts_with(&[0x1f, 0x8b]) {
             bail!("{} is gzip-compressed: load reads bundles in place, so decompress it first (gunzip -k {}); nothing was verified or pushed", bundle.display(), bundle.display());
         }
-        super::check_not_truncated(&bundle)
+        let mut bundle = OpenedBundle::of(bf);
+        bundle
+            .check_complete()
             .context("the bundle did not verify: nothing was pushed")?;
-        let key = super::trusted_key(&args.signature, progress)?;
+        bundle.set_trust(super::trusted_key(&args.signature, progress)?);
         // Read and decrypted before anything is sent: a wrong password costs no push.
         let cosign = match &args.sign_images {
             Some(k) => Some(super::sign_images::read_key(k)?),
@@ -246,7 +251,6 @@ impl Settings {
         let mut settings = Settings {
             bundle,
             target,
-            key,
             reg: Arc::new(reg),
             login,
             helm,
@@ -277,12 +281,8 @@ async fn verify(
     progress: &Progress,
 ) -> anyhow::Result<(BundleSource, Unhashed)> {
     let bundle = &settings.bundle;
-    let bar = progress.bytes("verifying", super::bundle_size(bundle)?);
-    let policy = match &settings.key {
-        Some(k) => reader::SignaturePolicy::Require(k),
-        None => reader::SignaturePolicy::Skip,
-    };
-    let (src, unhashed) = BundleSource::open_unhashed(bundle, policy, &|n| bar.inc(n))
+    let bar = progress.bytes("verifying", bundle.size());
+    let (src, unhashed) = BundleSource::open_unhashed(bundle, &|n| bar.inc(n))
         .await
         .context("the bundle did not verify: nothing was pushed")?;
     bar.finish("layout verified");
@@ -921,7 +921,7 @@ async fn install(
     // The helm the printed commands name: the bundle's, copied next to the kept files (the
     // copy this load runs goes when it ends), else the one found here.
     let mut shown = h.clone();
-    match command_dir(&settings.bundle, &args.kube.release) {
+    match command_dir(settings.bundle.path(), &args.kube.release) {
         Ok(dir) => {
             if settings._carried.is_some() {
                 shown.path = keep_helm(&h.path, &dir)?;
@@ -1172,7 +1172,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let chart_target = target.image(&chart_repo, &manifest.chart.version)?;
     let plan = &planned.plan;
     let existing = preflight.as_ref().and_then(|r| r.existing_release.as_ref());
-    let bundle = &settings.bundle;
+    let bundle = settings.bundle.path();
     if args.json {
         return super::print_json(&json!({
             "bundle": bundle, "registry": target.host_and_prefix(), "dryRun": args.dry_run,

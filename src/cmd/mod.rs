@@ -434,34 +434,22 @@ pub fn refuse_existing(path: &std::path::Path, force: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Refuse a file that is no tar at all, and a bundle cut short, with a message that says so (see
-/// [`crate::bundle::reader::check_complete`]), before a long verification would name the
-/// files it did not find. A bundle whose head cannot be read is left to the reader that
-/// follows, which says why.
-pub fn check_not_truncated(path: &std::path::Path) -> anyhow::Result<()> {
-    use crate::bundle::reader;
-    use koord_splitset::BundleFile;
-    let Ok(bf) = BundleFile::open(path) else {
-        return Ok(());
-    };
-    match reader::read_head_of(&bf) {
-        Ok(head) => Ok(reader::check_complete(&bf, &head)?),
-        Err(e @ reader::VerifyError::NotATar(_)) => Err(e.into()),
-        Err(_) => Ok(()),
-    }
-}
-
-/// The bytes reading the bundle at `path` goes through, what a progress bar of that reading is
-/// sized by: for any part of a split set the joined bundle's (issue 31: verify and load sized
-/// the bar by the part given, and it sat at its end after that part; serve had this already),
-/// else the file's.
-pub fn bundle_size(path: &std::path::Path) -> anyhow::Result<u64> {
-    match koord_splitset::BundleFile::open(path) {
-        Ok(bf) => Ok(bf.size),
-        Err(_) => Ok(std::fs::metadata(path)
-            .with_context(|| format!("cannot read {}", path.display()))?
-            .len()),
-    }
+/// The bundle [`crate::bundle::OpenedBundle::open`] opened at `path`, or why not: a file that
+/// cannot be read says so ("cannot read FILE"), else why it is no bundle (a split set's bad
+/// header, a missing part), under `context` if given. Called where the commands first need
+/// the bundle whole, after the checks that come before (`check_complete`, the key).
+pub fn opened(
+    path: &std::path::Path,
+    opened: Result<crate::bundle::OpenedBundle, crate::bundle::reader::VerifyError>,
+    context: Option<&'static str>,
+) -> anyhow::Result<crate::bundle::OpenedBundle> {
+    opened.or_else(|e| {
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Err(match context {
+            Some(c) => anyhow::Error::new(e).context(c),
+            None => e.into(),
+        })
+    })
 }
 
 /// A path given where a bundle is read: a directory gets the same message in every command.
@@ -975,34 +963,6 @@ mod tests {
             ]
         );
         assert_eq!(with(&[("HELM_DRIVER", "memory")]), ["HELM_DRIVER=memory"]);
-    }
-
-    /// The progress of reading a split set counts the joined bundle's bytes: a bar sized by
-    /// the part given (its file's length) sat at its end after the first part.
-    #[test]
-    fn a_split_set_is_sized_as_the_bundle_it_joins_to() {
-        let dir = tempfile::tempdir().unwrap();
-        let bundle = dir.path().join("b.tar");
-        let bytes: Vec<u8> = (0..3_000_000u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
-            .collect();
-        std::fs::write(&bundle, &bytes).unwrap();
-        assert_eq!(bundle_size(&bundle).unwrap(), 3_000_000);
-        let out = dir.path().join("parts");
-        let opts = koord_splitset::SplitOptions {
-            size: 1 << 20,
-            parity: 1,
-            spread: false,
-            out_dir: &out,
-            name: "b.tar",
-            signer: None,
-        };
-        let parts = koord_splitset::split(&bundle, &opts, &|_| {}).unwrap();
-        assert!(parts.len() > 3, "{parts:?}");
-        for p in &parts[..2] {
-            assert!(std::fs::metadata(p).unwrap().len() <= 1 << 20);
-            assert_eq!(bundle_size(p).unwrap(), 3_000_000, "{}", p.display());
-        }
     }
 
     fn transport() -> RegistryError {

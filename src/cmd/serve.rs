@@ -2,9 +2,9 @@
 //! a split bundle), with no extraction. The bundle is verified completely first; nothing is
 //! served before. Requests are logged to stderr, one line each; Ctrl-C or SIGTERM stops it.
 
-use crate::bundle::reader;
 use crate::bundle::source::BundleSource;
 use crate::bundle::BundleManifest;
+use crate::bundle::OpenedBundle;
 use crate::cli::ServeArgs;
 use crate::progress::{Mode, Progress};
 use crate::serve::{self, Event, Htpasswd, Index, Listener, Options};
@@ -46,8 +46,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
     let progress = Progress::new(Mode::detect(false));
     super::bundle_arg(&args.bundle)?;
-    super::check_not_truncated(&args.bundle)
-        .context("the bundle did not verify: nothing is served")?;
+    // Opened once: the completeness check, the head, the size and the verification read the
+    // same handle.
+    let opened = OpenedBundle::open(&args.bundle);
+    if let Ok(b) = &opened {
+        b.check_complete()
+            .context("the bundle did not verify: nothing is served")?;
+    }
     let pk = super::trusted_key(&args.signature, &progress)?;
     // Everything that fails fast comes before the (long) verification.
     let htpasswd = args.htpasswd.as_deref().map(Htpasswd::load).transpose()?;
@@ -59,19 +64,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = Listener::bind(&args.addr).await?;
     let addr = listener.local_addr().context("the listening address")?;
 
-    let total = super::bundle_size(&args.bundle)?;
+    let mut b = super::opened(
+        &args.bundle,
+        opened,
+        Some("the bundle did not verify: nothing is served"),
+    )?;
+    b.set_trust(pk);
     // An incremental bundle leaves out layers the site holds: say so before verifying it.
-    if let Ok(head) = reader::read_head(&args.bundle) {
+    if let Ok(head) = b.head() {
         if let Ok(m) = serde_json::from_slice::<BundleManifest>(&head.manifest) {
             refuse_incremental(&m)?;
         }
     }
-    let bar = progress.bytes("verifying", total);
-    let policy = match &pk {
-        Some(k) => reader::SignaturePolicy::Require(k),
-        None => reader::SignaturePolicy::Skip,
-    };
-    let src = BundleSource::open(&args.bundle, policy, &|n| bar.inc(n))
+    let bar = progress.bytes("verifying", b.size());
+    let src = BundleSource::open(&b, &|n| bar.inc(n))
         .await
         .context("the bundle did not verify: nothing is served")?;
     bar.finish("verified");

@@ -1,6 +1,6 @@
 //! `koord-bundle verify`: signature first, then every byte; no network.
 
-use crate::bundle::reader;
+use crate::bundle::OpenedBundle;
 use crate::cli::VerifyArgs;
 use crate::cluster;
 use crate::progress::{Mode, Progress};
@@ -10,14 +10,16 @@ use anyhow::Context as _;
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     super::bundle_arg(&args.bundle)?;
-    super::check_not_truncated(&args.bundle)?;
+    // Opened once: the completeness check, the size and the verification read the same handle.
+    let opened = OpenedBundle::open(&args.bundle);
+    if let Ok(b) = &opened {
+        b.check_complete()?;
+    }
     let pk = super::trusted_key(&args.signature, &progress)?;
-    let bar = progress.bytes("verifying", super::bundle_size(&args.bundle)?);
-    let policy = match &pk {
-        Some(k) => reader::SignaturePolicy::Require(k),
-        None => reader::SignaturePolicy::Skip,
-    };
-    let report = crate::bundle::source::verify(&args.bundle, policy, &|n| bar.inc(n)).await?;
+    let mut b = super::opened(&args.bundle, opened, None)?;
+    b.set_trust(pk);
+    let bar = progress.bytes("verifying", b.size());
+    let report = crate::bundle::source::verify_opened(&b, &|n| bar.inc(n)).await?;
     bar.finish("done");
     let set = report.file.as_ref().and_then(|f| f.set.clone());
     // The parity parts too: damage there lowers what the set can still rebuild.
@@ -37,7 +39,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     // `repair` writes that part back, and verify says so.
     let header_damage = match &set {
         Some(s) => {
-            let sig = pk.as_ref().and_then(|k| s.good_signature(k).ok().flatten());
+            let sig = b.key().and_then(|k| s.good_signature(k).ok().flatten());
             s.damaged_header_copies(sig.as_deref())
         }
         None => Vec::new(),
