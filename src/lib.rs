@@ -32,7 +32,10 @@
 //!    [`cluster`] (kubeconfig, API client, pre-flight), [`helm`] (the only module that runs
 //!    helm), [`serve`] (a read-only registry), [`sources`] (where images come from),
 //!    [`admission`] (cosign signatures pushed at load, and the admission policies for them);
-//! 7. [`cli`] (flags; their doc comments are `--help`) and [`progress`] (the one printer);
+//! 7. [`cli`] (flags; their doc comments are `--help`), [`progress`] (the one printer) and
+//!    [`load`] (load's pipeline over the domain: pre-flight, plan, render, push, install; it
+//!    prints nothing and reads no flag: it takes resolved settings and says what it finds as
+//!    events);
 //! 8. [`cmd`]: one module per command, the only place that prints, prompts or reads the
 //!    environment; settings are resolved there once, before any I/O.
 //!
@@ -81,6 +84,7 @@ pub mod admission;
 pub mod bundle;
 pub mod cli;
 pub mod cmd;
+pub mod load;
 pub mod progress;
 pub mod serve;
 pub mod sources;

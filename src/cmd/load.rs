@@ -3,32 +3,24 @@
 //! passed; nothing is installed after a failed push.
 
 use crate::bundle::reader::Unhashed;
-use crate::bundle::source::{split_ref, BundleSource};
+use crate::bundle::source::BundleSource;
 use crate::bundle::{BundleManifest, OpenedBundle};
 use crate::cli::LoadArgs;
 use crate::cluster;
-use crate::copy::{self, Item};
-use crate::helm::{self, ChartSource, Helm, InstallPlan, RegistryAccess};
-use crate::oci::Descriptor;
+use crate::copy;
+use crate::helm::{self, Helm, RegistryAccess};
+use crate::load;
 use crate::oci::Target;
 use crate::progress::{Mode, Progress};
 use crate::secret::Secret;
 use crate::store::auth::Login;
 use crate::store::registry::RegistryStore;
-use crate::store::{Reference, Registry, RegistryOptions, Source as _};
-use crate::text::human_bytes;
+use crate::store::{Registry, RegistryOptions};
 use anyhow::{bail, Context as _};
-use futures_util::TryStreamExt as _;
 use serde_json::json;
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The release namespace of Koordinator's install guide (`helm install koordinator
-/// koordinator-sh/koordinator`): helm keeps its release records there.
-pub(crate) const DEFAULT_RELEASE_NAMESPACE: &str = "default";
-/// The namespace the chart creates and fills (`installation.namespace`).
-const CHART_NAMESPACE: &str = "koordinator-system";
 
 /// The single `koordinator-*` bundle in the current directory.
 fn find_bundle() -> anyhow::Result<PathBuf> {
@@ -68,46 +60,16 @@ fn find_bundle() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Write the chart archive (the Helm artifact's layer, read from the bundle in place) into
-/// `dir`.
-async fn extract_chart(src: &BundleSource, dir: &Path) -> anyhow::Result<PathBuf> {
-    let chart = &src.manifest().chart;
-    let desc = Descriptor {
-        media_type: crate::oci::media::HELM_CHART.into(),
-        digest: chart.digest.clone(),
-        size: src
-            .blob_size(&chart.digest)
-            .context("the chart archive is not among the bundle's blobs")?,
-        platform: None,
-        annotations: None,
-    };
-    let pieces: Vec<bytes::Bytes> = src.blob("", &desc, 0).await?.try_collect().await?;
-    let bytes = pieces.concat();
-    if crate::oci::Digest::of(&bytes) != chart.digest {
-        bail!(
-            "the chart archive in {} does not match its digest",
-            src.path().display()
-        );
-    }
-    let name = Path::new(&chart.file)
-        .file_name()
-        .context("the chart file has no name")?;
-    let out = dir.join(name);
-    std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
-    Ok(out)
-}
-
 /// What a load needs from the flags and the environment, resolved before the bundle is read
 /// or anything is sent: which bundle, where it goes, the key, the registry's login, helm, and
 /// the cluster's kubeconfig. An error in any of them costs no verification and no request.
 struct Settings {
     /// The bundle, opened, with the key its signature is checked with.
     bundle: OpenedBundle,
-    target: Target,
+    /// What the pipeline does (`crate::load`).
+    opts: load::Options,
     /// The registry client (credentials read, `--password-stdin` taken).
     reg: Arc<Registry>,
-    /// The login helm gets (a user and password; an identity token stays with koord-bundle).
-    login: Option<Login>,
     /// helm, when something is installed (a dry run of an install included).
     helm: Option<Helm>,
     /// No helm here and no `--helm`: why, until the verified bundle supplies its own.
@@ -115,7 +77,7 @@ struct Settings {
     /// The folder of the helm the bundle carries, while it is used.
     _carried: Option<tempfile::TempDir>,
     /// The cluster's client and kubeconfig, when something is installed.
-    kube: Option<(cluster::KubeClient, KubeTarget)>,
+    kube: Option<(cluster::KubeClient, load::KubeTarget)>,
     /// `--sign-images`: the cosign key, decrypted.
     cosign: Option<crate::admission::cosign::CosignKey>,
     /// `--sign-images`: the admission policies for the key and the target, rendered, and the
@@ -248,11 +210,11 @@ impl Settings {
                 ))
             }
         };
+        let opts = options(args, target, login.as_ref());
         let mut settings = Settings {
             bundle,
-            target,
+            opts,
             reg: Arc::new(reg),
-            login,
             helm,
             helm_missing,
             _carried: None,
@@ -261,7 +223,7 @@ impl Settings {
             policies,
         };
         if let Some(h) = &settings.helm {
-            check_helm_reaches_registry(args, &settings, h)?;
+            load::check_helm_reaches_registry(&settings.opts, h)?;
         }
         if !args.no_install {
             settings.kube = Some(kube_client(args).map_err(|e| {
@@ -321,7 +283,6 @@ impl Settings {
     /// this platform (checked like any helm), else why not.
     async fn carried_helm(
         &mut self,
-        args: &LoadArgs,
         src: &BundleSource,
         progress: &Progress,
     ) -> anyhow::Result<()> {
@@ -329,73 +290,65 @@ impl Settings {
             return Ok(());
         };
         let (h, dir) = super::carried::helm(src, why, progress).await?;
-        check_helm_reaches_registry(args, self, &h)?;
+        load::check_helm_reaches_registry(&self.opts, &h)?;
         self.helm = Some(h);
         self._carried = Some(dir);
         Ok(())
     }
 }
 
-/// How helm reaches the registry that holds the chart.
-fn registry_access(args: &LoadArgs, settings: &Settings) -> RegistryAccess {
-    let login = &settings.login;
-    RegistryAccess {
-        host: settings.target.registry.clone(),
-        username: login.as_ref().map(|l| l.username.clone()),
-        password: login.as_ref().map(|l| l.password.clone()),
-        ca_file: args.ca_file.first().cloned(),
-        plain_http: args.plain_http,
-        insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+/// The pipeline's settings from the flags: `login` is the one helm gets (a user and
+/// password; an identity token stays with koord-bundle).
+fn options(args: &LoadArgs, target: Target, login: Option<&Login>) -> load::Options {
+    load::Options {
+        registry: RegistryAccess {
+            host: target.registry.clone(),
+            username: login.map(|l| l.username.clone()),
+            password: login.map(|l| l.password.clone()),
+            ca_file: args.ca_file.first().cloned(),
+            plain_http: args.plain_http,
+            insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+        },
+        target,
+        release: args.kube.release.clone(),
+        namespace: args.kube.namespace.clone(),
+        context: args.kube.context.clone(),
+        values: args.values.clone(),
+        sets: args.set.clone(),
+        values_mode: values_mode(args),
+        feature_gates: args.feature_gates.clone(),
+        skip_crds: args.skip_crds.clone(),
+        host_network: args.host_network,
+        image_pull_secrets: args.image_pull_secret.clone(),
+        strict: args.strict,
+        allow_downgrade: args.allow_downgrade,
+        allow_field_loss: args.allow_field_loss,
+        keep_crds: !args.no_keep_crds,
+        pin: !args.no_pin,
+        keep_pull_policy: args.keep_pull_policy,
+        exe: std::env::current_exe().ok(),
+        install: !args.no_install,
+        dry_run: args.dry_run,
+        jobs: args.jobs,
     }
 }
 
-/// What would stop helm after the push, checked before it: helm 3 cannot reach a TLS registry
-/// on a loopback address (it speaks plain HTTP there), so the install from it would fail.
-fn check_helm_reaches_registry(
-    args: &LoadArgs,
-    settings: &Settings,
-    helm: &Helm,
-) -> anyhow::Result<()> {
-    if !helm.supports_oci() {
-        // helm before 3.8 installs the bundle's chart archive: no registry involved.
-        return Ok(());
-    }
-    if let Some(hint) = registry_access(args, settings).loopback_tls_hint(helm) {
-        bail!(
-            "helm {} cannot install the chart from {}: {hint}; nothing was pushed",
-            helm.version,
-            settings.target.host_and_prefix()
-        );
-    }
-    Ok(())
-}
-
-/// The cluster the pre-flight read: its kubeconfig files and context, given to helm as they
-/// are, so that helm installs where the pre-flight looked.
-struct KubeTarget {
-    files: cluster::Files,
-    context: String,
-}
-
+/// The cluster's client and the kubeconfig helm gets, as `--kubeconfig` and `--context` name
+/// them.
 fn kube_client(
     args: &LoadArgs,
-) -> Result<(cluster::KubeClient, KubeTarget), cluster::ClusterError> {
+) -> Result<(cluster::KubeClient, load::KubeTarget), cluster::ClusterError> {
     let (client, files, kc) = super::kube_client(
         args.kube.kubeconfig.as_deref(),
         args.kube.context.as_deref(),
     )?;
     Ok((
         client,
-        KubeTarget {
+        load::KubeTarget {
             files,
             context: kc.context,
         },
     ))
-}
-
-/// The pre-flight's findings, one line each.
-fn print_findings(r: &cluster::PreflightReport, progress: &Progress) {
-    print_findings_of(&r.findings, progress)
 }
 
 /// Findings, one line each, by level: `pre-flight INFO [...]`, `warning: pre-flight WARN
@@ -420,92 +373,6 @@ fn print_findings_of(findings: &[cluster::Finding], progress: &Progress) {
     }
 }
 
-/// What the pre-flight gave: its report, the release namespace to install into, the cluster.
-struct Preflight {
-    report: Option<cluster::PreflightReport>,
-    namespace: String,
-    target: Option<KubeTarget>,
-    /// The client the pre-flight read the cluster with (the upgrade checks read it again).
-    client: Option<cluster::KubeClient>,
-}
-
-/// The cluster's pre-flight, before any push, whenever something will be installed (a dry run
-/// of an install included: it fails where the real run would, before pushing). With
-/// `--no-install` there is no pre-flight.
-async fn preflight(
-    args: &LoadArgs,
-    kube: Option<(cluster::KubeClient, KubeTarget)>,
-    manifest: &BundleManifest,
-    progress: &Progress,
-) -> anyhow::Result<Preflight> {
-    // The release namespace: Koordinator's guide installs into `default`; the chart's objects
-    // go to its own namespace whatever this is (see cluster::preflight).
-    let namespace = args
-        .kube
-        .namespace
-        .clone()
-        .unwrap_or_else(|| DEFAULT_RELEASE_NAMESPACE.to_string());
-    let Some((client, target)) = kube else {
-        progress.say("pre-flight not run: --no-install (nothing is installed)");
-        return Ok(Preflight {
-            report: None,
-            namespace,
-            target: None,
-            client: None,
-        });
-    };
-    let mut platforms: Vec<String> = manifest
-        .images
-        .iter()
-        .flat_map(|i| i.platforms.clone())
-        .collect();
-    platforms.sort();
-    platforms.dedup();
-    let crds: Vec<cluster::ChartCrd> = manifest
-        .crds
-        .iter()
-        .map(|c| cluster::ChartCrd {
-            name: c.name.clone(),
-            plural: c.plural.clone(),
-            values_key: c.values_key.clone(),
-        })
-        .collect();
-    let input = cluster::PreflightInput {
-        bundle_platforms: &platforms,
-        crds: &crds,
-        namespace: &namespace,
-        namespace_explicit: args.kube.namespace.is_some(),
-        chart_namespace: CHART_NAMESPACE,
-        release: &args.kube.release,
-        strict: args.strict,
-        host_network: args.host_network,
-        chart_version: &manifest.chart.version,
-        allow_downgrade: args.allow_downgrade,
-    };
-    if let Some(w) = client.credentials_withheld() {
-        progress.warn(format!("pre-flight: {w}"));
-    }
-    let report = cluster::preflight(&client, &input).await.map_err(|e| {
-        anyhow::Error::new(e).context(
-            "the pre-flight could not read the cluster: nothing was pushed (pass --no-install to push only)",
-        )
-    })?;
-    print_findings(&report, progress);
-    if report.failed() {
-        return Err(super::ChecksFailed::new(
-            "the pre-flight found problems the install would hit (above): nothing was pushed",
-            &report.findings,
-        )
-        .into());
-    }
-    Ok(Preflight {
-        namespace: report.release_namespace.clone(),
-        report: Some(report),
-        target: Some(target),
-        client: Some(client),
-    })
-}
-
 /// The re-hash decision and the push: when every tag already points at the bundle's digests,
 /// nothing of the bundle will be read, so its blobs are not hashed (verify checks every byte);
 /// else they are, before anything is pushed, and the login must be allowed to push (Harbor).
@@ -518,17 +385,17 @@ async fn hash_and_push<K: crate::store::Sink>(
     checked: &super::registry_check::Checked,
     progress: &Progress,
 ) -> anyhow::Result<(copy::Stats, bool)> {
-    let target = &settings.target;
+    let target = &settings.opts.target;
     let store = RegistryStore::new(settings.reg.clone(), &target.host_and_prefix());
     let graphs = super::upstream_sigs::keep_appended(
         &settings.reg,
         &store,
         src,
-        graphs(src).await?,
+        load::graphs(src).await?,
         progress,
     )
     .await?;
-    let all_there = tags_in_place(sink, &graphs, args.jobs)
+    let all_there = load::tags_in_place(sink, &graphs, args.jobs)
         .await
         .context("checking the registry")?;
     if all_there {
@@ -543,55 +410,28 @@ async fn hash_and_push<K: crate::store::Sink>(
             .context("the bundle did not verify: nothing was pushed")?;
         bar.finish("verified");
     }
-    let stats = push(src, sink, &graphs, args.jobs, args.dry_run, progress)
+    let pushed = async {
+        let bar = progress.bytes(
+            if args.dry_run {
+                "checking registry"
+            } else {
+                "pushing"
+            },
+            load::push_bytes(&graphs)?,
+        );
+        let on = bar.clone();
+        let on_bytes = Arc::new(move |n| on.inc(n));
+        let stats = load::push(src, sink, &graphs, args.jobs, args.dry_run, on_bytes).await?;
+        bar.finish(&load::blob_counts(&stats, args.dry_run));
+        anyhow::Ok(stats)
+    };
+    let stats = pushed
         .await
-        .map_err(|e| push_failed(e, src.manifest(), args.dry_run))?;
+        .map_err(|e| load::push_failed(e, src.manifest(), args.dry_run))?;
     if !args.dry_run {
         super::upstream_sigs::list_referrers(&settings.reg, &store, src, progress).await?;
     }
     Ok((stats, !all_there))
-}
-
-/// What a failed push says: for blobs an incremental bundle left out and the registry lacks
-/// (found before anything is pushed), which bundle to load first; else that a re-run finishes.
-fn push_failed(
-    e: anyhow::Error,
-    m: &crate::bundle::BundleManifest,
-    dry_run: bool,
-) -> anyhow::Error {
-    let missing = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref(),
-            Some(copy::WalkError::MissingOnSite { .. })
-        )
-    });
-    match (&m.base, missing) {
-        (Some(base), true) => e.context(format!(
-            "this is an incremental bundle: the registry lacks blobs it left out, because its base carried them; load its base, {}, into the same registry first, then this one; nothing was pushed",
-            base.describe()
-        )),
-        _ if dry_run => e.context("checking the registry"),
-        _ => e.context("push failed: nothing was installed; re-run the same command to finish (what is there is skipped)"),
-    }
-}
-
-/// What the helm step did.
-struct Installed {
-    command: Option<String>,
-    kept_values: Option<PathBuf>,
-    /// The folder of the printed command's files.
-    kept_dir: Option<PathBuf>,
-    installed: bool,
-}
-
-/// The install, planned once before anything is pushed: the plan helm runs (the chart from
-/// the registry, the generated values, how the release's values carry over, the
-/// post-renderer), and the chart archive a render before the push uses.
-struct Planned {
-    plan: InstallPlan,
-    /// The bundle's chart archive, in `_tmp`.
-    archive: PathBuf,
-    _tmp: tempfile::TempDir,
 }
 
 /// The values mode of `load`'s flags.
@@ -605,440 +445,34 @@ fn values_mode(args: &LoadArgs) -> helm::ValuesMode {
     }
 }
 
-/// The oldest helm whose `--post-renderer` takes arguments (`--post-renderer-args`).
-const POST_RENDERER_ARGS: semver::Version = semver::Version::new(3, 10, 0);
-
-/// helm's post-renderer: `koord-bundle post-render` (the CRDs kept on uninstall), unless
-/// `--no-keep-crds` or helm is too old for it (said).
-fn post_renderer(
-    args: &LoadArgs,
-    settings: &Settings,
-    src: &BundleSource,
-    helm: Option<&Helm>,
-    progress: &Progress,
-) -> anyhow::Result<Option<helm::PostRenderer>> {
-    let how = crate::chart::post_render::PostRender {
-        keep_crds: !args.no_keep_crds,
-        pin: if args.no_pin {
-            Default::default()
-        } else {
-            pins(settings, src)
-        },
-        keep_pull_policy: args.keep_pull_policy,
-    };
-    if how.is_noop() {
-        return Ok(None);
-    }
-    if helm.is_some_and(|h| h.version < POST_RENDERER_ARGS) {
-        progress.warn(format!(
-            "helm before {POST_RENDERER_ARGS} cannot run koord-bundle as its post-renderer: the images are installed by tag, not pinned to the bundle's digests, and the chart's CRDs without helm.sh/resource-policy: keep, so `helm uninstall` would delete them and every object of theirs"
-        ));
-        return Ok(None);
-    }
-    Ok(Some(helm::PostRenderer {
-        exe: std::env::current_exe()
-            .context("cannot find the koord-bundle executable for helm's post-renderer")?,
-        config_json: serde_json::to_string(&how)?,
-    }))
-}
-
-/// Every image of the bundle as the chart renders it under the target registry → its digest
-/// in the bundle.
-fn pins(settings: &Settings, src: &BundleSource) -> std::collections::BTreeMap<String, String> {
-    let target = &settings.target;
-    src.manifest()
-        .images
-        .iter()
-        .map(|i| {
-            (
-                format!("{}/{}", target.host_and_prefix(), i.ref_name),
-                i.digest.to_string(),
-            )
-        })
-        .collect()
-}
-
-/// Every image of the bundle, by the repositories that name it (its chart path, which matches
-/// it under the target registry too, and where it came from), for the scan of the rendering.
-fn carried(src: &BundleSource) -> Vec<crate::chart::rendered::Carried> {
-    src.manifest()
-        .images
-        .iter()
-        .map(|i| {
-            let mut repositories = vec![i.repository.clone()];
-            for r in [&i.original, &i.source_ref] {
-                if let Ok(p) = crate::oci::ImageRef::parse(r) {
-                    repositories.push(format!("{}/{}", p.registry, p.repository));
-                    repositories.push(p.repository);
-                }
-            }
-            repositories.sort();
-            repositories.dedup();
-            crate::chart::rendered::Carried {
-                name: i.ref_name.clone(),
-                repositories,
-            }
-        })
-        .collect()
-}
-
-/// A Warn for each image of the bundle named outside a container's image field (a Fail under
-/// `--strict`): the post-renderer pins only container images, so that one runs by tag.
-fn mention_findings(
-    mentions: &[crate::chart::rendered::ImageMention],
-    strict: bool,
-) -> Vec<cluster::Finding> {
-    mentions
-        .iter()
-        .map(|m| {
-            cluster::Finding::new(
-                if strict {
-                    cluster::Level::Fail
-                } else {
-                    cluster::Level::Warn
-                },
-                "image-outside-containers",
-                format!(
-                    "{}: it is not pinned to the bundle's digest, and whatever uses it pulls the tag as the registry holds it then",
-                    m
-                ),
-                Some(if strict {
-                    "name the image in a container's image field, or change the values that put it there".to_string()
-                } else {
-                    "check that it names the image under the registry loaded into; pass --strict to refuse such a rendering".to_string()
-                }),
-            )
-            .about(format!("{} {}", m.object, m.path))
-        })
-        .collect()
-}
-
-/// Plan the install: values, chart, the release's values carried over, the post-renderer.
-async fn plan(
-    args: &LoadArgs,
-    settings: &Settings,
-    src: &BundleSource,
-    helm: Option<&Helm>,
-    pre: &Preflight,
-    progress: &Progress,
-) -> anyhow::Result<Planned> {
-    let (target, manifest) = (&settings.target, src.manifest());
-    let preflight = pre.report.as_ref();
-    let chart_repo = format!("charts/{}", manifest.chart.name);
-    let mut crds_off: Vec<String> = args.skip_crds.clone();
-    if let Some(r) = preflight {
-        for k in &r.crd_values_off {
-            let k = k.trim_start_matches("crds.").to_string();
-            if !crds_off.contains(&k) {
-                crds_off.push(k);
-            }
-        }
-    }
-    let host_network = args.host_network || preflight.is_some_and(|r| r.host_network);
-    let values = crate::chart::generated_values(
-        &target.host_and_prefix(),
-        args.feature_gates.as_deref(),
-        &crds_off,
-        host_network,
-        &args.image_pull_secret,
-    );
-    let tmp = tempfile::tempdir()?;
-    let archive = extract_chart(src, tmp.path()).await?;
-    // The chart a real run installs: from the registry (helm 3.8+), else the bundle's archive.
-    let chart_source = match &helm {
-        Some(h) if h.supports_oci() => ChartSource::Oci {
-            reference: format!("oci://{}/{chart_repo}", target.host_and_prefix()),
-            version: manifest.chart.version.clone(),
-        },
-        _ => ChartSource::Archive(archive.clone()),
-    };
-    let existing = preflight.and_then(|r| r.existing_release.as_ref());
-    let plan = InstallPlan {
-        release: args.kube.release.clone(),
-        namespace: pre.namespace.clone(),
-        create_namespace: preflight.is_some_and(|r| r.create_namespace),
-        chart: chart_source,
-        generated_values: values,
-        user_values: args.values.clone(),
-        user_sets: args.set.clone(),
-        values_mode: values_mode(args),
-        previous_values: existing
-            .and_then(|r| r.values.as_ref())
-            .and_then(|v| serde_yaml_ng::to_value(v).ok()),
-        post_render: post_renderer(args, settings, src, helm, progress)?,
-        // helm gets the kubeconfig files and the context the pre-flight read: one file as
-        // --kubeconfig, a $KUBECONFIG list (which --kubeconfig cannot take) in its environment.
-        kubeconfig: pre
-            .target
-            .as_ref()
-            .filter(|t| t.files.origin == cluster::Origin::Flag)
-            .and_then(|t| t.files.paths.first().cloned()),
-        kubeconfig_env: pre
-            .target
-            .as_ref()
-            .filter(|t| t.files.origin == cluster::Origin::Env)
-            .and_then(|t| t.files.env_value()),
-        context: pre
-            .target
-            .as_ref()
-            .map(|t| t.context.clone())
-            .or_else(|| args.kube.context.clone()),
-        registry: Some(registry_access(args, settings)),
-        wait: false,
-        timeout: None,
-    };
-    Ok(Planned {
-        plan,
-        archive,
-        _tmp: tmp,
-    })
-}
-
-/// What the render before the push found: helm's release as it would be, and the checks of
-/// the second day against the cluster.
-struct Rendered {
-    release: helm::RenderedRelease,
-    images: Vec<String>,
-    upgrade: cluster::upgrade::UpgradeReport,
-}
-
-/// Before any push: the release as helm will make it (`helm upgrade --install --dry-run=server
-/// -o json` from the bundle's chart archive: the merged values, the post-rendered objects),
-/// every image it deploys checked to be in the bundle, and the upgrade checked against the
-/// cluster (what changes, what the CRDs do to existing objects, a server-side dry run).
-async fn render(
-    args: &LoadArgs,
-    settings: &Settings,
-    src: &BundleSource,
-    helm: &Helm,
-    planned: &Planned,
-    pre: &Preflight,
-    progress: &Progress,
-) -> anyhow::Result<Option<Rendered>> {
-    let Some(client) = &pre.client else {
-        return Ok(None);
-    };
-    let target = &settings.target;
-    let mut plan = planned.plan.clone();
-    plan.chart = ChartSource::Archive(planned.archive.clone());
-    let release = tokio::task::block_in_place(|| helm.render_release(&plan)).context(
-        "helm could not render the release (a dry run against the cluster): nothing was pushed",
-    )?;
-    // Every rendered document read strictly (hooks too): its container images, and the
-    // images of the bundle it names anywhere else (not pinned, not checked below).
-    let scan = crate::chart::rendered::scan(&release.all_manifests(), &carried(src))
-        .context("the release helm rendered: nothing was pushed")?;
-    let images = scan.images;
-    // As the chart renders them, and as pinned to the bundle's digest (the post-renderer).
-    let bundled: Vec<String> = pins(settings, src)
-        .into_iter()
-        .flat_map(|(r, d)| [crate::chart::post_render::pinned(&r, &d), r])
-        .collect();
-    let foreign: Vec<&String> = images.iter().filter(|i| !bundled.contains(i)).collect();
-    if !foreign.is_empty() {
-        bail!(
-            "the rendered chart uses images the bundle does not hold under {}: {}; nothing was pushed",
-            target.host_and_prefix(),
-            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-        );
-    }
-    let mentions = mention_findings(&scan.mentions, args.strict);
-    print_findings_of(&mentions, progress);
-    if args.strict && !mentions.is_empty() {
-        return Err(super::ChecksFailed::new(
-            "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
-            &mentions,
-        )
-        .into());
-    }
-    let objects = crate::chart::post_render::objects(&release.manifest)
-        .context("the release helm rendered")?;
-    let previous = match pre
-        .report
-        .as_ref()
-        .and_then(|r| r.existing_release.as_ref())
-        .and_then(|r| r.manifest.as_deref())
-    {
-        Some(m) => crate::chart::post_render::objects(m).unwrap_or_default(),
-        None => Vec::new(),
-    };
-    let upgrade = cluster::upgrade::check(
-        client,
-        &cluster::upgrade::UpgradeInput {
-            objects: &objects,
-            previous: &previous,
-            release_namespace: &pre.namespace,
-            strict: args.strict,
-            allow_field_loss: args.allow_field_loss,
-        },
-    )
-    .await
-    .map_err(|e| {
-        anyhow::Error::new(e)
-            .context("the checks of the new release could not read the cluster: nothing was pushed")
-    })?;
-    print_findings_of(&upgrade.findings, progress);
-    let mut upgrade = upgrade;
-    upgrade.findings.extend(mentions);
-    if upgrade.failed() {
-        return Err(super::ChecksFailed::new(
-            "the new release would fail or lose objects in the cluster (above): nothing was pushed",
-            &upgrade.findings,
-        )
-        .into());
-    }
-    Ok(Some(Rendered {
-        release,
-        images,
-        upgrade,
-    }))
-}
-
-/// The printed helm command, and in a real run the install itself, after the push. The files
-/// the command names (the generated values, the post-renderer's configuration, helm 4's
-/// plugin, the registry config a login fills; the bundle's helm when it is the one used) are
-/// written to a folder of their own next to the bundle ([`command_dir`]), kept so that the
-/// command runs as printed after the load; the output names it. helm itself runs from a
-/// private temporary folder that goes when the load ends.
-// helm's lines are passed on as they come (escaped), with no newline added.
-#[allow(clippy::disallowed_macros)]
-async fn install(
-    args: &LoadArgs,
-    settings: &Settings,
-    helm: Option<&Helm>,
-    planned: &Planned,
-    deployed_before: Option<u32>,
-    progress: &Progress,
-) -> anyhow::Result<Installed> {
-    let plan = &planned.plan;
-    let mut out = Installed {
-        command: None,
-        kept_values: None,
-        kept_dir: None,
-        installed: false,
-    };
-    let Some(h) = helm else { return Ok(out) };
-    // The helm the printed commands name: the bundle's, copied next to the kept files (the
-    // copy this load runs goes when it ends), else the one found here.
-    let mut shown = h.clone();
-    match command_dir(settings.bundle.path(), &args.kube.release) {
-        Ok(dir) => {
-            if settings._carried.is_some() {
-                shown.path = keep_helm(&h.path, &dir)?;
-            }
-            let values_file = helm::keep_command_files(plan, &shown, &dir)
-                .context("writing the files of the printed helm command")?;
-            out.command = Some(plan.command_line(&shown, &values_file, false));
-            out.kept_values = Some(values_file);
-            out.kept_dir = Some(dir);
-        }
-        Err(why) => progress.warn(format!(
-            "the helm command is not printed: its files cannot be kept ({why})"
-        )),
-    }
-    if !args.no_install && !args.dry_run {
-        let undo = plan.recovery_line(&shown, deployed_before);
-        *RECOVERY.lock().unwrap_or_else(|e| e.into_inner()) = Some(match deployed_before {
-            Some(rev) => format!("roll the release back to revision {rev}, the one deployed before: {undo}; then run the same load again"),
-            None => format!("the release was being installed: remove what helm left with {undo}; then run the same load again"),
-        });
-        // helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the
-        // cluster and the chart: no control character of theirs reaches the terminal raw.
-        let sink: crate::child::LineSink = std::sync::Arc::new(|_, line: &[u8]| {
-            eprint!(
-                "{}",
-                crate::text::terminal_safe(&String::from_utf8_lossy(line))
-            )
-        });
-        tokio::task::block_in_place(|| h.upgrade_install(plan, false, Some(sink))).context("helm upgrade --install failed (the images and chart are in the registry; fix the cause and re-run)")?;
-        out.installed = true;
-    }
-    Ok(out)
-}
-
 /// What undoes an interrupted helm step (set just before helm runs), for the interrupt's
 /// message.
 static RECOVERY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
-/// The folder the printed helm command's files are kept in: `koord-bundle-helm-RELEASE` next
-/// to the bundle, else in the current directory (a bundle on read-only media), created 0700.
-/// An existing folder is used only when it is a real directory of this user that nobody else
-/// can read (never through a symbolic link).
-fn command_dir(bundle: &Path, release: &str) -> Result<PathBuf, String> {
-    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
-    let name = format!(
-        "koord-bundle-helm-{}",
-        release
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            })
-            .collect::<String>()
-    );
-    let beside = bundle
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut why = Vec::new();
-    for base in [beside, Path::new(".")] {
-        let dir = base.join(&name);
-        let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-        // Absolute: the printed command runs from any directory.
-        let dir = match std::path::absolute(&dir) {
-            Ok(d) => d,
-            Err(e) => {
-                why.push(format!("{}: {e}", dir.display()));
-                continue;
-            }
-        };
-        match made {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                match std::fs::symlink_metadata(&dir) {
-                    Ok(m)
-                        if m.is_dir()
-                            && m.uid() == rustix::process::geteuid().as_raw()
-                            && m.permissions().mode() & 0o077 == 0 =>
-                    {
-                        return Ok(dir)
-                    }
-                    Ok(_) => why.push(format!(
-                        "{} is there and is not a private folder of this user (0700)",
-                        dir.display()
-                    )),
-                    Err(e) => why.push(format!("{}: {e}", dir.display())),
-                }
-            }
-            Err(e) => why.push(format!("{}: {e}", dir.display())),
+/// The pipeline's events, printed: lines and warnings as they come, findings one line each by
+/// level, and what undoes the helm step kept for an interrupt's message.
+fn events(progress: &Progress) -> impl Fn(load::Event) + Sync + '_ {
+    move |e| match e {
+        load::Event::Said(line) => progress.say(line),
+        load::Event::Warning(line) => progress.warn(line),
+        load::Event::Findings(f) => print_findings_of(&f, progress),
+        load::Event::Recovery(undo) => {
+            *RECOVERY.lock().unwrap_or_else(|e| e.into_inner()) = Some(undo)
         }
     }
-    Err(why.join("; "))
 }
 
-/// Copy the bundle's helm (checked when it was copied out) into `dir`, 0700, for the printed
-/// commands; returns its path.
-fn keep_helm(from: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let to = dir.join("helm");
-    match std::fs::remove_file(&to) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("replacing {}", to.display()))
-        }
-        _ => {}
-    }
-    let mut src =
-        crate::bounded::open_input(from).with_context(|| format!("reading {}", from.display()))?;
-    let mut dst = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o700)
-        .open(&to)
-        .with_context(|| format!("creating {}", to.display()))?;
-    std::io::copy(&mut src, &mut dst).with_context(|| format!("writing {}", to.display()))?;
-    dst.sync_all()?;
-    Ok(to)
+/// helm's output, as it comes (scrubbed of the password by helm.rs); helm quotes the cluster
+/// and the chart: no control character of theirs reaches the terminal raw.
+// helm's lines are passed on as they come (escaped), with no newline added.
+#[allow(clippy::disallowed_macros)]
+fn helm_lines() -> crate::child::LineSink {
+    Arc::new(|_, line: &[u8]| {
+        eprint!(
+            "{}",
+            crate::text::terminal_safe(&String::from_utf8_lossy(line))
+        )
+    })
 }
 
 /// Run the load: settings, verify, helm and the pre-flight, the release rendered and checked
@@ -1129,14 +563,16 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let progress = Progress::new(Mode::detect(args.json));
     let mut settings = Settings::resolve(&args, &progress).await?;
     let (src, unhashed) = verify(&settings, &progress).await?;
-    settings.carried_helm(&args, &src, &progress).await?;
+    settings.carried_helm(&src, &progress).await?;
     let manifest = src.manifest().clone();
-    let pre = preflight(&args, settings.kube.take(), &manifest, &progress).await?;
+    let ev = events(&progress);
+    let o = &settings.opts;
+    let pre = load::preflight(o, settings.kube.take(), &manifest, &ev).await?;
     let helm = settings.helm.take();
-    let target = settings.target.clone();
-    let planned = plan(&args, &settings, &src, helm.as_ref(), &pre, &progress).await?;
+    let target = o.target.clone();
+    let planned = load::plan(o, &src, helm.as_ref(), &pre, &ev).await?;
     let rendered = match &helm {
-        Some(h) => render(&args, &settings, &src, h, &planned, &pre, &progress).await?,
+        Some(h) => load::render(o, &src, h, &planned, &pre, &ev).await?,
         None => None,
     };
     // The registry step (its first contact; Harbor's projects), before any push.
@@ -1150,21 +586,15 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     // `--sign-images`: after the push, before helm (a failure installs nothing).
     let (signed, policies) = sign_images(&args, &settings, &src, &registry, &progress).await?;
     Phase::Installing.set();
-    let deployed_before = pre
-        .report
-        .as_ref()
-        .and_then(|r| r.existing_release.as_ref())
-        .and_then(|r| match r.status.as_str() {
-            "deployed" => Some(r.revision),
-            _ => r.last_deployed.as_ref().map(|d| d.revision),
-        });
-    let done = install(
-        &args,
-        &settings,
+    let done = load::install(
+        &settings.opts,
+        settings.bundle.path(),
+        settings._carried.is_some(),
         helm.as_ref(),
         &planned,
-        deployed_before,
-        &progress,
+        pre.deployed_before(),
+        helm_lines(),
+        &ev,
     )
     .await?;
     let (preflight, namespace) = (&pre.report, &pre.namespace);
@@ -1198,7 +628,7 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     crate::say!(
         "registry {}: {}; manifests {verb} {}, present {}",
         target.host_and_prefix(),
-        blob_counts(&stats, args.dry_run),
+        load::blob_counts(&stats, args.dry_run),
         stats.manifests_pushed,
         stats.manifests_skipped
     );
@@ -1241,14 +671,15 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     }
     if done.installed {
         crate::say!(
-            "{} release {} in namespace {} (Koordinator's objects in {CHART_NAMESPACE})",
+            "{} release {} in namespace {} (Koordinator's objects in {})",
             if existing.is_some() {
                 "upgraded"
             } else {
                 "installed"
             },
             args.kube.release,
-            namespace
+            namespace,
+            load::CHART_NAMESPACE
         );
     }
     Ok(())
@@ -1264,7 +695,7 @@ fn images_json(
     manifest: &BundleManifest,
     target: &Target,
     dry_run: bool,
-    rendered: Option<&Rendered>,
+    rendered: Option<&load::Rendered>,
     installed: bool,
 ) -> serde_json::Value {
     let registry = target.host_and_prefix();
@@ -1297,7 +728,7 @@ fn images_json(
 
 /// What the render before the push found: the images, the values the release will hold, and
 /// (listed in a dry run, counted otherwise) what changes in the cluster.
-fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) {
+fn print_rendered(r: &load::Rendered, args: &LoadArgs, upgrade: bool, registry: &str) {
     use cluster::upgrade::Action;
     let pinned = r.images.iter().filter(|i| i.contains("@sha256:")).count();
     crate::say!(
@@ -1377,133 +808,4 @@ fn print_rendered(r: &Rendered, args: &LoadArgs, upgrade: bool, registry: &str) 
             );
         }
     }
-}
-
-/// Every graph the bundle names (its images, their carried cosign signatures and
-/// attestations, and the chart artifact), each with the repository and the tag (or digest) it
-/// goes under, resolved by the walk from the verified manifests. A carried signature goes to
-/// its own tag (`sha256-<hex>.sig`) unchanged, before `--sign-images` appends the site's to
-/// it; a carried OCI 1.1 referrer by its digest (`upstream_sigs::list_referrers` lists it).
-async fn graphs(src: &BundleSource) -> anyhow::Result<Vec<(copy::Graph, String, Reference)>> {
-    let m = src.manifest();
-    let mut out = Vec::new();
-    let budget = copy::Budget::default();
-    let sigs = m.images.iter().flat_map(|i| &i.signatures);
-    for (r, by_digest) in m
-        .images
-        .iter()
-        .map(|i| (&i.ref_name, None))
-        .chain(sigs.map(|s| (&s.ref_name, s.is_referrer().then_some(&s.digest))))
-        .chain(std::iter::once((&m.chart.oci.ref_name, None)))
-    {
-        let (repo, reference) = match by_digest {
-            Some(d) => (
-                r.split_once('@')
-                    .map(|(repo, _)| repo)
-                    .with_context(|| format!("ref name {r:?} is not REPOSITORY@DIGEST"))?,
-                Reference::Digest(d.clone()),
-            ),
-            None => {
-                let (repo, tag) = split_ref(r)
-                    .with_context(|| format!("ref name {r:?} is not REPOSITORY:TAG"))?;
-                (repo, Reference::Tag(tag.to_string()))
-            }
-        };
-        let g = copy::resolve(src, repo, &reference, None, &budget)
-            .await
-            .with_context(|| format!("{} in the bundle", reference.qualify(repo)))?;
-        out.push((g, repo.to_string(), reference));
-    }
-    Ok(out)
-}
-
-/// Does every tag in the registry already point at its graph's top manifest?
-async fn tags_in_place<K: crate::store::Sink>(
-    sink: &K,
-    graphs: &[(copy::Graph, String, Reference)],
-    jobs: usize,
-) -> anyhow::Result<bool> {
-    use futures_util::StreamExt as _;
-    let found: Vec<bool> = futures_util::stream::iter(graphs)
-        .map(|(g, repo, reference)| async move {
-            crate::store::Sink::has_manifest(sink, repo, reference, &g.top.digest).await
-        })
-        .buffered(jobs.max(1))
-        .try_collect()
-        .await?;
-    Ok(found.iter().all(|f| *f))
-}
-
-/// Copy every graph into the registry, each under its repository and tag: the one walk, from
-/// the bundle read in place.
-async fn push<K: crate::store::Sink>(
-    src: &BundleSource,
-    sink: &K,
-    graphs: &[(copy::Graph, String, Reference)],
-    jobs: usize,
-    dry_run: bool,
-    progress: &Progress,
-) -> anyhow::Result<copy::Stats> {
-    let m = src.manifest();
-    let items: Vec<Item> = graphs
-        .iter()
-        .map(|(g, repo, reference)| Item {
-            graph: g,
-            repo: repo.clone(),
-            reference: reference.clone(),
-        })
-        .collect();
-    let omitted = m.omitted_blobs.iter().map(|o| o.digest.clone()).collect();
-    // Checked: a digest with two sizes, or sizes that add up past 2^63 - 1, are refused.
-    let total = copy::totals(graphs.iter().map(|(g, _, _)| g), &Default::default())?.bytes;
-    let bar = progress.bytes(
-        if dry_run {
-            "checking registry"
-        } else {
-            "pushing"
-        },
-        total,
-    );
-    let on = bar.clone();
-    let stats = copy::transfer(
-        src,
-        sink,
-        &items,
-        &copy::Options {
-            jobs,
-            omitted: &omitted,
-            omitted_policy: copy::Omitted::Require,
-            dry_run,
-            on_bytes: Arc::new(move |n| on.inc(n)),
-        },
-    )
-    .await?;
-    bar.finish(&blob_counts(&stats, dry_run));
-    Ok(stats)
-}
-
-/// What the push did with the blobs, in the same words on the progress line and in the
-/// summary: `pushed 3 of 26 blobs (1.2 MiB), 23 already there (3.8 MiB), 8 mounted across
-/// repositories` (each blob counted once, whatever number of repositories use it; the bytes
-/// pushed are the bytes sent), `would push …, would mount …` in a dry run.
-fn blob_counts(stats: &copy::Stats, dry_run: bool) -> String {
-    let (push, mount) = if dry_run {
-        ("would push", "would mount")
-    } else {
-        ("pushed", "mounted")
-    };
-    let mounts = if stats.mounted > 0 {
-        format!(", {mount} {} across repositories", stats.mounted)
-    } else {
-        String::new()
-    };
-    format!(
-        "{push} {} of {} {} ({}), {} already there ({}){mounts}",
-        stats.uploaded,
-        stats.blobs,
-        crate::text::plural(stats.blobs, "blob", "blobs"),
-        human_bytes(stats.uploaded_bytes),
-        stats.skipped,
-        human_bytes(stats.skipped_bytes)
-    )
 }

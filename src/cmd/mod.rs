@@ -612,37 +612,8 @@ pub fn set_json_errors(on: bool) {
     JSON_ERRORS.store(on, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// Checks that found problems (the pre-flight, the checks of the new release): the error says
-/// so in a line, and `--json` carries every finding in its error document (`findings`: each
-/// with its check, level, message and fix), as the stderr lines above the error do.
-#[derive(Debug)]
-pub struct ChecksFailed {
-    /// The error's line.
-    pub message: String,
-    /// Every finding of the checks (not only the failing ones), as JSON.
-    pub findings: Vec<serde_json::Value>,
-}
-
-impl ChecksFailed {
-    /// The error `message` for `findings`.
-    pub fn new<T: serde::Serialize>(message: impl Into<String>, findings: &[T]) -> ChecksFailed {
-        ChecksFailed {
-            message: message.into(),
-            findings: findings
-                .iter()
-                .filter_map(|f| serde_json::to_value(f).ok())
-                .collect(),
-        }
-    }
-}
-
-impl std::fmt::Display for ChecksFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ChecksFailed {}
+/// Checks that found problems: defined beside the pipeline that runs the checks.
+pub use crate::load::ChecksFailed;
 
 /// The JSON document of a failure, the same for every command:
 /// `{"error": {"message": "...", "causes": ["...", ...], "exitCode": N}}`.

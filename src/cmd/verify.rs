@@ -168,7 +168,7 @@ async fn check_cluster(
     let namespace = kube
         .namespace
         .as_deref()
-        .unwrap_or(super::load::DEFAULT_RELEASE_NAMESPACE);
+        .unwrap_or(crate::load::DEFAULT_RELEASE_NAMESPACE);
     let r = cluster::running::check(&client, namespace, &kube.release, &carried)
         .await
         .context("cannot check the cluster against the bundle")?;

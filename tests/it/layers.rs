@@ -9,7 +9,7 @@
 //! 4  copy, set          the one graph walk over stores; split sets (format v2)
 //! 5  parts, splitset    a bundle on disk, one file or parts; `koord_splitset::` as the root crate sees it
 //! 6  bundle, chart, cluster, helm, serve, sources, admission    the domain, side by side (none uses another)
-//! 7  cli, progress      flags and the printer, for the commands only
+//! 7  cli, progress, load  flags and the printer, for the commands only; load's pipeline (pre-flight, plan, render, push, install) over the domain
 //! 8  cmd                the commands: the only place that prints or reads the environment
 //! ```
 
@@ -43,6 +43,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("admission", 6),
     ("cli", 7),
     ("progress", 7),
+    ("load", 7),
     ("cmd", 8),
 ];
 

@@ -1,0 +1,167 @@
+//! The release rendered and checked against the cluster, before any push.
+
+use super::plan::{pins, Planned};
+use super::preflight::Preflight;
+use super::{ChecksFailed, Event, Events, Options};
+use crate::bundle::source::BundleSource;
+use crate::cluster;
+use crate::helm::{self, ChartSource, Helm};
+use anyhow::{bail, Context as _};
+
+/// What the render before the push found: helm's release as it would be, and the checks of
+/// the second day against the cluster.
+#[derive(Debug)]
+pub struct Rendered {
+    /// The release as helm would make it.
+    pub release: helm::RenderedRelease,
+    /// Every container image it names.
+    pub images: Vec<String>,
+    /// The checks of the new release against the cluster.
+    pub upgrade: cluster::upgrade::UpgradeReport,
+}
+
+/// Every image of the bundle, by the repositories that name it (its chart path, which matches
+/// it under the target registry too, and where it came from), for the scan of the rendering.
+fn carried(src: &BundleSource) -> Vec<crate::chart::rendered::Carried> {
+    src.manifest()
+        .images
+        .iter()
+        .map(|i| {
+            let mut repositories = vec![i.repository.clone()];
+            for r in [&i.original, &i.source_ref] {
+                if let Ok(p) = crate::oci::ImageRef::parse(r) {
+                    repositories.push(format!("{}/{}", p.registry, p.repository));
+                    repositories.push(p.repository);
+                }
+            }
+            repositories.sort();
+            repositories.dedup();
+            crate::chart::rendered::Carried {
+                name: i.ref_name.clone(),
+                repositories,
+            }
+        })
+        .collect()
+}
+
+/// A Warn for each image of the bundle named outside a container's image field (a Fail under
+/// `--strict`): the post-renderer pins only container images, so that one runs by tag.
+fn mention_findings(
+    mentions: &[crate::chart::rendered::ImageMention],
+    strict: bool,
+) -> Vec<cluster::Finding> {
+    mentions
+        .iter()
+        .map(|m| {
+            cluster::Finding::new(
+                if strict {
+                    cluster::Level::Fail
+                } else {
+                    cluster::Level::Warn
+                },
+                "image-outside-containers",
+                format!(
+                    "{}: it is not pinned to the bundle's digest, and whatever uses it pulls the tag as the registry holds it then",
+                    m
+                ),
+                Some(if strict {
+                    "name the image in a container's image field, or change the values that put it there".to_string()
+                } else {
+                    "check that it names the image under the registry loaded into; pass --strict to refuse such a rendering".to_string()
+                }),
+            )
+            .about(format!("{} {}", m.object, m.path))
+        })
+        .collect()
+}
+
+/// Before any push: the release as helm will make it (`helm upgrade --install --dry-run=server
+/// -o json` from the bundle's chart archive: the merged values, the post-rendered objects),
+/// every image it deploys checked to be in the bundle, and the upgrade checked against the
+/// cluster (what changes, what the CRDs do to existing objects, a server-side dry run).
+/// `None` without a cluster.
+pub async fn render(
+    o: &Options,
+    src: &BundleSource,
+    helm: &Helm,
+    planned: &Planned,
+    pre: &Preflight,
+    ev: Events<'_>,
+) -> anyhow::Result<Option<Rendered>> {
+    let Some(client) = &pre.client else {
+        return Ok(None);
+    };
+    let target = &o.target;
+    let mut plan = planned.plan.clone();
+    plan.chart = ChartSource::Archive(planned.archive.clone());
+    let release = tokio::task::block_in_place(|| helm.render_release(&plan)).context(
+        "helm could not render the release (a dry run against the cluster): nothing was pushed",
+    )?;
+    // Every rendered document read strictly (hooks too): its container images, and the
+    // images of the bundle it names anywhere else (not pinned, not checked below).
+    let scan = crate::chart::rendered::scan(&release.all_manifests(), &carried(src))
+        .context("the release helm rendered: nothing was pushed")?;
+    let images = scan.images;
+    // As the chart renders them, and as pinned to the bundle's digest (the post-renderer).
+    let bundled: Vec<String> = pins(target, src)
+        .into_iter()
+        .flat_map(|(r, d)| [crate::chart::post_render::pinned(&r, &d), r])
+        .collect();
+    let foreign: Vec<&String> = images.iter().filter(|i| !bundled.contains(i)).collect();
+    if !foreign.is_empty() {
+        bail!(
+            "the rendered chart uses images the bundle does not hold under {}: {}; nothing was pushed",
+            target.host_and_prefix(),
+            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let mentions = mention_findings(&scan.mentions, o.strict);
+    ev(Event::Findings(mentions.clone()));
+    if o.strict && !mentions.is_empty() {
+        return Err(ChecksFailed::new(
+            "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
+            &mentions,
+        )
+        .into());
+    }
+    let objects = crate::chart::post_render::objects(&release.manifest)
+        .context("the release helm rendered")?;
+    let previous = match pre
+        .report
+        .as_ref()
+        .and_then(|r| r.existing_release.as_ref())
+        .and_then(|r| r.manifest.as_deref())
+    {
+        Some(m) => crate::chart::post_render::objects(m).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut upgrade = cluster::upgrade::check(
+        client,
+        &cluster::upgrade::UpgradeInput {
+            objects: &objects,
+            previous: &previous,
+            release_namespace: &pre.namespace,
+            strict: o.strict,
+            allow_field_loss: o.allow_field_loss,
+        },
+    )
+    .await
+    .map_err(|e| {
+        anyhow::Error::new(e)
+            .context("the checks of the new release could not read the cluster: nothing was pushed")
+    })?;
+    ev(Event::Findings(upgrade.findings.clone()));
+    upgrade.findings.extend(mentions);
+    if upgrade.failed() {
+        return Err(ChecksFailed::new(
+            "the new release would fail or lose objects in the cluster (above): nothing was pushed",
+            &upgrade.findings,
+        )
+        .into());
+    }
+    Ok(Some(Rendered {
+        release,
+        images,
+        upgrade,
+    }))
+}
