@@ -187,6 +187,11 @@ fn print_cluster(r: &cluster::running::Report) {
         r.workloads.len(),
         r.counts.total()
     );
+    if let Some(d) = r.deployed_revision {
+        crate::say!(
+            "           the newest revision is not deployed: the workloads of revision {d}, the last deployed, are judged too (what helm applied of it may still run)"
+        );
+    }
     for p in &r.problems {
         crate::say!(
             "  {} {}: {}",

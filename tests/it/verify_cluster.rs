@@ -337,6 +337,91 @@ fn a_release_with_nothing_verified_is_never_a_success() {
     assert_eq!(j["cluster"]["verdict"]["outcome"], "could-not-tell", "{j}");
 }
 
+/// A release record of `status` for `manifest`, as helm's Secret driver writes it.
+fn record_as(release: &str, revision: u32, status: &str, manifest: &str) -> Value {
+    let rel = json!({"name": release, "namespace": NS, "version": revision,
+        "info": {"status": status},
+        "chart": {"metadata": {"name": "koordinator", "version": "1.7.0"}},
+        "config": {}, "manifest": manifest});
+    cluster::helm_record(
+        release,
+        NS,
+        revision,
+        status,
+        &cluster::helm_text(&rel.to_string()),
+    )
+}
+
+/// The newest revision failed (an upgrade that stopped half-way) or is pending (helm running,
+/// or stopped in the middle): what the last deployed revision applied may still run, and helm
+/// still counts it as the release's. Its workloads are judged too: a Deployment only revision
+/// 1 renders, running an image the bundle does not carry, fails the check (before: only the
+/// newest revision's workloads were read, and this exited 0, VERIFIED). A pending revision is
+/// "could not tell" (exit 4) even when every container runs the bundle's digests.
+#[test]
+fn a_failed_or_pending_newest_revision_is_judged_with_the_last_deployed_one() {
+    let (h, bundle, images, kube) = setup();
+    let deployment = |name: &str, image: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [container("main", image)]}}}})
+    };
+    let kept = deployment("kept", &images[1].1);
+    let old = deployment("old-only", "docker.io/library/busybox:1.36");
+    let both = manifest(&[kept.clone(), old.clone()]);
+    let newest = manifest(std::slice::from_ref(&kept));
+    kube.seed(json!([
+        record_as("upgraded", 1, "deployed", &both),
+        record_as("upgraded", 2, "failed", &newest),
+        record_as("pending", 1, "superseded", &newest),
+        record_as("pending", 2, "pending-upgrade", &newest),
+        kept,
+        old,
+    ]));
+    for p in pods(&kube, 2) {
+        kube.write_pod_status(&p, &|i: &str| {
+            if i.contains('@') {
+                node_id(i)
+            } else {
+                format!("{i}@sha256:{}", "f".repeat(64))
+            }
+        });
+    }
+    let o = verify(&h, &kube, &bundle, "upgraded", &[]);
+    assert_fails(
+        &o,
+        1,
+        &["1 of 2 containers verified (1 NOT BUNDLED): FAILED"],
+    );
+    let out = stdout(&o);
+    for want in [
+        "(revision 2, failed,",
+        "the workloads of revision 1, the last deployed, are judged too",
+        "audit/old-only-",
+    ] {
+        assert!(out.contains(want), "{want:?} not in:\n{out}");
+    }
+    let o = verify(&h, &kube, &bundle, "upgraded", &["--json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["cluster"]["deployedRevision"], 1, "{j}");
+    let o = verify(&h, &kube, &bundle, "pending", &[]);
+    assert_fails(
+        &o,
+        4,
+        &[
+            "1 of 1 container verified (1 workload with a problem): COULD NOT TELL",
+            "exit code 4",
+        ],
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("its newest revision, 2, is pending-upgrade: helm is in the middle"),
+        "{out}"
+    );
+}
+
 /// A Deployment of 230 replicas, none started: every container is counted, at most 200 of a
 /// kind of answer are kept and shown, the rest are a count (before: every container kept, each
 /// string cloned, so memory grew with what the server sent).

@@ -31,6 +31,7 @@
 //! "could not tell").
 
 use super::list::{self, Bounds};
+use super::preflight::ReleaseInfo;
 use super::{ClusterError, KubeClient};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use serde::Serialize;
@@ -229,6 +230,10 @@ pub struct Report {
     pub status: String,
     /// Its chart version.
     pub chart_version: Option<String>,
+    /// When the newest revision is not deployed (failed, pending): the last deployed one,
+    /// whose workloads were judged too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployed_revision: Option<u32>,
     /// Workloads of the release (`Kind/name`).
     pub workloads: Vec<String>,
     /// Containers of their pods: every one that does not run what the bundle carries, and
@@ -729,20 +734,24 @@ pub async fn check(
         ),
         transient: false,
     })?;
-    let (found, more) = workloads(manifest, namespace).map_err(|m| ClusterError::Api {
-        url: records.clone(),
-        message: format!(
-            "the manifest of release {release} revision {}: {m}",
-            info.revision
-        ),
-        transient: false,
-    })?;
+    let manifest_err = |revision: u32| {
+        let url = records.clone();
+        move |m: String| ClusterError::Api {
+            url,
+            message: format!("the manifest of release {release} revision {revision}: {m}"),
+            transient: false,
+        }
+    };
+    let (mut found, mut more) =
+        workloads(manifest, namespace).map_err(manifest_err(info.revision))?;
+    let unsettled = unsettled(&info, release, namespace);
     let mut report = Report {
         release: release.to_string(),
         namespace: namespace.to_string(),
         revision: info.revision,
         status: info.status.clone(),
         chart_version: info.chart_version.clone(),
+        deployed_revision: None,
         workloads: Vec::new(),
         containers: Vec::new(),
         counts: Counts::default(),
@@ -755,6 +764,38 @@ pub async fn check(
             line: String::new(),
         },
     };
+    if let Some(u) = unsettled {
+        // What the last deployed revision applied is judged too.
+        match u.deployed {
+            Some((revision, Some(m))) => {
+                let (old, old_more) = workloads(m, namespace).map_err(manifest_err(revision))?;
+                more += old_more;
+                for w in old {
+                    let same = |f: &Workload| {
+                        (&f.kind, &f.namespace, &f.name) == (&w.kind, &w.namespace, &w.name)
+                    };
+                    if found.iter().any(same) {
+                        continue;
+                    }
+                    if found.len() < MAX_WORKLOADS {
+                        found.push(w);
+                    } else {
+                        more += 1;
+                    }
+                }
+                report.deployed_revision = Some(revision);
+            }
+            Some((revision, None)) => report.problems.push(Problem {
+                subject: format!("release {release} revision {revision}"),
+                message: format!(
+                    "the last deployed revision, whose objects may still run, cannot be decoded, so its workloads are unknown: look at it with `helm get manifest {release} -n {namespace} --revision {revision}`"
+                ),
+                failure: false,
+            }),
+            None => {}
+        }
+        report.problems.extend(u.problem);
+    }
     if more > 0 {
         report.problems.push(Problem {
             subject: format!("release {release}"),
@@ -786,6 +827,43 @@ pub async fn check(
     report.omitted = tally.omitted;
     report.conclude();
     Ok(report)
+}
+
+/// A newest revision that is not deployed: an upgrade that failed half-way, or one helm is
+/// running or was stopped in (`pending-*`, `uninstalling`). helm applies a new revision's
+/// objects before it deletes what the last deployed revision had and the new one dropped, and
+/// compares with that revision on the next upgrade, so what it applied may still run and is
+/// still the release's.
+struct Unsettled<'a> {
+    /// The last deployed revision (not the newest) and its manifest, if it can be decoded.
+    deployed: Option<(u32, Option<&'a str>)>,
+    /// "Could not tell" when helm is, or was, in the middle of an operation: what runs may
+    /// still change, or be left half-done.
+    problem: Option<Problem>,
+}
+
+/// The statuses a newest revision rests in: nothing of helm's is under way.
+const SETTLED: &[&str] = &["deployed", "failed", "superseded", "uninstalled"];
+
+fn unsettled<'a>(info: &'a ReleaseInfo, release: &str, namespace: &str) -> Option<Unsettled<'a>> {
+    if info.status == "deployed" {
+        return None;
+    }
+    let deployed = info
+        .last_deployed
+        .as_ref()
+        .filter(|d| d.revision != info.revision)
+        .map(|d| (d.revision, d.manifest.as_deref()));
+    let problem = (!SETTLED.contains(&info.status.as_str())).then(|| Problem {
+        subject: format!("release {release}"),
+        message: format!(
+            "its newest revision, {}, is {}: helm is in the middle of an operation on it, or was stopped in one, so what runs may still change or be left half-done; let helm finish, or roll back (helm rollback {release} -n {namespace}), then verify again",
+            info.revision,
+            koord_base::text::printable(&info.status)
+        ),
+        failure: false,
+    });
+    Some(Unsettled { deployed, problem })
 }
 
 /// Judge the pods of one workload; a problem when it is missing or its pods cannot be selected.
@@ -936,6 +1014,7 @@ mod tests {
             revision: 1,
             status: "deployed".into(),
             chart_version: None,
+            deployed_revision: None,
             workloads: (0..workloads).map(|i| format!("Deployment/w{i}")).collect(),
             containers,
             counts,

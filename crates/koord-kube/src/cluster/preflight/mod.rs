@@ -245,6 +245,10 @@ pub struct DeployedRevision {
     /// Why its record could not be decoded, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
+    /// The objects it applied (its manifest), when its record could be decoded: what still
+    /// runs of it when a newer revision failed or is pending (`verify --cluster` judges both).
+    #[serde(skip)]
+    pub manifest: Option<String>,
 }
 
 /// Everything the checks found.

@@ -104,17 +104,26 @@ pub(crate) fn latest(secrets: &[Secret], namespace: &str) -> Option<ReleaseInfo>
                     status: info.status.clone(),
                     chart_version: info.chart_version.clone(),
                     unreadable: info.unreadable.clone(),
+                    manifest: info.manifest.clone(),
                 };
             }
-            let (chart_version, unreadable) = match decode(s) {
-                Ok(release) => (chart_version(&release), None),
-                Err(e) => (None, Some(e)),
+            let (chart_version, unreadable, manifest) = match decode(s) {
+                Ok(release) => (
+                    chart_version(&release),
+                    None,
+                    release
+                        .get("manifest")
+                        .and_then(serde_json::Value::as_str)
+                        .map(str::to_string),
+                ),
+                Err(e) => (None, Some(e), None),
             };
             DeployedRevision {
                 revision: *r,
                 status: i.status.clone(),
                 chart_version,
                 unreadable,
+                manifest,
             }
         });
     Some(info)
@@ -570,6 +579,7 @@ mod tests {
                 status: status.into(),
                 chart_version: Some(version.into()),
                 unreadable: None,
+                manifest: None,
             }),
         }
     }
