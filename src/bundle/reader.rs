@@ -293,13 +293,19 @@ const MAX_WALK: usize = 1 << 20;
 /// lies beyond the file's end); `None` when the archive ends within the file, or a header is
 /// not readable (the reader that follows says why).
 fn walk_to_end(bf: &BundleFile, from: u64) -> Option<u64> {
+    use std::os::unix::fs::FileExt as _;
+    // A plain file (check_complete walks nothing else), opened once for the walk: one
+    // positioned read per header, where `read_range` opened the file for each (`verify` of a
+    // 1.8.0 bundle opened its file 68 times, 62 of them here).
+    let file = crate::bounded::open_input(&bf.path).ok()?;
+    let mut block = vec![0u8; TAR_BLOCK as usize];
     let mut pos = from;
     for _ in 0..MAX_WALK {
         if pos.saturating_add(TAR_BLOCK) > bf.size {
             // Not even the end-of-archive blocks.
             return Some(pos.saturating_add(2 * TAR_BLOCK));
         }
-        let block = bf.read_range(pos, TAR_BLOCK).ok()?;
+        file.read_exact_at(&mut block, pos).ok()?;
         if block.iter().all(|b| *b == 0) {
             let end = pos.saturating_add(2 * TAR_BLOCK);
             return (end > bf.size).then_some(end);
