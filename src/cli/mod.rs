@@ -283,7 +283,8 @@ pub struct BuildArgs {
     /// Use this chart archive (downloaded by hand) instead of the repository.
     #[arg(long, value_name = "FILE")]
     pub chart: Option<PathBuf>,
-    /// Go on when the chart archive does not match the index digest (recorded in the bundle).
+    /// Go on when the chart archive does not match the index digest, or the index gives none
+    /// (recorded in the bundle).
     #[arg(long)]
     pub allow_chart_digest_mismatch: bool,
     /// Image source, in order of preference, falling back per image: aliyun, aliyun-hangzhou,

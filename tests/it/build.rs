@@ -417,6 +417,55 @@ fn chart_digest_mismatch_stops_the_build_unless_overridden() {
     assert_eq!(i["chart"]["digestMismatchAllowed"], true);
 }
 
+/// An index entry with no digest vouches for nothing: the archive it names is refused unless
+/// the user says so (before: taken without a word, into the signed bundle).
+#[test]
+fn a_chart_the_index_gives_no_digest_for_stops_the_build_unless_overridden() {
+    let h = Home::with_key();
+    let repo = h.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::copy(
+        fixtures().join("koordinator-1.8.0.tgz"),
+        repo.join("koordinator-1.8.0.tgz"),
+    )
+    .unwrap();
+    let real = sha_of(&common_fixture("koordinator-1.8.0.tgz"));
+    let index = std::fs::read_to_string(fixtures().join("index.yaml")).unwrap();
+    let lines: Vec<&str> = index.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(&real))
+        .expect("the index names 1.8.0's digest");
+    assert!(
+        lines[at].trim_start().starts_with("digest:"),
+        "{}",
+        lines[at]
+    );
+    let mut without = lines.clone();
+    without.remove(at);
+    std::fs::write(repo.join("index.yaml"), without.join("\n") + "\n").unwrap();
+    let out = h.path().join("n.tar");
+    let build = h.build("1.8.0").repo(repo.to_str().unwrap()).out(&out);
+    let o = build.run();
+    assert_fails(
+        &o,
+        1,
+        &[
+            "gives no digest for koordinator 1.8.0",
+            &real,
+            "--allow-chart-digest-mismatch",
+        ],
+    );
+    assert!(!out.exists());
+    let o = build.arg("--allow-chart-digest-mismatch").run();
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the repository index gives no digest"));
+    let i: Value =
+        serde_json::from_slice(&h.run(&["inspect", out.to_str().unwrap(), "--json"]).stdout)
+            .unwrap();
+    assert_eq!(i["chart"]["digestMismatchAllowed"], true);
+}
+
 #[test]
 fn unknown_version_lists_the_nearest() {
     let h = Home::with_key();

@@ -43,7 +43,10 @@ pub(super) async fn read_chart(
         (None, None) => "the chart archive".into(),
     };
     if fetched.mismatch_allowed {
-        progress.warn(format!("chart archive {origin} does not match the index digest {} (actual {}): going on as --allow-chart-digest-mismatch says; recorded in the bundle", fetched.index_digest.as_deref().unwrap_or("?"), fetched.digest.hex()));
+        match fetched.index_digest.as_deref() {
+            Some(d) => progress.warn(format!("chart archive {origin} does not match the index digest {d} (actual {}): going on as --allow-chart-digest-mismatch says; recorded in the bundle", fetched.digest.hex())),
+            None => progress.warn(format!("chart archive {origin} is not checked: the repository index gives no digest for it (actual {}); going on as --allow-chart-digest-mismatch says; recorded in the bundle", fetched.digest.hex())),
+        }
     }
     progress.say(format!("chart    {origin} ({})", fetched.digest));
     let archive = ChartArchive::from_tgz(&fetched.bytes)

@@ -81,6 +81,16 @@ pub enum FetchError {
         /// The index's.
         expected: String,
     },
+    /// The index entry gives no digest: the archive cannot be checked against it.
+    #[error("the repository index gives no digest for {CHART} {version}, so the chart archive {url} (sha256 {actual}) cannot be checked against it: refusing it.\nIf you trust this archive, re-run with --allow-chart-digest-mismatch (recorded in the bundle), or pass --chart FILE")]
+    NoDigest {
+        /// The version.
+        version: String,
+        /// The archive URL.
+        url: String,
+        /// Its sha256.
+        actual: String,
+    },
 }
 
 /// A chart archive given by hand (`--chart FILE`).
@@ -104,8 +114,8 @@ pub fn read_file(path: &Path) -> Result<FetchedChart, FetchError> {
 }
 
 /// Resolve `version` (`1.8.0`, `latest`, `~1.7`) in the repository `repo` and download its
-/// archive, checked against the index's digest (a mismatch is refused unless
-/// `allow_mismatch`; then [`FetchedChart::mismatch_allowed`] says so).
+/// archive, checked against the index's digest (a mismatch, or an entry with no digest, is
+/// refused unless `allow_mismatch`; then [`FetchedChart::mismatch_allowed`] says so).
 pub async fn from_repository(
     http: &HttpFetcher,
     repo: &str,
@@ -138,20 +148,29 @@ pub async fn from_repository(
             source,
         })?;
     let digest = Digest::of(&bytes);
-    let mut mismatch_allowed = false;
-    if let Some(expected) = &entry.digest {
-        let expected = expected.trim().trim_start_matches("sha256:").to_lowercase();
-        if expected != digest.hex() {
-            if !allow_mismatch {
+    // An archive the index does not vouch for (another digest, or none) is taken only when
+    // the user says so, and the bundle records it.
+    let mismatch_allowed = match &entry.digest {
+        Some(expected) => {
+            let expected = expected.trim().trim_start_matches("sha256:").to_lowercase();
+            if expected != digest.hex() && !allow_mismatch {
                 return Err(FetchError::DigestMismatch {
                     url: archive_url,
                     actual: digest.hex().to_string(),
                     expected,
                 });
             }
-            mismatch_allowed = true;
+            expected != digest.hex()
         }
-    }
+        None if !allow_mismatch => {
+            return Err(FetchError::NoDigest {
+                version: entry.version.clone(),
+                url: archive_url,
+                actual: digest.hex().to_string(),
+            })
+        }
+        None => true,
+    };
     Ok(FetchedChart {
         bytes,
         digest,
