@@ -621,17 +621,21 @@ pub fn request_line(r: &Value) -> String {
 
 impl Cluster {
     /// Wait until no namespace is Terminating (the namespace controller emptied and removed
-    /// every deleted one) and no CRD is being deleted.
+    /// every deleted one) and no CRD is being deleted. The bound is long: the namespace
+    /// controller backs off (up to a minute a try) while CRDs deleted with the namespace leave
+    /// its discovery incomplete, and 120 s ran out once in a full run (install::helm4::
+    /// old_namespace_choice, after helm 4 uninstalled 13 CRDs and their namespace). A failure
+    /// names what was still being deleted.
     pub fn wait_namespaces_finalized(&self) {
-        wait_until(
+        wait_for(
             "deleted namespaces and CRDs to be gone",
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             || {
-                let out = self.kubectl(&[
+                let namespaces = self.kubectl(&[
                     "get",
                     "namespaces",
                     "-o",
-                    "jsonpath={.items[*].status.phase}",
+                    r#"jsonpath={range .items[?(@.status.phase=="Terminating")]}{.metadata.name} {end}"#,
                 ]);
                 // A CRD helm uninstalled stays, with its release's annotations, until its
                 // objects are gone: a pre-flight then reads it as the old release's (a flake
@@ -640,9 +644,17 @@ impl Cluster {
                     "get",
                     "crd",
                     "-o",
-                    "jsonpath={.items[*].metadata.deletionTimestamp}",
+                    "jsonpath={range .items[?(@.metadata.deletionTimestamp)]}{.metadata.name} {end}",
                 ]);
-                !out.contains("Terminating") && crds.trim().is_empty()
+                if namespaces.trim().is_empty() && crds.trim().is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "still terminating: namespaces [{}], CRDs [{}]",
+                        namespaces.trim(),
+                        crds.trim()
+                    ))
+                }
             },
         );
     }
