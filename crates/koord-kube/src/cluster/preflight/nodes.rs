@@ -123,6 +123,25 @@ fn arch_findings(nodes: &[NodeInfo], bundle_platforms: &[String], out: &mut Vec<
             None,
         ));
     }
+    // A node whose status names no operating system, or a Linux node no architecture (not
+    // registered fully, or a node object written by hand): whether the bundle has images for
+    // it cannot be told, and koordlet (a DaemonSet) goes to every node. Before, such nodes
+    // were left out of the check without a word, so a cluster of them passed it.
+    let unknown: Vec<&NodeInfo> = nodes
+        .iter()
+        .filter(|n| n.os.is_empty() || (n.os == "linux" && n.arch.is_empty()))
+        .collect();
+    if !unknown.is_empty() {
+        out.push(Finding::new(
+            Level::Fail,
+            CHECK_NODE_ARCH,
+            format!(
+                "nodes {} report no operating system or architecture (status.nodeInfo), so whether the bundle has images for them cannot be told; koordlet (a DaemonSet) runs on every node",
+                names(unknown.iter().map(|n| n.name.as_str()))
+            ),
+            Some("wait until every node has registered and reports its platform (kubectl get nodes -o wide), then load again".into()),
+        ));
+    }
     let mut by_platform: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for n in nodes
         .iter()
@@ -401,5 +420,39 @@ mod tests {
             fail.message
         );
         assert!(node_findings(&[], &[])[0].message.contains("no nodes"));
+    }
+
+    /// A node that reports no OS, or a Linux node no architecture, is "cannot be told", a
+    /// Fail: before, it was left out of the check, and a cluster of such nodes passed it.
+    #[test]
+    fn a_node_of_unknown_platform_fails_the_check() {
+        let node = |name: &str, os: &str, arch: &str| NodeInfo {
+            name: name.into(),
+            arch: arch.into(),
+            os: os.into(),
+            kernel: "5.15".into(),
+            container_runtime: "containerd://1.7.0".into(),
+            provider_id: String::new(),
+            eks_labels: false,
+        };
+        let amd = ["linux/amd64".to_string()];
+        let known = node_findings(&[node("a", "linux", "amd64")], &amd);
+        assert!(known.iter().all(|f| f.level != Level::Fail), "{known:?}");
+        for nodes in [
+            vec![node("a", "linux", "amd64"), node("b", "linux", "")],
+            vec![node("b", "", "")],
+        ] {
+            let f = node_findings(&nodes, &amd);
+            let fail = f
+                .iter()
+                .find(|f| f.level == Level::Fail && f.check == CHECK_NODE_ARCH)
+                .unwrap_or_else(|| panic!("{f:?}"));
+            assert!(
+                fail.message.contains("nodes b report no operating system"),
+                "{}",
+                fail.message
+            );
+            assert!(fail.message.contains("cannot be told"));
+        }
     }
 }
