@@ -125,12 +125,65 @@ pub async fn list<T, F>(
     client: &KubeClient,
     path: &str,
     bounds: Bounds,
-    mut each: F,
+    each: F,
 ) -> Result<(), ClusterError>
 where
     T: ListableResource + serde::de::DeserializeOwned,
     F: FnMut(Vec<T>),
 {
+    pages::<k8s_openapi::List<T>, F>(client, path, bounds, each).await
+}
+
+/// [`list`] for objects without a k8s-openapi type (custom resources), as JSON.
+pub async fn list_json<F>(
+    client: &KubeClient,
+    path: &str,
+    bounds: Bounds,
+    each: F,
+) -> Result<(), ClusterError>
+where
+    F: FnMut(Vec<serde_json::Value>),
+{
+    pages::<JsonList, F>(client, path, bounds, each).await
+}
+
+/// One page of a list answer: its objects and the token of the next page.
+trait Page: serde::de::DeserializeOwned {
+    type Item;
+    fn split(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+impl<T: ListableResource + serde::de::DeserializeOwned> Page for k8s_openapi::List<T> {
+    type Item = T;
+    fn split(self) -> (Vec<T>, Option<String>) {
+        (self.items, self.metadata.continue_)
+    }
+}
+
+/// A list answer with untyped items (custom resources).
+#[derive(serde::Deserialize)]
+struct JsonList {
+    #[serde(default)]
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
+    #[serde(default)]
+    items: Vec<serde_json::Value>,
+}
+
+impl Page for JsonList {
+    type Item = serde_json::Value;
+    fn split(self) -> (Vec<serde_json::Value>, Option<String>) {
+        (self.items, self.metadata.continue_)
+    }
+}
+
+/// The paging loop of [`list`] and [`list_json`]: `limit` and `continue` within `bounds`, each
+/// answer checked, a 404 refused ([`not_served`]).
+async fn pages<P: Page, F: FnMut(Vec<P::Item>)>(
+    client: &KubeClient,
+    path: &str,
+    bounds: Bounds,
+    mut each: F,
+) -> Result<(), ClusterError> {
     let mut pager = Pager::new(bounds);
     let mut token: Option<String> = None;
     let sep = if path.contains('?') { '&' } else { '?' };
@@ -153,14 +206,12 @@ where
             return Err(not_served(client, path));
         }
         client.check(&page_path, &answer)?;
-        let page: k8s_openapi::List<T> = client.decode(&page_path, &answer)?;
+        let page: P = client.decode(&page_path, &answer)?;
         let size = answer.body.len();
         drop(answer);
-        each(page.items);
-        match pager
-            .next(page.metadata.continue_.as_deref(), size)
-            .map_err(stop)?
-        {
+        let (items, next) = page.split();
+        each(items);
+        match pager.next(next.as_deref(), size).map_err(stop)? {
             Some(t) => token = Some(t),
             None => return Ok(()),
         }
@@ -174,61 +225,6 @@ fn not_served(client: &KubeClient, path: &str) -> ClusterError {
         url: client.url(path),
         message: "HTTP 404: the API server does not serve this collection, so koord-bundle cannot tell what is in it (a server that serves it answers 200, an empty list included); check that the kubeconfig's server is the API server itself, not a proxy that answers for it".into(),
         transient: false,
-    }
-}
-
-/// A list answer with untyped items (custom resources).
-#[derive(serde::Deserialize)]
-struct JsonList {
-    #[serde(default)]
-    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
-    #[serde(default)]
-    items: Vec<serde_json::Value>,
-}
-
-/// [`list`] for objects without a k8s-openapi type (custom resources), as JSON.
-pub async fn list_json<F>(
-    client: &KubeClient,
-    path: &str,
-    bounds: Bounds,
-    mut each: F,
-) -> Result<(), ClusterError>
-where
-    F: FnMut(Vec<serde_json::Value>),
-{
-    let mut pager = Pager::new(bounds);
-    let mut token: Option<String> = None;
-    let sep = if path.contains('?') { '&' } else { '?' };
-    loop {
-        let mut page_path = format!("{path}{sep}limit={}", bounds.page_limit);
-        if let Some(t) = &token {
-            page_path.push_str("&continue=");
-            page_path.push_str(&koord_base::text::percent_encode(t));
-        }
-        let stop = |message: String| ClusterError::Api {
-            url: client.url(path),
-            message: format!("listing stopped: {message}"),
-            transient: false,
-        };
-        let left = pager.time_left();
-        let answer = tokio::time::timeout(left, client.fetch(&page_path, bounds.max_page_bytes))
-            .await
-            .map_err(|_| stop(format!("not complete after {} s", bounds.time.as_secs())))??;
-        if answer.status == http::StatusCode::NOT_FOUND {
-            return Err(not_served(client, path));
-        }
-        client.check(&page_path, &answer)?;
-        let page: JsonList = client.decode(&page_path, &answer)?;
-        let size = answer.body.len();
-        drop(answer);
-        each(page.items);
-        match pager
-            .next(page.metadata.continue_.as_deref(), size)
-            .map_err(stop)?
-        {
-            Some(t) => token = Some(t),
-            None => return Ok(()),
-        }
     }
 }
 
