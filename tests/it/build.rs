@@ -377,50 +377,15 @@ fn source_fallback_per_image() {
     );
 }
 
-#[test]
-fn chart_digest_mismatch_stops_the_build_unless_overridden() {
-    let h = Home::with_key();
-    // A repository (local directory) whose index digest for 1.8.0 does not match the archive.
-    let repo = h.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    std::fs::copy(
-        fixtures().join("koordinator-1.8.0.tgz"),
-        repo.join("koordinator-1.8.0.tgz"),
-    )
-    .unwrap();
-    let real = sha_of(&common_fixture("koordinator-1.8.0.tgz"));
-    let fake = "0".repeat(64);
-    let index = std::fs::read_to_string(fixtures().join("index.yaml"))
-        .unwrap()
-        .replace(&real, &fake);
-    std::fs::write(repo.join("index.yaml"), index).unwrap();
-    let out = h.path().join("m.tar");
-    let build = h.build("1.8.0").repo(repo.to_str().unwrap()).out(&out);
-    let o = build.run();
-    assert_fails(
-        &o,
-        1,
-        &[
-            "koordinator-1.8.0.tgz",
-            &real,
-            &fake,
-            "--allow-chart-digest-mismatch",
-        ],
-    );
-    assert!(!out.exists());
-    let o = build.arg("--allow-chart-digest-mismatch").run();
-    assert_ok(&o);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("does not match"));
-    let i: Value =
-        serde_json::from_slice(&h.run(&["inspect", out.to_str().unwrap(), "--json"]).stdout)
-            .unwrap();
-    assert_eq!(i["chart"]["digestMismatchAllowed"], true);
-}
-
-/// An index entry with no digest vouches for nothing: the archive it names is refused unless
-/// the user says so (before: taken without a word, into the signed bundle).
-#[test]
-fn a_chart_the_index_gives_no_digest_for_stops_the_build_unless_overridden() {
+/// A build of 1.8.0 from a repository (a local directory) holding the fixture archive and the
+/// fixture index as `edit` changes it (given the index and the archive's real sha256): it
+/// stops naming each of `refusal` and writes nothing; with --allow-chart-digest-mismatch it
+/// goes on, warns with `warning`, and the bundle records it (`digestMismatchAllowed`).
+fn refused_unless_overridden(
+    edit: impl FnOnce(&str, &str) -> String,
+    refusal: &[&str],
+    warning: &str,
+) {
     let h = Home::with_key();
     let repo = h.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -431,39 +396,61 @@ fn a_chart_the_index_gives_no_digest_for_stops_the_build_unless_overridden() {
     .unwrap();
     let real = sha_of(&common_fixture("koordinator-1.8.0.tgz"));
     let index = std::fs::read_to_string(fixtures().join("index.yaml")).unwrap();
-    let lines: Vec<&str> = index.lines().collect();
-    let at = lines
-        .iter()
-        .position(|l| l.contains(&real))
-        .expect("the index names 1.8.0's digest");
-    assert!(
-        lines[at].trim_start().starts_with("digest:"),
-        "{}",
-        lines[at]
-    );
-    let mut without = lines.clone();
-    without.remove(at);
-    std::fs::write(repo.join("index.yaml"), without.join("\n") + "\n").unwrap();
-    let out = h.path().join("n.tar");
+    std::fs::write(repo.join("index.yaml"), edit(&index, &real)).unwrap();
+    let out = h.path().join("m.tar");
     let build = h.build("1.8.0").repo(repo.to_str().unwrap()).out(&out);
     let o = build.run();
-    assert_fails(
-        &o,
-        1,
-        &[
-            "gives no digest for koordinator 1.8.0",
-            &real,
-            "--allow-chart-digest-mismatch",
-        ],
-    );
+    let mut needles = vec![
+        "koordinator-1.8.0.tgz",
+        real.as_str(),
+        "--allow-chart-digest-mismatch",
+    ];
+    needles.extend_from_slice(refusal);
+    assert_fails(&o, 1, &needles);
     assert!(!out.exists());
     let o = build.arg("--allow-chart-digest-mismatch").run();
     assert_ok(&o);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("the repository index gives no digest"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(warning));
     let i: Value =
         serde_json::from_slice(&h.run(&["inspect", out.to_str().unwrap(), "--json"]).stdout)
             .unwrap();
     assert_eq!(i["chart"]["digestMismatchAllowed"], true);
+}
+
+#[test]
+fn chart_digest_mismatch_stops_the_build_unless_overridden() {
+    // The index's digest for 1.8.0 does not match the archive.
+    let fake = "0".repeat(64);
+    refused_unless_overridden(
+        |index, real| index.replace(real, &fake),
+        &[&fake],
+        "does not match",
+    );
+}
+
+/// An index entry with no digest vouches for nothing: the archive it names is refused unless
+/// the user says so (before: taken without a word, into the signed bundle).
+#[test]
+fn a_chart_the_index_gives_no_digest_for_stops_the_build_unless_overridden() {
+    refused_unless_overridden(
+        |index, real| {
+            let lines: Vec<&str> = index.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| l.contains(real))
+                .expect("the index names 1.8.0's digest");
+            assert!(
+                lines[at].trim_start().starts_with("digest:"),
+                "{}",
+                lines[at]
+            );
+            let mut without = lines.clone();
+            without.remove(at);
+            without.join("\n") + "\n"
+        },
+        &["gives no digest for koordinator 1.8.0"],
+        "the repository index gives no digest",
+    );
 }
 
 #[test]
