@@ -14,7 +14,10 @@
 //!
 //! The layers, lowest first (a module uses only lower ones; `tests/it/layers.rs` holds the rule):
 //!
-//! 0. [`exit`]: the exit codes, and the class each error type says it is of;
+//! 0. [`exit`]: the exit codes, and the class each error type says it is of beside its
+//!    definition ([`exit::Classify`]); each crate lists its error types once in its `class_of`
+//!    (koord-base's `class`, layer 4; the other crates' at their roots, taken as layer 7; the
+//!    root's in `cmd`), and [`cmd::exit_code`] walks an error chain with them;
 //! 1. [`oci`] (digests, descriptors, manifests, references: pure types), [`text`] and [`yaml`]
 //!    (every YAML input goes through its bounds), [`bounded`] (every file read from outside
 //!    stops at its cap), [`secret`] (credentials that never print), [`child`] (the one way

@@ -47,12 +47,11 @@ fn run(cli: Cli) -> i32 {
     };
     if let Some(signals) = listened {
         runtime.spawn(async move {
-            let (signal, code) = signals.await;
+            let signal = signals.await;
             koord_bundle::child::kill_all();
             let e = anyhow::Error::from(cmd::Interrupted {
                 signal,
                 kept: "stopped where it was: run the command again".into(),
-                code,
             });
             std::process::exit(cmd::fail(&e));
         });

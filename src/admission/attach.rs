@@ -165,6 +165,19 @@ pub enum AttachError {
     },
 }
 
+impl crate::exit::Classify for AttachError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            // The registry's or the store's error decides.
+            AttachError::Registry { .. } | AttachError::Store { .. } => None,
+            // A registry whose referrers cannot be told, a tag that is not a signature.
+            AttachError::Referrers { .. } | AttachError::NotCosign { .. } => {
+                Some(crate::exit::ExitClass::Input)
+            }
+        }
+    }
+}
+
 /// A blob's bytes held in memory, opened for an upload (again on a retry).
 struct Held(bytes::Bytes);
 

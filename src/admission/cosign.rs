@@ -107,6 +107,20 @@ pub enum CosignError {
     },
 }
 
+impl crate::exit::Classify for CosignError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            // Reading or writing a key file: the kind of I/O error decides.
+            CosignError::Io { .. } => None,
+            // The system gave no randomness: the machine's.
+            CosignError::Random(_) => Some(C::Machine),
+            // A key that is not one, a wrong password, a key that exists.
+            _ => Some(C::Input),
+        }
+    }
+}
+
 /// The encrypted key's JSON (go-securesystemslib `encrypted.data`).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Encrypted {

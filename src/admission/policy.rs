@@ -160,6 +160,20 @@ pub enum PolicyError {
     },
 }
 
+impl crate::exit::Classify for PolicyError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            // The prefix's own error, writing the file: the cause decides.
+            PolicyError::Prefix(_) | PolicyError::Write { .. } => None,
+            // koord-bundle's own policy that does not serialise: a bug.
+            PolicyError::Yaml { .. } => Some(C::Machine),
+            // A key, a prefix, a name or a directory that is not right.
+            _ => Some(C::Input),
+        }
+    }
+}
+
 /// Render the two policies that admit the images under `image_prefix` (`HOST[:PORT][/PREFIX]`,
 /// as `load --registry` takes it) only when signed by `public_key_pem`, named `name` in the
 /// cluster and in their file names (`NAME-kyverno.yaml`, `NAME-policy-controller.yaml`), in

@@ -114,6 +114,17 @@ pub enum UpstreamError {
     },
 }
 
+impl crate::exit::Classify for UpstreamError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            // Reading from the source: the store's error decides.
+            UpstreamError::Read { .. } => None,
+            // Signatures upstream that are incomplete, not cosign's, not verifying or absent.
+            _ => Some(crate::exit::ExitClass::Input),
+        }
+    }
+}
+
 /// A cosign public key to check upstream signatures with.
 #[derive(Debug, Clone)]
 pub struct UpstreamKey {

@@ -28,6 +28,13 @@ pub struct ChecksumsError {
     pub reason: String,
 }
 
+impl crate::exit::Classify for ChecksumsError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // A SHA256SUMS that does not parse: the bundle's.
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 impl Checksums {
     /// Render as `sha256sum` would write it.
     pub fn render(&self) -> String {

@@ -44,6 +44,14 @@ pub enum EmitError {
     },
 }
 
+impl crate::exit::Classify for EmitError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // Each wraps the error that happened (the pack, the walk, the split, the cache, the
+        // tool's store): it decides.
+        None
+    }
+}
+
 /// Where and how the bundle is written.
 pub struct Output<'a> {
     /// The bundle's path (with `split`: the name its parts are named after).

@@ -56,6 +56,23 @@ pub enum PackError {
     Sign(#[from] super::sign::SignError),
 }
 
+impl crate::exit::Classify for PackError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            // A `.partial` hard-linked to another file is the user's to remove.
+            PackError::Write { source, .. } if crate::store::file::HardLinked::is(source) => {
+                Some(C::Input)
+            }
+            // The output and the cache are ours: a failure there is the machine's.
+            PackError::Write { .. } | PackError::CorruptCache { .. } => Some(C::Machine),
+            // Sizes no file or disk holds: what the registries declared.
+            PackError::Plan { .. } => Some(C::Input),
+            PackError::Sign(s) => crate::exit::Classify::exit_class(s),
+        }
+    }
+}
+
 /// Sizes of what was written.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PackStats {

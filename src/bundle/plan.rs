@@ -170,6 +170,18 @@ pub enum BaseError {
     },
 }
 
+impl crate::exit::Classify for BaseError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            // Reading --since: the kind of I/O error decides.
+            BaseError::Read { .. } => None,
+            BaseError::NotAManifest { .. } | BaseError::NoBlobList { .. } => {
+                Some(crate::exit::ExitClass::Input)
+            }
+        }
+    }
+}
+
 /// Largest bundle manifest read as `--since` when it is a file of its own.
 pub const MAX_BASE_MANIFEST: usize = 64 << 20;
 
@@ -310,6 +322,20 @@ pub enum PlanError {
         /// The error.
         source: serde_json::Error,
     },
+}
+
+impl crate::exit::Classify for PlanError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            // The walk, a CRD, the bill of materials: the error that happened decides.
+            PlanError::Walk(_) | PlanError::Crd(_) | PlanError::Sbom(_) => None,
+            // Sizes no file holds: what the registries declared.
+            PlanError::TooLarge { .. } => Some(C::Input),
+            // koord-bundle's own structures that do not serialise: a bug.
+            PlanError::Json { .. } => Some(C::Machine),
+        }
+    }
 }
 
 /// A bundle to build.

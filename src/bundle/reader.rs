@@ -125,6 +125,19 @@ pub enum VerifyError {
     },
 }
 
+impl crate::exit::Classify for VerifyError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            // The part's own error (the next in the chain) decides; reading the bundle given:
+            // the kind of I/O error (missing, a directory: the input; the disk: the machine).
+            VerifyError::Parts { .. } | VerifyError::Io { .. } => None,
+            VerifyError::Checksums(c) => crate::exit::Classify::exit_class(c),
+            // Not a bundle, unsigned, a signature or digest that does not verify, truncated.
+            _ => Some(crate::exit::ExitClass::Input),
+        }
+    }
+}
+
 /// Open a bundle (a file, or the first part of a split bundle), transparently un-gzipping.
 pub fn open(path: &Path) -> Result<Box<dyn Read>, VerifyError> {
     Ok(open_file(&BundleFile::open(path).map_err(|e| parts_err(path, e))?)?.0)

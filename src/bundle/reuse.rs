@@ -51,6 +51,16 @@ pub enum ReuseError {
     },
 }
 
+impl crate::exit::Classify for ReuseError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            // Reading the bundle index: the kind of I/O error decides.
+            ReuseError::Io { .. } => None,
+            ReuseError::NotPlain { .. } => Some(crate::exit::ExitClass::Input),
+        }
+    }
+}
+
 /// What says a file is still the one indexed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -59,6 +59,21 @@ pub enum SbomError {
     Json(#[from] serde_json::Error),
 }
 
+impl crate::exit::Classify for SbomError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            SbomError::Crd(c) => crate::exit::Classify::exit_class(c),
+            // An image or a bundle manifest the bill of materials cannot be made of.
+            SbomError::Purl { .. } | SbomError::MissingCrd(_) | SbomError::Manifest(_) => {
+                Some(C::Input)
+            }
+            // The bill of materials, koord-bundle's own value, that does not serialise: a bug.
+            SbomError::Json(_) => Some(C::Machine),
+        }
+    }
+}
+
 /// Whether the BOM was written by `build` or derived afterwards from an older bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {

@@ -54,6 +54,20 @@ pub enum SourceError {
     },
 }
 
+impl crate::exit::Classify for SourceError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            SourceError::Verify(v) => crate::exit::Classify::exit_class(v),
+            // Reading the bundle: the kind of I/O error decides.
+            SourceError::Io { .. } => None,
+            // A bundle changed after it was verified, or holding what it should not.
+            SourceError::Changed { .. } | SourceError::Content { .. } => {
+                Some(crate::exit::ExitClass::Input)
+            }
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SourceError + '_ {
     move |source| SourceError::Io {
         path: path.to_path_buf(),

@@ -4,6 +4,7 @@ pub mod build;
 mod carried;
 pub mod diff;
 pub mod discover;
+mod exit_code;
 pub mod inspect;
 pub mod keygen;
 mod listed;
@@ -146,31 +147,36 @@ pub async fn test_panic() {
 pub use crate::exit::{
     EXIT_COULD_NOT_TELL, EXIT_INTERNAL, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, EXIT_USER,
 };
+pub use exit_code::{class_of, exit_code};
 
-/// A command stopped by SIGINT or SIGTERM: what it kept, and the exit code
+/// A command stopped by SIGINT or SIGTERM: what it kept, and so the exit code
 /// ([`EXIT_SIGINT`], [`EXIT_SIGTERM`]).
 #[derive(Debug, thiserror::Error)]
-#[error("interrupted ({signal}): {kept}")]
+#[error("interrupted ({}): {kept}", signal.name())]
 pub struct Interrupted {
-    /// `SIGINT` or `SIGTERM`.
-    pub signal: &'static str,
+    /// The signal.
+    pub signal: crate::exit::Signal,
     /// What was kept, and what to do.
     pub kept: String,
-    /// The exit code.
-    pub code: i32,
+}
+
+impl crate::exit::Classify for Interrupted {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        Some(crate::exit::ExitClass::Interrupted(self.signal))
+    }
 }
 
 /// SIGINT and SIGTERM, listened to from now on (the default action, ending the process at
-/// once, no longer applies): resolves to the first that arrives, as (name, exit code).
+/// once, no longer applies): resolves to the first that arrives.
 pub fn interrupt_signals(
-) -> anyhow::Result<impl std::future::Future<Output = (&'static str, i32)> + Send + 'static> {
+) -> anyhow::Result<impl std::future::Future<Output = crate::exit::Signal> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt()).context("cannot listen to SIGINT")?;
     let mut term = signal(SignalKind::terminate()).context("cannot listen to SIGTERM")?;
     Ok(async move {
         tokio::select! {
-            _ = int.recv() => ("SIGINT", EXIT_SIGINT),
-            _ = term.recv() => ("SIGTERM", EXIT_SIGTERM),
+            _ = int.recv() => crate::exit::Signal::Int,
+            _ = term.recv() => crate::exit::Signal::Term,
         }
     })
 }
@@ -676,228 +682,9 @@ pub fn usage_error_json(e: &clap::Error) {
     );
 }
 
-/// The exit code of an error chain: the contract of [`EXIT_USER`], [`EXIT_INTERNAL`], [`EXIT_COULD_NOT_TELL`] (usage
-/// errors, [`EXIT_USAGE`], are clap's). This is the one place where error types meet exit
-/// codes: the chain is walked from the outermost error in, and the first error that is
-/// decisive decides ([`classify`]); a chain with none is the input's fault (`bail!` in the
-/// commands checks the input). A full disk anywhere in the chain is always
-/// [`EXIT_INTERNAL`], whoever wrapped it.
-pub fn exit_code(e: &anyhow::Error) -> i32 {
-    if e.chain()
-        .any(|c| c.downcast_ref().is_some_and(crate::exit::is_disk_full))
-    {
-        return EXIT_INTERNAL;
-    }
-    e.chain().find_map(classify).unwrap_or(EXIT_USER)
-}
-
-/// One error of a chain: `Some(code)` if it decides, `None` to let its cause decide (a
-/// wrapper such as "cannot read FILE" around an `io::Error`). Errors whose message forwards to
-/// an inner error (`#[error(transparent)]`) hide that error from the chain, so they are
-/// looked into here.
-fn classify(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
-    use crate::exit::{Classify as _, ExitClass};
-    if let Some(e) = c.downcast_ref::<Interrupted>() {
-        return Some(e.code);
-    }
-    if let Some(e) = c.downcast_ref::<crate::cluster::running::NotVerified>() {
-        return Some(if e.could_not_tell {
-            EXIT_COULD_NOT_TELL
-        } else {
-            EXIT_USER
-        });
-    }
-    use crate::bundle::pack::PackError;
-    use crate::bundle::reader::VerifyError;
-    use crate::bundle::source::SourceError as BundleSourceError;
-    use crate::cluster::ClusterError;
-    use crate::copy::WalkError;
-    use crate::helm::HelmError;
-    use crate::store::http::HttpError;
-    use crate::store::{CacheError, RegistryError, StoreError};
-    use koord_splitset::PartsError;
-    if let Some(e) = c.downcast_ref::<RegistryError>() {
-        return Some(registry_code(e));
-    }
-    if let Some(e) = c.downcast_ref::<crate::store::registry::ProbeError>() {
-        use crate::store::registry::ProbeError as P;
-        // A name the name service does not know: a typo, most often (see the README).
-        return Some(match e {
-            P::DoesNotResolve { .. } => EXIT_USER,
-            P::Registry(r) => registry_code(r),
-        });
-    }
-    if let Some(e) = c.downcast_ref::<crate::store::registry::HarborError>() {
-        use crate::store::registry::HarborError as H;
-        return Some(match e {
-            H::Registry(r) => registry_code(r),
-            _ => EXIT_USER,
-        });
-    }
-    if let Some(e) = c.downcast_ref::<StoreError>() {
-        return store_code(e);
-    }
-    if let Some(e) = c.downcast_ref::<WalkError>() {
-        return match e {
-            WalkError::NotFound(s) | WalkError::Store(s) => store_code(s),
-            // A graph that cannot be walked, a platform filter that leaves nothing, blobs an
-            // incremental bundle needs: the input.
-            _ => Some(EXIT_USER),
-        };
-    }
-    if let Some(e) = c.downcast_ref::<CacheError>() {
-        return Some(cache_code(e));
-    }
-    if let Some(e) = c.downcast_ref::<crate::sources::NoSourceError>() {
-        // One source unreachable is enough: the image may be there on the next try.
-        return Some(if e.unreachable {
-            EXIT_INTERNAL
-        } else {
-            EXIT_USER
-        });
-    }
-    if let Some(e) = c.downcast_ref::<HttpError>() {
-        return match e {
-            HttpError::Get { .. } if e.is_transient() => Some(EXIT_INTERNAL),
-            _ => Some(EXIT_USER),
-        };
-    }
-    if let Some(e) = c.downcast_ref::<VerifyError>() {
-        return verify_code(e);
-    }
-    // The types of koord-splitset say their own class.
-    if let Some(e) = c.downcast_ref::<PartsError>() {
-        return e.exit_class().map(ExitClass::code);
-    }
-    if let Some(e) = c.downcast_ref::<koord_splitset::SetError>() {
-        return e.exit_class().map(ExitClass::code);
-    }
-    if let Some(e) = c.downcast_ref::<koord_splitset::ParityError>() {
-        return e.exit_class().map(ExitClass::code);
-    }
-    if let Some(e) = c.downcast_ref::<BundleSourceError>() {
-        return match e {
-            BundleSourceError::Verify(v) => verify_code(v),
-            BundleSourceError::Io { .. } => None,
-            BundleSourceError::Changed { .. } | BundleSourceError::Content { .. } => {
-                Some(EXIT_USER)
-            }
-        };
-    }
-    if let Some(e) = c.downcast_ref::<PackError>() {
-        return match e {
-            // The output and the cache are ours: a failure there is the machine's.
-            // A `.partial` hard-linked to another file is the user's to remove.
-            PackError::Write { source, .. } if crate::store::file::HardLinked::is(source) => {
-                Some(EXIT_USER)
-            }
-            PackError::Write { .. } | PackError::CorruptCache { .. } => Some(EXIT_INTERNAL),
-            // Sizes no file or disk holds: what the registries declared.
-            PackError::Plan { .. } => Some(EXIT_USER),
-            PackError::Sign(s) => s.exit_class().map(ExitClass::code),
-        };
-    }
-    if let Some(e) = c.downcast_ref::<ClusterError>() {
-        return Some(match e {
-            ClusterError::Unreachable { .. }
-            | ClusterError::Api {
-                transient: true, ..
-            } => EXIT_INTERNAL,
-            ClusterError::ReadKubeconfig { .. } | ClusterError::CredentialFile { .. } => {
-                return None
-            }
-            _ => EXIT_USER,
-        });
-    }
-    if let Some(e) = c.downcast_ref::<HelmError>() {
-        return match e {
-            HelmError::Spawn { .. } => None,
-            HelmError::Io { .. }
-            | HelmError::Values { .. }
-            | HelmError::PulledArchiveMissing { .. } => Some(EXIT_INTERNAL),
-            HelmError::LoginFailed { .. } | HelmError::Failed { .. } if e.is_transient() => {
-                Some(EXIT_INTERNAL)
-            }
-            // A slow registry or cluster; a chart that renders without end is the input's.
-            HelmError::Stopped { transient, .. } => {
-                Some(if *transient { EXIT_INTERNAL } else { EXIT_USER })
-            }
-            _ => Some(EXIT_USER),
-        };
-    }
-    if let Some(e) = c.downcast_ref::<crate::serve::ServeError>() {
-        return match e {
-            crate::serve::ServeError::Io { .. } | crate::serve::ServeError::Bind { .. } => None,
-            _ => Some(EXIT_USER),
-        };
-    }
-    // The types of koord-base (io::Error, signatures, OCI types) say their own class.
-    if let Some(decision) = koord_base::class::base_class(c) {
-        return decision.map(ExitClass::code);
-    }
-    if c.downcast_ref::<tokio::task::JoinError>().is_some() {
-        // A task that panicked or was cancelled: a bug.
-        return Some(EXIT_INTERNAL);
-    }
-    // Everything else that is typed is about the input: chart and index errors, manifests,
-    // references, digests, targets, sources, auth files, checksums.
-    None
-}
-
-fn registry_code(e: &crate::store::RegistryError) -> i32 {
-    use crate::store::RegistryError as R;
-    match e {
-        // Unreachable, reset, 5xx, 429 after the retries.
-        R::Transport { .. } => EXIT_INTERNAL,
-        // Not there, no login, refused, denied, TLS, plain HTTP, an answer that is wrong.
-        _ => EXIT_USER,
-    }
-}
-
-fn store_code(e: &crate::store::StoreError) -> Option<i32> {
-    use crate::store::StoreError as S;
-    match e {
-        S::Failed(f) => {
-            if let Some(r) = f.downcast_ref::<crate::store::RegistryError>() {
-                Some(registry_code(r))
-            } else {
-                f.downcast_ref::<crate::store::CacheError>().map(cache_code)
-            }
-        }
-        // A bundle or file store: its cause decides.
-        S::Other { .. } => None,
-        S::NotFound { .. } | S::DigestMismatch { .. } | S::SizeMismatch { .. } => Some(EXIT_USER),
-    }
-}
-
-fn cache_code(e: &crate::store::CacheError) -> i32 {
-    use crate::store::CacheError as C;
-    match e {
-        // The cache is koord-bundle's own: an I/O failure there is the machine's.
-        C::Io { .. } => EXIT_INTERNAL,
-        // Content that does not match its digest was refused: what the source served.
-        C::DigestMismatch { .. } | C::SizeMismatch { .. } => EXIT_USER,
-    }
-}
-
-fn verify_code(e: &crate::bundle::reader::VerifyError) -> Option<i32> {
-    use crate::bundle::reader::VerifyError as V;
-    match e {
-        V::Parts { source, .. } => {
-            use crate::exit::Classify as _;
-            source.exit_class().map(crate::exit::ExitClass::code)
-        }
-        // Reading the bundle given: the kind of error decides (missing, a directory: the input;
-        // an I/O error of the disk: the machine).
-        V::Io { .. } => None,
-        _ => Some(EXIT_USER),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{RegistryError, StoreError};
 
     /// What helm takes as unset is no conflict; every other driver, and any of helm's own
     /// cluster or user settings, is one; a token's value is never repeated.
@@ -934,85 +721,6 @@ mod tests {
             ]
         );
         assert_eq!(with(&[("HELM_DRIVER", "memory")]), ["HELM_DRIVER=memory"]);
-    }
-
-    fn transport() -> RegistryError {
-        RegistryError::Transport {
-            registry: "r.example".into(),
-            what: "x:1".into(),
-            message: "connection reset".into(),
-            throttled: false,
-            retry_after: None,
-            retryable: true,
-            attempts: 6,
-        }
-    }
-
-    /// helm stopped at a bound: 3 when it waited on a registry or cluster, 1 when it rendered
-    /// a chart without end; helm crashing on a chart is the chart's (1).
-    #[test]
-    fn helm_stopped_or_crashed() {
-        use crate::helm::HelmError;
-        let stopped = |transient| {
-            anyhow::Error::from(HelmError::Stopped {
-                command: "helm x".into(),
-                source: crate::child::ChildError::TimedOut {
-                    program: "helm".into(),
-                    after: std::time::Duration::from_secs(1),
-                },
-                transient,
-                hint: None,
-            })
-            .context("could not render")
-        };
-        assert_eq!(exit_code(&stopped(true)), EXIT_INTERNAL);
-        assert_eq!(exit_code(&stopped(false)), EXIT_USER);
-        let crashed = anyhow::Error::from(HelmError::Crashed {
-            command: "helm template".into(),
-            status: "exit status: 2".into(),
-            fatal: "fatal error: out of memory".into(),
-            what: "run out of memory",
-        });
-        assert_eq!(exit_code(&crashed), EXIT_USER);
-    }
-
-    #[test]
-    fn transparent_wrappers_are_looked_into() {
-        // WalkError::Store and StoreError::Failed forward their source: the RegistryError
-        // is not in the chain of its own, only inside them.
-        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::from(transport())))
-            .context("push failed");
-        assert_eq!(exit_code(&e), EXIT_INTERNAL);
-        let e = anyhow::Error::from(crate::copy::WalkError::Store(StoreError::from(
-            RegistryError::NotFound {
-                what: "x:1".into(),
-                registry: "r.example".into(),
-            },
-        )));
-        assert_eq!(exit_code(&e), EXIT_USER);
-    }
-
-    #[test]
-    fn io_errors_decide_by_kind_and_a_full_disk_always_wins() {
-        let io = |k| anyhow::Error::from(std::io::Error::from(k)).context("reading x");
-        assert_eq!(exit_code(&io(std::io::ErrorKind::NotFound)), EXIT_USER);
-        assert_eq!(exit_code(&io(std::io::ErrorKind::IsADirectory)), EXIT_USER);
-        assert_eq!(exit_code(&io(std::io::ErrorKind::Other)), EXIT_INTERNAL);
-        // A decisive "input" error outside a full disk does not hide it.
-        let e = anyhow::Error::from(koord_splitset::PartsError::Io {
-            path: "p".into(),
-            source: std::io::ErrorKind::StorageFull.into(),
-        });
-        assert_eq!(exit_code(&e), EXIT_INTERNAL);
-        assert_eq!(exit_code(&anyhow::anyhow!("bad --platform")), EXIT_USER);
-        for (signal, code) in [("SIGINT", EXIT_SIGINT), ("SIGTERM", EXIT_SIGTERM)] {
-            let e = anyhow::Error::from(Interrupted {
-                signal,
-                kept: "nothing was written yet".into(),
-                code,
-            });
-            assert_eq!(exit_code(&e), code);
-        }
     }
 
     #[test]

@@ -108,6 +108,13 @@ pub struct ChecksFailed {
     pub findings: Vec<serde_json::Value>,
 }
 
+impl crate::exit::Classify for ChecksFailed {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // Checks that found problems: the cluster or the bundle is not as the install needs.
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 impl ChecksFailed {
     /// The error `message` for `findings`.
     pub fn new<T: serde::Serialize>(message: impl Into<String>, findings: &[T]) -> ChecksFailed {

@@ -112,6 +112,18 @@ pub enum ServeError {
     },
 }
 
+impl crate::exit::Classify for ServeError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            // Reading a file, binding the address: the kind of I/O error decides (a port in
+            // use is the input).
+            ServeError::Io { .. } | ServeError::Bind { .. } => None,
+            // An htpasswd file or TLS material that is not right.
+            ServeError::Htpasswd { .. } | ServeError::Tls(_) => Some(crate::exit::ExitClass::Input),
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Events (the command layer prints them).
 

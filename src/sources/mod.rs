@@ -60,6 +60,18 @@ pub enum SourceError {
     Address(#[from] TargetError),
 }
 
+impl crate::exit::Classify for SourceError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            SourceError::Unknown(..) | SourceError::Userinfo(_) => {
+                Some(crate::exit::ExitClass::Input)
+            }
+            SourceError::Ref(r) => crate::exit::Classify::exit_class(r),
+            SourceError::Address(a) => crate::exit::Classify::exit_class(a),
+        }
+    }
+}
+
 /// No source served an image; each one tried is named with why.
 #[derive(Debug, thiserror::Error)]
 #[error("no source has {image}:\n  {}", tried.join("\n  "))]
@@ -71,6 +83,17 @@ pub struct NoSourceError {
     /// At least one source could not be reached (after its retries): another try later may
     /// find the image there.
     pub unreachable: bool,
+}
+
+impl crate::exit::Classify for NoSourceError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // One source unreachable is enough: the image may be there on the next try.
+        Some(if self.unreachable {
+            crate::exit::ExitClass::Machine
+        } else {
+            crate::exit::ExitClass::Input
+        })
+    }
 }
 
 impl SourceMap {

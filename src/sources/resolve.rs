@@ -97,6 +97,22 @@ pub enum ResolveError {
     },
 }
 
+impl crate::exit::Classify for ResolveError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        match self {
+            ResolveError::NoTag { .. } => Some(crate::exit::ExitClass::Input),
+            // Each wraps the error that happened (a reference, a source, the walk): it
+            // decides.
+            ResolveError::Ref(_)
+            | ResolveError::Digest(_)
+            | ResolveError::Source(_)
+            | ResolveError::NoSource(_)
+            | ResolveError::Walk(_)
+            | ResolveError::Image { .. } => None,
+        }
+    }
+}
+
 /// The candidate references of an image, in order of preference: (label, reference).
 pub fn candidates(
     map: &SourceMap,

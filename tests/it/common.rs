@@ -1249,3 +1249,53 @@ pub fn split_set(
         .collect();
     (dir, parts)
 }
+
+/// The sources of the root crate (src/) and of every crate of the workspace (crates/NAME/src):
+/// a module moved into a crate stays under the same rules.
+pub fn all_sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    if let Ok(crates) = std::fs::read_dir(root.join("crates")) {
+        for c in crates {
+            let src = c.unwrap().path().join("src");
+            if src.is_dir() {
+                sources(&src, &mut files);
+            }
+        }
+    }
+    files
+}
+
+/// Every `.rs` file under `dir`, as (its path from the repository's root, its text).
+pub fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            let rel = p
+                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            out.push((rel, std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+}
+
+/// The module a source file is (`src/bundle/reader.rs` → `["bundle", "reader"]`,
+/// `src/bundle/set/mod.rs` → `["bundle", "set"]`; `crates/NAME/src/oci/mod.rs` → `["oci"]`),
+/// `None` for `lib.rs` and `main.rs`.
+pub fn module_path(path: &str) -> Option<Vec<String>> {
+    let inside = match path.strip_prefix("crates/") {
+        Some(rest) => rest.split_once("/src/").map_or(rest, |(_, p)| p),
+        None => path.trim_start_matches("src/"),
+    };
+    let rel = inside.trim_end_matches(".rs");
+    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    (parts != ["lib"] && parts != ["main"]).then_some(parts)
+}

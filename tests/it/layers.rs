@@ -5,14 +5,15 @@
 //! 0  exit               the exit codes and the class trait every error type implements beside its definition
 //! 1  oci, text, yaml, child, bounded, secret, parity    pure types, text helpers, the one bounded YAML entry, the one child-process runner, bounded reads, secrets; the erasure code
 //! 2  sign, fsio         signatures (minisign), file primitives: over bounded reads
-//! 3  store, crd, class, atomic  sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml; the class of koord-base's error types in a chain; files written atomically
-//! 4  copy, set          the one graph walk over stores; split sets (format v2)
+//! 3  store, crd, atomic  sources and sinks: registry, blob cache, memory, files; CRD schemas read through yaml; files written atomically
+//! 4  copy, set, class   the one graph walk over stores; split sets (format v2); the list of koord-base's error types, for a chain
 //! 5  parts, splitset    a bundle on disk, one file or parts; `koord_splitset::` as the root crate sees it
 //! 6  bundle, chart, cluster, helm, serve, sources, admission    the domain, side by side (none uses another)
 //! 7  cli, progress, load  flags and the printer, for the commands only; load's pipeline (pre-flight, plan, render, push, install) over the domain
 //! 8  cmd                the commands: the only place that prints or reads the environment
 //! ```
 
+use crate::common::{all_sources, module_path, sources};
 use std::path::Path;
 
 const LAYERS: &[(&str, u8)] = &[
@@ -26,10 +27,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("parity", 1),
     ("sign", 2),
     ("fsio", 2),
-    ("class", 3),
     ("store", 3),
     ("crd", 3),
     ("atomic", 3),
+    ("class", 4),
     ("copy", 4),
     ("set", 4),
     ("parts", 5),
@@ -44,11 +45,18 @@ const LAYERS: &[(&str, u8)] = &[
     ("cli", 7),
     ("progress", 7),
     ("load", 7),
+    // A crate's list of its error types (`koord_kube::class_of`, in its lib.rs): it names the
+    // types of every module of its crate, the domain's included.
+    ("class_of", 7),
     ("cmd", 8),
 ];
 
 /// The macros `lib.rs` exports, and the module each expands into.
-const MACROS: &[(&str, &str)] = &[("say", "progress"), ("tell", "progress")];
+const MACROS: &[(&str, &str)] = &[
+    ("say", "progress"),
+    ("tell", "progress"),
+    ("exit_classes", "exit"),
+];
 
 fn layer(module: &str) -> Option<u8> {
     LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
@@ -210,39 +218,6 @@ fn used_modules(re: &regex::Regex, code: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// The sources of the root crate (src/) and of every crate of the workspace (crates/NAME/src):
-/// a module moved into a crate stays under the same rules.
-fn all_sources() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    sources(&root.join("src"), &mut files);
-    if let Ok(crates) = std::fs::read_dir(root.join("crates")) {
-        for c in crates {
-            let src = c.unwrap().path().join("src");
-            if src.is_dir() {
-                sources(&src, &mut files);
-            }
-        }
-    }
-    files
-}
-
-fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            let rel = p
-                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-                .unwrap()
-                .to_string_lossy()
-                .to_string();
-            out.push((rel, std::fs::read_to_string(&p).unwrap()));
-        }
-    }
-}
-
 #[test]
 fn modules_depend_only_on_lower_layers() {
     let files = all_sources();
@@ -381,22 +356,6 @@ fn the_check_finds_a_scenario_file_using_another() {
 
 // ---------------------------------------------------------------------------------------------
 // No cycle between the submodules of a layer's module, no function too long to read
-
-/// The module a source file is (`src/bundle/reader.rs` → `["bundle", "reader"]`,
-/// `src/bundle/set/mod.rs` → `["bundle", "set"]`; `crates/NAME/src/oci/mod.rs` → `["oci"]`),
-/// `None` for `lib.rs` and `main.rs`.
-fn module_path(path: &str) -> Option<Vec<String>> {
-    let inside = match path.strip_prefix("crates/") {
-        Some(rest) => rest.split_once("/src/").map_or(rest, |(_, p)| p),
-        None => path.trim_start_matches("src/"),
-    };
-    let rel = inside.trim_end_matches(".rs");
-    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
-    if parts.last().is_some_and(|l| l == "mod") {
-        parts.pop();
-    }
-    (parts != ["lib"] && parts != ["main"]).then_some(parts)
-}
 
 /// The edges between submodules (`bundle::reader` → `bundle::checksums`) that `crate::a::b`
 /// and `super::b` paths make, test modules (after `#[cfg(test)]`) left out; a path naming an

@@ -23,6 +23,7 @@ mod common;
 mod cosign_sign;
 mod day2;
 mod diff;
+mod error_classes;
 mod exit_codes;
 mod fake_registry;
 mod fault_proxy;

@@ -129,6 +129,22 @@ pub enum ChildError {
     },
 }
 
+impl crate::exit::Classify for ChildError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        use crate::exit::ExitClass as C;
+        match self {
+            // Starting or waiting for it: the kind of I/O error decides.
+            ChildError::Spawn { .. } | ChildError::Wait { .. } => None,
+            // The program named (--helm PATH, a credential helper) is not there.
+            ChildError::NotFound { .. } => Some(C::Input),
+            // It ran past its time: a slow peer or machine; a later run may finish.
+            ChildError::TimedOut { .. } => Some(C::Machine),
+            // It printed past its bound: what it was given made it do so.
+            ChildError::OutputTooLarge { .. } => Some(C::Input),
+        }
+    }
+}
+
 /// How standard error is handled.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum StderrMode {

@@ -1,29 +1,24 @@
-//! The class of an error of this crate's types, found in an error chain: the command layer
-//! walks a chain of `dyn Error` and asks each error here first ([`base_class`]). Above
-//! [`crate::sign`] and [`crate::oci`], whose types it knows; [`crate::exit`] knows none.
+//! The class of an error of this crate's types (and `io::Error`, tokio's `JoinError`), found
+//! in an error chain ([`class_of`]): the one list of this crate's error types, which the crates
+//! above call from theirs. Above every other module of the crate, whose types it names.
 
-/// The class of one error of a chain when its type is one of this crate's (or `io::Error`):
-/// `Some(decision)`; `None` for a type of another crate, which that crate's code classifies.
-pub fn base_class(e: &(dyn std::error::Error + 'static)) -> Option<Option<crate::exit::ExitClass>> {
-    use crate::exit::Classify as _;
-    macro_rules! first_of {
-        ($($t:ty),* $(,)?) => {
-            $(
-                if let Some(x) = e.downcast_ref::<$t>() {
-                    return Some(x.exit_class());
-                }
-            )*
-        };
-    }
-    first_of!(
+/// The class of one error of a chain when its type is one of this crate's (or `io::Error`,
+/// `JoinError`): `Some(decision)`; `None` for a type of another crate, which that crate's
+/// `class_of` knows.
+pub fn class_of(e: &(dyn std::error::Error + 'static)) -> Option<Option<crate::exit::ExitClass>> {
+    crate::exit_classes!(e;
         std::io::Error,
-        crate::sign::SignError,
+        tokio::task::JoinError,
+        crate::child::ChildError,
+        crate::crd::CrdError,
+        crate::fsio::HardLinked,
         crate::oci::DigestError,
-        crate::oci::RefError,
         crate::oci::ManifestError,
+        crate::oci::RefError,
         crate::oci::TargetError,
-    );
-    None
+        crate::sign::SignError,
+        crate::yaml::YamlError,
+    )
 }
 
 #[cfg(test)]
@@ -36,17 +31,17 @@ mod tests {
     #[test]
     fn the_types_of_this_crate_are_found_in_a_chain_and_others_are_not() {
         let io = Error::from(ErrorKind::NotFound);
-        assert_eq!(base_class(&io), Some(Some(ExitClass::Input)));
+        assert_eq!(class_of(&io), Some(Some(ExitClass::Input)));
         let sign = sign::SignError::Sign("no".into());
-        assert_eq!(base_class(&sign), Some(Some(ExitClass::Machine)));
+        assert_eq!(class_of(&sign), Some(Some(ExitClass::Machine)));
         let sign_io = sign::SignError::Io {
             path: "k".into(),
             source: Error::from(ErrorKind::StorageFull),
         };
-        assert_eq!(base_class(&sign_io), Some(None), "its cause decides");
+        assert_eq!(class_of(&sign_io), Some(None), "its cause decides");
         let r = oci::ImageRef::parse("UPPER/Case:tag").unwrap_err();
-        assert_eq!(base_class(&r), Some(Some(ExitClass::Input)));
+        assert_eq!(class_of(&r), Some(Some(ExitClass::Input)));
         let other = std::fmt::Error;
-        assert_eq!(base_class(&other), None);
+        assert_eq!(class_of(&other), None);
     }
 }

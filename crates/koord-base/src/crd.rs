@@ -42,6 +42,13 @@ pub struct CrdError {
     pub reason: String,
 }
 
+impl crate::exit::Classify for CrdError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // A CRD file of the chart or the bundle that does not parse.
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 /// One field of a schema.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

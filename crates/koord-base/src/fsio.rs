@@ -178,6 +178,13 @@ pub struct HardLinked {
     pub others: u64,
 }
 
+impl crate::exit::Classify for HardLinked {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // A file the user hard-linked elsewhere: theirs to remove.
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 impl HardLinked {
     /// Whether `e` is this refusal.
     pub fn is(e: &std::io::Error) -> bool {

@@ -19,7 +19,7 @@
 //!
 //! The root crate re-exports each module at its old path (`koord_bundle::oci`, …), and
 //! `tests/it/layers.rs` holds these modules to the same layers as the root crate's (0: exit;
-//! 1: oci, text, yaml, bounded, child, secret; 2: sign, fsio; 3: class, crd).
+//! 1: oci, text, yaml, bounded, child, secret; 2: sign, fsio; 3: crd; 4: class).
 #![deny(missing_docs)]
 
 pub mod bounded;

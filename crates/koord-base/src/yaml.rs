@@ -159,6 +159,13 @@ pub enum YamlError {
     },
 }
 
+impl crate::exit::Classify for YamlError {
+    fn exit_class(&self) -> Option<crate::exit::ExitClass> {
+        // YAML from outside (a chart, a kubeconfig, values) beyond its bounds, or not YAML.
+        Some(crate::exit::ExitClass::Input)
+    }
+}
+
 impl YamlError {
     /// The message without its subject (for callers that name the input themselves).
     pub fn reason(&self) -> String {

@@ -310,6 +310,30 @@ pub enum HelmError {
     },
 }
 
+impl koord_base::exit::Classify for HelmError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        match self {
+            // Starting helm: the kind of I/O error decides.
+            HelmError::Spawn { .. } => None,
+            // koord-bundle's own files and values: the machine's (or a bug).
+            HelmError::Io { .. }
+            | HelmError::Values { .. }
+            | HelmError::PulledArchiveMissing { .. } => Some(C::Machine),
+            // A registry or cluster that did not answer helm.
+            HelmError::LoginFailed { .. } | HelmError::Failed { .. } if self.is_transient() => {
+                Some(C::Machine)
+            }
+            // A slow registry or cluster; a chart that renders without end is the input's.
+            HelmError::Stopped { transient, .. } => {
+                Some(if *transient { C::Machine } else { C::Input })
+            }
+            // No helm or one too old, refused logins, charts helm refuses or crashes on.
+            _ => Some(C::Input),
+        }
+    }
+}
+
 impl HelmError {
     /// helm failed on the network or on the other side (a refused or reset connection, a
     /// timeout, a 5xx or 429 of the cluster or registry), as far as its output tells: helm

@@ -17,3 +17,19 @@
 pub mod chart;
 pub mod cluster;
 pub mod helm;
+
+/// The class of one error of a chain when its type is one of this crate's, koord-store's or
+/// koord-base's: `Some(decision)`; `None` for another crate's type (see
+/// [`koord_base::exit::code_of`]).
+pub fn class_of(
+    e: &(dyn std::error::Error + 'static),
+) -> Option<Option<koord_base::exit::ExitClass>> {
+    koord_base::exit_classes!(e;
+        crate::chart::ChartError,
+        crate::chart::fetch::FetchError,
+        crate::cluster::ClusterError,
+        crate::cluster::running::NotVerified,
+        crate::helm::HelmError,
+    )
+    .or_else(|| koord_store::class_of(e))
+}

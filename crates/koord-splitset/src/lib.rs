@@ -45,6 +45,19 @@ pub mod format {
     };
 }
 
+/// The class of one error of a chain when its type is one of this crate's or koord-base's:
+/// `Some(decision)`; `None` for another crate's type (see [`koord_base::exit::code_of`]).
+pub fn class_of(
+    e: &(dyn std::error::Error + 'static),
+) -> Option<Option<koord_base::exit::ExitClass>> {
+    koord_base::exit_classes!(e;
+        crate::parity::ParityError,
+        crate::parts::PartsError,
+        crate::set::SetError,
+    )
+    .or_else(|| koord_base::class::class_of(e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,6 +111,18 @@ pub enum WalkError {
     },
 }
 
+impl koord_base::exit::Classify for WalkError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        match self {
+            WalkError::NotFound(s) | WalkError::Store(s) => s.exit_class(),
+            WalkError::Manifest(m) => m.exit_class(),
+            // A graph that cannot be walked, a platform filter that leaves nothing, a bound
+            // passed, a manifest that is not one, blobs an incremental bundle needs: the input.
+            _ => Some(koord_base::exit::ExitClass::Input),
+        }
+    }
+}
+
 /// A manifest graph read from a source.
 #[derive(Debug, Clone)]
 pub struct Graph {

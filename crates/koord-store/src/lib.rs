@@ -16,3 +16,22 @@
 
 pub mod copy;
 pub mod store;
+
+/// The class of one error of a chain when its type is one of this crate's or koord-base's:
+/// `Some(decision)`; `None` for another crate's type (see [`koord_base::exit::code_of`]).
+pub fn class_of(
+    e: &(dyn std::error::Error + 'static),
+) -> Option<Option<koord_base::exit::ExitClass>> {
+    koord_base::exit_classes!(e;
+        crate::copy::WalkError,
+        crate::store::auth::AuthError,
+        crate::store::cache::CacheError,
+        crate::store::content::Failure,
+        crate::store::content::StoreError,
+        crate::store::http::HttpError,
+        crate::store::registry::HarborError,
+        crate::store::registry::ProbeError,
+        crate::store::registry::RegistryError,
+    )
+    .or_else(|| koord_base::class::class_of(e))
+}

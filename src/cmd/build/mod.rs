@@ -36,11 +36,11 @@ pub async fn run(args: BuildArgs) -> anyhow::Result<()> {
         let _ = tx.send(got);
         crate::child::kill_all();
     });
-    let interrupted = |(signal, code): (&'static str, i32), partial: &Mutex<Option<PathBuf>>| {
+    let interrupted = |signal: crate::exit::Signal, partial: &Mutex<Option<PathBuf>>| {
         crate::child::kill_all();
         let path = partial.lock().ok().and_then(|p| p.clone());
         let kept = kept_text(path.as_deref());
-        anyhow::Error::from(super::Interrupted { signal, kept, code })
+        anyhow::Error::from(super::Interrupted { signal, kept })
     };
     tokio::select! {
         biased;

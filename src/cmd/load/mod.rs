@@ -153,7 +153,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         // helm (an install under way) and the post-renderer end with the load.
         crate::child::kill_all();
     });
-    let interrupted = |(signal, code): (&'static str, i32)| {
+    let interrupted = |signal: crate::exit::Signal| {
         crate::child::kill_all();
         let kept = match Phase::now() {
             Phase::Checking => "nothing was pushed or installed".to_string(),
@@ -163,7 +163,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
                 None => "everything was pushed; nothing was installed: run the same command again".to_string(),
             },
         };
-        anyhow::Error::from(super::Interrupted { signal, kept, code })
+        anyhow::Error::from(super::Interrupted { signal, kept })
     };
     tokio::select! {
         biased;

@@ -93,6 +93,23 @@ pub enum FetchError {
     },
 }
 
+impl koord_base::exit::Classify for FetchError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        match self {
+            // Reading the archive given, or the repository: the cause decides (an I/O
+            // error's kind; the HTTP client's transient or not).
+            FetchError::Read { .. } | FetchError::Index { .. } | FetchError::Archive { .. } => None,
+            // The chart's own fault: the cause says which.
+            FetchError::Chart { .. } => None,
+            // An index entry with no archive, an archive not as the index says, or no digest
+            // to check it by: refused until the user says otherwise.
+            FetchError::NoUrls { .. }
+            | FetchError::DigestMismatch { .. }
+            | FetchError::NoDigest { .. } => Some(koord_base::exit::ExitClass::Input),
+        }
+    }
+}
+
 /// A chart archive given by hand (`--chart FILE`).
 pub fn read_file(path: &Path) -> Result<FetchedChart, FetchError> {
     let bytes =

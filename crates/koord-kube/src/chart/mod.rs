@@ -154,6 +154,13 @@ pub enum ChartError {
     },
 }
 
+impl koord_base::exit::Classify for ChartError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        // An index, a chart archive or a version that is not what it should be.
+        Some(koord_base::exit::ExitClass::Input)
+    }
+}
+
 fn list_or_none(items: &[String]) -> String {
     if items.is_empty() {
         "(none)".to_string()

@@ -236,3 +236,20 @@ pub enum ClusterError {
         transient: bool,
     },
 }
+
+impl koord_base::exit::Classify for ClusterError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        match self {
+            // No API server answering, or one failing on its side, after the retries.
+            ClusterError::Unreachable { .. }
+            | ClusterError::Api {
+                transient: true, ..
+            } => Some(C::Machine),
+            // Reading a file the kubeconfig names: the kind of I/O error decides.
+            ClusterError::ReadKubeconfig { .. } | ClusterError::CredentialFile { .. } => None,
+            // The kubeconfig, its credentials, TLS, refusals, answers that are wrong.
+            _ => Some(C::Input),
+        }
+    }
+}

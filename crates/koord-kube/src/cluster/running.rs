@@ -337,6 +337,17 @@ pub struct NotVerified {
     pub could_not_tell: bool,
 }
 
+impl koord_base::exit::Classify for NotVerified {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        Some(if self.could_not_tell {
+            C::CouldNotTell
+        } else {
+            C::Input
+        })
+    }
+}
+
 /// The `sha256:<64 hex>` a reference or an `imageID` ends with.
 pub fn digest_in(s: &str) -> Option<String> {
     let at = s.rfind("sha256:")?;

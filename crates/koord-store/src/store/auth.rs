@@ -118,6 +118,14 @@ pub enum AuthError {
     },
 }
 
+impl koord_base::exit::Classify for AuthError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        // An auth file that cannot be read or parsed, a credential helper that fails: the
+        // user's configuration.
+        Some(koord_base::exit::ExitClass::Input)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct AuthFile {
     path: PathBuf,

@@ -49,6 +49,18 @@ pub enum CacheError {
     },
 }
 
+impl koord_base::exit::Classify for CacheError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        match self {
+            // The cache is koord-bundle's own: an I/O failure there is the machine's.
+            CacheError::Io { .. } => Some(C::Machine),
+            // Content that does not match its digest was refused: what the source served.
+            CacheError::DigestMismatch { .. } | CacheError::SizeMismatch { .. } => Some(C::Input),
+        }
+    }
+}
+
 impl CacheError {
     /// What [`BlobCheck`] found wrong with blob `digest`, as the cache says it.
     fn mismatch(digest: &Digest, m: BlobMismatch) -> Self {

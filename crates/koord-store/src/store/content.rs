@@ -139,7 +139,7 @@ pub enum StoreError {
         actual: u64,
     },
     /// A store's own failure (a registry's answer, the blob cache's disk): the engine asks it
-    /// only what [`StoreFailure`] tells; `cmd` looks inside for the exit code.
+    /// only what [`StoreFailure`] tells, its exit class included.
     #[error(transparent)]
     Failed(Failure),
     /// Any other failure of a store (a bundle, a file).
@@ -150,6 +150,22 @@ pub enum StoreError {
         /// The failure.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+impl koord_base::exit::Classify for StoreError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        match self {
+            // A store's own failure (a registry, the cache): it says its class.
+            StoreError::Failed(f) => f.exit_class(),
+            // A bundle or file store: its cause decides.
+            StoreError::Other { .. } => None,
+            // Not there, or content that does not match what names it: what the source holds.
+            StoreError::NotFound { .. }
+            | StoreError::DigestMismatch { .. }
+            | StoreError::SizeMismatch { .. } => Some(C::Input),
+        }
+    }
 }
 
 impl StoreError {
@@ -219,7 +235,10 @@ impl StoreError {
 /// What a store's own error tells the engine, whatever the store: the copy engine and the
 /// source fallback need no more than this, so [`StoreError`] names no concrete store. A store
 /// gives its error type this trait and `From<ItsError> for StoreError`.
-pub trait StoreFailure: std::error::Error + Send + Sync + 'static {
+///
+/// It says its exit class too ([`koord_base::exit::Classify`]), which [`StoreError::Failed`]
+/// forwards.
+pub trait StoreFailure: koord_base::exit::Classify + Send + Sync + 'static {
     /// The content is not there (another source may have it).
     fn is_not_found(&self) -> bool {
         false
@@ -235,6 +254,12 @@ pub trait StoreFailure: std::error::Error + Send + Sync + 'static {
 /// A store's own failure, boxed (see [`StoreFailure`]). Its message is the failure's own.
 #[derive(Debug)]
 pub struct Failure(Box<dyn StoreFailure>);
+
+impl koord_base::exit::Classify for Failure {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        self.0.exit_class()
+    }
+}
 
 impl Failure {
     /// Box a store's failure.

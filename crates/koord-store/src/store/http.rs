@@ -24,6 +24,18 @@ pub enum HttpError {
     Setup(String),
 }
 
+impl koord_base::exit::Classify for HttpError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        match self {
+            // Unreachable, or failing on its side, after the retries.
+            HttpError::Get { .. } if self.is_transient() => Some(C::Machine),
+            // Not there, refused, not what was asked for; a client that cannot be set up.
+            _ => Some(C::Input),
+        }
+    }
+}
+
 /// A small HTTP client for Helm repositories.
 pub struct HttpFetcher {
     client: reqwest::Client,

@@ -147,6 +147,17 @@ pub enum HarborError {
     Registry(#[from] RegistryError),
 }
 
+impl koord_base::exit::Classify for HarborError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        match self {
+            HarborError::Registry(r) => r.exit_class(),
+            // No project, no right to create or push to it, Harbor refusing: the user's to
+            // arrange with Harbor's administrators.
+            _ => Some(koord_base::exit::ExitClass::Input),
+        }
+    }
+}
+
 fn plural(v: &[String]) -> &'static str {
     if v.len() == 1 {
         ""

@@ -300,6 +300,20 @@ pub enum RegistryError {
     Setup(String),
 }
 
+impl koord_base::exit::Classify for RegistryError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        use koord_base::exit::ExitClass as C;
+        match self {
+            // Unreachable, reset, 5xx, 429 after the retries.
+            RegistryError::Transport { .. } => Some(C::Machine),
+            RegistryError::Credentials(a) => a.exit_class(),
+            // Not there, no login, refused, denied, TLS, plain HTTP, an answer that is wrong,
+            // a client that cannot be set up with what was given (a CA file).
+            _ => Some(C::Input),
+        }
+    }
+}
+
 fn attempts_text(n: u32) -> String {
     match n {
         0 | 1 => "gave up after 1 attempt".to_string(),

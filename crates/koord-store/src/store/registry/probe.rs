@@ -47,6 +47,16 @@ pub enum ProbeError {
     Registry(#[from] RegistryError),
 }
 
+impl koord_base::exit::Classify for ProbeError {
+    fn exit_class(&self) -> Option<koord_base::exit::ExitClass> {
+        match self {
+            // A name the name service does not know: a typo, most often (see the README).
+            ProbeError::DoesNotResolve { .. } => Some(koord_base::exit::ExitClass::Input),
+            ProbeError::Registry(r) => r.exit_class(),
+        }
+    }
+}
+
 impl Registry {
     /// Ask `registry` (`HOST[:PORT]`; `name` is its host name alone) whether it is Harbor. A
     /// transport failure is retried as every request is; an answer of any status is final.
