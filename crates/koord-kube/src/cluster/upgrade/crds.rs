@@ -261,16 +261,30 @@ async fn one_crd(
         .iter()
         .find(|v| v.version.storage)
         .map(|v| v.version.name.clone());
-    // Objects: read at the new stored version when the live CRD serves it, else at its own.
+    // Objects: read at the new stored version when the live CRD serves it, else at another
+    // version of the new CRD it serves (the new schema judges them there), else at its own.
     let read_at = new_storage
         .clone()
         .filter(|v| l.served.contains(v))
+        .or_else(|| {
+            schema
+                .versions
+                .iter()
+                .map(|v| v.version.name.clone())
+                .find(|v| l.served.contains(v))
+        })
         .or_else(|| l.storage.clone().filter(|v| l.served.contains(v)))
         .or_else(|| l.served.first().cloned());
-    let objects = match &read_at {
-        Some(v) => objects_of(client, l, v).await?,
-        None => Vec::new(),
+    let Some(read_at) = read_at else {
+        // A CRD that serves no version: its objects (in etcd all the same) cannot be listed.
+        out.push(objects_not_checked(
+            name,
+            &l.plural,
+            "the CRD in the cluster serves no version, so its objects cannot be read".into(),
+        ));
+        return Ok(());
     };
+    let objects = objects_of(client, l, &read_at).await?;
     let count = objects.len();
     let dropped = stored_versions_dropped(
         name,
@@ -305,15 +319,31 @@ async fn one_crd(
             ));
         }
     }
-    out.extend(object_fit(
-        name,
-        l,
-        schema,
-        read_at.as_deref(),
-        &objects,
-        opts,
-    ));
+    if count > 0 && !any_dropped && !new_versions.contains(read_at.as_str()) {
+        // Served only at a version the new CRD does not have: the new schema has nothing to
+        // judge them by.
+        out.push(objects_not_checked(
+            name,
+            &l.plural,
+            format!("its {count} object(s) can be read only at {read_at}, which the new CRD does not have"),
+        ));
+        return Ok(());
+    }
+    out.extend(object_fit(name, l, schema, Some(&read_at), &objects, opts));
     Ok(())
+}
+
+/// The objects of CRD `name` could not be judged against the new schema (`why`): could not
+/// tell what replacing the CRD does to them, a Fail that names the way around it (as an
+/// unreadable schema is, see [`schemas`]).
+fn objects_not_checked(name: &str, plural: &str, why: String) -> Finding {
+    Finding::new(
+        Level::Fail,
+        CHECK_CRD_OBJECTS,
+        format!("CRD {name}: {why}: could not tell what replacing it does to the objects in the cluster"),
+        Some(format!("serve a version of it that the chart's CRD has (`kubectl edit crd {name}`, `served: true`), then run this load again; or pass --skip-crds {plural} to leave the CRD in the cluster as it is")),
+    )
+    .about(format!("crd {name}"))
 }
 
 /// Versions shown of a list the server gives (`status.storedVersions`, the new CRD's versions):
@@ -559,6 +589,93 @@ mod tests {
                 f.fix
             );
         }
+    }
+
+    /// Objects the new schema cannot judge are "could not tell", a Fail naming the way around
+    /// it, never "none" (before: a CRD serving no version was read as having no objects, and
+    /// objects served only at a version the new CRD lacks went unchecked). A version both CRDs
+    /// have is read first, so that the new schema judges the objects there.
+    #[tokio::test]
+    async fn objects_the_new_schema_cannot_judge_are_could_not_tell() {
+        use crate::cluster::test_server::{cfg, serve};
+        use crate::cluster::{Credentials, KubeClient};
+        let schema = |versions: &[(&str, bool)]| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|(v, storage)| {
+                    serde_json::json!({"name": v, "served": true, "storage": storage,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "properties": {"spec": {"type": "object",
+                                "properties": {"size": {"type": "integer"}}}}}}})
+                })
+                .collect();
+            let doc = serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition", "metadata": {"name": "xs.g.io"},
+                "spec": {"group": "g.io", "names": {"plural": "xs", "kind": "X"},
+                    "versions": versions}});
+            crd::from_value("xs.g.io", &serde_yaml_ng::to_value(&doc).unwrap()).unwrap()
+        };
+        let live = |served: &[&str]| Live {
+            group: "g.io".into(),
+            plural: "xs".into(),
+            served: served.iter().map(|v| v.to_string()).collect(),
+            storage: Some("v2".into()),
+            stored_versions: vec!["v2".into()],
+        };
+        let opts = Opts {
+            strict: false,
+            allow_field_loss: false,
+            downgrade: false,
+        };
+        let one_object = r#"{"kind":"XList","apiVersion":"g.io/v1","metadata":{},"items":[{"apiVersion":"g.io/v1","kind":"X","metadata":{"name":"a"},"spec":{"size":1}}]}"#;
+        let (url, seen) = serve("200 OK", one_object);
+        let client = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
+        let run = |l: Live, s: CrdSchema| {
+            let client = &client;
+            async move {
+                let mut out = Vec::new();
+                one_crd(client, "xs.g.io", &l, &s, opts, &mut out)
+                    .await
+                    .unwrap();
+                out
+            }
+        };
+        // Serving no version: nothing can be listed, nothing is asked.
+        let out = run(live(&[]), schema(&[("v2", true)])).await;
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].level, Level::Fail);
+        assert!(
+            out[0].message.contains("serves no version"),
+            "{}",
+            out[0].message
+        );
+        assert!(
+            out[0].message.contains("could not tell"),
+            "{}",
+            out[0].message
+        );
+        assert!(out[0].fix.as_deref().unwrap().contains("--skip-crds xs"));
+        assert!(seen.lock().unwrap().is_empty(), "nothing is read");
+        // Served only at v1 (its storage v2 unserved), which the new CRD lacks.
+        let out = run(live(&["v1"]), schema(&[("v2", true)])).await;
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].level, Level::Fail);
+        assert!(
+            out[0].message.contains(
+                "its 1 object(s) can be read only at v1, which the new CRD does not have"
+            ),
+            "{}",
+            out[0].message
+        );
+        // The new CRD has v1 too: the objects are read there and fit.
+        let out = run(live(&["v1"]), schema(&[("v1", false), ("v2", true)])).await;
+        assert!(out.is_empty(), "{out:?}");
+        let asked = seen.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(
+            asked.iter().all(|h| h.starts_with("GET /apis/g.io/v1/xs")),
+            "{asked:?}"
+        );
     }
 
     /// 30,000 stored versions the new CRD drops: one finding, its message short (before:
