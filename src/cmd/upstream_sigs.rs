@@ -28,14 +28,25 @@ use crate::store::{Reference, Registry};
 use anyhow::Context as _;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The layer digests of an image manifest (empty: none, or not one).
-fn layers(bytes: &[u8]) -> BTreeSet<Digest> {
+/// The signatures a cosign signature manifest holds: each layer's digest (the signed payload,
+/// or an attestation's signed envelope) with the signature its descriptor carries
+/// (`dev.cosignproject.cosign/signature`; "" for an attestation, signed inside its layer).
+/// The same payload signed by another key, or a signature forged, is another pair. Empty:
+/// none, or not a manifest.
+fn signatures(bytes: &[u8]) -> BTreeSet<(Digest, String)> {
     let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
     v["layers"]
         .as_array()
         .map(|a| {
             a.iter()
-                .filter_map(|l| serde_json::from_value(l["digest"].clone()).ok())
+                .filter_map(|l| {
+                    let digest = serde_json::from_value(l["digest"].clone()).ok()?;
+                    let signature = l["annotations"]["dev.cosignproject.cosign/signature"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    Some((digest, signature))
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -72,8 +83,9 @@ pub(super) async fn keep_appended(
         match reg.get_manifest(&at).await {
             Ok((_, d)) if d == g.top.digest => out.push((g, repo, reference)),
             Ok((bytes, _)) => {
-                let there = layers(&bytes);
-                if layers(&g.top.bytes).is_subset(&there) {
+                // Appended: every carried signature is there, the same payload with the same
+                // signature (not only the same payload, which another key can sign).
+                if signatures(&g.top.bytes).is_subset(&signatures(&bytes)) {
                     appended += 1;
                 } else {
                     foreign.push(at.to_string());

@@ -320,6 +320,40 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
             ],
         ));
     }
+
+    // The tag's copy of the upstream payload with its signature forged (the same layer
+    // digest): not the upstream signature, so not "appended"; the site's tag is not
+    // overwritten, and the warning says the upstream signature is NOT there (before: the same
+    // payload digest passed as the upstream signature inside).
+    let mut forged = both.clone();
+    forge_signature(&mut forged);
+    let body = h.path().join("forged-site.json");
+    std::fs::write(&body, serde_json::to_vec(&forged).unwrap()).unwrap();
+    let (r, t) = tag.rsplit_once(':').unwrap();
+    let put = curl(
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/vnd.oci.image.manifest.v1+json",
+            "--data-binary",
+            &format!("@{}", body.display()),
+        ],
+        &format!("http://{}/v2/{r}/manifests/{t}", e.plain),
+    );
+    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    let o = h
+        .load_cmd(&out, &registry2, &["--no-install", "--plain-http"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        said.contains("the upstream signature is NOT pushed there") && said.contains(&tag),
+        "{said}"
+    );
+    let now: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
+    assert_eq!(now, forged, "the site's tag was overwritten");
 }
 
 #[test]
