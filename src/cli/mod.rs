@@ -585,6 +585,12 @@ pub struct LoadArgs {
     /// is refused before anything is pushed, naming the objects and the fields.
     #[arg(long)]
     pub allow_field_loss: bool,
+    /// Pre-flight checks to go on without when they cannot tell (a Warn instead of a Fail):
+    /// server-version (a version that does not parse), node-arch (no nodes yet, nodes that
+    /// report no platform, a bundle that lists none), platform (a kind node's kubelet
+    /// configuration unreadable). A check that finds a problem still fails. Repeatable.
+    #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(crate::cluster::SKIPPABLE_CHECKS))]
+    pub skip_check: Vec<String>,
     /// Leave the chart's CRDs to helm as the chart renders them: `helm uninstall` then
     /// deletes them and every object of theirs. By default load marks them
     /// `helm.sh/resource-policy: keep` (a post-renderer), so that an uninstall keeps them.

@@ -65,6 +65,8 @@ pub struct Options {
     pub allow_downgrade: bool,
     /// `--allow-field-loss`.
     pub allow_field_loss: bool,
+    /// `--skip-check`: pre-flight checks whose "could not tell" becomes a Warn.
+    pub skip_checks: Vec<String>,
     /// The chart's CRDs kept on `helm uninstall` (not `--no-keep-crds`).
     pub keep_crds: bool,
     /// Images pinned to the bundle's digests (not `--no-pin`).

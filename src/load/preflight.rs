@@ -98,11 +98,12 @@ pub async fn preflight(
     if let Some(w) = client.credentials_withheld() {
         ev(Event::Warning(format!("pre-flight: {w}")));
     }
-    let report = cluster::preflight(&client, &input).await.map_err(|e| {
+    let mut report = cluster::preflight(&client, &input).await.map_err(|e| {
         anyhow::Error::new(e).context(
             "the pre-flight could not read the cluster: nothing was pushed (pass --no-install to push only)",
         )
     })?;
+    report.skip(&o.skip_checks);
     ev(Event::Findings(report.findings.clone()));
     if report.failed() {
         return Err(ChecksFailed::new(

@@ -75,6 +75,40 @@ fn mention_findings(
         .collect()
 }
 
+/// A Warn for each container image of the bundle the rendered release still names by its tag
+/// although pinning is on (a Fail under `--strict`): the post-renderer did not see it (helm 3
+/// does not post-render hooks, helm/helm#7891; helm 4 does), so it runs by tag.
+fn by_tag_findings(
+    images: &[String],
+    pins: &std::collections::BTreeMap<String, String>,
+    strict: bool,
+) -> Vec<cluster::Finding> {
+    images
+        .iter()
+        .filter(|i| pins.contains_key(*i))
+        .map(|i| {
+            cluster::Finding::new(
+                if strict {
+                    cluster::Level::Fail
+                } else {
+                    cluster::Level::Warn
+                },
+                "image-not-pinned",
+                format!(
+                    "image {}: the rendered release names it by its tag, not pinned to the bundle's digest (helm 3 does not post-render a chart's hooks; helm 4 does): it runs the tag as the registry holds it then",
+                    crate::text::printable(i)
+                ),
+                Some(if strict {
+                    "install with helm 4, which post-renders hooks, or pass --no-pin to install by tag on purpose".to_string()
+                } else {
+                    "install with helm 4, which post-renders hooks; pass --strict to refuse such a rendering".to_string()
+                }),
+            )
+            .about(format!("image {}", crate::text::printable(i)))
+        })
+        .collect()
+}
+
 /// Before any push: the release as helm will make it (`helm upgrade --install --dry-run=server
 /// -o json` from the bundle's chart archive: the merged values, the post-rendered objects),
 /// every image it deploys checked to be in the bundle, and the upgrade checked against the
@@ -115,31 +149,39 @@ pub async fn render(
             foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
         );
     }
-    let mentions = mention_findings(&scan.mentions, o.strict);
+    let mut mentions = mention_findings(&scan.mentions, o.strict);
+    if o.pin && planned.plan.post_render.is_some() {
+        mentions.extend(by_tag_findings(&images, &pins(target, src), o.strict));
+    }
     ev(Event::Findings(mentions.clone()));
     if o.strict && !mentions.is_empty() {
         return Err(ChecksFailed::new(
-            "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
+            "--strict: the rendered chart names images of the bundle unpinned, outside a container's image field or by their tag (above): nothing was pushed",
             &mentions,
         )
         .into());
     }
     let objects = crate::chart::post_render::objects(&release.manifest)
         .context("the release helm rendered")?;
-    let previous = match pre
+    // The current revision's objects, for what the upgrade changes; a manifest that does not
+    // parse makes the changes unknown (said so), not "nothing removed".
+    let (previous, previous_unreadable) = match pre
         .report
         .as_ref()
         .and_then(|r| r.existing_release.as_ref())
         .and_then(|r| r.manifest.as_deref())
+        .map(crate::chart::post_render::objects)
     {
-        Some(m) => crate::chart::post_render::objects(m).unwrap_or_default(),
-        None => Vec::new(),
+        Some(Ok(objects)) => (objects, None),
+        Some(Err(e)) => (Vec::new(), Some(format!("{e:#}"))),
+        None => (Vec::new(), None),
     };
     let mut upgrade = cluster::upgrade::check(
         client,
         &cluster::upgrade::UpgradeInput {
             objects: &objects,
             previous: &previous,
+            previous_unreadable: previous_unreadable.as_deref(),
             release_namespace: &pre.namespace,
             strict: o.strict,
             allow_field_loss: o.allow_field_loss,

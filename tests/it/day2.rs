@@ -516,12 +516,122 @@ data:
             1,
             &[
                 "pre-flight FAIL [image-outside-containers] ConfigMap koordinator-system/site-sidecars data.config",
-                "--strict: the rendered chart names images of the bundle outside a container's image field (above): nothing was pushed",
+                "--strict: the rendered chart names images of the bundle unpinned, outside a container's image field or by their tag (above): nothing was pushed",
             ],
         );
     }
     assert!(repos_under(&prefix).is_empty());
     assert!(kube.releases("default").is_empty());
+}
+
+/// A hook's container image: helm 4 post-renders hooks, so it is pinned to the bundle's digest
+/// and nothing is said; helm 3 does not (helm/helm#7891), so the rendering names the image by
+/// its tag although pinning is on: a Warn naming it, a Fail under `--strict` (before: no word,
+/// the tag form passed the check of the rendered images).
+#[test]
+fn a_hook_image_that_helm_3_leaves_unpinned_is_said() {
+    let h = Home::with_key();
+    let chart = repackaged(&h, |dir| {
+        std::fs::write(
+            dir.join("templates/site-hook-job.yaml"),
+            r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: site-check
+  namespace: {{ .Values.installation.namespace }}
+  annotations:
+    "helm.sh/hook": pre-install,pre-upgrade
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: check
+          image: "{{ .Values.imageRepositoryHost }}/{{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag }}"
+"#,
+        )
+        .unwrap();
+    });
+    let bundle = h.path().join("koordinator-1.8.1.tar");
+    assert_ok(&h.build("1.8.1").chart(&chart).out(&bundle).run());
+    let kube = cluster::lease();
+    kube.seed_nodes("kubeadm");
+    let prefix = unique_prefix("hookpin");
+    let registry = format!("{}/{prefix}", env().plain);
+    let said = format!("[image-not-pinned] image {registry}/koordinator-sh/koord-manager:v1.8.0: the rendered release names it by its tag, not pinned to the bundle's digest");
+    let o = load(&h, &kube, &bundle, &prefix, 4, &["--dry-run"]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("image-not-pinned"),
+        "helm 4 pins hooks:\n{err}"
+    );
+    let o = load(&h, &kube, &bundle, &prefix, 3, &["--dry-run"]);
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("pre-flight WARN {said}")),
+        "{said}\nnot in:\n{err}"
+    );
+    let o = load(&h, &kube, &bundle, &prefix, 3, &["--dry-run", "--strict"]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            &format!("pre-flight FAIL {said}"),
+            "--strict: the rendered chart names images of the bundle unpinned",
+        ],
+    );
+    // --no-pin installs by tag on purpose: nothing to say.
+    let o = load(&h, &kube, &bundle, &prefix, 3, &["--dry-run", "--no-pin"]);
+    assert_ok(&o);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("image-not-pinned"));
+    assert!(repos_under(&prefix).is_empty());
+}
+
+/// A cluster with no nodes yet: whether the bundle has images for their architectures cannot
+/// be told, a Fail naming `--skip-check node-arch` (before: a warning, and the install went
+/// on); with that flag a warning says the check was skipped, and the load goes on. A value
+/// `--skip-check` does not know is a usage error.
+#[test]
+fn a_cluster_with_no_nodes_cannot_be_told_unless_the_check_is_skipped() {
+    let h = Home::with_key();
+    let (bundle, _) = h.build_plain("1.8.0", &[]);
+    let kube = cluster::lease();
+    let prefix = unique_prefix("nonodes");
+    let o = load(&h, &kube, &bundle, &prefix, 4, &["--dry-run"]);
+    assert_fails(
+        &o,
+        1,
+        &[
+            "pre-flight FAIL [node-arch] the cluster has no nodes yet: whether the bundle has images for their architectures, and their kernels and runtimes, cannot be told",
+            "pass --skip-check node-arch to go on without this check",
+            "nothing was pushed",
+        ],
+    );
+    let o = load(
+        &h,
+        &kube,
+        &bundle,
+        &prefix,
+        4,
+        &["--dry-run", "--skip-check", "node-arch", "--json"],
+    );
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("pre-flight WARN [node-arch] the cluster has no nodes yet")
+            && err.contains("(not checked: --skip-check node-arch)"),
+        "{err}"
+    );
+    let o = load(&h, &kube, &bundle, &prefix, 4, &["--skip-check", "nodes"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(repos_under(&prefix).is_empty());
 }
 
 /// A value that makes a Deployment invalid (replicas -1): helm renders it, the API server

@@ -616,8 +616,8 @@ pub struct RenderedRelease {
     pub config: serde_json::Value,
     /// Every object it would apply (post-rendered), as helm stores it.
     pub manifest: String,
-    /// Its hooks (post-rendered too), each a document after a `# Source:` line of its
-    /// template; "" when it has none.
+    /// Its hooks, each a document after a `# Source:` line of its template; "" when it has
+    /// none. helm 4 post-renders them; helm 3 does not (helm/helm#7891).
     pub hooks: String,
     /// The revision it would be.
     pub revision: u64,

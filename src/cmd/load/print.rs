@@ -228,6 +228,10 @@ fn print_rendered(r: &load::Rendered, args: &LoadArgs, upgrade: bool, registry: 
             crate::say!("           {}", crate::text::terminal_safe(line));
         }
     }
+    if let Some(why) = &r.upgrade.changes_unknown {
+        crate::say!("changes  not known: {}", crate::text::printable(why));
+        return;
+    }
     let changes = &r.upgrade.changes;
     let count = |a: Action| changes.iter().filter(|c| c.action == a).count();
     let labels_only = changes.iter().filter(|c| c.only_metadata).count();

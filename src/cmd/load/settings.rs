@@ -290,6 +290,7 @@ fn options(args: &LoadArgs, target: Target, login: Option<&Login>) -> load::Opti
         strict: args.strict,
         allow_downgrade: args.allow_downgrade,
         allow_field_loss: args.allow_field_loss,
+        skip_checks: args.skip_check.clone(),
         keep_crds: !args.no_keep_crds,
         pin: !args.no_pin,
         keep_pull_policy: args.keep_pull_policy,

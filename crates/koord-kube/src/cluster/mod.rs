@@ -75,7 +75,7 @@ pub use client::KubeClient;
 pub use kubeconfig::{Files, Kubeconfig, Merged, Origin};
 pub use preflight::{
     preflight, ChartCrd, DeployedRevision, Finding, Level, NodeInfo, PreflightInput,
-    PreflightReport, ReleaseInfo,
+    PreflightReport, ReleaseInfo, SKIPPABLE_CHECKS,
 };
 
 use std::path::PathBuf;

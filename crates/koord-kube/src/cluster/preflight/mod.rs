@@ -163,6 +163,10 @@ pub struct Finding {
     /// What to do about it, when there is something to do.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// The check could not tell (what it needs could not be read, or is not there): a Fail,
+    /// unless the user named the check in `--skip-check` ([`PreflightReport::skip`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub could_not_tell: bool,
 }
 
 impl Finding {
@@ -179,6 +183,25 @@ impl Finding {
             subject: String::new(),
             message: message.into(),
             fix,
+            could_not_tell: false,
+        }
+    }
+
+    /// A check that could not tell: a Fail, whose fix says what to do (`fix`) or how to go on
+    /// without the check (`--skip-check CHECK`, which makes it a Warn).
+    pub fn could_not_tell(
+        check: &'static str,
+        message: impl Into<String>,
+        fix: Option<&str>,
+    ) -> Self {
+        let way_on = format!("pass --skip-check {check} to go on without this check");
+        let fix = match fix {
+            Some(f) => format!("{f}; or {way_on}"),
+            None => way_on,
+        };
+        Finding {
+            could_not_tell: true,
+            ..Finding::new(Level::Fail, check, message, Some(fix))
         }
     }
 
@@ -281,7 +304,24 @@ impl PreflightReport {
     pub fn failed(&self) -> bool {
         self.findings.iter().any(|f| f.level == Level::Fail)
     }
+
+    /// The checks the user said to go on without (`--skip-check`): each of their findings
+    /// that could not tell becomes a Warn saying so. A check that could tell (a Fail found) is
+    /// not skipped.
+    pub fn skip(&mut self, checks: &[String]) {
+        for f in &mut self.findings {
+            if f.could_not_tell && f.level == Level::Fail && checks.iter().any(|c| c == f.check) {
+                f.level = Level::Warn;
+                f.message
+                    .push_str(&format!(" (not checked: --skip-check {})", f.check));
+                f.fix = None;
+            }
+        }
+    }
 }
+
+/// The checks that can answer "could not tell", which `--skip-check` names.
+pub const SKIPPABLE_CHECKS: [&str; 3] = [CHECK_SERVER_VERSION, CHECK_NODE_ARCH, CHECK_PLATFORM];
 
 /// Run every check against the cluster behind `client`: read what the checks need, then judge
 /// it. API errors (unreachable, 401, 403, a list past its bounds) end the run with an error;
@@ -398,6 +438,43 @@ pub async fn release_revision(
 pub(crate) mod tests {
     use super::*;
 
+    /// A check that could not tell is a Fail naming `--skip-check CHECK`; skipped, a Warn that
+    /// says so. A Fail of a check that could tell, or of another check, stays a Fail.
+    #[test]
+    fn skip_check_makes_only_could_not_tell_of_the_named_checks_a_warn() {
+        let unknown = Finding::could_not_tell(CHECK_NODE_ARCH, "no nodes", Some("wait"));
+        assert_eq!(unknown.level, Level::Fail);
+        assert_eq!(
+            unknown.fix.as_deref(),
+            Some("wait; or pass --skip-check node-arch to go on without this check")
+        );
+        let v = serde_json::to_value(&unknown).unwrap();
+        assert_eq!(v["couldNotTell"], true);
+        let mut rep = PreflightReport {
+            server_version: String::new(),
+            nodes: Vec::new(),
+            findings: vec![
+                unknown,
+                Finding::new(Level::Fail, CHECK_NODE_ARCH, "no arm64 images", None),
+                Finding::could_not_tell(CHECK_SERVER_VERSION, "version?", None),
+            ],
+            crd_values_off: Vec::new(),
+            existing_release: None,
+            release_namespace: "default".into(),
+            create_namespace: false,
+            host_network: false,
+        };
+        rep.skip(&["node-arch".to_string()]);
+        let levels: Vec<Level> = rep.findings.iter().map(|f| f.level).collect();
+        assert_eq!(levels, [Level::Warn, Level::Fail, Level::Fail]);
+        assert_eq!(
+            rep.findings[0].message,
+            "no nodes (not checked: --skip-check node-arch)"
+        );
+        assert!(rep.findings[0].fix.is_none());
+        assert!(rep.failed());
+    }
+
     #[test]
     fn report_serializes_camel_case() {
         let rep = PreflightReport {
@@ -433,6 +510,7 @@ pub(crate) mod tests {
         assert_eq!(v["nodes"][0]["containerRuntime"], "containerd://1.7.13");
         assert_eq!(v["findings"][0]["level"], "warn");
         assert!(v["findings"][0].get("fix").is_none());
+        assert!(v["findings"][0].get("couldNotTell").is_none());
         assert_eq!(v["crdValuesOff"][0], "crds.reservations");
         assert_eq!(
             v["existingRelease"]["chartVersion"],

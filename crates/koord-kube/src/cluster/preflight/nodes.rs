@@ -89,11 +89,10 @@ pub(crate) fn parse_runtime(s: &str) -> (String, Option<(u32, u32)>) {
 pub(crate) fn node_findings(nodes: &[NodeInfo], bundle_platforms: &[String]) -> Vec<Finding> {
     let mut out = Vec::new();
     if nodes.is_empty() {
-        out.push(Finding::new(
-            Level::Warn,
+        out.push(Finding::could_not_tell(
             CHECK_NODE_ARCH,
-            "the cluster has no nodes yet: node architectures, kernels and runtimes not checked",
-            None,
+            "the cluster has no nodes yet: whether the bundle has images for their architectures, and their kernels and runtimes, cannot be told",
+            Some("load once the nodes have joined (kubectl get nodes)"),
         ));
         return out;
     }
@@ -132,14 +131,13 @@ fn arch_findings(nodes: &[NodeInfo], bundle_platforms: &[String], out: &mut Vec<
         .filter(|n| n.os.is_empty() || (n.os == "linux" && n.arch.is_empty()))
         .collect();
     if !unknown.is_empty() {
-        out.push(Finding::new(
-            Level::Fail,
+        out.push(Finding::could_not_tell(
             CHECK_NODE_ARCH,
             format!(
                 "nodes {} report no operating system or architecture (status.nodeInfo), so whether the bundle has images for them cannot be told; koordlet (a DaemonSet) runs on every node",
                 names(unknown.iter().map(|n| n.name.as_str()))
             ),
-            Some("wait until every node has registered and reports its platform (kubectl get nodes -o wide), then load again".into()),
+            Some("wait until every node has registered and reports its platform (kubectl get nodes -o wide), then load again"),
         ));
     }
     let mut by_platform: BTreeMap<String, Vec<&str>> = BTreeMap::new();
@@ -160,11 +158,10 @@ fn arch_findings(nodes: &[NodeInfo], bundle_platforms: &[String], out: &mut Vec<
         })
         .collect();
     if bundle.is_empty() {
-        out.push(Finding::new(
-            Level::Warn,
+        out.push(Finding::could_not_tell(
             CHECK_NODE_ARCH,
-            "the bundle lists no image platforms: node architectures not checked",
-            None,
+            "the bundle lists no image platforms: whether it has images for the nodes' architectures cannot be told",
+            Some("build the bundle again (koord-bundle build records the platforms of every image)"),
         ));
     } else {
         let covered = |platform: &str| {

@@ -70,14 +70,13 @@ fn kind_root_findings(bad: &[String], unknown: &[&str]) -> Vec<Finding> {
             Some(fix),
         ));
     } else if !unknown.is_empty() {
-        out.push(Finding::new(
-            Level::Warn,
+        out.push(Finding::could_not_tell(
             CHECK_PLATFORM,
             format!(
-                "kind node(s) {}: kubelet's configuration (/configz) could not be read, so its cgroup root was not checked; koordlet needs it at /",
+                "kind node(s) {}: kubelet's configuration (/configz) could not be read, so whether its cgroup root is / (as koordlet needs) cannot be told",
                 names(unknown.iter().copied())
             ),
-            Some(fix),
+            Some(&fix),
         ));
     } else {
         out.push(Finding::new(
@@ -185,7 +184,17 @@ mod tests {
         assert!(kind_findings(&[("n".into(), Some(String::new()))])[0]
             .message
             .contains("n (unset)"));
-        assert_eq!(kind_findings(&[("n".into(), None)])[0].level, Level::Warn);
+        // /configz unreadable: could not tell, a Fail that --skip-check platform makes a Warn.
+        let unread = &kind_findings(&[("n".into(), None)])[0];
+        assert!(
+            unread.level == Level::Fail && unread.could_not_tell,
+            "{unread:?}"
+        );
+        assert!(unread
+            .fix
+            .as_deref()
+            .unwrap()
+            .ends_with("or pass --skip-check platform to go on without this check"));
 
         let ds = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let (f, hn) = eks_findings(

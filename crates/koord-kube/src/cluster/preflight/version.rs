@@ -47,11 +47,10 @@ fn findings(git: &str, major: &str, minor: &str) -> Vec<Finding> {
         git.to_string()
     };
     let Some((ma, mi, _)) = parsed else {
-        return vec![Finding::new(
-            Level::Warn,
+        return vec![Finding::could_not_tell(
             CHECK_SERVER_VERSION,
-            format!("cannot read the Kubernetes version from {shown:?}: compatibility not checked"),
-            None,
+            format!("cannot read the Kubernetes version from {shown:?}: whether Koordinator supports it cannot be told"),
+            Some("check what the API server reports (kubectl version)"),
         )];
     };
     let v = (ma, mi);
@@ -165,9 +164,12 @@ mod tests {
             Level::Info
         );
         assert_eq!(shown(&info("", "1", "28+")), "1.28+");
-        assert_eq!(
-            version_findings(&info("weird", "", ""))[0].level,
-            Level::Warn
+        // A version that does not parse: could not tell, a Fail (before: a Warn, and the
+        // check below 1.18 skipped).
+        let weird = &version_findings(&info("weird", "", ""))[0];
+        assert!(
+            weird.level == Level::Fail && weird.could_not_tell,
+            "{weird:?}"
         );
     }
 

@@ -36,6 +36,9 @@ pub struct UpgradeInput<'a> {
     pub objects: &'a [Value],
     /// Every object the release's current revision applied (empty for a fresh install).
     pub previous: &'a [Value],
+    /// Why the current revision's objects could not be read (its manifest does not parse):
+    /// what the new release changes is then not known, never "nothing removed".
+    pub previous_unreadable: Option<&'a str>,
     /// The release namespace (where helm puts objects without one).
     pub release_namespace: &'a str,
     /// `--strict`: custom resources the new schemas prune or refuse are a Fail.
@@ -50,8 +53,13 @@ pub struct UpgradeInput<'a> {
 pub struct UpgradeReport {
     /// Findings, in check order (CRDs, then the dry run).
     pub findings: Vec<Finding>,
-    /// Object by object, what the new release changes.
+    /// Object by object, what the new release changes (empty when `changes_unknown` says why
+    /// it is not known).
     pub changes: Vec<ObjectChange>,
+    /// Why what the new release changes is not known: the current revision's objects could not
+    /// be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_unknown: Option<String>,
     /// What the server-side dry run checked.
     pub dry_run: DryRun,
 }
@@ -68,7 +76,18 @@ pub async fn check(
     client: &KubeClient,
     input: &UpgradeInput<'_>,
 ) -> Result<UpgradeReport, ClusterError> {
-    let changes = changes::diff(input.previous, input.objects, input.release_namespace);
+    let (changes, changes_unknown) = match input.previous_unreadable {
+        Some(why) => (
+            Vec::new(),
+            Some(format!(
+                "the objects of the release's current revision could not be read ({why})"
+            )),
+        ),
+        None => (
+            changes::diff(input.previous, input.objects, input.release_namespace),
+            None,
+        ),
+    };
     let new_crds: Vec<&Value> = input
         .objects
         .iter()
@@ -81,6 +100,7 @@ pub async fn check(
     Ok(UpgradeReport {
         findings,
         changes,
+        changes_unknown,
         dry_run: report,
     })
 }
