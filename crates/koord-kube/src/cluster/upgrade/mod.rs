@@ -104,3 +104,44 @@ pub async fn check(
         dry_run: report,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The current revision's objects unreadable: the changes are "not known", with why, never
+    /// an empty list read as "nothing removed"; readable, they are diffed.
+    #[tokio::test]
+    async fn changes_are_not_known_when_the_current_revision_cannot_be_read() {
+        use crate::cluster::test_server::{cfg, serve};
+        use crate::cluster::{Credentials, KubeClient};
+        // No object to check: nothing is asked of the server.
+        let (url, seen) = serve("500 Internal Server Error", "{}");
+        let client = KubeClient::new(&cfg(url, Credentials::None)).unwrap();
+        let old = vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gone", "namespace": "default"}})];
+        let input = |previous_unreadable| UpgradeInput {
+            objects: &[],
+            previous: &old,
+            release_namespace: "default",
+            strict: false,
+            allow_field_loss: false,
+            previous_unreadable,
+        };
+        let r = check(&client, &input(Some("line 3: not YAML")))
+            .await
+            .unwrap();
+        assert!(r.changes.is_empty());
+        assert_eq!(
+            r.changes_unknown.as_deref(),
+            Some("the objects of the release's current revision could not be read (line 3: not YAML)")
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v["changesUnknown"].is_string(), "{v}");
+        let r = check(&client, &input(None)).await.unwrap();
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(r.changes[0].action, Action::Remove);
+        assert!(r.changes_unknown.is_none());
+        assert!(seen.lock().unwrap().is_empty(), "nothing is read");
+    }
+}
