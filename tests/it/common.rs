@@ -547,6 +547,28 @@ pub fn forge_signature(manifest: &mut Value) {
     *ann = Value::String(String::from_utf8(b).unwrap());
 }
 
+/// PUT `manifest` (an OCI image manifest, as JSON) as `reference` (a tag or a digest) of
+/// `repo` on the plain-HTTP registry at `host`, through a file of `h`: it must be created (201).
+pub fn put_oci_manifest(h: &Home, host: &str, repo: &str, reference: &str, manifest: &Value) {
+    let file = h.path().join(format!(
+        "put-{}.json",
+        sha256(&serde_json::to_vec(manifest).unwrap()).replace(':', "-")
+    ));
+    std::fs::write(&file, serde_json::to_vec(manifest).unwrap()).unwrap();
+    let put = curl(
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/vnd.oci.image.manifest.v1+json",
+            "--data-binary",
+            &format!("@{}", file.display()),
+        ],
+        &format!("http://{host}/v2/{repo}/manifests/{reference}"),
+    );
+    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+}
+
 /// `skopeo copy --all` of `src` to `dest` (`docker://` references), plain HTTP both sides.
 pub fn skopeo_copy_plain(src: &str, dest: &str) {
     assert_ok(&tool(

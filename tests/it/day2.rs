@@ -414,6 +414,13 @@ fn a_chart_that_drops_a_stored_version_fails_before_any_push() {
     assert_eq!(snapshot(&kube), before, "the cluster is unchanged");
 }
 
+/// The bundle of `chart` (a [`repackaged`] 1.8.1), built into `h`.
+fn bundle_of(h: &Home, chart: &Path) -> PathBuf {
+    let bundle = h.path().join("koordinator-1.8.1.tar");
+    assert_ok(&h.build("1.8.1").chart(chart).out(&bundle).run());
+    bundle
+}
+
 /// chart 1.8.0 as 1.8.1, its NodeResourceTopology CRD without v1alpha1 (`helm package`).
 fn dropping_chart(h: &Home) -> PathBuf {
     repackaged(h, |dir| {
@@ -493,8 +500,7 @@ data:
         )
         .unwrap();
     });
-    let bundle = h.path().join("koordinator-1.8.1.tar");
-    assert_ok(&h.build("1.8.1").chart(&chart).out(&bundle).run());
+    let bundle = bundle_of(&h, &chart);
     let kube = cluster::lease();
     kube.seed_nodes("kubeadm");
     let prefix = unique_prefix("mention");
@@ -552,8 +558,7 @@ spec:
         )
         .unwrap();
     });
-    let bundle = h.path().join("koordinator-1.8.1.tar");
-    assert_ok(&h.build("1.8.1").chart(&chart).out(&bundle).run());
+    let bundle = bundle_of(&h, &chart);
     let kube = cluster::lease();
     kube.seed_nodes("kubeadm");
     let prefix = unique_prefix("hookpin");

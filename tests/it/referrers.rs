@@ -688,22 +688,8 @@ fn a_referrers_answer_that_is_no_list_or_a_referrer_that_does_not_verify_writes_
         .to_string();
     let mut sig: Value = serde_json::from_slice(&manifest_at(&rr, &path, &good).unwrap()).unwrap();
     forge_signature(&mut sig);
-    let body = serde_json::to_vec(&sig).unwrap();
-    let forged_digest = sha256(&body);
-    let file = h.path().join("forged.json");
-    std::fs::write(&file, &body).unwrap();
-    let put = curl(
-        &[
-            "-X",
-            "PUT",
-            "-H",
-            "Content-Type: application/vnd.oci.image.manifest.v1+json",
-            "--data-binary",
-            &format!("@{}", file.display()),
-        ],
-        &format!("http://{rr}/v2/{path}/manifests/{forged_digest}"),
-    );
-    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    let forged_digest = sha256(&serde_json::to_vec(&sig).unwrap());
+    put_oci_manifest(&h, &rr, &path, &forged_digest, &sig);
     assert_eq!(types(&referrers(&rr, &path, digest).json()).len(), 2);
     let out = h.path().join("forged.tar");
     let o = build(&h, &format!("{rr}/{src}"), &out, &["--verify-key", up]);

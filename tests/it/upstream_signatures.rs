@@ -327,21 +327,8 @@ fn upstream_signatures_cross_unchanged_and_cosign_verifies_them_at_the_site() {
     // payload digest passed as the upstream signature inside).
     let mut forged = both.clone();
     forge_signature(&mut forged);
-    let body = h.path().join("forged-site.json");
-    std::fs::write(&body, serde_json::to_vec(&forged).unwrap()).unwrap();
     let (r, t) = tag.rsplit_once(':').unwrap();
-    let put = curl(
-        &[
-            "-X",
-            "PUT",
-            "-H",
-            "Content-Type: application/vnd.oci.image.manifest.v1+json",
-            "--data-binary",
-            &format!("@{}", body.display()),
-        ],
-        &format!("http://{}/v2/{r}/manifests/{t}", e.plain),
-    );
-    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    put_oci_manifest(&h, &e.plain, r, t, &forged);
     let o = h
         .load_cmd(&out, &registry2, &["--no-install", "--plain-http"])
         .output()
@@ -460,21 +447,8 @@ fn a_tampered_foreign_or_missing_upstream_signature_is_refused_and_nothing_is_wr
     let tag = format!("{tampered}/{repo}:{}", sig_tag(digest));
     let mut sig: Value = serde_json::from_slice(&manifest_at(&tag).unwrap()).unwrap();
     forge_signature(&mut sig);
-    let body = h.path().join("tampered.json");
-    std::fs::write(&body, serde_json::to_vec(&sig).unwrap()).unwrap();
     let (r, t) = tag.rsplit_once(':').unwrap();
-    let put = curl(
-        &[
-            "-X",
-            "PUT",
-            "-H",
-            "Content-Type: application/vnd.oci.image.manifest.v1+json",
-            "--data-binary",
-            &format!("@{}", body.display()),
-        ],
-        &format!("http://{}/v2/{r}/manifests/{t}", e.plain),
-    );
-    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    put_oci_manifest(&h, &e.plain, r, t, &sig);
     let out = h.path().join("tampered.tar");
     let o = build(&h, &tampered, &out, &["--verify-key", up]);
     assert_fails(
