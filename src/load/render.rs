@@ -44,6 +44,15 @@ fn carried(src: &BundleSource) -> Vec<crate::chart::rendered::Carried> {
         .collect()
 }
 
+/// The level of a bundle image the release will run unpinned: a Warn, a Fail under `--strict`.
+fn unpinned_level(strict: bool) -> cluster::Level {
+    if strict {
+        cluster::Level::Fail
+    } else {
+        cluster::Level::Warn
+    }
+}
+
 /// A Warn for each image of the bundle named outside a container's image field (a Fail under
 /// `--strict`): the post-renderer pins only container images, so that one runs by tag.
 fn mention_findings(
@@ -54,11 +63,7 @@ fn mention_findings(
         .iter()
         .map(|m| {
             cluster::Finding::new(
-                if strict {
-                    cluster::Level::Fail
-                } else {
-                    cluster::Level::Warn
-                },
+                unpinned_level(strict),
                 "image-outside-containers",
                 format!(
                     "{}: it is not pinned to the bundle's digest, and whatever uses it pulls the tag as the registry holds it then",
@@ -88,11 +93,7 @@ fn by_tag_findings(
         .filter(|i| pins.contains_key(*i))
         .map(|i| {
             cluster::Finding::new(
-                if strict {
-                    cluster::Level::Fail
-                } else {
-                    cluster::Level::Warn
-                },
+                unpinned_level(strict),
                 "image-not-pinned",
                 format!(
                     "image {}: the rendered release names it by its tag, not pinned to the bundle's digest (helm 3 does not post-render a chart's hooks; helm 4 does): it runs the tag as the registry holds it then",
@@ -137,9 +138,10 @@ pub async fn render(
         .context("the release helm rendered: nothing was pushed")?;
     let images = scan.images;
     // As the chart renders them, and as pinned to the bundle's digest (the post-renderer).
-    let bundled: Vec<String> = pins(target, src)
-        .into_iter()
-        .flat_map(|(r, d)| [crate::chart::post_render::pinned(&r, &d), r])
+    let pinned = pins(target, src);
+    let bundled: Vec<String> = pinned
+        .iter()
+        .flat_map(|(r, d)| [crate::chart::post_render::pinned(r, d), r.clone()])
         .collect();
     let foreign: Vec<&String> = images.iter().filter(|i| !bundled.contains(i)).collect();
     if !foreign.is_empty() {
@@ -151,7 +153,7 @@ pub async fn render(
     }
     let mut mentions = mention_findings(&scan.mentions, o.strict);
     if o.pin && planned.plan.post_render.is_some() {
-        mentions.extend(by_tag_findings(&images, &pins(target, src), o.strict));
+        mentions.extend(by_tag_findings(&images, &pinned, o.strict));
     }
     ev(Event::Findings(mentions.clone()));
     if o.strict && !mentions.is_empty() {

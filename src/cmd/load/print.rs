@@ -229,7 +229,8 @@ fn print_rendered(r: &load::Rendered, args: &LoadArgs, upgrade: bool, registry: 
         }
     }
     if let Some(why) = &r.upgrade.changes_unknown {
-        crate::say!("changes  not known: {}", crate::text::printable(why));
+        // say! makes the whole line terminal-safe; printable would also cut the reason.
+        crate::say!("changes  not known: {why}");
         return;
     }
     let changes = &r.upgrade.changes;
